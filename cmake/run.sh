@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The README's set-up commands, on a fresh Debian 12 machine:
+#
+#   bash cmake/run.sh demo   — install what is missing, build, run the main job
+#   bash cmake/run.sh test   — install what is missing, build, run every test
+#
+# Also: `bash cmake/run.sh test asan|tsan|release` (other presets), `bash cmake/run.sh
+# bench` (release build, benchmarks as JSON into build/release/bench/). Debian packages
+# are installed with apt-get as root, with sudo otherwise; nothing else is downloaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake make g++ pkg-config libabsl-dev catch2 libbenchmark-dev libhiredis-dev
+          redis-server redis-tools libcpp-httplib-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "quota: installing Debian packages: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1"
+}
+
+what=${1:-}
+preset=${2:-}
+case "$what" in
+  demo)
+    # Extra arguments go to the simulator (try: bash cmake/run.sh demo --help).
+    shift
+    install_missing
+    build release
+    dir=build/release/examples
+    if [ -x "$dir/gateway_sim/gateway_sim" ]; then
+      exec "$dir/gateway_sim/gateway_sim" "$@"
+    fi
+    exec "$dir/quickstart/quickstart-010-token-bucket"
+    ;;
+  test)
+    install_missing
+    build "${preset:-dev}"
+    ctest --preset "${preset:-dev}"
+    ;;
+  bench)
+    install_missing
+    build release
+    mkdir -p build/release/bench
+    for b in build/release/benchmarks/*_bench; do
+      echo "== $b"
+      "$b" --benchmark_format=console --benchmark_out="build/release/bench/$(basename "$b").json" \
+           --benchmark_out_format=json
+    done
+    ;;
+  *)
+    echo "usage: bash cmake/run.sh demo|test [preset] | bench" >&2
+    exit 2
+    ;;
+esac

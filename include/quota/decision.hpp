@@ -1,0 +1,64 @@
+// quota/decision.hpp — what a limiter answers.
+//
+// A Decision is a plain value. A denial is a Decision, not an error: errors
+// (`absl::Status`) are reserved for failures of the environment (a store that cannot be
+// reached, a malformed reply) and for invalid input such as an oversized key.
+//
+//   quota::Decision d = ...;
+//   if (!d.allowed) reply_429(d.retry_after);   // retry_after is advisory
+//
+// Fields:
+//   allowed     — the cost was deducted (or, for an error reason, nothing was).
+//   remaining   — whole units left after this decision, rounded down. An observation,
+//                 not a reservation: other callers may spend it at once.
+//   retry_after — on a denial, the earliest time from now at which the same request
+//                 would pass if nobody else spent (exact, in nanoseconds); kNever when
+//                 waiting cannot help. Zero when allowed.
+//   reset_after — time from now until the budget is entirely unspent again; kNever
+//                 when it never refills.
+//   version     — the version of the rule that decided (0 when none is set).
+//   reason      — why.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "quota/units.hpp"
+
+namespace quota {
+
+enum class Reason : std::uint8_t {
+  kAllowed = 0,           // admitted; the cost was deducted
+  kOverLimit = 1,         // denied: not enough budget now; see retry_after
+  kCostExceedsBurst = 2,  // denied: cost > burst (or limit): a configuration error,
+                          // it can never pass; retry_after = kNever
+  kInvalidCost = 3,       // denied: cost < 1
+};
+
+// The stable machine-readable name of a reason ("over_limit", ...).
+constexpr std::string_view to_string(Reason reason) {
+  switch (reason) {
+    case Reason::kAllowed:
+      return "allowed";
+    case Reason::kOverLimit:
+      return "over_limit";
+    case Reason::kCostExceedsBurst:
+      return "cost_exceeds_burst";
+    case Reason::kInvalidCost:
+      return "invalid_cost";
+  }
+  return "unknown";
+}
+
+struct Decision {
+  bool allowed = false;
+  std::int64_t remaining = 0;
+  Nanos retry_after{0};
+  Nanos reset_after{0};
+  std::uint64_t version = 0;
+  Reason reason = Reason::kOverLimit;
+
+  friend constexpr bool operator==(const Decision&, const Decision&) = default;
+};
+
+}  // namespace quota

@@ -1,0 +1,160 @@
+// quota/policy/token_bucket.hpp — the exact token bucket.
+//
+// A bucket holds up to `burst` units and refills continuously at `rate`; a request of
+// `cost` units is admitted iff `cost` <= the tokens present, and then takes them. Over
+// any interval of length T the admitted cost is at most rate·T + burst — exactly, since
+// nothing here is rounded:
+//
+//   - a new key starts full (at its first request);
+//   - refill: tokens = min(burst, tokens + rate·(now − last)), computed in micro-units
+//     with the fraction of a micro-unit carried as a remainder over `rate.per`: neither
+//     rounded up (that would create budget) nor dropped (that would lose it). Refilling
+//     in many small steps therefore gives exactly what one large step gives;
+//   - a time earlier than the stored one refills nothing and is not stored;
+//   - a denial keeps the refilled state and sets retry_after = ceil((cost − tokens)/rate)
+//     nanoseconds: the same request is admitted at now + retry_after and denied 1 ns
+//     earlier, if nobody else spends meanwhile;
+//   - cost > burst → kCostExceedsBurst, retry_after = kNever, nothing deducted;
+//     cost < 1 → kInvalidCost, nothing deducted;
+//   - rate.units = 0 is a one-off budget of `burst`: denials say kNever.
+//
+// Bounds (checked by validate(), the message names the field): burst and rate.units in
+// [1, kMaxUnits] and [0, kMaxUnits] so that micro-units fit in int64; rate.per > 0; the
+// time to refill a whole burst, burst/rate, at most ~292 years (it must fit in int64
+// nanoseconds, since it is the longest retry_after). Idle time is unbounded: refill is
+// formed in 128 bits (rate·Δt < 2^126), so 10 years idle simply yields a full bucket.
+//
+// State: 24 bytes (tokens in micro-units, the carried remainder, last time). The policy
+// is a value: thread-safe to share; `apply` needs exclusive access to the state, which
+// the stores provide.
+//
+//   using namespace std::chrono_literals;
+//   quota::TokenBucket tb{.rate = {.units = 100, .per = 1s}, .burst = 20};
+//   auto s = tb.init(quota::Nanos{0});
+//   quota::Decision d = tb.apply(s, quota::Nanos{0}, 5);   // allowed, remaining 15
+#pragma once
+
+#include <cstdint>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/units.hpp"
+
+namespace quota {
+
+struct TokenBucket {
+  Rate rate;
+  std::int64_t burst = 1;
+
+  struct State {
+    MicroUnits tokens = 0;   // whole micro-units present, in [0, burst·10^6]
+    std::int64_t carry = 0;  // refill remainder: carry / rate.per micro-units, < rate.per
+    std::int64_t last = 0;   // time of the last refill, ns on the limiter's clock
+  };
+
+  absl::Status validate() const {
+    if (auto s = validate_rate(rate, "rate"); !s.ok()) return s;
+    if (auto s = validate_amount(burst, "burst"); !s.ok()) return s;
+    if (rate.units > 0) {
+      const absl::int128 fill =
+          detail::ceil_div(absl::int128(to_micro(burst)) * rate.per.count(), to_micro(rate.units));
+      if (fill > detail::kInt64Max) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "burst/rate: refilling burst=%d at rate=%s takes longer than the bound of 2^63-1 ns "
+            "(~292 years); raise rate.units or lower burst",
+            burst, to_string(rate)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  State init(Nanos now) const {
+    return State{.tokens = to_micro(burst), .carry = 0, .last = now.count()};
+  }
+
+  Decision apply(State& s, Nanos now, std::int64_t cost) const {
+    refill(s, now.count());
+    if (cost < 1) return detail::never_decision(Reason::kInvalidCost, remaining(s), reset_after(s));
+    if (cost > burst)
+      return detail::never_decision(Reason::kCostExceedsBurst, remaining(s), reset_after(s));
+    const MicroUnits need = to_micro(cost);
+    if (need <= s.tokens) {
+      s.tokens -= need;
+      return Decision{.allowed = true,
+                      .remaining = remaining(s),
+                      .retry_after = Nanos{0},
+                      .reset_after = reset_after(s),
+                      .version = 0,
+                      .reason = Reason::kAllowed};
+    }
+    return Decision{.allowed = false,
+                    .remaining = remaining(s),
+                    .retry_after = time_to_reach(s, need),
+                    .reset_after = reset_after(s),
+                    .version = 0,
+                    .reason = Reason::kOverLimit};
+  }
+
+  Nanos idle_at(const State& s) const {
+    if (s.tokens >= to_micro(burst)) return Nanos{s.last};
+    return detail::saturating_add(Nanos{s.last}, reset_after(s));
+  }
+
+  // Brings `s` to time `now` (no-op for now <= s.last). Public so that stores and the
+  // gateway layer can observe a bucket without spending from it.
+  void refill(State& s, std::int64_t now) const {
+    if (now <= s.last) return;  // backwards (or same) time: nothing to add, keep `last`
+    const MicroUnits cap = to_micro(burst);
+    const std::int64_t dt = now - s.last;
+    s.last = now;
+    if (s.tokens >= cap) return;  // full stays full; carry is 0 whenever full
+    const std::int64_t per = rate.per.count();
+    const std::int64_t micros_per_period = to_micro(rate.units);
+    std::int64_t added;
+    // Fast path in 64 bits: on a busy key dt is small and this is one multiply and one
+    // divide. The 128-bit path handles long idle gaps exactly.
+    if (!__builtin_mul_overflow(micros_per_period, dt, &added) &&
+        !__builtin_add_overflow(added, s.carry, &added)) {
+      const std::int64_t whole = added / per;
+      if (whole >= cap - s.tokens) {
+        s.tokens = cap;
+        s.carry = 0;
+      } else {
+        s.tokens += whole;
+        s.carry = added % per;
+      }
+      return;
+    }
+    const absl::int128 wide = absl::int128(micros_per_period) * dt + s.carry;
+    const absl::int128 whole = wide / per;
+    if (whole >= cap - s.tokens) {
+      s.tokens = cap;
+      s.carry = 0;
+    } else {
+      s.tokens += static_cast<std::int64_t>(whole);
+      s.carry = static_cast<std::int64_t>(wide % per);
+    }
+  }
+
+ private:
+  static std::int64_t remaining(const State& s) { return s.tokens / kMicrosPerUnit; }
+
+  // Exact time until the bucket holds `need` micro-units: the least d with
+  // floor((rate_micro·d + carry) / per) >= need − tokens.
+  Nanos time_to_reach(const State& s, MicroUnits need) const {
+    if (s.tokens >= need) return Nanos{0};
+    if (rate.units == 0) return kNever;
+    const absl::int128 numer = absl::int128(need - s.tokens) * rate.per.count() - s.carry;
+    // Bounded by burst/rate, which validate() keeps below 2^63 ns.
+    return Nanos{static_cast<std::int64_t>(detail::ceil_div(numer, to_micro(rate.units)))};
+  }
+
+  Nanos reset_after(const State& s) const { return time_to_reach(s, to_micro(burst)); }
+};
+
+static_assert(Policy<TokenBucket>);
+
+}  // namespace quota

@@ -1,0 +1,21 @@
+// quota/quota.hpp — the umbrella header: every in-process part of quota.
+//
+// quota decides, for every API request, whether a tenant may spend `cost` units of its
+// budget now, with exact integer arithmetic and the same answer from every thread.
+// The Redis store lives in quota/redis/ and its own CMake target (quota::redis).
+//
+//   #include "quota/quota.hpp"
+//   auto limiter = quota::Limiter<quota::TokenBucket>::create(
+//       {.rate = {.units = 100, .per = std::chrono::seconds(1)}, .burst = 20});
+//   auto d = limiter->acquire("tenant-7:read");
+#pragma once
+
+#include "quota/clock.hpp"
+#include "quota/decision.hpp"
+#include "quota/limiter.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/store/local_store.hpp"
+#include "quota/store/sharded_store.hpp"
+#include "quota/store/store.hpp"
+#include "quota/units.hpp"

@@ -1,0 +1,60 @@
+// quota/store/local_store.hpp — key → state in one hash map, for one thread.
+//
+// The fastest store and the reference for the others: no locks, no atomics. Use it in
+// single-threaded servers (one limiter per event loop) and in tests. Not thread-safe:
+// every call must come from one thread at a time.
+//
+// Memory: one `absl::flat_hash_map<std::string, P::State>` slot per key (see
+// benchmarks for bytes per key). Bounded by StoreOptions::max_keys with safe idle
+// eviction (quota/store/store.hpp).
+//
+//   quota::LocalStore<quota::TokenBucket> store;
+//   quota::TokenBucket tb{.rate = {10, std::chrono::seconds(1)}, .burst = 10};
+//   auto d = store.apply(tb, "tenant-1:read", quota::Nanos{0}, 1);   // StatusOr<Decision>
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/status/statusor.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/store/store.hpp"
+
+namespace quota {
+
+template <Policy P>
+class LocalStore {
+ public:
+  using policy_type = P;
+  using State = typename P::State;
+
+  explicit LocalStore(StoreOptions options = {}) : states_(options.max_keys) {}
+
+  absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
+                                 std::int64_t cost) {
+    return update(policy, key, now, [&](State& s) { return policy.apply(s, now, cost); });
+  }
+
+  // Runs `fn(State&)` on the key's state (created fresh if absent).
+  template <class Fn>
+  auto update(const P& policy, std::string_view key, Nanos now, Fn&& fn)
+      -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
+    auto state = states_.find_or_create(policy, key, detail::key_hash(key), now);
+    if (!state.ok()) return state.status();
+    return std::forward<Fn>(fn)(**state);
+  }
+
+  // Forgets every idle key; returns how many.
+  std::size_t sweep(const P& policy, Nanos now) { return states_.sweep(policy, now); }
+  std::size_t size() const { return states_.size(); }
+
+ private:
+  detail::KeyedStates<P> states_;
+};
+
+}  // namespace quota
