@@ -43,7 +43,8 @@ struct SteadyClock {
 // A clock moved by hand. Copies share the same time.
 class ManualClock {
  public:
-  explicit ManualClock(Nanos start = Nanos{0})
+  ManualClock() : ManualClock(Nanos{0}) {}
+  explicit ManualClock(Nanos start)
       : now_(std::make_shared<std::atomic<std::int64_t>>(start.count())) {}
 
   Nanos now() const { return Nanos{now_->load(std::memory_order_acquire)}; }
