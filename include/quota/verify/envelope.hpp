@@ -73,8 +73,8 @@ struct AdmittedEvent {
 };
 
 // The interval or window where the peak was reached: events first..last (indices into
-// the log as given, inclusive), their times and the cost they admitted together. When
-// the log is empty, `empty` is true and the other fields are zero.
+// the log as given, counting from 0, inclusive), their times and the cost they admitted
+// together. When the log is empty, `empty` is true and the other fields are zero.
 struct Witness {
   bool empty = true;
   std::size_t first = 0;
@@ -82,6 +82,10 @@ struct Witness {
   std::int64_t first_time_ns = 0;
   std::int64_t last_time_ns = 0;
   absl::int128 admitted = 0;  // whole units, events first..last
+  // Caller-chosen labels of events first and last (e.g. line numbers in a file): the
+  // `tag` passed to a verifier's add(), or the event index when none was.
+  std::uint64_t first_tag = 0;
+  std::uint64_t last_tag = 0;
 };
 
 // Clamp of the scaled token-bucket peak (see "Saturation" above).
@@ -187,8 +191,10 @@ class TokenBucketVerifier {
   }
 
   // Adds the next admitted event. InvalidArgument (and no change) if its time is before
-  // the previous event's or its cost is outside [0, kMaxUnits].
-  absl::Status add(const AdmittedEvent& e) {
+  // the previous event's or its cost is outside [0, kMaxUnits]. `tag` labels the event in
+  // the witness (default: its index).
+  absl::Status add(const AdmittedEvent& e) { return add(e, count_); }
+  absl::Status add(const AdmittedEvent& e, std::uint64_t tag) {
     if (auto s = detail::check_event(count_, e, count_ > 0, last_time_); !s.ok()) return s;
     const std::size_t index = count_++;
     // x − units·Δt, floored at 0: the best interval ending at the previous event, moved
@@ -202,6 +208,7 @@ class TokenBucketVerifier {
       x_ = 0;
       run_first_ = index;
       run_first_time_ = e.time_ns;
+      run_first_tag_ = tag;
       run_cost_ = 0;
     } else {
       x_ = carried;
@@ -220,7 +227,9 @@ class TokenBucketVerifier {
                          .last = index,
                          .first_time_ns = run_first_time_,
                          .last_time_ns = e.time_ns,
-                         .admitted = run_cost_};
+                         .admitted = run_cost_,
+                         .first_tag = run_first_tag_,
+                         .last_tag = tag};
     }
     return absl::OkStatus();
   }
@@ -248,6 +257,7 @@ class TokenBucketVerifier {
   absl::int128 x_ = 0;  // scaled best A[i..j] − r·(t_j − t_i) ending at the last event
   std::size_t run_first_ = 0;
   std::int64_t run_first_time_ = 0;
+  std::uint64_t run_first_tag_ = 0;
   absl::int128 run_cost_ = 0;  // units admitted from run_first_ to the last event
   absl::int128 peak_ = 0;
   bool saturated_ = false;
@@ -296,7 +306,9 @@ class WindowVerifier {
     return absl::OkStatus();
   }
 
-  absl::Status add(const AdmittedEvent& e) {
+  // As TokenBucketVerifier::add.
+  absl::Status add(const AdmittedEvent& e) { return add(e, count_); }
+  absl::Status add(const AdmittedEvent& e, std::uint64_t tag) {
     if (auto s = detail::check_event(count_, e, count_ > 0, last_time_); !s.ok()) return s;
     const std::size_t index = count_++;
     last_time_ = e.time_ns;
@@ -307,7 +319,7 @@ class WindowVerifier {
       sum_ -= live_.front().cost;
       live_.pop_front();
     }
-    live_.push_back(Live{e.time_ns, e.cost, index});
+    live_.push_back(Live{e.time_ns, e.cost, index, tag});
     sum_ += e.cost;
     if (witness_.empty || sum_ > peak_) {
       peak_ = sum_;
@@ -316,7 +328,9 @@ class WindowVerifier {
                          .last = index,
                          .first_time_ns = live_.front().time_ns,
                          .last_time_ns = e.time_ns,
-                         .admitted = sum_};
+                         .admitted = sum_,
+                         .first_tag = live_.front().tag,
+                         .last_tag = tag};
     }
     return absl::OkStatus();
   }
@@ -339,6 +353,7 @@ class WindowVerifier {
     std::int64_t time_ns;
     std::int64_t cost;
     std::size_t index;
+    std::uint64_t tag;
   };
   std::int64_t limit_;
   Nanos window_;
