@@ -128,15 +128,16 @@ struct TokenBucket {
       }
       return;
     }
+    // Long idle gap: decide "full" by multiplying, not dividing (128-bit division is the
+    // slowest operation here), and divide only for a partial refill.
     const absl::int128 wide = absl::int128(micros_per_period) * dt + s.carry;
-    const absl::int128 whole = wide / per;
-    if (whole >= cap - s.tokens) {
+    if (wide >= absl::int128(cap - s.tokens) * per) {
       s.tokens = cap;
       s.carry = 0;
-    } else {
-      s.tokens += static_cast<std::int64_t>(whole);
-      s.carry = static_cast<std::int64_t>(wide % per);
+      return;
     }
+    s.tokens += static_cast<std::int64_t>(wide / per);
+    s.carry = static_cast<std::int64_t>(wide % per);
   }
 
  private:
@@ -147,9 +148,15 @@ struct TokenBucket {
   Nanos time_to_reach(const State& s, MicroUnits need) const {
     if (s.tokens >= need) return Nanos{0};
     if (rate.units == 0) return kNever;
-    const absl::int128 numer = absl::int128(need - s.tokens) * rate.per.count() - s.carry;
+    const std::int64_t micros_per_period = to_micro(rate.units);
+    std::int64_t numer;
+    if (!__builtin_mul_overflow(need - s.tokens, rate.per.count(), &numer)) {
+      numer -= s.carry;  // carry < per <= numer, so numer stays positive
+      return Nanos{numer / micros_per_period + (numer % micros_per_period != 0)};
+    }
+    const absl::int128 wide = absl::int128(need - s.tokens) * rate.per.count() - s.carry;
     // Bounded by burst/rate, which validate() keeps below 2^63 ns.
-    return Nanos{static_cast<std::int64_t>(detail::ceil_div(numer, to_micro(rate.units)))};
+    return Nanos{static_cast<std::int64_t>(detail::ceil_div(wide, micros_per_period))};
   }
 
   Nanos reset_after(const State& s) const { return time_to_reach(s, to_micro(burst)); }

@@ -1,10 +1,11 @@
 // quota/store/sharded_store.hpp — key → state for many threads.
 //
-// Keys are hashed onto a power-of-two number of shards; each shard is an `absl::Mutex`
-// and a hash map, on its own cache line. A decision locks one shard for the length of
-// one policy transition (tens of nanoseconds), so threads on distinct keys rarely meet,
-// and threads on one key serialize exactly: read–refill–decide–deduct–write is one
-// critical section. Eight threads racing to create one key create one state.
+// Keys are hashed onto a power-of-two number of shards; each shard is a mutex and a
+// hash map, on its own cache line (the mutex is std::mutex with abseil's thread-safety
+// annotations: see quota/detail/mutex.hpp for why not absl::Mutex). A decision locks one shard for
+// the length of one policy transition (tens of nanoseconds), so threads on distinct keys rarely
+// meet, and threads on one key serialize exactly: read–refill–decide–deduct–write is one critical
+// section. Eight threads racing to create one key create one state.
 //
 // Capacity: at most ceil(max_keys / shards) keys per shard. A new key in a full shard
 // first evicts that shard's idle keys (those already full again, so forgetting them
@@ -30,9 +31,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/store/store.hpp"
 
@@ -64,7 +65,7 @@ class ShardedStore {
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
     const std::size_t hash = detail::key_hash(key);
     Shard& shard = shard_for(hash);
-    absl::MutexLock lock(&shard.mu);
+    detail::MutexLock lock(shard.mu);
     auto state = shard.states->find_or_create(policy, key, hash, now);
     if (!state.ok()) return state.status();
     return std::forward<Fn>(fn)(**state);
@@ -74,7 +75,7 @@ class ShardedStore {
   std::size_t sweep(const P& policy, Nanos now) {
     std::size_t removed = 0;
     for (std::size_t i = 0; i < shard_count(); ++i) {
-      absl::MutexLock lock(&shards_[i].mu);
+      detail::MutexLock lock(shards_[i].mu);
       removed += shards_[i].states->sweep(policy, now);
     }
     return removed;
@@ -83,7 +84,7 @@ class ShardedStore {
   std::size_t size() const {
     std::size_t total = 0;
     for (std::size_t i = 0; i < shard_count(); ++i) {
-      absl::MutexLock lock(&shards_[i].mu);
+      detail::MutexLock lock(shards_[i].mu);
       total += shards_[i].states->size();
     }
     return total;
@@ -93,7 +94,7 @@ class ShardedStore {
 
  private:
   struct alignas(64) Shard {
-    mutable absl::Mutex mu;
+    mutable detail::Mutex mu;
     // std::optional only to construct it with the per-shard capacity after the array.
     std::optional<detail::KeyedStates<P>> states ABSL_GUARDED_BY(mu);
   };
