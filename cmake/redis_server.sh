@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Starts and stops a throw-away redis-server for quota's tests (CTest fixtures).
+#
+#   bash cmake/redis_server.sh start   <dir>   — start on a free loopback port; the port
+#                                                 goes into <dir>/port
+#   bash cmake/redis_server.sh restart <dir>   — start again on the port in <dir>/port
+#                                                 (fault tests, after killing it)
+#   bash cmake/redis_server.sh stop    <dir>   — stop it (SIGTERM, then SIGKILL)
+#
+# A port is free when a server we started there answers with OUR directory: another
+# server already on the port would answer with its own, and a bind failure leaves no
+# process behind. No persistence (--save '', no AOF): the data lives in memory only.
+set -euo pipefail
+what=${1:?usage: redis_server.sh start|restart|stop <dir>}
+dir=${2:?usage: redis_server.sh start|restart|stop <dir>}
+
+launch() {  # launch <port>: 0 when our server answers on <port>
+  local port=$1
+  rm -f "$dir/redis.pid"
+  redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+    --dir "$dir" --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+    --protected-mode no >/dev/null 2>&1 || return 1
+  for _ in $(seq 1 100); do
+    if [ -s "$dir/redis.pid" ] && ! kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
+      return 1  # it exited: most likely the port was taken
+    fi
+    local answer
+    answer=$(redis-cli -h 127.0.0.1 -p "$port" config get dir 2>/dev/null | tail -n 1 || true)
+    if [ "$answer" = "$dir" ]; then return 0; fi
+    sleep 0.05
+  done
+  return 1
+}
+
+stop() {
+  [ -s "$dir/redis.pid" ] || return 0
+  local pid
+  pid=$(cat "$dir/redis.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$dir/redis.pid"; return 0; }
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$dir/redis.pid"
+}
+
+case "$what" in
+  start)
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd -P)
+    stop
+    for _ in $(seq 1 50); do
+      port=$(( 20000 + RANDOM % 40000 ))
+      if launch "$port"; then
+        echo "$port" > "$dir/port"
+        echo "redis-server on 127.0.0.1:$port (dir $dir)"
+        exit 0
+      fi
+    done
+    echo "could not start redis-server on any of 50 random ports; see $dir/redis.log" >&2
+    exit 1
+    ;;
+  restart)
+    dir=$(cd "$dir" && pwd -P)
+    stop
+    port=$(cat "$dir/port")
+    for _ in $(seq 1 40); do
+      launch "$port" && exit 0
+      sleep 0.05
+    done
+    echo "could not restart redis-server on port $port" >&2
+    exit 1
+    ;;
+  stop)
+    [ -d "$dir" ] || exit 0
+    dir=$(cd "$dir" && pwd -P)
+    stop
+    ;;
+  *)
+    echo "usage: redis_server.sh start|restart|stop <dir>" >&2
+    exit 2
+    ;;
+esac
