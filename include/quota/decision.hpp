@@ -33,6 +33,12 @@ enum class Reason : std::uint8_t {
   kCostExceedsBurst = 2,  // denied: cost > burst (or limit): a configuration error,
                           // it can never pass; retry_after = kNever
   kInvalidCost = 3,       // denied: cost < 1
+  // Gateway layer (quota/gateway/gateway.hpp):
+  kUnavailable = 4,  // denied: the store is unreachable and the route fails closed
+                     // (HTTP 503, not 429); nothing was deducted
+  kShadow = 5,       // admitted: the rule is in shadow mode and would have denied
+  kFailOpen = 6,     // admitted by the local emergency bucket while the store is
+                     // unreachable and the route fails open
 };
 
 // The stable machine-readable name of a reason ("over_limit", ...).
@@ -46,6 +52,12 @@ constexpr std::string_view to_string(Reason reason) {
       return "cost_exceeds_burst";
     case Reason::kInvalidCost:
       return "invalid_cost";
+    case Reason::kUnavailable:
+      return "unavailable";
+    case Reason::kShadow:
+      return "shadow";
+    case Reason::kFailOpen:
+      return "fail_open";
   }
   return "unknown";
 }

@@ -1,0 +1,239 @@
+// quota/http.hpp — what an HTTP server answers for a decision.
+//
+// Turns a Decision (or a store error) into a status code, the `Retry-After` field, the
+// IETF `RateLimit-Policy` and `RateLimit` structured fields (draft-ietf-httpapi-
+// ratelimit-headers, revisions 08–11: a List of Items whose bare item is the policy name
+// as an sf-string), and a stable machine-readable reason for the response body or logs.
+// Pure functions, no floating point, no allocation beyond the strings returned.
+// Thread-safe.
+//
+// The mapping (tested string for string in tests/http_test.cpp):
+//
+//   decision                         status  Retry-After                 reason
+//   allowed (kAllowed)               200     —                           "allowed"
+//   allowed in shadow mode (kShadow) 200     —                           "shadow"
+//   allowed by the local emergency   200     —                           "fail_open"
+//     bucket (kFailOpen)
+//   kOverLimit, finite retry_after   429     ceil(retry_after / 1 s),    "over_limit"
+//                                            at least 1 (never 0)
+//   kOverLimit, retry_after = kNever 429     omitted: waiting never      "over_limit"
+//     (a one-off budget, rate 0)             helps, so no time is promised
+//   kCostExceedsBurst                400     omitted                     "cost_exceeds_burst"
+//   kInvalidCost                     400     omitted                     "invalid_cost"
+//   kUnavailable (fail-closed route) 503     HttpOptions::               "unavailable"
+//     or a store error Unavailable,          unavailable_retry_after
+//     ResourceExhausted, DeadlineExceeded    (omitted when 0)
+//   any other store error            500     —                           "internal"
+//
+// Why 400 for a cost that can never fit: the request asks for more than the bucket can
+// ever hold, so repeating it can never succeed. A 429 invites the client to back off and
+// retry forever (and with no Retry-After many clients retry at once); a 400-class status
+// says "do not repeat this request unchanged". The reason string tells the two 400s apart
+// from other client errors. Why 503 and not 429 when the authority is unreachable: the
+// tenant did not exceed anything (DESIGN §1).
+//
+// The RateLimit fields. `RateLimit-Policy` describes the policy: `"<name>";q=<quota>`
+// plus `;w=<window seconds>` when the policy has a window:
+//   - TokenBucket{rate, burst}: q = burst, w = the time to refill a whole burst from
+//     empty, burst·rate.per/rate.units, rounded UP to whole seconds (at least 1); no w
+//     when rate.units = 0 (the budget never refills);
+//   - window policies (FixedWindow, SlidingLog, SlidingWindowEstimate: anything with
+//     `limit` and `window`): q = limit, w = window rounded up to whole seconds.
+// `RateLimit` is the live counter: `"<name>";r=<remaining>;t=<reset seconds>` with
+// r = decision.remaining (whole units, clamped at 0) and t = decision.reset_after rounded
+// UP to whole seconds; t is omitted when reset_after is kNever. On a 503 (no decision was
+// made) `RateLimit` is omitted and only `RateLimit-Policy` is sent.
+//
+// Policy names must be 1..64 printable ASCII bytes (0x20–0x7e); `"` and `\` are escaped
+// as sf-string requires. describe() rejects anything else with InvalidArgument.
+//
+//   auto policy = quota::http::describe("default", tb);          // StatusOr<PolicyInfo>
+//   quota::http::Answer a = quota::http::answer(decision, *policy);
+//   // a.status = 429, a.headers = {{"Retry-After", "2"},
+//   //   {"RateLimit-Policy", "\"default\";q=20;w=1"}, {"RateLimit", "\"default\";r=0;t=1"}}
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/units.hpp"
+
+namespace quota::http {
+
+inline constexpr std::size_t kMaxPolicyNameBytes = 64;
+
+// What `RateLimit-Policy` says about one policy. Build it with describe().
+struct PolicyInfo {
+  std::string name;                 // sf-string content, unescaped
+  std::int64_t quota = 0;           // q: whole units
+  std::int64_t window_seconds = 0;  // w: whole seconds; 0 = omitted
+};
+
+struct Header {
+  std::string name;
+  std::string value;
+
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+struct Answer {
+  int status = 200;
+  std::string_view reason;      // stable, machine-readable: see the table above
+  std::vector<Header> headers;  // in the order Retry-After, RateLimit-Policy, RateLimit
+  // The Retry-After value in seconds, or -1 when the field is omitted.
+  std::int64_t retry_after_seconds = -1;
+};
+
+struct Options {
+  // Retry-After on a 503; 0 omits it. Rounded up to whole seconds.
+  Nanos unavailable_retry_after{0};
+};
+
+namespace detail {
+
+// ceil(d / 1 s) for d >= 0, in whole seconds (kNever stays huge but finite).
+inline std::int64_t ceil_seconds(Nanos d) {
+  if (d.count() <= 0) return 0;
+  constexpr std::int64_t kNs = 1'000'000'000;
+  return d.count() / kNs + (d.count() % kNs != 0);
+}
+
+inline absl::Status check_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxPolicyNameBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "policy name is %d bytes; it must be 1..%d bytes", name.size(), kMaxPolicyNameBytes));
+  }
+  for (char ch : name) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "policy name contains byte 0x%02x; only printable ASCII (0x20-0x7e) is allowed", u));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The sf-string serialization: DQUOTE, the content with `"` and `\` escaped, DQUOTE.
+inline std::string sf_string(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
+  }
+  out.push_back('"');
+  return out;
+}
+
+}  // namespace detail
+
+// The field value of `RateLimit-Policy` for one policy: `"name";q=100;w=60`.
+inline std::string policy_field(const PolicyInfo& p) {
+  std::string out = absl::StrCat(detail::sf_string(p.name), ";q=", p.quota);
+  if (p.window_seconds > 0) absl::StrAppend(&out, ";w=", p.window_seconds);
+  return out;
+}
+
+// The field value of `RateLimit`: `"name";r=42;t=30` (t omitted for kNever).
+inline std::string ratelimit_field(const PolicyInfo& p, const Decision& d) {
+  const std::int64_t remaining = d.remaining < 0 ? 0 : d.remaining;
+  std::string out = absl::StrCat(detail::sf_string(p.name), ";r=", remaining);
+  if (d.reset_after != kNever) absl::StrAppend(&out, ";t=", detail::ceil_seconds(d.reset_after));
+  return out;
+}
+
+// A TokenBucket as RateLimit-Policy sees it (see the header comment).
+inline absl::StatusOr<PolicyInfo> describe(std::string_view name, const TokenBucket& tb) {
+  if (auto s = detail::check_name(name); !s.ok()) return s;
+  if (auto s = tb.validate(); !s.ok()) return s;
+  PolicyInfo info{.name = std::string(name), .quota = tb.burst, .window_seconds = 0};
+  if (tb.rate.units > 0) {
+    // burst/rate in ns, rounded up; validate() keeps it below 2^63 ns.
+    const absl::int128 fill_ns = quota::detail::ceil_div(
+        absl::int128(tb.burst) * tb.rate.per.count(), absl::int128(tb.rate.units));
+    info.window_seconds = detail::ceil_seconds(Nanos{static_cast<std::int64_t>(fill_ns)});
+    if (info.window_seconds < 1) info.window_seconds = 1;
+  }
+  return info;
+}
+
+// Any window policy (`limit` units per `window`).
+template <class P>
+requires requires(const P& p) {
+  { p.limit } -> std::convertible_to<std::int64_t>;
+  { p.window } -> std::convertible_to<Nanos>;
+  { p.validate() } -> std::same_as<absl::Status>;
+}
+absl::StatusOr<PolicyInfo> describe(std::string_view name, const P& p) {
+  if (auto s = detail::check_name(name); !s.ok()) return s;
+  if (auto s = p.validate(); !s.ok()) return s;
+  std::int64_t w = detail::ceil_seconds(p.window);
+  return PolicyInfo{.name = std::string(name), .quota = p.limit, .window_seconds = w < 1 ? 1 : w};
+}
+
+// The answer for a decision made under `policy`.
+inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options& options = {}) {
+  Answer a;
+  a.reason = to_string(d.reason);
+  const Header policy_header{"RateLimit-Policy", policy_field(policy)};
+  switch (d.reason) {
+    case Reason::kOverLimit:
+      a.status = 429;
+      // Never 0 on a denial: a retry_after under 1 s still says "1".
+      if (d.retry_after != kNever) {
+        a.retry_after_seconds = std::max<std::int64_t>(1, detail::ceil_seconds(d.retry_after));
+      }
+      break;
+    case Reason::kCostExceedsBurst:
+    case Reason::kInvalidCost:
+      a.status = 400;
+      break;
+    case Reason::kUnavailable:
+      a.status = 503;
+      if (options.unavailable_retry_after.count() > 0) {
+        a.retry_after_seconds = detail::ceil_seconds(options.unavailable_retry_after);
+      }
+      break;
+    default:
+      // kAllowed, kShadow, kFailOpen and any admitted decision.
+      a.status = d.allowed ? 200 : 429;
+      break;
+  }
+  if (a.retry_after_seconds >= 0) {
+    a.headers.push_back({"Retry-After", absl::StrCat(a.retry_after_seconds)});
+  }
+  a.headers.push_back(policy_header);
+  if (a.status != 503) a.headers.push_back({"RateLimit", ratelimit_field(policy, d)});
+  return a;
+}
+
+// The answer for a store call that may have failed (see the table above).
+inline Answer answer(const absl::StatusOr<Decision>& d, const PolicyInfo& policy,
+                     const Options& options = {}) {
+  if (d.ok()) return answer(*d, policy, options);
+  switch (d.status().code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kDeadlineExceeded:
+      return answer(Decision{.allowed = false, .reason = Reason::kUnavailable}, policy, options);
+    default: {
+      Answer a;
+      a.status = 500;
+      a.reason = "internal";
+      a.headers.push_back({"RateLimit-Policy", policy_field(policy)});
+      return a;
+    }
+  }
+}
+
+}  // namespace quota::http
