@@ -14,14 +14,17 @@
 // by more, both become 0.
 //
 // Worst-case overshoot. Since the estimate assumes evenly spread events, traffic that
-// puts all of the previous window's units at its very end defeats it. Measured by the
-// envelope verifier (sliding_window_estimate_test, "overshoot in a true sliding
-// window"): with limit N, a client that spends N in the last nanosecond of window k and
-// then asks every nanosecond-step it can in window k+1 gets, within one true sliding
-// window of length W, up to 2·N − 1 units for unit costs when W >= N (e.g. N = 100,
-// W = 1 s: a peak of 199 = 1.99·N, an excess of 99 units over N). Against 2·N for
-// FixedWindow it is barely better in the worst case; its merit is on ordinary traffic,
-// which it follows closely at the cost of 24 bytes. Use SlidingLog when N must hold in
+// puts all of the previous window's units at its very end defeats it. Measured with the
+// envelope verifier (quota/verify/envelope.hpp, verify_window) and a brute-force window
+// maximum on that adversary — N units in the last nanosecond of window k, then unit
+// requests in window k+1 as early as the limiter admits them (sliding_window_estimate_
+// test, "overshoot in a true sliding window"): the most units in one true sliding window
+// of length W is 2·N − ceil(2·N / W) (W in ns, W >= 2), i.e. 2·N − 1 once W >= 2·N.
+// Measured: N = 100, W = 1 s → 199 (1.99·N, 99 units over N); N = 1,000, W = 60 s →
+// 1,999; N = 10, W = 10 ns → 18. No traffic can exceed 2·N − 1 (each aligned window
+// holds at most N, and the previous window's events count with weight >= 1/W). Against
+// 2·N for FixedWindow that is barely better in the worst case; its merit is ordinary
+// traffic, which it follows closely in 24 bytes. Use SlidingLog when N must hold in
 // every window.
 //
 // Semantics, exactly (`t` is the time of the decision, see "Time" below):
