@@ -1,0 +1,119 @@
+// quota/redis/keys.hpp — how store keys become Redis keys, one hash slot per tenant.
+//
+// A Redis key is `<prefix>{<tag>}<rest>`. Redis Cluster hashes only the part between
+// the first `{` and the next `}` (the hash tag), so every key of one tenant lands in one
+// slot and a multi-key script (hierarchy, attempts) stays legal on a cluster.
+//
+// The store accepts two kinds of keys:
+//   - a tenant key built by `tenant_key(tenant, route)`: "{tenant}route" — the tag is
+//     the tenant, so all routes of a tenant share a slot;
+//   - any other key without `{` or `}` ("tenant-7:read"): the whole key becomes the tag,
+//     "{tenant-7:read}" — one slot per key.
+// Anything else — a `{` or `}` elsewhere, a control character (newline, NUL), an empty
+// part, a key over the bounds — is rejected with InvalidArgument, so a caller cannot
+// craft a key that lands in (or collides with) another tenant's slot. Attempt records
+// live at `<prefix>a{<tag>}<attempt id>`: never equal to a bucket key, whose prefix is
+// followed directly by `{`.
+//
+// Thread safety: pure functions.
+//
+//   absl::StatusOr<std::string> k = quota::redis::tenant_key("acme", "read");  // "{acme}read"
+//   quota::Limiter<...>::acquire(*k, 1);
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace quota::redis {
+
+inline constexpr std::size_t kMaxTenantBytes = 128;
+inline constexpr std::size_t kMaxRouteBytes = 128;
+inline constexpr std::size_t kMaxAttemptIdBytes = 128;
+inline constexpr std::size_t kMaxStoreKeyBytes = 256;
+
+namespace detail {
+
+// OK when `s` has no brace and no control character (bytes < 0x20 and 0x7f).
+inline absl::Status check_chars(std::string_view s, const char* what) {
+  for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s \"%s\" contains a forbidden byte 0x%02x ('{', '}' and control characters are "
+          "not allowed)",
+          what, absl::CHexEscape(std::string(s)), u));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace detail
+
+// "{tenant}route" for a tenant of 1..kMaxTenantBytes and a route of 0..kMaxRouteBytes
+// bytes without braces or control characters.
+inline absl::StatusOr<std::string> tenant_key(std::string_view tenant, std::string_view route) {
+  if (tenant.empty() || tenant.size() > kMaxTenantBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("tenant is %d bytes; it must be 1..%d bytes",
+                                                      tenant.size(), kMaxTenantBytes));
+  }
+  if (route.size() > kMaxRouteBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("route is %d bytes; the bound is %d bytes", route.size(), kMaxRouteBytes));
+  }
+  if (auto s = detail::check_chars(tenant, "tenant"); !s.ok()) return s;
+  if (auto s = detail::check_chars(route, "route"); !s.ok()) return s;
+  return absl::StrCat("{", std::string(tenant), "}", std::string(route));
+}
+
+// The parts of a store key: its hash tag and what follows it.
+struct KeyParts {
+  std::string_view tag;
+  std::string_view rest;
+};
+
+// Splits a store key as described above; InvalidArgument for anything else.
+inline absl::StatusOr<KeyParts> split_key(std::string_view key) {
+  if (key.empty() || key.size() > kMaxStoreKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("key is %d bytes; it must be 1..%d bytes", key.size(), kMaxStoreKeyBytes));
+  }
+  if (key.front() == '{') {
+    const std::size_t close = key.find('}');
+    if (close == std::string_view::npos || close == 1) {
+      return absl::InvalidArgumentError(
+          "key starts with '{' but is not a tenant key \"{tenant}route\" (see tenant_key)");
+    }
+    KeyParts parts{key.substr(1, close - 1), key.substr(close + 1)};
+    if (auto s = detail::check_chars(parts.tag, "tenant"); !s.ok()) return s;
+    if (auto s = detail::check_chars(parts.rest, "route"); !s.ok()) return s;
+    return parts;
+  }
+  if (auto s = detail::check_chars(key, "key"); !s.ok()) return s;
+  return KeyParts{key, {}};
+}
+
+// `<prefix>{tag}rest` for a store key (see split_key).
+inline std::string bucket_key(std::string_view prefix, const KeyParts& parts) {
+  return absl::StrCat(std::string(prefix), "{", std::string(parts.tag), "}",
+                      std::string(parts.rest));
+}
+
+// `<prefix>a{tag}id`: where an attempt's first result is kept.
+inline absl::StatusOr<std::string> attempt_key(std::string_view prefix, std::string_view tag,
+                                               std::string_view attempt_id) {
+  if (attempt_id.empty() || attempt_id.size() > kMaxAttemptIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "attempt id is %d bytes; it must be 1..%d bytes", attempt_id.size(), kMaxAttemptIdBytes));
+  }
+  if (auto s = detail::check_chars(attempt_id, "attempt id"); !s.ok()) return s;
+  return absl::StrCat(std::string(prefix), "a{", std::string(tag), "}", std::string(attempt_id));
+}
+
+}  // namespace quota::redis

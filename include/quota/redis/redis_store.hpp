@@ -1,0 +1,478 @@
+// quota/redis/redis_store.hpp — RedisStore: one shared budget across every process.
+//
+// `RedisStore<P>` keeps each key's policy state in Redis and applies the policy's
+// transition there, in the policy's Lua twin, in ONE `EVALSHA` round trip: read, refill,
+// decide, deduct and write run atomically on the server, whichever gateway asks. It
+// models quota::StateStore, so `Limiter<TokenBucket, RedisStore>` works like the
+// in-process limiters:
+//
+//   auto pool = std::make_shared<quota::redis::ConnectionPool>(
+//       quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = 6379}, 8);
+//   auto limiter = quota::Limiter<quota::TokenBucket, quota::RedisStore>::create(
+//       {.rate = {.units = 100, .per = 1s}, .burst = 20}, quota::RedisStoreOptions{.pool = pool});
+//   auto key = quota::redis::tenant_key("acme", "read");          // "{acme}read"
+//   absl::StatusOr<quota::Decision> d = limiter->acquire(*key, 1);
+//
+// Time. By default the decision uses the SERVER's clock (`redis.call('TIME')`), the
+// authority's, never the caller's: the `now` passed to apply is ignored. (Redis 7
+// replicates scripts by their effects, so TIME in a writing script is allowed and
+// replicas get the written state.) TimeSource::kCaller passes `now` instead: for
+// differential tests against the C++ policy with a manual clock, not for production.
+//
+// Keys. See keys.hpp: "{tenant}route" keys (tenant_key) put all of a tenant's buckets in
+// one hash slot; other keys become their own tag; braces and control characters
+// elsewhere are rejected. The Redis key is `<prefix>{tag}rest`.
+//
+// Failures are values: transport failures, deadlines (ConnectionConfig), `BUSY`,
+// `LOADING`, `READONLY`, any other error reply and malformed replies are
+// absl::StatusCode::kUnavailable with the cause; nothing is allowed or denied then
+// (a timed-out call may still have been applied on the server). `NOSCRIPT` (after a
+// flush, restart or failover) loads the script and retries once — only on that error.
+// A key whose stored value is not a bucket of ours is kDataLoss naming the key; an
+// invalid key or attempt id is kInvalidArgument; a policy outside the Lua twin's exact
+// range is kInvalidArgument naming the bound (check it up front with
+// `RedisStore<P>::check(policy)`).
+//
+// Beyond StateStore: `acquire` with an attempt id (idempotent: the first result is kept
+// in the tenant's slot for `attempt_ttl` and replayed), `acquire_all` (hierarchy: several
+// buckets of one tenant, all allow or nothing is deducted) and `acquire_many` (a
+// pipelined batch: many decisions in one write).
+//
+// Thread safety: every method may be called from any number of threads; connections
+// come from the shared ConnectionPool.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "quota/decision.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/redis/connection.hpp"
+#include "quota/redis/keys.hpp"
+#include "quota/redis/token_bucket_lua.hpp"
+#include "quota/units.hpp"
+
+namespace quota {
+
+namespace redis {
+
+enum class TimeSource {
+  kServer,  // redis.call('TIME'): the authority's clock (production)
+  kCaller,  // the `now` given to apply (differential tests only)
+};
+
+// 2^53: Lua numbers (doubles) hold every integer below it exactly.
+inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
+// The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
+inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
+
+// The Lua twin of a policy: its script, its parameters as script arguments, and the
+// range in which the script is exact. Specialized per policy.
+template <Policy P>
+struct LuaTwin;
+
+template <>
+struct LuaTwin<TokenBucket> {
+  static constexpr const char* script() { return kTokenBucketLua; }
+
+  // The script's per-bucket parameters; see token_bucket_lua.hpp.
+  struct Params {
+    std::int64_t m = 0, p = 1, g = 1, fill = -1;
+  };
+
+  static absl::StatusOr<Params> params(const TokenBucket& tb) {
+    if (auto s = tb.validate(); !s.ok()) return s;
+    if (tb.burst > (kLuaExact - 1) / kMicrosPerUnit) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "burst=%d: the Redis store keeps micro-units in Lua doubles, exact below 2^53, so "
+          "burst must be at most %d units",
+          tb.burst, (kLuaExact - 1) / kMicrosPerUnit));
+    }
+    const std::int64_t big_m = to_micro(tb.rate.units);
+    const std::int64_t big_p = tb.rate.per.count();
+    if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
+    if (big_p >= kLuaExact) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rate.per=%d ns: the Redis store needs rate.per below 2^53 ns (~104 days)", big_p));
+    }
+    const std::int64_t g = std::gcd(big_m, big_p);
+    const std::int64_t m = big_m / g, p = big_p / g;
+    if ((absl::int128(m) + 2) * (absl::int128(p) + 1) > kLuaExact) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, the Redis store needs "
+          "(rate.units*10^6/g + 2)*(rate.per/g + 1) <= 2^53 (Lua doubles); got %d/g and %d/g — "
+          "use a rate.per that shares more factors with rate.units*10^6 (e.g. whole ms)",
+          to_string(tb.rate), g, big_m, big_p));
+    }
+    const absl::int128 fill =
+        quota::detail::ceil_div(absl::int128(to_micro(tb.burst)) * p, absl::int128(m));
+    if (fill > kMaxFillNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis store's bound is "
+          "%d ns (~104 days) — raise rate.units or lower burst",
+          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), kMaxFillNs));
+    }
+    return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
+  }
+
+  // Appends the 6 per-bucket arguments.
+  static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
+    // exact in Lua.
+    const std::int64_t c = std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
+    args.push_back(absl::StrCat(c));
+    args.push_back(absl::StrCat(tb.burst));
+    args.push_back(absl::StrCat(pr.m));
+    args.push_back(absl::StrCat(pr.p));
+    args.push_back(absl::StrCat(pr.g));
+    args.push_back(absl::StrCat(pr.fill));
+  }
+};
+
+// The result of one script call, with what apply() leaves out.
+struct Outcome {
+  Decision decision;            // for several buckets: the combined decision
+  std::vector<Decision> parts;  // one per bucket, in request order
+  Nanos time{0};                // the time the script decided at (server or caller time)
+  bool replayed = false;        // an attempt's stored first result
+};
+
+}  // namespace redis
+
+struct RedisStoreOptions {
+  // Connections to the server. Required.
+  std::shared_ptr<redis::ConnectionPool> pool;
+  // Prepended to every Redis key. No braces or control characters.
+  std::string prefix = "quota:";
+  redis::TimeSource time = redis::TimeSource::kServer;
+  // Added to each bucket's time-to-full when setting its TTL.
+  std::chrono::milliseconds ttl_margin{1000};
+  // How long an attempt's first result is kept (>= the caller's retry window).
+  std::chrono::milliseconds attempt_ttl{std::chrono::minutes(10)};
+};
+
+template <Policy P>
+class RedisStore {
+ public:
+  using policy_type = P;
+  using Twin = redis::LuaTwin<P>;
+
+  explicit RedisStore(RedisStoreOptions options) : options_(std::move(options)) {
+    if (options_.pool == nullptr) {
+      config_error_ = absl::InvalidArgumentError("RedisStoreOptions.pool is null");
+    } else if (auto s = redis::detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
+      config_error_ = s;
+    }
+  }
+
+  // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
+  static absl::Status check(const P& policy) { return Twin::params(policy).status(); }
+
+  // StateStore: one decision, one round trip.
+  absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
+                                 std::int64_t cost) {
+    auto r = acquire(policy, key, now, cost);
+    if (!r.ok()) return r.status();
+    return r->decision;
+  }
+
+  // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
+  // is stored in the tenant's slot for options.attempt_ttl and replayed (replayed =
+  // true) for a retry; the same id with another key or cost is InvalidArgument.
+  absl::StatusOr<redis::Outcome> acquire(const P& policy, std::string_view key, Nanos now,
+                                         std::int64_t cost, std::string_view attempt_id = {}) {
+    const Request req{&policy, key, cost};
+    return acquire_all(std::span<const Request>(&req, 1), now, attempt_id);
+  }
+
+  // One bucket of a hierarchical check.
+  struct Request {
+    const P* policy;
+    std::string_view key;
+    std::int64_t cost;
+  };
+
+  // Hierarchy: every bucket (all keys of ONE tenant: the same hash tag) is refilled and
+  // checked in one script; all are deducted if all allow, none otherwise. The combined
+  // decision: allowed iff all allow; remaining the least; retry_after and reset_after
+  // the largest (kNever wins); reason that of the first bucket that denies.
+  absl::StatusOr<redis::Outcome> acquire_all(std::span<const Request> reqs, Nanos now,
+                                             std::string_view attempt_id = {}) {
+    auto call = build(reqs, now, attempt_id);
+    if (!call.ok()) return call.status();
+    auto lease = options_.pool->acquire();
+    if (!lease.ok()) return lease.status();
+    auto sha = script_sha(**lease);
+    if (!sha.ok()) return sha.status();
+    std::vector<std::string_view> argv = call->argv(*sha);
+    auto reply = (*lease)->command(argv);
+    if (!reply.ok()) return reply.status();
+    if (redis::is_error(**reply, "NOSCRIPT")) {
+      auto loaded = load_script(**lease);
+      if (!loaded.ok()) return loaded.status();
+      argv = call->argv(*loaded);
+      reply = (*lease)->command(argv);
+      if (!reply.ok()) return reply.status();
+    }
+    return parse(**reply, reqs.size());
+  }
+
+  // A pipelined batch: one EVALSHA per request, all written at once on one connection,
+  // replies read in order. Each element is that request's own result; a transport
+  // failure fails the whole batch (kUnavailable: some may have been applied).
+  struct BatchItem {
+    std::string_view key;
+    std::int64_t cost;
+  };
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_many(
+      const P& policy, std::span<const BatchItem> items, Nanos now) {
+    std::vector<absl::StatusOr<Decision>> results(items.size(), absl::UnknownError("unset"));
+    std::vector<Call> calls;
+    std::vector<std::size_t> index;  // calls[i] answers items[index[i]]
+    calls.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const Request req{&policy, items[i].key, items[i].cost};
+      auto call = build(std::span<const Request>(&req, 1), now, {});
+      if (!call.ok()) {
+        results[i] = call.status();
+        continue;
+      }
+      calls.push_back(std::move(*call));
+      index.push_back(i);
+    }
+    if (calls.empty()) return results;
+    auto lease = options_.pool->acquire();
+    if (!lease.ok()) return lease.status();
+    auto sha = script_sha(**lease);
+    if (!sha.ok()) return sha.status();
+    std::vector<std::size_t> todo(calls.size());
+    std::iota(todo.begin(), todo.end(), 0);
+    for (int round = 0; round < 2 && !todo.empty(); ++round) {
+      std::vector<std::vector<std::string_view>> cmds;
+      cmds.reserve(todo.size());
+      for (std::size_t c : todo) cmds.push_back(calls[c].argv(*sha));
+      auto replies = (*lease)->pipeline(cmds);
+      if (!replies.ok()) return replies.status();
+      std::vector<std::size_t> again;
+      for (std::size_t k = 0; k < todo.size(); ++k) {
+        const redisReply& r = *(*replies)[k];
+        if (round == 0 && redis::is_error(r, "NOSCRIPT")) {
+          again.push_back(todo[k]);
+          continue;
+        }
+        auto out = parse(r, 1);
+        results[index[todo[k]]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
+                                           : absl::StatusOr<Decision>(out.status());
+      }
+      if (!again.empty()) {
+        sha = load_script(**lease);
+        if (!sha.ok()) return sha.status();
+      }
+      todo = std::move(again);
+    }
+    return results;
+  }
+
+  const RedisStoreOptions& options() const { return options_; }
+
+  // The Redis key a store key maps to (tests and operators use it, e.g. MEMORY USAGE).
+  absl::StatusOr<std::string> redis_key(std::string_view key) const {
+    auto parts = redis::split_key(key);
+    if (!parts.ok()) return parts.status();
+    return redis::bucket_key(options_.prefix, *parts);
+  }
+
+ private:
+  // The arguments of one EVALSHA, owned.
+  struct Call {
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+    std::string numkeys;
+    std::vector<std::string_view> argv(std::string_view sha) const {
+      std::vector<std::string_view> v;
+      v.reserve(3 + keys.size() + args.size());
+      v.push_back("EVALSHA");
+      v.push_back(sha);
+      v.push_back(numkeys);
+      for (const auto& k : keys) v.push_back(k);
+      for (const auto& a : args) v.push_back(a);
+      return v;
+    }
+  };
+
+  absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now,
+                             std::string_view attempt_id) const {
+    if (!config_error_.ok()) return config_error_;
+    if (reqs.empty()) return absl::InvalidArgumentError("no buckets requested");
+    Call call;
+    std::string tag;
+    std::string fingerprint;
+    std::vector<std::string> bucket_args;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      auto parts = redis::split_key(reqs[i].key);
+      if (!parts.ok()) return parts.status();
+      if (i == 0) {
+        tag = std::string(parts->tag);
+      } else if (parts->tag != tag) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("keys of one call must share one tenant (hash tag): \"%s\" vs \"%s\"",
+                            tag, parts->tag));
+      }
+      auto params = Twin::params(*reqs[i].policy);
+      if (!params.ok()) return params.status();
+      call.keys.push_back(redis::bucket_key(options_.prefix, *parts));
+      Twin::append_args(*reqs[i].policy, *params, reqs[i].cost, bucket_args);
+      absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
+    }
+    const bool has_attempt = !attempt_id.empty();
+    if (has_attempt) {
+      auto akey = redis::attempt_key(options_.prefix, tag, attempt_id);
+      if (!akey.ok()) return akey.status();
+      call.keys.push_back(std::move(*akey));
+    }
+    if (options_.time == redis::TimeSource::kCaller) {
+      // floor division, so that the nanoseconds limb is in [0, 1e9) for negative times too
+      std::int64_t sec = now.count() / 1'000'000'000;
+      std::int64_t ns = now.count() % 1'000'000'000;
+      if (ns < 0) {
+        ns += 1'000'000'000;
+        --sec;
+      }
+      call.args.push_back(absl::StrCat(sec));
+      call.args.push_back(absl::StrCat(ns));
+    } else {
+      call.args.emplace_back();
+      call.args.emplace_back();
+    }
+    call.args.push_back(absl::StrCat(options_.ttl_margin.count()));
+    call.args.push_back(has_attempt
+                            ? absl::StrCat(std::max<std::int64_t>(options_.attempt_ttl.count(), 1))
+                            : std::string("0"));
+    call.args.push_back(std::move(fingerprint));
+    call.args.push_back(absl::StrCat(reqs.size()));
+    for (auto& a : bucket_args) call.args.push_back(std::move(a));
+    call.numkeys = absl::StrCat(call.keys.size());
+    return call;
+  }
+
+  static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+    if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: element %d is not an integer", i));
+    }
+    return static_cast<std::int64_t>(r.element[i]->integer);
+  }
+
+  static Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
+
+  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::size_t n) {
+    if (r.type == REDIS_REPLY_ERROR) {
+      const std::string_view msg = redis::reply_string(r);
+      if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
+        return absl::DataLossError(absl::StrCat("redis: ", redis::detail::av(msg)));
+      }
+      if (msg.find("QUOTA_ATTEMPT_MISMATCH") != std::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("redis: ", redis::detail::av(msg)));
+      }
+      return redis::error_status(r);
+    }
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 4 + 5 * n) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: type %d with %d elements, expected an array "
+          "of %d",
+          r.type, r.type == REDIS_REPLY_ARRAY ? r.elements : 0, 4 + 5 * n));
+    }
+    std::int64_t v[4];
+    for (std::size_t i = 0; i < 4; ++i) {
+      auto x = integer_at(r, i);
+      if (!x.ok()) return x.status();
+      v[i] = *x;
+    }
+    redis::Outcome out;
+    out.replayed = v[0] != 0;
+    out.time = Nanos{v[1] * 1'000'000'000 + v[2]};
+    const bool all = v[3] != 0;
+    out.parts.reserve(n);
+    Decision combined{.allowed = all,
+                      .remaining = std::numeric_limits<std::int64_t>::max(),
+                      .retry_after = Nanos{0},
+                      .reset_after = Nanos{0},
+                      .version = 0,
+                      .reason = Reason::kAllowed};
+    bool have_reason = false;
+    for (std::size_t b = 0; b < n; ++b) {
+      std::int64_t f[5];
+      for (std::size_t i = 0; i < 5; ++i) {
+        auto x = integer_at(r, 4 + 5 * b + i);
+        if (!x.ok()) return x.status();
+        f[i] = *x;
+      }
+      if (f[1] < 0 || f[1] > 3) {
+        return absl::UnavailableError(
+            absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
+      }
+      Decision d{.allowed = all,
+                 .remaining = f[2],
+                 .retry_after = to_nanos(f[3]),
+                 .reset_after = to_nanos(f[4]),
+                 .version = 0,
+                 .reason = static_cast<Reason>(f[1])};
+      combined.remaining = std::min(combined.remaining, d.remaining);
+      combined.retry_after = std::max(combined.retry_after, d.retry_after);
+      combined.reset_after = std::max(combined.reset_after, d.reset_after);
+      if (!all && f[0] == 0 && !have_reason) {
+        combined.reason = d.reason;
+        have_reason = true;
+      }
+      out.parts.push_back(d);
+    }
+    out.decision = combined;
+    return out;
+  }
+
+  absl::StatusOr<std::string> script_sha(redis::Connection& conn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!sha_.empty()) return sha_;
+    }
+    return load_script(conn);
+  }
+
+  absl::StatusOr<std::string> load_script(redis::Connection& conn) {
+    auto reply = conn.command({"SCRIPT", "LOAD", Twin::script()});
+    if (!reply.ok()) return reply.status();
+    if (auto s = redis::error_status(**reply); !s.ok()) return s;
+    if ((*reply)->type != REDIS_REPLY_STRING) {
+      return absl::UnavailableError("malformed reply to SCRIPT LOAD: not a string");
+    }
+    std::string sha(redis::reply_string(**reply));
+    absl::MutexLock lock(&mu_);
+    sha_ = sha;
+    return sha;
+  }
+
+  RedisStoreOptions options_;
+  absl::Status config_error_;
+  absl::Mutex mu_;
+  std::string sha_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace quota

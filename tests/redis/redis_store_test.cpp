@@ -1,0 +1,199 @@
+// Tests for quota/redis/redis_store.hpp (and keys.hpp) against a real redis-server: the
+// store as a Limiter's store, keys and hash tags, TTLs and bytes per key, parameter
+// bounds, corrupted state, NOSCRIPT recovery, idempotent attempts (with a lost reply),
+// hierarchical all-or-nothing checks and pipelined batches.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "quota/clock.hpp"
+#include "quota/limiter.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/redis/redis_store.hpp"
+#include "support/printers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using quota::Decision;
+using quota::Nanos;
+using quota::Reason;
+using quota::RedisStore;
+using quota::RedisStoreOptions;
+using quota::TokenBucket;
+using quota::redis::TimeSource;
+
+namespace {
+
+RedisStoreOptions options(const std::string& test, TimeSource time = TimeSource::kCaller) {
+  return RedisStoreOptions{.pool = quota::testing::redis_pool(),
+                           .prefix = quota::testing::unique_prefix(test),
+                           .time = time};
+}
+
+// Runs one command on the store's server.
+quota::redis::Reply run(RedisStore<TokenBucket>& store, std::vector<std::string_view> args) {
+  auto lease = store.options().pool->acquire();
+  REQUIRE(lease.ok());
+  auto r = (*lease)->command(args);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+const TokenBucket kTen{.rate = {.units = 1, .per = 1s}, .burst = 10};
+
+}  // namespace
+
+TEST_CASE("Limiter<TokenBucket, RedisStore> spends a shared budget with the server's time") {
+  auto limiter = quota::Limiter<TokenBucket, RedisStore>::create(
+      {.rate = {.units = 1, .per = 1h}, .burst = 5}, options("limiter", TimeSource::kServer));
+  REQUIRE(limiter.ok());
+  auto key = quota::redis::tenant_key("acme", "read");
+  REQUIRE(key.ok());
+  CHECK(*key == "{acme}read");
+  for (int i = 0; i < 5; ++i) {
+    auto d = limiter->acquire(*key, 1);
+    REQUIRE(d.ok());
+    CHECK(d->allowed);
+    CHECK(d->remaining == 4 - i);
+  }
+  auto denied = limiter->acquire(*key, 1);
+  REQUIRE(denied.ok());
+  CHECK_FALSE(denied->allowed);
+  CHECK(denied->reason == Reason::kOverLimit);
+  // A little less than one hour (the refill of one unit) is left, as the server sees it.
+  CHECK(denied->retry_after > 3590s);
+  CHECK(denied->retry_after <= 3600s);
+  auto too_big = limiter->acquire(*key, 6);
+  REQUIRE(too_big.ok());
+  CHECK(too_big->reason == Reason::kCostExceedsBurst);
+  CHECK(too_big->retry_after == quota::kNever);
+  auto invalid = limiter->acquire(*key, 0);
+  REQUIRE(invalid.ok());
+  CHECK(invalid->reason == Reason::kInvalidCost);
+}
+
+TEST_CASE(
+    "keys: one hash slot per tenant; braces, control bytes and oversized parts are rejected") {
+  using quota::redis::split_key;
+  using quota::redis::tenant_key;
+  CHECK(tenant_key("t", "").ok());
+  CHECK_FALSE(tenant_key("", "read").ok());
+  CHECK_FALSE(tenant_key("evil}x{victim", "read").ok());
+  CHECK_FALSE(tenant_key("acme", "r{victim}").ok());
+  CHECK_FALSE(tenant_key("acme", "read\n").ok());
+  CHECK_FALSE(tenant_key(std::string(quota::redis::kMaxTenantBytes + 1, 'a'), "read").ok());
+  CHECK_FALSE(tenant_key("acme", std::string(quota::redis::kMaxRouteBytes + 1, 'r')).ok());
+
+  auto tenant = split_key("{acme}read");
+  REQUIRE(tenant.ok());
+  CHECK(tenant->tag == "acme");
+  CHECK(tenant->rest == "read");
+  auto plain = split_key("tenant-7:read");
+  REQUIRE(plain.ok());
+  CHECK(plain->tag == "tenant-7:read");
+  for (const char* bad :
+       {"{}read", "{acme", "{acme}re{ad", "{acme}read}", "a{b}c", "x}y", "line\nbreak", ""}) {
+    INFO(bad);
+    CHECK_FALSE(split_key(bad).ok());
+  }
+
+  RedisStore<TokenBucket> store(options("keys"));
+  auto d = store.apply(kTen, "{victim}read}x", Nanos{0}, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(absl::IsInvalidArgument(d.status()));
+  auto rk = store.redis_key("{acme}read");
+  REQUIRE(rk.ok());
+  CHECK(*rk == store.options().prefix + "{acme}read");
+  RedisStore<TokenBucket> braces(
+      RedisStoreOptions{.pool = quota::testing::redis_pool(1), .prefix = "p{x}"});
+  CHECK(absl::IsInvalidArgument(braces.apply(kTen, "k", Nanos{0}, 1).status()));
+}
+
+TEST_CASE("a bucket's TTL covers its time to full plus the margin; state is compact") {
+  RedisStore<TokenBucket> store(options("ttl", TimeSource::kServer));
+  const TokenBucket slow{.rate = {.units = 1, .per = 10s}, .burst = 100};
+  auto d = store.apply(slow, "{acme}ttl", Nanos{0}, 30);
+  REQUIRE(d.ok());
+  REQUIRE(d->allowed);
+  CHECK(d->reset_after == 300s);
+  auto key = store.redis_key("{acme}ttl");
+  REQUIRE(key.ok());
+  auto pttl = run(store, {"PTTL", *key});
+  REQUIRE(pttl->type == REDIS_REPLY_INTEGER);
+  CHECK(pttl->integer > 300'000);
+  CHECK(pttl->integer <= 301'000);
+  auto bytes = run(store, {"MEMORY", "USAGE", *key});
+  REQUIRE(bytes->type == REDIS_REPLY_INTEGER);
+  INFO("MEMORY USAGE of a bucket: " << bytes->integer << " bytes (key " << key->size()
+                                    << " bytes)");
+  std::printf("MEMORY USAGE of one bucket (key of %zu bytes): %lld bytes\n", key->size(),
+              static_cast<long long>(bytes->integer));
+  CHECK(bytes->integer <= 128);
+
+  // A rate of 0 is a one-off budget: it must never expire (it would come back full).
+  const TokenBucket once{.rate = {.units = 0, .per = 1s}, .burst = 3};
+  REQUIRE(store.apply(once, "{acme}once", Nanos{0}, 1).ok());
+  auto once_key = store.redis_key("{acme}once");
+  REQUIRE(once_key.ok());
+  CHECK(run(store, {"PTTL", *once_key})->integer == -1);
+}
+
+TEST_CASE("parameters outside the Lua twin's exact range are rejected, naming the bound") {
+  using S = RedisStore<TokenBucket>;
+  CHECK(S::check(kTen).ok());
+  CHECK(S::check({.rate = {.units = 1000, .per = 60s}, .burst = 1000}).ok());
+  const absl::Status burst = S::check({.rate = {.units = 1, .per = 1ns}, .burst = 9'007'199'255});
+  CHECK(absl::IsInvalidArgument(burst));
+  CHECK(burst.message().find("burst") != absl::string_view::npos);
+  CHECK(burst.message().find("2^53") != absl::string_view::npos);
+  const absl::Status fill = S::check({.rate = {.units = 1, .per = 24h}, .burst = 200});
+  CHECK(absl::IsInvalidArgument(fill));
+  CHECK(fill.message().find("104 days") != absl::string_view::npos);
+  const absl::Status coprime =
+      S::check({.rate = {.units = 999'999'937, .per = Nanos{999'999'929}}, .burst = 1});
+  CHECK(absl::IsInvalidArgument(coprime));
+  CHECK(coprime.message().find("rate") != absl::string_view::npos);
+  RedisStore<TokenBucket> store(options("bounds"));
+  CHECK(absl::IsInvalidArgument(
+      store.apply({.rate = {.units = 1, .per = 24h}, .burst = 200}, "k", Nanos{0}, 1).status()));
+}
+
+TEST_CASE("a key whose state was corrupted by hand is a clear data-loss error, never a decision") {
+  RedisStore<TokenBucket> store(options("corrupt"));
+  auto key = store.redis_key("{acme}c");
+  REQUIRE(key.ok());
+  SECTION("wrong type") { run(store, {"HSET", *key, "tokens", "5"}); }
+  SECTION("wrong length") { run(store, {"SET", *key, "17"}); }
+  SECTION("fields out of range") {
+    // 32 bytes of 0xff: four NaN doubles.
+    run(store, {"SET", *key, std::string(32, '\xff')});
+  }
+  SECTION("a fraction where an integer belongs") {
+    // 0.5 as a little-endian double, then three zeros.
+    std::string v("\x00\x00\x00\x00\x00\x00\xe0\x3f", 8);
+    v += std::string(24, '\0');
+    run(store, {"SET", *key, v});
+  }
+  auto d = store.apply(kTen, "{acme}c", Nanos{0}, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(absl::IsDataLoss(d.status()));
+  CHECK(d.status().message().find(*key) != absl::string_view::npos);
+  // Deleting the key repairs it (a fresh, full bucket).
+  run(store, {"DEL", *key});
+  auto fresh = store.apply(kTen, "{acme}c", Nanos{0}, 1);
+  REQUIRE(fresh.ok());
+  CHECK(fresh->allowed);
+}
+
+TEST_CASE("after SCRIPT FLUSH the store loads the script again and the decision is not lost") {
+  RedisStore<TokenBucket> store(options("noscript"));
+  REQUIRE(store.apply(kTen, "{acme}n", Nanos{0}, 4).ok());
+  run(store, {"SCRIPT", "FLUSH"});
+  auto d = store.apply(kTen, "{acme}n", Nanos{0}, 4);
+  REQUIRE(d.ok());
+  CHECK(d->allowed);
+  CHECK(d->remaining == 2);
+}
