@@ -18,7 +18,7 @@
 //   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
 //   - time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
 //     a·p + ceil((b·p − c)/m);
-//   - floor division is corrected by one step (a double quotient is off by at most 1).
+//   - floor division is corrected by one step (a floating quotient is off by at most 1).
 // The C++ side rejects parameters for which any of this could reach 2^53 (the message
 // names the bound): burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
 // days), rate.per < 2^53 ns.
