@@ -1,0 +1,816 @@
+// gateway_sim — G gateways, T tenants, skewed traffic, one table: why a shared budget.
+//
+// The same seeded request stream (traffic.hpp) is replayed through each strategy:
+//
+//   local-full   every gateway enforces the tenant's whole contract (r, B) on its own:
+//                the classic overshoot, up to G times the contract;
+//   local-split  every gateway enforces r/G and B/G: never over, but under skew it
+//                denies requests that the tenant's budget could have served;
+//   shared       one in-process quota::ShardedStore shared by all gateway threads;
+//   redis        the shared Redis store (with --redis HOST:PORT).
+//
+// Gateways are threads. They move through simulated time in lock-step ticks (--tick-ms):
+// each gateway decides its requests of one tick, stamped with their own simulated time,
+// then waits for the others. So a run takes as long as the decisions take, not as long
+// as the simulated duration, and local strategies give the same result on every run.
+// (The shared ones admit the same amount, but which gateway wins a race may vary.)
+//
+// For every strategy the decisions are then checked:
+//   - the envelope verifier (quota/verify/envelope.hpp) gives each tenant's worst excess
+//     of admitted cost over r·T + B, over every interval, with the witness interval. Each
+//     admission is logged at the time the bucket decided it (its state's time, which a
+//     thread that lost a race within a tick may see slightly later than its own stamp);
+//   - a reference: one exact token bucket per tenant, charged with every request the
+//     strategy admitted (it may go below zero), in time order. A request the strategy
+//     denied while the reference held enough tokens for it is a FALSE denial: the
+//     tenant's contract had room. (Admissions at the same instant are charged first, so
+//     this never overcounts.)
+//
+// Exit status: 0 when every strategy that promises the envelope (shared, redis) keeps it
+// for every tenant; 1 when one breaks it; 2 for a bad command line; 3 when the run
+// failed (e.g. Redis unreachable).
+//
+// Build and run:  bash cmake/run.sh demo            (release build, default scenario)
+//                 ./build/release/examples/gateway_sim/gateway_sim --help
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "chart.hpp"
+#include "quota/quota.hpp"
+#include "quota/verify/envelope.hpp"
+#include "traffic.hpp"
+
+#ifdef QUOTA_SIM_HAVE_REDIS
+#include "quota/redis/redis_store.hpp"
+#endif
+
+namespace gateway_sim {
+namespace {
+
+using quota::Nanos;
+using quota::TokenBucket;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------- options
+
+struct Options {
+  TrafficConfig traffic;
+  std::int64_t rate = 1000;  // hot tenant's contract, units per second
+  std::int64_t burst = 200;
+  double load = 1.8;  // hot tenant's offered cost / contract rate
+  std::int64_t quiet_rate = 100;
+  std::int64_t quiet_burst = 50;
+  double quiet_load = 0.4;
+  std::int64_t tick_ms = 10;
+  std::int64_t verify_burst = -1;       // the burst the hot tenant is checked against; -1: its own
+  std::vector<std::string> strategies;  // empty: the defaults
+  std::string redis;                    // HOST:PORT
+  std::string svg = "gateway_sim.svg";
+  bool progress = true;
+};
+
+constexpr const char* kUsage = R"(usage: gateway_sim [flags]
+
+Replays one seeded, skewed request stream through several rate-limiting strategies and
+prints, per strategy, the hot tenant's admitted rate, the verifier's worst excess over
+r*T + B, false denials, quiet tenants' denials and decisions per second; writes an SVG
+chart of cumulative admitted cost against the r*T + B envelope.
+
+Flags (--flag VALUE or --flag=VALUE):
+  --gateways N       gateway threads (default 8)
+  --tenants N        tenants; tenant-0 is hot, the others quiet (default 8)
+  --hot-gateways N   gateways carrying most of the hot tenant's traffic (default 3)
+  --hot-share F      share of the hot tenant's traffic on them, 0..1 (default 0.8)
+  --shift-every S    the balancer moves the hot set every S simulated seconds; 0 never
+                     (default 10)
+  --seconds S        simulated duration in seconds (default 60)
+  --rate R           hot tenant's contract rate, units per second (default 1000)
+  --burst B          hot tenant's contract burst, units (default 200)
+  --load F           hot tenant's offered cost as a multiple of its rate (default 1.8)
+  --quiet-rate R     each quiet tenant's rate, units per second (default 100)
+  --quiet-burst B    each quiet tenant's burst, units (default 50)
+  --quiet-load F     each quiet tenant's offered cost / its rate (default 0.4)
+  --tick-ms MS       lock-step granularity of simulated time (default 10)
+  --seed N           traffic seed (default 1)
+  --strategies LIST  comma-separated, from local-full,local-split,shared,redis
+                     (default: local-full,local-split,shared, plus redis with --redis)
+  --redis HOST:PORT  also run the shared Redis store at HOST:PORT
+  --verify-burst B   check the hot tenant against r*T + B with this B instead of its
+                     contract's (to watch the checker fail: exit status 1)
+  --svg PATH         where to write the chart (default ./gateway_sim.svg)
+  --no-progress      no progress line on stderr
+  --help             this text
+
+Requests are reads (cost 1) or, one in ten, creates (cost 5).
+Exit status: 0 ok; 1 a strategy that promises the envelope (shared, redis) broke it;
+2 bad flags; 3 the run failed (e.g. Redis unreachable).
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+template <class T>
+bool parse_number(const std::string& s, T* out) {
+  if constexpr (std::is_same_v<T, double>) {
+    return absl::SimpleAtod(s, out);
+  } else {
+    return absl::SimpleAtoi(s, out);
+  }
+}
+
+// Parses argv into `o`. Returns "" on success, else the message for a usage error; sets
+// *help when --help was given.
+std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
+  *help = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return "";
+    }
+    if (arg == "--no-progress") {
+      o.progress = false;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) return absl::StrFormat("unexpected argument '%s'", arg);
+    std::string name = arg, value;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) return absl::StrFormat("%s needs a value (see --help)", name);
+      value = argv[++i];
+    }
+    auto integer = [&](std::int64_t* out, std::int64_t lo, std::int64_t hi) -> std::string {
+      std::int64_t v;
+      if (!parse_number(value, &v) || v < lo || v > hi) {
+        return absl::StrFormat("%s expects an integer in [%d, %d], got '%s'", name, lo, hi, value);
+      }
+      *out = v;
+      return "";
+    };
+    auto real = [&](double* out, double lo, double hi) -> std::string {
+      double v;
+      if (!parse_number(value, &v) || !(v >= lo && v <= hi)) {
+        return absl::StrFormat("%s expects a number in [%g, %g], got '%s'", name, lo, hi, value);
+      }
+      *out = v;
+      return "";
+    };
+    std::int64_t n = 0;
+    std::string err;
+    if (name == "--gateways") {
+      err = integer(&n, 1, 256);
+      o.traffic.gateways = static_cast<int>(n);
+    } else if (name == "--tenants") {
+      err = integer(&n, 1, 10000);
+      o.traffic.tenants = static_cast<int>(n);
+    } else if (name == "--hot-gateways") {
+      err = integer(&n, 1, 256);
+      o.traffic.hot_gateways = static_cast<int>(n);
+    } else if (name == "--hot-share") {
+      err = real(&o.traffic.hot_share, 0, 1);
+    } else if (name == "--shift-every") {
+      err = integer(&o.traffic.shift_every_s, 0, 1'000'000);
+    } else if (name == "--seconds") {
+      err = integer(&o.traffic.seconds, 1, 86'400);
+    } else if (name == "--rate") {
+      err = integer(&o.rate, 1, 100'000'000);
+    } else if (name == "--burst") {
+      err = integer(&o.burst, 1, 1'000'000'000);
+    } else if (name == "--load") {
+      err = real(&o.load, 0, 1000);
+    } else if (name == "--quiet-rate") {
+      err = integer(&o.quiet_rate, 1, 100'000'000);
+    } else if (name == "--quiet-burst") {
+      err = integer(&o.quiet_burst, 1, 1'000'000'000);
+    } else if (name == "--quiet-load") {
+      err = real(&o.quiet_load, 0, 1000);
+    } else if (name == "--tick-ms") {
+      err = integer(&o.tick_ms, 1, 60'000);
+    } else if (name == "--seed") {
+      std::uint64_t s;
+      if (!absl::SimpleAtoi(value, &s))
+        err = absl::StrFormat("--seed expects an integer, got '%s'", value);
+      o.traffic.seed = s;
+    } else if (name == "--strategies") {
+      o.strategies = absl::StrSplit(value, ',', absl::SkipEmpty());
+      for (const auto& s : o.strategies) {
+        if (s == "leases") return "strategy 'leases' is not available yet (leases are not built)";
+        if (s != "local-full" && s != "local-split" && s != "shared" && s != "redis") {
+          return absl::StrFormat(
+              "unknown strategy '%s' (known: local-full, local-split, shared, redis)", s);
+        }
+      }
+      if (o.strategies.empty()) return "--strategies needs at least one strategy";
+    } else if (name == "--redis") {
+      o.redis = value;
+    } else if (name == "--verify-burst") {
+      err = integer(&o.verify_burst, 0, 1'000'000'000);
+    } else if (name == "--svg") {
+      if (value.empty()) return "--svg needs a path";
+      o.svg = value;
+    } else {
+      return absl::StrFormat("unknown flag '%s' (see --help)", name);
+    }
+    if (!err.empty()) return err;
+  }
+  if (o.traffic.hot_gateways > o.traffic.gateways) {
+    return absl::StrFormat("--hot-gateways (%d) cannot exceed --gateways (%d)",
+                           o.traffic.hot_gateways, o.traffic.gateways);
+  }
+  if (o.strategies.empty()) {
+    o.strategies = {"local-full", "local-split", "shared"};
+    if (!o.redis.empty()) o.strategies.push_back("redis");
+  }
+  const bool wants_redis =
+      std::find(o.strategies.begin(), o.strategies.end(), "redis") != o.strategies.end();
+  if (wants_redis && o.redis.empty()) return "strategy 'redis' needs --redis HOST:PORT";
+  o.traffic.hot_units_per_s = o.load * static_cast<double>(o.rate);
+  o.traffic.quiet_units_per_s = o.quiet_load * static_cast<double>(o.quiet_rate);
+  return "";
+}
+
+// --------------------------------------------------------------------------- strategies
+
+struct Outcome {
+  bool allowed;
+  std::int64_t time_ns;  // the time the bucket decided at
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  virtual bool promises_envelope() const = 0;
+  // Called from gateway `gateway`'s thread only.
+  virtual absl::StatusOr<Outcome> decide(int gateway, std::uint32_t tenant, Nanos now,
+                                         std::int64_t cost) = 0;
+};
+
+// The contract of each tenant and the store keys.
+struct Tenants {
+  std::vector<TokenBucket> contract;
+  std::vector<std::string> keys;  // "{tenant-N}all": one budget per tenant
+
+  explicit Tenants(const Options& o) {
+    for (int t = 0; t < o.traffic.tenants; ++t) {
+      contract.push_back(
+          t == 0 ? TokenBucket{.rate = {.units = o.rate, .per = 1s}, .burst = o.burst}
+                 : TokenBucket{.rate = {.units = o.quiet_rate, .per = 1s}, .burst = o.quiet_burst});
+      keys.push_back(absl::StrCat("{tenant-", t, "}all"));
+    }
+  }
+};
+
+template <class Store>
+absl::StatusOr<Outcome> decide_in(Store& store, const TokenBucket& policy, const std::string& key,
+                                  Nanos now, std::int64_t cost) {
+  return store.update(policy, key, now, [&](TokenBucket::State& s) {
+    const quota::Decision d = policy.apply(s, now, cost);
+    return Outcome{d.allowed, s.last};
+  });
+}
+
+// One LocalStore per gateway (each used by its own thread only) with per-gateway policies.
+class LocalStrategy : public Strategy {
+ public:
+  LocalStrategy(const Options& o, const Tenants& tenants, bool split)
+      : split_(split), keys_(tenants.keys), stores_(o.traffic.gateways) {
+    const std::int64_t g = o.traffic.gateways;
+    for (const TokenBucket& c : tenants.contract) {
+      // r/G exactly (the same units over G times the period) and floor(B/G), at least 1.
+      policies_.push_back(split
+                              ? TokenBucket{.rate = {.units = c.rate.units, .per = c.rate.per * g},
+                                            .burst = std::max<std::int64_t>(1, c.burst / g)}
+                              : c);
+    }
+  }
+  std::string name() const override { return split_ ? "local-split" : "local-full"; }
+  bool promises_envelope() const override { return false; }
+  absl::StatusOr<Outcome> decide(int gateway, std::uint32_t tenant, Nanos now,
+                                 std::int64_t cost) override {
+    return decide_in(stores_[gateway], policies_[tenant], keys_[tenant], now, cost);
+  }
+  const TokenBucket& policy(std::uint32_t tenant) const { return policies_[tenant]; }
+
+ private:
+  bool split_;
+  std::vector<std::string> keys_;
+  std::vector<TokenBucket> policies_;
+  std::vector<quota::LocalStore<TokenBucket>> stores_;
+};
+
+class SharedStrategy : public Strategy {
+ public:
+  explicit SharedStrategy(const Tenants& tenants) : tenants_(tenants) {}
+  std::string name() const override { return "shared"; }
+  bool promises_envelope() const override { return true; }
+  absl::StatusOr<Outcome> decide(int, std::uint32_t tenant, Nanos now, std::int64_t cost) override {
+    return decide_in(store_, tenants_.contract[tenant], tenants_.keys[tenant], now, cost);
+  }
+
+ private:
+  const Tenants& tenants_;
+  quota::ShardedStore<TokenBucket> store_;
+};
+
+#ifdef QUOTA_SIM_HAVE_REDIS
+// The Redis store on the caller's (simulated) clock: TimeSource::kCaller, so the run is
+// as reproducible as the in-process one. Keys get a per-run prefix.
+class RedisStrategy : public Strategy {
+ public:
+  static absl::StatusOr<std::unique_ptr<RedisStrategy>> create(const Options& o,
+                                                               const Tenants& tenants) {
+    const auto colon = o.redis.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(o.redis.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--redis expects HOST:PORT, got '%s'", o.redis));
+    }
+    quota::redis::ConnectionConfig cfg{.host = o.redis.substr(0, colon), .port = port};
+    cfg.connect_timeout = 500ms;
+    cfg.command_timeout = 500ms;
+    cfg.pool_wait = 500ms;
+    auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, o.traffic.gateways);
+    {
+      auto lease = pool->acquire();
+      if (!lease.ok()) return lease.status();
+      auto pong = (*lease)->command({"PING"});
+      if (!pong.ok()) return pong.status();
+    }
+    for (const auto& c : tenants.contract) {
+      if (auto s = quota::RedisStore<TokenBucket>::check(c); !s.ok()) return s;
+    }
+    quota::RedisStoreOptions opts{
+        .pool = pool,
+        .prefix = absl::StrFormat("quota-sim:%d:%d:", ::getpid(),
+                                  std::chrono::steady_clock::now().time_since_epoch().count()),
+        .time = quota::redis::TimeSource::kCaller};
+    return std::unique_ptr<RedisStrategy>(new RedisStrategy(tenants, std::move(opts)));
+  }
+  std::string name() const override { return "redis"; }
+  bool promises_envelope() const override { return true; }
+  absl::StatusOr<Outcome> decide(int, std::uint32_t tenant, Nanos now, std::int64_t cost) override {
+    auto r = store_.acquire(tenants_.contract[tenant], tenants_.keys[tenant], now, cost);
+    if (!r.ok()) return r.status();
+    return Outcome{r->decision.allowed, std::max(r->time.count(), now.count())};
+  }
+
+ private:
+  RedisStrategy(const Tenants& tenants, quota::RedisStoreOptions opts)
+      : tenants_(tenants), store_(std::move(opts)) {}
+  const Tenants& tenants_;
+  quota::RedisStore<TokenBucket> store_;
+};
+#endif
+
+// -------------------------------------------------------------------------------- run
+
+enum : std::uint8_t { kDenied = 0, kAllowed = 1, kError = 2 };
+
+struct Record {
+  std::int64_t time_ns;
+  std::uint32_t tenant;
+  std::uint16_t cost;
+  std::uint8_t outcome;
+};
+
+struct RunResult {
+  std::vector<Record> records;  // all gateways
+  double wall_s = 0;
+  std::int64_t errors = 0;
+  std::string first_error;
+};
+
+RunResult run(Strategy& strategy, const std::vector<std::vector<Request>>& traffic,
+              const Options& o) {
+  const int g_count = o.traffic.gateways;
+  const std::int64_t tick_ns = o.tick_ms * 1'000'000;
+  const std::int64_t end_ns = o.traffic.seconds * 1'000'000'000;
+  const std::int64_t ticks = (end_ns + tick_ns - 1) / tick_ns;
+  std::vector<std::vector<Record>> logs(g_count);
+  std::atomic<std::int64_t> ticks_done{0};
+  std::atomic<int> finished{0};
+  std::atomic<std::int64_t> errors{0};
+  std::string first_error;
+  std::atomic<bool> have_error{false};
+  std::barrier sync(g_count,
+                    [&]() noexcept { ticks_done.fetch_add(1, std::memory_order_relaxed); });
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::chrono::steady_clock::time_point> done_at(g_count);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < g_count; ++g) {
+    threads.emplace_back([&, g] {
+      const auto& reqs = traffic[g];
+      auto& log = logs[g];
+      log.reserve(reqs.size());
+      std::size_t i = 0;
+      for (std::int64_t k = 0; k < ticks; ++k) {
+        const std::int64_t tick_end = (k + 1) * tick_ns;
+        for (; i < reqs.size() && reqs[i].time_ns < tick_end; ++i) {
+          const Request& r = reqs[i];
+          auto out = strategy.decide(g, r.tenant, Nanos{r.time_ns}, r.cost);
+          if (!out.ok()) {
+            errors.fetch_add(1, std::memory_order_relaxed);
+            if (!have_error.exchange(true)) first_error = out.status().ToString();
+            log.push_back(Record{r.time_ns, r.tenant, static_cast<std::uint16_t>(r.cost), kError});
+            continue;
+          }
+          log.push_back(Record{out->time_ns, r.tenant, static_cast<std::uint16_t>(r.cost),
+                               out->allowed ? kAllowed : kDenied});
+        }
+        sync.arrive_and_wait();
+      }
+      done_at[g] = std::chrono::steady_clock::now();
+      finished.fetch_add(1);
+    });
+  }
+  const bool tty = o.progress && ::isatty(2);
+  while (finished.load() < g_count) {
+    std::this_thread::sleep_for(100ms);
+    if (tty) {
+      const double sim_s = static_cast<double>(ticks_done.load()) * tick_ns / 1e9;
+      std::fprintf(stderr, "\r  %-12s %3.0f%%  (%.1f of %lld simulated seconds)",
+                   strategy.name().c_str(), 100.0 * ticks_done.load() / ticks,
+                   std::min(sim_s, double(o.traffic.seconds)),
+                   static_cast<long long>(o.traffic.seconds));
+    }
+  }
+  for (auto& t : threads) t.join();
+  const auto end = *std::max_element(done_at.begin(), done_at.end());
+  RunResult result;
+  result.wall_s = std::chrono::duration<double>(end - start).count();
+  if (o.progress) {
+    std::fprintf(stderr, "%s  %-12s done: %.2f s wall%s\n", tty ? "\r" : "",
+                 strategy.name().c_str(), result.wall_s, tty ? "                         " : "");
+  }
+  result.errors = errors.load();
+  result.first_error = first_error;
+  std::size_t total = 0;
+  for (const auto& l : logs) total += l.size();
+  result.records.reserve(total);
+  for (auto& l : logs) result.records.insert(result.records.end(), l.begin(), l.end());
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<Strategy>> make_strategy(const std::string& name, const Options& o,
+                                                        const Tenants& tenants) {
+  if (name == "local-full" || name == "local-split") {
+    return std::make_unique<LocalStrategy>(o, tenants, name == "local-split");
+  }
+  if (name == "shared") return std::make_unique<SharedStrategy>(tenants);
+  if (name == "redis") {
+#ifdef QUOTA_SIM_HAVE_REDIS
+    auto r = RedisStrategy::create(o, tenants);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("redis at ", o.redis, ": ", r.status().message()));
+    }
+    return std::unique_ptr<Strategy>(std::move(*r));
+#else
+    return absl::UnimplementedError(
+        "--redis: the Redis store is not available in this build (not available yet, or "
+        "hiredis was not found when it was configured)");
+#endif
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown strategy '", name, "'"));
+}
+
+// Decisions per second of `strategy` with all G gateway threads deciding as fast as they
+// can (no lock-step), replaying their requests (shifted by the duration on each pass, so
+// each gateway's time keeps moving forward) for about kThroughputWindow of wall time.
+// The decisions themselves are not checked here: only how many were made.
+constexpr auto kThroughputWindow = 250ms;
+
+double throughput(Strategy& strategy, const std::vector<std::vector<Request>>& traffic,
+                  const Options& o) {
+  const int g_count = o.traffic.gateways;
+  const std::int64_t span_ns = o.traffic.seconds * 1'000'000'000;
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> decided{0};
+  std::barrier start_line(g_count + 1);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < g_count; ++g) {
+    threads.emplace_back([&, g] {
+      const auto& reqs = traffic[g];
+      std::int64_t n = 0;
+      start_line.arrive_and_wait();
+      for (std::int64_t pass = 0; !reqs.empty() && !stop.load(std::memory_order_relaxed); ++pass) {
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+          const Request& r = reqs[i];
+          (void)strategy.decide(g, r.tenant, Nanos{r.time_ns + pass * span_ns}, r.cost);
+          ++n;
+          if ((n & 63) == 0 && stop.load(std::memory_order_relaxed)) break;
+        }
+      }
+      decided.fetch_add(n);
+    });
+  }
+  start_line.arrive_and_wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(kThroughputWindow);
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(decided.load()) / s;
+}
+
+// ---------------------------------------------------------------------------- analysis
+
+struct TenantStats {
+  std::int64_t requests = 0, offered_units = 0, admitted_units = 0, denied = 0, false_denied = 0,
+               errors = 0;
+  quota::verify::TokenBucketReport report;
+};
+
+struct Analysis {
+  std::vector<TenantStats> tenants;
+  std::vector<std::pair<double, double>> hot_curve;  // (seconds, cumulative admitted units)
+  std::int64_t decisions = 0;
+};
+
+Analysis analyze(RunResult& run, const Tenants& tenants, const Options& o) {
+  auto& recs = run.records;
+  // Time order; at one instant admissions first (see "reference" at the top).
+  std::sort(recs.begin(), recs.end(), [](const Record& a, const Record& b) {
+    if (a.time_ns != b.time_ns) return a.time_ns < b.time_ns;
+    if ((a.outcome == kAllowed) != (b.outcome == kAllowed)) return a.outcome == kAllowed;
+    if (a.tenant != b.tenant) return a.tenant < b.tenant;
+    return a.cost < b.cost;
+  });
+  const std::size_t n = tenants.contract.size();
+  Analysis out;
+  out.tenants.resize(n);
+  out.decisions = static_cast<std::int64_t>(recs.size());
+  std::vector<quota::verify::TokenBucketVerifier> verifiers;
+  std::vector<TokenBucket::State> ref(n);
+  std::vector<bool> seen(n, false);
+  for (std::size_t t = 0; t < n; ++t) {
+    const TokenBucket& c = tenants.contract[t];
+    verifiers.emplace_back(c.rate, t == 0 && o.verify_burst >= 0 ? o.verify_burst : c.burst);
+  }
+
+  const int points = 600;
+  const std::int64_t end_ns = o.traffic.seconds * 1'000'000'000;
+  std::int64_t cum = 0;
+  int next_point = 0;
+  auto emit_until = [&](std::int64_t t) {
+    while (next_point <= points && end_ns * next_point / points < t) {
+      out.hot_curve.emplace_back(static_cast<double>(end_ns) * next_point / points / 1e9,
+                                 static_cast<double>(cum));
+      ++next_point;
+    }
+  };
+  for (const Record& r : recs) {
+    TenantStats& ts = out.tenants[r.tenant];
+    const TokenBucket& c = tenants.contract[r.tenant];
+    ++ts.requests;
+    ts.offered_units += r.cost;
+    if (!seen[r.tenant]) {
+      ref[r.tenant] = c.init(Nanos{r.time_ns});
+      seen[r.tenant] = true;
+    }
+    TokenBucket::State& s = ref[r.tenant];
+    c.refill(s, r.time_ns);
+    if (r.outcome == kAllowed) {
+      s.tokens -= quota::to_micro(r.cost);  // may go below zero: the strategy overspent
+      ts.admitted_units += r.cost;
+      (void)verifiers[r.tenant].add({.time_ns = r.time_ns, .cost = r.cost});
+      if (r.tenant == 0) {
+        emit_until(r.time_ns);
+        cum += r.cost;
+      }
+    } else if (r.outcome == kDenied) {
+      ++ts.denied;
+      if (s.tokens >= quota::to_micro(r.cost)) ++ts.false_denied;
+    } else {
+      ++ts.errors;
+    }
+  }
+  emit_until(end_ns + 1);
+  for (std::size_t t = 0; t < n; ++t) out.tenants[t].report = verifiers[t].report();
+  return out;
+}
+
+// "+12.50" over the envelope; "-3.25" or "0.00" within it.
+std::string format_units(std::int64_t micro) {
+  return absl::StrFormat(micro > 0 ? "%+.2f" : "%.2f", static_cast<double>(micro) / 1e6);
+}
+
+std::string with_commas(std::int64_t v) {
+  std::string s = absl::StrCat(v < 0 ? -v : v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+    s.insert(static_cast<std::size_t>(i), ",");
+  return v < 0 ? "-" + s : s;
+}
+
+const char* color_of(const std::string& name) {
+  if (name == "local-full") return "#d62728";
+  if (name == "local-split") return "#ff7f0e";
+  if (name == "shared") return "#2ca02c";
+  if (name == "redis") return "#1f77b4";
+  return "#9467bd";
+}
+
+}  // namespace
+}  // namespace gateway_sim
+
+int main(int argc, char** argv) {
+  using namespace gateway_sim;
+  Options o;
+  bool help = false;
+  if (std::string err = parse_flags(argc, argv, o, &help); !err.empty()) {
+    std::fprintf(stderr, "gateway_sim: %s\n", err.c_str());
+    return 2;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  Tenants tenants(o);
+  for (const auto& c : tenants.contract) {
+    if (auto s = c.validate(); !s.ok()) {
+      std::fprintf(stderr, "gateway_sim: bad contract: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
+  const auto& tc = o.traffic;
+  std::printf("quota gateway simulator: %d gateways, %d tenants, %lld s simulated, seed %llu\n",
+              tc.gateways, tc.tenants, static_cast<long long>(tc.seconds),
+              static_cast<unsigned long long>(tc.seed));
+  std::printf(
+      "  hot tenant-0: contract r = %lld units/s, B = %lld; offers %.0f units/s (%.1fx), "
+      "%.0f%% of it on %d of %d gateways, rebalanced every %lld s\n",
+      static_cast<long long>(o.rate), static_cast<long long>(o.burst), tc.hot_units_per_s, o.load,
+      tc.hot_share * 100, tc.hot_gateways, tc.gateways, static_cast<long long>(tc.shift_every_s));
+  if (tc.tenants > 1) {
+    std::printf(
+        "  quiet tenant-1..%d: contract r = %lld units/s, B = %lld each; offer %.0f units/s "
+        "each, spread evenly\n",
+        tc.tenants - 1, static_cast<long long>(o.quiet_rate), static_cast<long long>(o.quiet_burst),
+        tc.quiet_units_per_s);
+  }
+  std::printf(
+      "  requests: reads cost 1, creates (1 in 10) cost 5; time in lock-step ticks of %lld ms\n",
+      static_cast<long long>(o.tick_ms));
+  if (o.verify_burst >= 0) {
+    std::printf(
+        "  NOTE: the hot tenant is checked against B = %lld (--verify-burst), not its contract's\n",
+        static_cast<long long>(o.verify_burst));
+  }
+  std::fflush(stdout);
+
+  const auto traffic = generate(tc);
+
+  struct Row {
+    std::string name;
+    bool promises;
+    RunResult run;
+    Analysis a;
+    double decisions_per_s = 0;
+  };
+  std::vector<Row> rows;
+  for (const std::string& name : o.strategies) {
+    auto s = make_strategy(name, o, tenants);
+    auto bench = s.ok() ? make_strategy(name, o, tenants) : s.status();
+    if (!s.ok() || !bench.ok()) {
+      const absl::Status st = s.ok() ? bench.status() : s.status();
+      std::fprintf(stderr, "gateway_sim: %s: %s\n", name.c_str(),
+                   std::string(st.message()).c_str());
+      return st.code() == absl::StatusCode::kInvalidArgument ||
+                     st.code() == absl::StatusCode::kUnimplemented
+                 ? 2
+                 : 3;
+    }
+    Row row{(*s)->name(), (*s)->promises_envelope(), run(**s, traffic, o), {}};
+    row.a = analyze(row.run, tenants, o);
+    row.decisions_per_s = throughput(**bench, traffic, o);
+    rows.push_back(std::move(row));
+  }
+
+  // ------------------------------------------------------------------------- the table
+  std::printf("\n%-12s %14s %14s %13s %13s %13s %13s\n", "strategy", "hot admitted", "contract",
+              "worst excess", "false", "quiet", "decisions/s");
+  std::printf("%-12s %14s %14s %13s %13s %13s %13s\n", "", "units/s", "r/s, B", "over rT+B",
+              "denials", "denials", "");
+  int exit_code = 0;
+  for (const Row& row : rows) {
+    const TenantStats& hot = row.a.tenants[0];
+    std::int64_t false_denied = 0, quiet_denied = 0;
+    for (std::size_t t = 0; t < row.a.tenants.size(); ++t) {
+      false_denied += row.a.tenants[t].false_denied;
+      if (t > 0) quiet_denied += row.a.tenants[t].denied;
+    }
+    std::printf("%-12s %14.1f %14s %13s %13s %13s %13s\n", row.name.c_str(),
+                static_cast<double>(hot.admitted_units) / static_cast<double>(tc.seconds),
+                absl::StrFormat("%d, %d", o.rate, o.burst).c_str(),
+                format_units(hot.report.excess_micro()).c_str(), with_commas(false_denied).c_str(),
+                with_commas(quiet_denied).c_str(),
+                with_commas(static_cast<std::int64_t>(row.decisions_per_s)).c_str());
+  }
+  std::printf("\n");
+  for (const Row& row : rows) {
+    const TenantStats& hot = row.a.tenants[0];
+    const auto& w = hot.report.witness;
+    if (w.empty) {
+      std::printf("%-12s hot tenant: nothing admitted\n", row.name.c_str());
+    } else {
+      const double span_s = static_cast<double>(w.last_time_ns - w.first_time_ns) / 1e9;
+      std::printf(
+          "%-12s hot tenant %s: worst interval [%.3f s, %.3f s] admitted %s units vs "
+          "r*T + B = %.1f\n",
+          row.name.c_str(), hot.report.holds() ? "within r*T + B" : "OVER r*T + B",
+          static_cast<double>(w.first_time_ns) / 1e9, static_cast<double>(w.last_time_ns) / 1e9,
+          with_commas(static_cast<std::int64_t>(w.admitted)).c_str(),
+          static_cast<double>(o.rate) * span_s + static_cast<double>(hot.report.burst));
+    }
+    int quiet_over = 0;
+    std::int64_t errors = 0;
+    for (std::size_t t = 0; t < row.a.tenants.size(); ++t) {
+      if (t > 0 && !row.a.tenants[t].report.holds()) ++quiet_over;
+      errors += row.a.tenants[t].errors;
+    }
+    if (quiet_over > 0) {
+      std::printf("%-12s %d quiet tenant(s) OVER their r*T + B\n", row.name.c_str(), quiet_over);
+    }
+    if (errors > 0) {
+      std::printf("%-12s %lld decisions FAILED (no answer), first: %s\n", row.name.c_str(),
+                  static_cast<long long>(errors), row.run.first_error.c_str());
+      exit_code = std::max(exit_code, 3);
+    }
+    const bool broke = !hot.report.holds() || quiet_over > 0;
+    if (row.promises && broke) {
+      std::printf("%-12s BROKE the envelope it promises\n", row.name.c_str());
+      exit_code = std::max(exit_code, 1);
+    }
+  }
+  std::printf(
+      "\nfalse denials: denied while the tenant's contract bucket, charged with what the "
+      "strategy admitted, had room.\n");
+  std::printf(
+      "decisions/s: all %d gateway threads deciding flat out (no lock-step) for %lld ms of "
+      "wall time, on %u hardware threads.\n",
+      tc.gateways, static_cast<long long>(kThroughputWindow.count()),
+      std::thread::hardware_concurrency());
+
+  // ------------------------------------------------------------------------- the chart
+  std::vector<Series> series;
+  series.push_back(Series{
+      absl::StrFormat("r*T + B (r=%d/s, B=%d)", o.rate, o.burst),
+      "#000000",
+      "6 4",
+      {{0.0, double(o.burst)}, {double(tc.seconds), double(o.rate) * tc.seconds + o.burst}}});
+  series.push_back(Series{"offered", "#999999", "2 3", {{0.0, 0.0}}});
+  {
+    // The hot tenant's offered cost: the same for every strategy.
+    std::vector<std::pair<std::int64_t, std::int64_t>> ev;
+    for (const auto& g : traffic) {
+      for (const Request& r : g) {
+        if (r.tenant == 0) ev.emplace_back(r.time_ns, r.cost);
+      }
+    }
+    std::sort(ev.begin(), ev.end());
+    std::int64_t cum = 0;
+    std::size_t k = 0;
+    for (int p = 1; p <= 600; ++p) {
+      const std::int64_t t = tc.seconds * 1'000'000'000 * p / 600;
+      for (; k < ev.size() && ev[k].first <= t; ++k) cum += ev[k].second;
+      series.back().points.emplace_back(static_cast<double>(t) / 1e9, static_cast<double>(cum));
+    }
+  }
+  for (const Row& row : rows)
+    series.push_back(Series{row.name, color_of(row.name), "", row.a.hot_curve});
+  const std::string svg =
+      render_svg(absl::StrFormat("tenant-0: cumulative admitted units, %d gateways, seed %d",
+                                 tc.gateways, tc.seed),
+                 "simulated time (s)", "admitted units (cumulative)", series);
+  if (write_file(o.svg, svg)) {
+    std::printf("chart: %s\n", o.svg.c_str());
+  } else {
+    std::fprintf(stderr, "gateway_sim: cannot write chart to %s: %s\n", o.svg.c_str(),
+                 std::strerror(errno));
+    exit_code = std::max(exit_code, 3);
+  }
+  return exit_code;
+}
