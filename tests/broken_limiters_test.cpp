@@ -24,7 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/numeric/int128.h"
-#include "absl/synchronization/mutex.h"
+#include "quota/detail/mutex.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -161,14 +161,14 @@ class RacyLimiter {
   explicit RacyLimiter(TokenBucket p) : p_(p), state_(p.init(Nanos{0})) {}
 
   TokenBucket::State read() const {
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     return state_;
   }
 
   // Decides on `seen` (a possibly stale copy) and writes the result back.
   bool decide_and_write(TokenBucket::State seen, std::int64_t now, std::int64_t cost) {
     const quota::Decision d = p_.apply(seen, Nanos{now}, cost);
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     state_ = seen;
     if (d.allowed) log_.push_back({now, cost});
     return d.allowed;
@@ -182,13 +182,13 @@ class RacyLimiter {
   }
 
   std::vector<AdmittedEvent> log() const {
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     return log_;
   }
 
  private:
   TokenBucket p_;
-  mutable absl::Mutex mu_;
+  mutable quota::detail::Mutex mu_;
   TokenBucket::State state_ ABSL_GUARDED_BY(mu_);
   std::vector<AdmittedEvent> log_ ABSL_GUARDED_BY(mu_);
 };

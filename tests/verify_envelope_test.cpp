@@ -14,8 +14,8 @@
 #include <catch2/catch.hpp>
 
 #include "absl/numeric/int128.h"
-#include "absl/synchronization/mutex.h"
 #include "quota/clock.hpp"
+#include "quota/detail/mutex.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
@@ -346,7 +346,7 @@ TEST_CASE("a ShardedStore shared by 4 threads stays inside the envelope", "[veri
   const TokenBucket p{.rate = {.units = 1000, .per = 1s}, .burst = 50};
   quota::ShardedStore<TokenBucket> store;
   quota::SteadyClock clock;
-  absl::Mutex mu;
+  quota::detail::Mutex mu;
   std::vector<AdmittedEvent> log;
   std::int64_t last = std::numeric_limits<std::int64_t>::min();
   std::vector<std::thread> threads;
@@ -358,7 +358,7 @@ TEST_CASE("a ShardedStore shared by 4 threads stays inside the envelope", "[veri
         // that read the clock earlier but got the lock later decides at the stored time).
         auto d = store.update(p, "hot", now, [&](TokenBucket::State& s) {
           const auto decision = p.apply(s, now, 1);
-          absl::MutexLock lock(&mu);
+          quota::detail::MutexLock lock(mu);
           last = std::max(last, now.count());
           if (decision.allowed) log.push_back({last, 1});
           return decision;

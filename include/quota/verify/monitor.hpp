@@ -22,8 +22,9 @@
 // decision: exact with a ManualClock, an approximation (the decision happened slightly
 // earlier) with a real one.
 //
-// Thread safety: every method may be called from any thread (one absl::Mutex; a record
-// is O(1) amortized under it).
+// Thread safety: every method may be called from any thread. One lock guards the state
+// (quota::detail::Mutex, a std::mutex: see detail/mutex.hpp for why not absl::Mutex);
+// a record holds it for O(1) amortized work.
 //
 //   auto monitor = quota::verify::EnvelopeMonitor::create(
 //       quota::verify::TokenBucketEnvelope{.rate = {100, 1s}, .burst = 20});
@@ -49,8 +50,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "quota/decision.hpp"
+#include "quota/detail/mutex.hpp"
 #include "quota/units.hpp"
 #include "quota/verify/envelope.hpp"
 
@@ -129,7 +130,7 @@ class EnvelopeMonitor {
       return absl::InvalidArgumentError(
           absl::StrFormat("cost must be in [0, %d] units (got %d)", kMaxUnits, cost));
     }
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     auto it = keys_.find(detail_to_absl(key));
     if (it == keys_.end()) {
       if (keys_.size() >= options_.max_keys) {
@@ -182,7 +183,7 @@ class EnvelopeMonitor {
   }
 
   MonitorReport report() const {
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     MonitorReport r;
     r.events = events_;
     r.keys = keys_.size();
@@ -215,7 +216,7 @@ class EnvelopeMonitor {
   // The verdict on one key; NotFound if it was never recorded (or is untracked).
   absl::StatusOr<std::variant<TokenBucketReport, WindowReport>> key_report(
       std::string_view key) const {
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     const auto it = keys_.find(detail_to_absl(key));
     if (it == keys_.end()) {
       return absl::NotFoundError(absl::StrFormat("key \"%s\" has no recorded admissions", key));
@@ -227,7 +228,7 @@ class EnvelopeMonitor {
 
   // The last MonitorOptions::recent_events admissions, oldest first.
   std::vector<RecordedEvent> recent() const {
-    absl::MutexLock lock(&mu_);
+    quota::detail::MutexLock lock(mu_);
     std::vector<RecordedEvent> out;
     out.reserve(ring_.size());
     for (std::size_t i = 0; i < ring_.size(); ++i) {
@@ -280,7 +281,7 @@ class EnvelopeMonitor {
 
   const Envelope envelope_;
   const MonitorOptions options_;
-  mutable absl::Mutex mu_;
+  mutable quota::detail::Mutex mu_;
   absl::flat_hash_map<std::string, KeyState> keys_ ABSL_GUARDED_BY(mu_);
   std::size_t events_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t clamped_times_ ABSL_GUARDED_BY(mu_) = 0;
