@@ -75,22 +75,22 @@ inline constexpr std::size_t kMaxPolicyNameBytes = 64;
 
 // What `RateLimit-Policy` says about one policy. Build it with describe().
 struct PolicyInfo {
-  std::string name;                 // sf-string content, unescaped
+  std::string name{};               // sf-string content, unescaped
   std::int64_t quota = 0;           // q: whole units
   std::int64_t window_seconds = 0;  // w: whole seconds; 0 = omitted
 };
 
 struct Header {
-  std::string name;
-  std::string value;
+  std::string name{};
+  std::string value{};
 
   friend bool operator==(const Header&, const Header&) = default;
 };
 
 struct Answer {
   int status = 200;
-  std::string_view reason;      // stable, machine-readable: see the table above
-  std::vector<Header> headers;  // in the order Retry-After, RateLimit-Policy, RateLimit
+  std::string_view reason{};      // stable, machine-readable: see the table above
+  std::vector<Header> headers{};  // in the order Retry-After, RateLimit-Policy, RateLimit
   // The Retry-After value in seconds, or -1 when the field is omitted.
   std::int64_t retry_after_seconds = -1;
 };

@@ -1,0 +1,142 @@
+// quota/gateway/attempts.hpp — idempotent attempts, in process.
+//
+// A gateway that retries a decision (a timeout between it and its caller, a replayed
+// request) passes the same attempt id; the first decision for that id is kept for `ttl`
+// and replayed, so the retry spends nothing. The semantics match RedisStore::acquire
+// with an attempt id: ids are 1..128 bytes without control characters or braces; the
+// same id with another request (key or cost) is InvalidArgument and changes nothing;
+// a replay is marked `replayed`.
+//
+// In process only: two gateway processes do not share this cache (use the Redis store's
+// attempts for that). While the first decision for an id is still being made, a
+// concurrent duplicate gets Aborted ("in progress; retry") rather than a second
+// decision. A failed decision (store error) is forgotten so that the retry decides.
+//
+// Bounded: at most `max_entries` ids; when full, expired ids are swept first, and if none
+// has expired a new id gets ResourceExhausted (nothing decided).
+//
+// Thread-safe (one mutex around a hash map; held for lookups, never during a decision).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway {
+
+inline constexpr std::size_t kMaxAttemptIdBytes = 128;
+
+class AttemptCache {
+ public:
+  AttemptCache(Nanos ttl, std::size_t max_entries) : ttl_(ttl), max_entries_(max_entries) {}
+
+  // The outcome of begin(): either a stored decision to replay, or a fresh attempt the
+  // caller must decide and then finish() or abandon().
+  struct Begin {
+    std::optional<Decision> replay;
+  };
+
+  // `fingerprint` identifies the request (keys and cost).
+  absl::StatusOr<Begin> begin(std::string_view id, std::string_view fingerprint, Nanos now) {
+    if (id.empty() || id.size() > kMaxAttemptIdBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "attempt id is %d bytes; it must be 1..%d bytes", id.size(), kMaxAttemptIdBytes));
+    }
+    for (char ch : id) {
+      const auto u = static_cast<unsigned char>(ch);
+      if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "attempt id contains a forbidden byte 0x%02x ('{', '}' and control characters)", u));
+      }
+    }
+    quota::detail::MutexLock lock(mu_);
+    auto it = map_.find(quota::detail::to_absl(id));
+    if (it != map_.end() && it->second.expires_at <= now.count()) {
+      map_.erase(it);
+      it = map_.end();
+    }
+    if (it != map_.end()) {
+      if (it->second.fingerprint != fingerprint) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "attempt id \"%s\" was first used for another request (key or cost differ)",
+            quota::detail::to_absl(id)));
+      }
+      if (!it->second.done) {
+        return absl::AbortedError(absl::StrFormat(
+            "attempt \"%s\" is being decided by another call; retry", quota::detail::to_absl(id)));
+      }
+      return Begin{.replay = it->second.decision};
+    }
+    if (map_.size() >= max_entries_) {
+      for (auto e = map_.begin(); e != map_.end();) {
+        if (e->second.expires_at <= now.count()) {
+          map_.erase(e++);
+        } else {
+          ++e;
+        }
+      }
+      if (map_.size() >= max_entries_) {
+        return absl::ResourceExhaustedError(
+            absl::StrFormat("attempt cache full: %d attempts kept, none expired", map_.size()));
+      }
+    }
+    const std::int64_t expires = detail_saturating_add(now.count(), ttl_.count());
+    map_.emplace(std::string(id), Entry{.fingerprint = std::string(fingerprint),
+                                        .decision = {},
+                                        .expires_at = expires,
+                                        .done = false});
+    return Begin{.replay = std::nullopt};
+  }
+
+  // Stores the decision made for a fresh attempt.
+  void finish(std::string_view id, const Decision& d) {
+    quota::detail::MutexLock lock(mu_);
+    if (auto it = map_.find(quota::detail::to_absl(id)); it != map_.end()) {
+      it->second.decision = d;
+      it->second.done = true;
+    }
+  }
+
+  // Forgets a fresh attempt whose decision failed, so that a retry decides.
+  void abandon(std::string_view id) {
+    quota::detail::MutexLock lock(mu_);
+    map_.erase(quota::detail::to_absl(id));
+  }
+
+  std::size_t size() const {
+    quota::detail::MutexLock lock(mu_);
+    return map_.size();
+  }
+
+ private:
+  struct Entry {
+    std::string fingerprint;
+    Decision decision;
+    std::int64_t expires_at = 0;
+    bool done = false;
+  };
+
+  static std::int64_t detail_saturating_add(std::int64_t a, std::int64_t b) {
+    std::int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? Nanos::max().count() : r;
+  }
+
+  Nanos ttl_;
+  std::size_t max_entries_;
+  mutable quota::detail::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> map_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace quota::gateway

@@ -1,0 +1,384 @@
+// quota/gateway/rules.hpp — who gets which budget: route classes, rules, versioned sets.
+//
+// A RuleSet is an immutable, validated snapshot:
+//   - route classes: a whitelist (`read`, `create`, ...) each with its cost in whole units
+//     (read = 1, create = 5), its fail mode (fail_closed / fail_open with a local
+//     emergency bucket: gateway.hpp) — a request for a class not in the list is
+//     InvalidArgument, never a new key;
+//   - rules: (level, tenant id or plan, route class) → policy (TokenBucket or
+//     FixedWindow), a name for metrics, and shadow mode. Levels: `kUser` (each user of a
+//     tenant), `kTenant` (the tenant's shared budget), `kGlobal` (everyone on the route;
+//     no tenant or plan). A tenant's own rule wins over its plan's;
+//   - a version, returned in every decision made with it and stored with each key's
+//     state (key_state.hpp), so a later set with other parameters converts the state
+//     without handing out a burst.
+// RuleSet::create checks everything up front (ids, names, bounds, duplicate rules,
+// unknown routes, a route cost that can never fit its rule's capacity) and names the
+// offending entry; a RuleSet that exists is valid.
+//
+// Keys come from authenticated identity only: `Identity{tenant, plan, user}` supplied by
+// the caller's authentication layer, plus a whitelisted route class. Tenant and user ids
+// are 1..128 bytes of [A-Za-z0-9._@-]; plan, route and rule names 1..64 bytes of
+// [a-z0-9_.-]. The store keys are those of quota/redis/keys.hpp (one hash slot per
+// tenant): "{tenant}route" (tenant level), "{tenant}route/user" (user level) and
+// "{~global}route" (global level; '~' is not allowed in tenant ids, so no collision).
+//
+// RuleRegistry holds the current set. `current()` copies a shared_ptr under a mutex held
+// only for the copy (tens of ns); `publish()` swaps in a set built beforehand, so
+// readers never wait for a reload to be built, and a reader keeps the set it took until
+// it drops it: no decision ever sees a half-built set. Versions must increase.
+//
+//   auto rules = quota::gateway::RuleSet::create({
+//       .version = 1,
+//       .routes = {{.name = "read", .cost = 1}, {.name = "create", .cost = 5}},
+//       .rules = {{.level = quota::gateway::Level::kTenant, .plan = "free", .route = "read",
+//                  .name = "free", .policy = quota::TokenBucket{.rate = {10, 1s}, .burst = 20}}}});
+//   quota::gateway::RuleRegistry registry(*rules);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway {
+
+inline constexpr std::size_t kMaxIdBytes = 128;   // tenant and user ids
+inline constexpr std::size_t kMaxNameBytes = 64;  // plan, route and rule names
+
+enum class FailMode : std::uint8_t { kClosed = 0, kOpen = 1 };
+enum class Level : std::uint8_t { kUser = 0, kTenant = 1, kGlobal = 2 };
+
+constexpr std::string_view to_string(Level l) {
+  switch (l) {
+    case Level::kUser:
+      return "user";
+    case Level::kTenant:
+      return "tenant";
+    case Level::kGlobal:
+      return "global";
+  }
+  return "unknown";
+}
+
+// The local bucket a fail-open route admits from while the store is unreachable: per
+// process and per key, its own rate and burst, and at most `max_duration` after the
+// outage began (then the route fails closed). Extra admitted per key, per process, per
+// outage: at most outage_allowance() = burst + ceil(rate · max_duration) units.
+struct EmergencyBucket {
+  Rate rate{.units = 0, .per = std::chrono::seconds(1)};
+  std::int64_t burst = 1;
+  Nanos max_duration{0};
+
+  absl::Status validate() const {
+    if (auto s = TokenBucket{.rate = rate, .burst = burst}.validate(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("emergency: ", s.message()));
+    }
+    if (max_duration.count() < 0) {
+      return absl::InvalidArgumentError("emergency.max_duration must be >= 0");
+    }
+    if (outage_allowance_wide() > absl::int128(kMaxUnits)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("emergency: burst + rate*max_duration exceeds %d units", kMaxUnits));
+    }
+    return absl::OkStatus();
+  }
+
+  // The documented bound on what one outage can add, in whole units (rounded up).
+  std::int64_t outage_allowance() const {
+    return static_cast<std::int64_t>(outage_allowance_wide());
+  }
+
+ private:
+  absl::int128 outage_allowance_wide() const {
+    return absl::int128(burst) +
+           quota::detail::ceil_div(absl::int128(rate.units) * max_duration.count(),
+                                   rate.per.count());
+  }
+};
+
+struct RouteClass {
+  std::string name{};
+  std::int64_t cost = 1;  // whole units per request
+  FailMode fail_mode = FailMode::kClosed;
+  EmergencyBucket emergency{};  // used when fail_mode == kOpen
+};
+
+struct RuleSpec {
+  Level level = Level::kTenant;
+  std::string tenant{};  // kUser/kTenant: exactly one of tenant, plan; kGlobal: neither
+  std::string plan{};
+  std::string route{};
+  std::string name{};  // metrics label: keep the set of names small
+  RulePolicy policy{};
+  bool shadow = false;
+};
+
+struct RuleSetSpec {
+  std::uint64_t version = 1;
+  std::vector<RouteClass> routes{};
+  std::vector<RuleSpec> rules{};
+};
+
+// A validated rule inside a RuleSet.
+struct Rule {
+  std::string name{};
+  Level level = Level::kTenant;
+  RulePolicy policy{};
+  bool shadow = false;
+  std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
+};
+
+// The caller's authenticated identity. Never fill it from client-supplied headers.
+struct Identity {
+  std::string_view tenant{};
+  std::string_view plan{};
+  std::string_view user = {};  // optional: enables user-level rules
+};
+
+// One budget a request must pass.
+struct Check {
+  const Rule* rule = nullptr;
+  std::string key{};
+};
+
+namespace detail {
+
+inline absl::Status check_token(std::string_view s, std::size_t max, bool id, const char* what) {
+  if (s.empty() || s.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is %d bytes; it must be 1..%d bytes", what, s.size(), max));
+  }
+  for (char ch : s) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                    ch == '.' || ch == '-' || (id && ((ch >= 'A' && ch <= 'Z') || ch == '@'));
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s contains byte 0x%02x; allowed: %s",
+                                                        what, static_cast<unsigned char>(ch),
+                                                        id ? "[A-Za-z0-9._@-]" : "[a-z0-9_.-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace detail
+
+inline absl::Status check_id(std::string_view s, const char* what) {
+  return detail::check_token(s, kMaxIdBytes, true, what);
+}
+inline absl::Status check_name(std::string_view s, const char* what) {
+  return detail::check_token(s, kMaxNameBytes, false, what);
+}
+
+// Store keys (see the header comment). Arguments must already be checked.
+inline std::string tenant_key(std::string_view tenant, std::string_view route) {
+  return absl::StrCat("{", quota::detail::to_absl(tenant), "}", quota::detail::to_absl(route));
+}
+inline std::string user_key(std::string_view tenant, std::string_view route,
+                            std::string_view user) {
+  return absl::StrCat("{", quota::detail::to_absl(tenant), "}", quota::detail::to_absl(route), "/",
+                      quota::detail::to_absl(user));
+}
+inline std::string global_key(std::string_view route) {
+  return absl::StrCat("{~global}", quota::detail::to_absl(route));
+}
+
+class RuleSet {
+ public:
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> create(RuleSetSpec spec,
+                                                               Metrics* metrics = nullptr) {
+    auto set = std::shared_ptr<RuleSet>(new RuleSet());
+    set->version_ = spec.version;
+    if (spec.routes.empty()) return absl::InvalidArgumentError("rule set: no route classes");
+    for (std::size_t i = 0; i < spec.routes.size(); ++i) {
+      RouteClass& r = spec.routes[i];
+      const std::string where = absl::StrFormat("routes[%d]", i);
+      if (auto s = check_name(r.name, "route name"); !s.ok()) return annotate(s, where);
+      if (auto s = validate_amount(r.cost, "cost"); !s.ok()) return annotate(s, where);
+      if (r.fail_mode == FailMode::kOpen) {
+        if (auto s = r.emergency.validate(); !s.ok()) return annotate(s, where);
+        if (r.cost > r.emergency.burst) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "%s: cost %d exceeds emergency.burst %d: the route could never fail open", where,
+              r.cost, r.emergency.burst));
+        }
+      }
+      if (!set->routes_.emplace(r.name, r).second) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: route class \"%s\" listed twice", where, r.name));
+      }
+    }
+    for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+      RuleSpec& r = spec.rules[i];
+      const std::string where = absl::StrFormat("rules[%d]", i);
+      if (auto s = check_name(r.name, "rule name"); !s.ok()) return annotate(s, where);
+      auto route = set->routes_.find(r.route);
+      if (route == set->routes_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: unknown route class \"%s\"", where, r.route));
+      }
+      if (auto s = detail::validate(r.policy); !s.ok()) return annotate(s, where);
+      if (route->second.cost > detail::capacity(r.policy)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: route \"%s\" costs %d units but the policy holds only %d: it could never pass",
+            where, r.route, route->second.cost, detail::capacity(r.policy)));
+      }
+      std::string scope;
+      if (r.level == Level::kGlobal) {
+        if (!r.tenant.empty() || !r.plan.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: a global rule names no tenant or plan", where));
+        }
+      } else if (r.tenant.empty() == r.plan.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: set exactly one of tenant and plan", where));
+      } else if (!r.tenant.empty()) {
+        if (auto s = check_id(r.tenant, "tenant"); !s.ok()) return annotate(s, where);
+        scope = "t:" + r.tenant;
+      } else {
+        if (auto s = check_name(r.plan, "plan"); !s.ok()) return annotate(s, where);
+        scope = "p:" + r.plan;
+      }
+      Rule rule{.name = r.name,
+                .level = r.level,
+                .policy = r.policy,
+                .shadow = r.shadow,
+                .counters = nullptr};
+      if (metrics != nullptr) {
+        auto c = metrics->counters(
+            {.rule = r.name, .route = r.route, .level = std::string(to_string(r.level))});
+        if (!c.ok()) return c.status();
+        rule.counters = *c;
+      }
+      auto key = std::make_tuple(static_cast<int>(r.level), scope, r.route);
+      if (!set->rules_.emplace(std::move(key), std::move(rule)).second) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: a %s rule for %s on route \"%s\" is already defined", where,
+                            to_string(r.level), scope.empty() ? "everyone" : scope, r.route));
+      }
+    }
+    return std::shared_ptr<const RuleSet>(std::move(set));
+  }
+
+  std::uint64_t version() const { return version_; }
+
+  // The route class, or InvalidArgument for a class not on the whitelist.
+  absl::StatusOr<const RouteClass*> route(std::string_view name) const {
+    auto it = routes_.find(quota::detail::to_absl(name));
+    if (it == routes_.end()) {
+      if (auto s = check_name(name, "route class"); !s.ok()) return s;
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown route class \"%s\" (not on the rule set's whitelist)",
+                          quota::detail::to_absl(name)));
+    }
+    return &it->second;
+  }
+
+  // The rule of `level` for this identity and route: the tenant's own, else its plan's;
+  // null when there is none.
+  const Rule* find(Level level, const Identity& who, std::string_view route) const {
+    const std::string r(route);
+    if (level == Level::kGlobal) return lookup(level, "", r);
+    if (const Rule* own =
+            lookup(level, absl::StrCat("t:", quota::detail::to_absl(who.tenant)), r)) {
+      return own;
+    }
+    return lookup(level, absl::StrCat("p:", quota::detail::to_absl(who.plan)), r);
+  }
+
+  // The budgets a request must pass, from the narrowest (user) to the widest (global).
+  // InvalidArgument for a malformed identity or an unknown route; NotFound when no
+  // tenant-level rule applies (a tenant must have a budget: no rule is not "unlimited").
+  absl::StatusOr<std::vector<Check>> plan(const Identity& who, std::string_view route) const {
+    if (auto s = check_id(who.tenant, "tenant"); !s.ok()) return s;
+    if (auto s = check_name(who.plan, "plan"); !s.ok()) return s;
+    if (!who.user.empty()) {
+      if (auto s = check_id(who.user, "user"); !s.ok()) return s;
+    }
+    auto rc = this->route(route);
+    if (!rc.ok()) return rc.status();
+    std::vector<Check> checks;
+    if (!who.user.empty()) {
+      if (const Rule* u = find(Level::kUser, who, route)) {
+        checks.push_back({u, user_key(who.tenant, route, who.user)});
+      }
+    }
+    const Rule* t = find(Level::kTenant, who, route);
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrFormat("no tenant rule for tenant \"%s\" (plan \"%s\") on route \"%s\"",
+                          quota::detail::to_absl(who.tenant), quota::detail::to_absl(who.plan),
+                          quota::detail::to_absl(route)));
+    }
+    checks.push_back({t, tenant_key(who.tenant, route)});
+    if (const Rule* g = find(Level::kGlobal, who, route)) {
+      checks.push_back({g, global_key(route)});
+    }
+    return checks;
+  }
+
+ private:
+  RuleSet() = default;
+
+  static absl::Status annotate(const absl::Status& s, const std::string& where) {
+    return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+  }
+
+  const Rule* lookup(Level level, const std::string& scope, const std::string& route) const {
+    auto it = rules_.find(std::make_tuple(static_cast<int>(level), scope, route));
+    return it == rules_.end() ? nullptr : &it->second;
+  }
+
+  std::uint64_t version_ = 0;
+  absl::flat_hash_map<std::string, RouteClass> routes_;
+  absl::flat_hash_map<std::tuple<int, std::string, std::string>, Rule> rules_;
+};
+
+// The current rule set, swapped atomically. Thread-safe.
+class RuleRegistry {
+ public:
+  explicit RuleRegistry(std::shared_ptr<const RuleSet> initial) : current_(std::move(initial)) {}
+
+  // The set in force now. Hold the returned pointer for the whole request.
+  std::shared_ptr<const RuleSet> current() const {
+    quota::detail::MutexLock lock(mu_);
+    return current_;
+  }
+
+  // Makes `next` current. FailedPrecondition unless its version is greater than the
+  // current one (versions identify states' parameters: they must not be reused).
+  absl::Status publish(std::shared_ptr<const RuleSet> next) {
+    if (next == nullptr) return absl::InvalidArgumentError("publish: null rule set");
+    std::shared_ptr<const RuleSet> old;  // released outside the lock
+    quota::detail::MutexLock lock(mu_);
+    if (current_ != nullptr && next->version() <= current_->version()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("publish: version %d is not greater than the current %d", next->version(),
+                          current_->version()));
+    }
+    old = std::exchange(current_, std::move(next));
+    return absl::OkStatus();
+  }
+
+ private:
+  mutable quota::detail::Mutex mu_;
+  std::shared_ptr<const RuleSet> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace quota::gateway

@@ -1,0 +1,197 @@
+// Tests for quota/gateway/rules.hpp: whitelisted routes, keys from identity, validated
+// and versioned rule sets, and reloads under traffic.
+#include "quota/gateway/rules.hpp"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "quota/gateway/gateway.hpp"
+#include "quota/store/sharded_store.hpp"
+#include "support/gateway_rules.hpp"
+
+using namespace std::chrono_literals;
+using quota::Nanos;
+using quota::TokenBucket;
+using quota::gateway::Identity;
+using quota::gateway::Level;
+using quota::gateway::RuleSet;
+using quota::gateway::RuleSetSpec;
+using quota::testing::basic_spec;
+using quota::testing::build;
+
+TEST_CASE("plan: keys come from the tenant id and a whitelisted route class") {
+  auto rules = build(basic_spec(1));
+  auto checks = rules->plan({.tenant = "acme", .plan = "free"}, "read");
+  REQUIRE(checks.ok());
+  REQUIRE(checks->size() == 1);
+  CHECK((*checks)[0].key == "{acme}read");
+  CHECK((*checks)[0].rule->name == "free");
+  CHECK(rules->route("create").value()->cost == 5);
+}
+
+TEST_CASE("an unknown route class is a clear error, never a new key") {
+  auto rules = build(basic_spec(1));
+  auto r = rules->plan({.tenant = "acme", .plan = "free"}, "delete");
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(r.status().message()).find("unknown route class \"delete\"") !=
+        std::string::npos);
+  // A raw URL is not a route class.
+  CHECK(rules->plan({.tenant = "acme", .plan = "free"}, "/v1/items?id=3").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("identities are bounded and restricted; a tenant without a rule is NotFound") {
+  auto rules = build(basic_spec(1));
+  CHECK(rules->plan({.tenant = std::string(128, 'a'), .plan = "free"}, "read").ok());
+  CHECK(rules->plan({.tenant = std::string(129, 'a'), .plan = "free"}, "read").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(rules->plan({.tenant = "", .plan = "free"}, "read").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  // Braces would let a caller pick another tenant's hash slot; colons and spaces are out too.
+  for (const char* bad : {"a}b", "{x", "a b", "a:b", "a\nb"}) {
+    INFO(bad);
+    CHECK(rules->plan({.tenant = bad, .plan = "free"}, "read").status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  CHECK(rules->plan({.tenant = "acme", .plan = "gold"}, "read").status().code() ==
+        absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a tenant's own rule wins over its plan's; user and global levels are added") {
+  auto spec = basic_spec(4);
+  spec.rules.push_back({.level = Level::kTenant,
+                        .tenant = "big",
+                        .route = "read",
+                        .name = "big",
+                        .policy = TokenBucket{.rate = {1000, 1s}, .burst = 1000}});
+  spec.rules.push_back({.level = Level::kUser,
+                        .plan = "free",
+                        .route = "read",
+                        .name = "free-user",
+                        .policy = TokenBucket{.rate = {1, 1s}, .burst = 5}});
+  spec.rules.push_back({.level = Level::kGlobal,
+                        .route = "read",
+                        .name = "global",
+                        .policy = TokenBucket{.rate = {10000, 1s}, .burst = 10000}});
+  auto rules = build(spec);
+  auto big = rules->plan({.tenant = "big", .plan = "free"}, "read");
+  REQUIRE(big.ok());
+  REQUIRE(big->size() == 2);  // no user given: tenant + global
+  CHECK((*big)[0].rule->name == "big");
+  CHECK((*big)[1].key == "{~global}read");
+  auto user = rules->plan({.tenant = "acme", .plan = "free", .user = "u-1"}, "read");
+  REQUIRE(user.ok());
+  REQUIRE(user->size() == 3);
+  CHECK((*user)[0].key == "{acme}read/u-1");
+  CHECK((*user)[0].rule->level == Level::kUser);
+  CHECK((*user)[1].key == "{acme}read");
+  CHECK((*user)[2].rule->level == Level::kGlobal);
+}
+
+TEST_CASE("RuleSet::create rejects bad sets and names the entry") {
+  auto expect_error = [](RuleSetSpec spec, const std::string& needle) {
+    auto r = RuleSet::create(std::move(spec));
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(r.status().message()).find(needle) != std::string::npos);
+  };
+  auto unknown_route = basic_spec(1);
+  unknown_route.rules[0].route = "delete";
+  expect_error(unknown_route, "rules[0]: unknown route class");
+  auto dup = basic_spec(1);
+  dup.rules.push_back(dup.rules[0]);
+  expect_error(dup, "rules[2]: a tenant rule for p:free on route \"read\" is already defined");
+  auto tiny = basic_spec(1, 10, 4);  // create costs 5 > burst 4: could never pass
+  expect_error(tiny, "rules[1]: route \"create\" costs 5 units but the policy holds only 4");
+  auto bad_policy = basic_spec(1);
+  bad_policy.rules[0].policy = TokenBucket{.rate = {1, 0s}, .burst = 1};
+  expect_error(bad_policy, "rules[0]: rate.per must be positive");
+  auto both = basic_spec(1);
+  both.rules[0].tenant = "acme";
+  expect_error(both, "rules[0]: set exactly one of tenant and plan");
+  auto route_twice = basic_spec(1);
+  route_twice.routes.push_back({.name = "read", .cost = 1});
+  expect_error(route_twice, "routes[2]: route class \"read\" listed twice");
+  auto bad_name = basic_spec(1);
+  bad_name.routes[0].name = "Read";
+  expect_error(bad_name, "routes[0]: route name contains byte 0x52");
+  auto open_route = basic_spec(1);
+  open_route.routes[1].fail_mode = quota::gateway::FailMode::kOpen;
+  open_route.routes[1].emergency = {.rate = {1, 1s}, .burst = 2, .max_duration = 10s};
+  expect_error(open_route, "routes[1]: cost 5 exceeds emergency.burst 2");
+}
+
+TEST_CASE("the registry only accepts increasing versions") {
+  quota::gateway::RuleRegistry registry(build(basic_spec(5)));
+  CHECK(registry.current()->version() == 5);
+  CHECK(registry.publish(build(basic_spec(5))).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(registry.publish(build(basic_spec(4))).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(registry.publish(build(basic_spec(6))).ok());
+  CHECK(registry.current()->version() == 6);
+}
+
+// Version v's rule set: burst = 10·v on every route, so a decision can be matched to the
+// set it used: its version and the rule name "v<version>" must agree, and a fresh key's
+// remaining must be 10·v − cost.
+static RuleSetSpec versioned_spec(std::uint64_t v) {
+  auto spec = basic_spec(v, 1, static_cast<std::int64_t>(10 * v));
+  for (auto& r : spec.rules) r.name = "v" + std::to_string(v);
+  return spec;
+}
+
+TEST_CASE("reload under 8 threads: every decision carries the version of a whole rule set") {
+  quota::gateway::RuleRegistry registry(build(versioned_spec(1)));
+  quota::ShardedStore<quota::gateway::KeyPolicy> store;
+  quota::gateway::Gateway gateway(store, registry);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 3000;
+  constexpr std::uint64_t kVersions = 200;
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::atomic<std::uint64_t> max_seen{0};
+  std::thread writer([&] {
+    for (std::uint64_t v = 2; v <= kVersions && !stop.load(); ++v) {
+      // Built outside the registry: readers never wait for this.
+      auto next = build(versioned_spec(v));
+      if (!registry.publish(next).ok()) bad.fetch_add(1);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < kThreads; ++t) {
+    readers.emplace_back([&, t] {
+      std::uint64_t last = 0;
+      for (int i = 0; i < kPerThread; ++i) {
+        // A fresh tenant per request: remaining tells which burst the decision used.
+        const std::string tenant = "t" + std::to_string(t) + "-" + std::to_string(i);
+        auto r =
+            gateway.decide({.who = {.tenant = tenant, .plan = "free"}, .route = "read"}, Nanos{0});
+        if (!r.ok()) {
+          bad.fetch_add(1);
+          continue;
+        }
+        const std::uint64_t v = r->decision.version;
+        const bool consistent = r->rule == "v" + std::to_string(v) &&
+                                r->decision.remaining == static_cast<std::int64_t>(10 * v) - 1 &&
+                                r->decision.allowed;
+        // Versions seen by one thread never go backwards.
+        if (!consistent || v < last) bad.fetch_add(1);
+        last = v;
+        std::uint64_t m = max_seen.load();
+        while (v > m && !max_seen.compare_exchange_weak(m, v)) {
+        }
+      }
+    });
+  }
+  for (auto& th : readers) th.join();
+  stop = true;
+  writer.join();
+  CHECK(bad.load() == 0);
+  CHECK(max_seen.load() >= 1);
+  CHECK(registry.current()->version() == kVersions);
+}
