@@ -1,8 +1,8 @@
 // chart.hpp — a line chart as a plain-text SVG file (no plotting dependency).
 //
-// Lines of (x, y) points over a common x range, with axes, ticks, a title and a legend.
-// The simulator draws the hot tenant's cumulative admitted cost per strategy against the
-// r·T + B envelope.
+// Panels of lines of (x, y) points, with axes, ticks, a title and a legend. The simulator
+// draws the hot tenant's cumulative admitted cost per strategy against the r·T + B envelope,
+// and the same minus r·T (where the envelope is the flat line B).
 #pragma once
 
 #include <algorithm>
@@ -56,32 +56,33 @@ inline std::string xml_escape(const std::string& s) {
   return out;
 }
 
-inline std::string render_svg(const std::string& title, const std::string& x_label,
-                              const std::string& y_label, const std::vector<Series>& series) {
-  const double w = 960, h = 540, left = 90, right = 230, top = 50, bottom = 60;
-  const double pw = w - left - right, ph = h - top - bottom;
-  double x_max = 0, y_max = 0;
+// One panel: axes, grid, lines and legend, drawn at vertical offset `y0` of a 960-wide
+// SVG, 540 high. Series are drawn in order: later ones on top.
+inline void render_panel(std::string& svg, double y0, const std::string& title,
+                         const std::string& x_label, const std::string& y_label,
+                         const std::vector<Series>& series) {
+  const double w = 960, h = 540, left = 90, right = 230, top = y0 + 50, bottom = 60;
+  const double pw = w - left - right, ph = h - 50 - bottom;
+  double x_max = 0, y_max = 0, y_min = 0;
   for (const auto& s : series) {
     for (const auto& [x, y] : s.points) {
       x_max = std::max(x_max, x);
       y_max = std::max(y_max, y);
+      y_min = std::min(y_min, y);
     }
   }
   if (x_max <= 0) x_max = 1;
-  if (y_max <= 0) y_max = 1;
-  const double xs = nice_step(x_max, 6), ys = nice_step(y_max, 6);
+  if (y_max <= y_min) y_max = y_min + 1;
+  const double xs = nice_step(x_max, 6), ys = nice_step(y_max - y_min, 6);
   x_max = std::ceil(x_max / xs) * xs;
   y_max = std::ceil(y_max / ys) * ys;
+  y_min = std::floor(y_min / ys) * ys;
   auto px = [&](double x) { return left + x / x_max * pw; };
-  auto py = [&](double y) { return top + ph - y / y_max * ph; };
+  auto py = [&](double y) { return top + ph - (y - y_min) / (y_max - y_min) * ph; };
 
-  std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n"
-      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"28\" font-size=\"16\" font-weight=\"bold\">%s</text>\n",
-      w, h, w, h, left, xml_escape(title));
-  // grid and ticks
+  absl::StrAppendFormat(
+      &svg, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"16\" font-weight=\"bold\">%s</text>\n", left,
+      y0 + 28, xml_escape(title));
   for (double x = 0; x <= x_max + xs / 2; x += xs) {
     absl::StrAppendFormat(
         &svg,
@@ -89,24 +90,24 @@ inline std::string render_svg(const std::string& title, const std::string& x_lab
         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
         px(x), top, px(x), top + ph, px(x), top + ph + 18, x);
   }
-  for (double y = 0; y <= y_max + ys / 2; y += ys) {
-    absl::StrAppendFormat(
-        &svg,
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
-        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-        left, py(y), left + pw, py(y), left - 6, py(y) + 4, y);
+  for (double y = y_min; y <= y_max + ys / 2; y += ys) {
+    const double v = std::abs(y) < ys / 1e6 ? 0.0 : y;  // no "-0" label
+    absl::StrAppendFormat(&svg,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>"
+                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                          left, py(y), left + pw, py(y), v == 0 ? "#a0a0a0" : "#e0e0e0", left - 6,
+                          py(y) + 4, v);
   }
   absl::StrAppendFormat(&svg,
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
                         "stroke=\"#444\"/>\n",
                         left, top, pw, ph);
   absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                        left + pw / 2, h - 18, xml_escape(x_label));
+                        left + pw / 2, y0 + h - 18, xml_escape(x_label));
   absl::StrAppendFormat(&svg,
                         "<text transform=\"translate(22 %.1f) rotate(-90)\" "
                         "text-anchor=\"middle\">%s</text>\n",
                         top + ph / 2, xml_escape(y_label));
-  // lines and legend
   double ly = top + 10;
   for (const auto& s : series) {
     std::string pts;
@@ -122,6 +123,25 @@ inline std::string render_svg(const std::string& title, const std::string& x_lab
                           left + pw + 15, ly, left + pw + 45, ly, s.color, dash, left + pw + 52,
                           ly + 4, xml_escape(s.name));
     ly += 22;
+  }
+}
+
+struct Panel {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+};
+
+// Panels stacked vertically in one SVG document.
+inline std::string render_svg(const std::vector<Panel>& panels) {
+  const double w = 960, h = 540 * static_cast<double>(panels.size());
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      w, h, w, h);
+  for (std::size_t i = 0; i < panels.size(); ++i) {
+    render_panel(svg, 540 * static_cast<double>(i), panels[i].title, panels[i].x_label,
+                 panels[i].y_label, panels[i].series);
   }
   svg += "</svg>\n";
   return svg;

@@ -1,6 +1,13 @@
 # Runs ${EXE} with the ;-list ${ARGS} and fails unless the exit code is ${RC}, the
 # output (stdout + stderr, newlines as spaces) matches every regex in the ;-list
 # ${REGEXES} (separated by @@), and, if ${SVG} is set, that file exists and is an SVG with polylines.
+# With ${PORT_FILE}, @PORT@ in ${ARGS} becomes the port written in that file.
+if(PORT_FILE)
+  # A server started by a fixture: its port replaces @PORT@ in the arguments.
+  file(READ ${PORT_FILE} port)
+  string(STRIP "${port}" port)
+  string(REPLACE "@PORT@" "${port}" ARGS "${ARGS}")
+endif()
 execute_process(COMMAND ${EXE} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 string(REPLACE "\n" " " flat "${all}")

@@ -366,21 +366,29 @@ class RedisStrategy : public Strategy {
         .prefix = absl::StrFormat("quota-sim:%d:%d:", ::getpid(),
                                   std::chrono::steady_clock::now().time_since_epoch().count()),
         .time = quota::redis::TimeSource::kCaller};
-    return std::unique_ptr<RedisStrategy>(new RedisStrategy(tenants, std::move(opts)));
+    return std::unique_ptr<RedisStrategy>(
+        new RedisStrategy(tenants, std::move(opts), o.tick_ms * 1'000'000));
   }
   std::string name() const override { return "redis"; }
   bool promises_envelope() const override { return true; }
+  // Time is rounded down to the start of its lock-step tick. The script decides a request
+  // stamped earlier than its bucket's stored time at the stored time, but reports the
+  // stamp it was given (redis::Outcome::time), so with exact stamps a gateway that lost
+  // a race within a tick would be logged earlier than it was decided. With one time per
+  // tick, and ticks separated by the barrier, every decision happens at its logged time.
   absl::StatusOr<Outcome> decide(int, std::uint32_t tenant, Nanos now, std::int64_t cost) override {
-    auto r = store_.acquire(tenants_.contract[tenant], tenants_.keys[tenant], now, cost);
+    const Nanos at{now.count() / tick_ns_ * tick_ns_};
+    auto r = store_.acquire(tenants_.contract[tenant], tenants_.keys[tenant], at, cost);
     if (!r.ok()) return r.status();
-    return Outcome{r->decision.allowed, std::max(r->time.count(), now.count())};
+    return Outcome{r->decision.allowed, at.count()};
   }
 
  private:
-  RedisStrategy(const Tenants& tenants, quota::RedisStoreOptions opts)
-      : tenants_(tenants), store_(std::move(opts)) {}
+  RedisStrategy(const Tenants& tenants, quota::RedisStoreOptions opts, std::int64_t tick_ns)
+      : tenants_(tenants), store_(std::move(opts)), tick_ns_(tick_ns) {}
   const Tenants& tenants_;
   quota::RedisStore<TokenBucket> store_;
+  std::int64_t tick_ns_;
 };
 #endif
 
@@ -485,7 +493,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> make_strategy(const std::string& name,
     auto r = RedisStrategy::create(o, tenants);
     if (!r.ok()) {
       return absl::Status(r.status().code(),
-                          absl::StrCat("redis at ", o.redis, ": ", r.status().message()));
+                          absl::StrCat("--redis ", o.redis, ": ", r.status().message()));
     }
     return std::unique_ptr<Strategy>(std::move(*r));
 #else
@@ -681,6 +689,23 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
+  // Every strategy twice (one for the checked run, a fresh one for the throughput
+  // measurement), all before anything runs: an unreachable Redis fails at once.
+  std::vector<std::pair<std::unique_ptr<Strategy>, std::unique_ptr<Strategy>>> strategies;
+  for (const std::string& name : o.strategies) {
+    auto sim = make_strategy(name, o, tenants);
+    auto bench = sim.ok() ? make_strategy(name, o, tenants) : sim.status();
+    if (!sim.ok() || !bench.ok()) {
+      const absl::Status st = sim.ok() ? bench.status() : sim.status();
+      std::fprintf(stderr, "gateway_sim: %s: %s\n", name.c_str(),
+                   std::string(st.message()).c_str());
+      return st.code() == absl::StatusCode::kInvalidArgument ||
+                     st.code() == absl::StatusCode::kUnimplemented
+                 ? 2
+                 : 3;
+    }
+    strategies.emplace_back(std::move(*sim), std::move(*bench));
+  }
   const auto traffic = generate(tc);
 
   struct Row {
@@ -691,21 +716,10 @@ int main(int argc, char** argv) {
     double decisions_per_s = 0;
   };
   std::vector<Row> rows;
-  for (const std::string& name : o.strategies) {
-    auto s = make_strategy(name, o, tenants);
-    auto bench = s.ok() ? make_strategy(name, o, tenants) : s.status();
-    if (!s.ok() || !bench.ok()) {
-      const absl::Status st = s.ok() ? bench.status() : s.status();
-      std::fprintf(stderr, "gateway_sim: %s: %s\n", name.c_str(),
-                   std::string(st.message()).c_str());
-      return st.code() == absl::StatusCode::kInvalidArgument ||
-                     st.code() == absl::StatusCode::kUnimplemented
-                 ? 2
-                 : 3;
-    }
-    Row row{(*s)->name(), (*s)->promises_envelope(), run(**s, traffic, o), {}};
+  for (auto& [sim, bench] : strategies) {
+    Row row{sim->name(), sim->promises_envelope(), run(*sim, traffic, o), {}};
     row.a = analyze(row.run, tenants, o);
-    row.decisions_per_s = throughput(**bench, traffic, o);
+    row.decisions_per_s = throughput(*bench, traffic, o);
     rows.push_back(std::move(row));
   }
 
@@ -775,13 +789,9 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency());
 
   // ------------------------------------------------------------------------- the chart
+  // The offered load first (local-full runs along it, on top), the envelope last (shared
+  // runs along it, beneath).
   std::vector<Series> series;
-  series.push_back(Series{
-      absl::StrFormat("r*T + B (r=%d/s, B=%d)", o.rate, o.burst),
-      "#000000",
-      "6 4",
-      {{0.0, double(o.burst)}, {double(tc.seconds), double(o.rate) * tc.seconds + o.burst}}});
-  series.push_back(Series{"offered", "#999999", "2 3", {{0.0, 0.0}}});
   {
     // The hot tenant's offered cost: the same for every strategy.
     std::vector<std::pair<std::int64_t, std::int64_t>> ev;
@@ -791,20 +801,37 @@ int main(int argc, char** argv) {
       }
     }
     std::sort(ev.begin(), ev.end());
+    Series offered{"offered", "#bbbbbb", "", {{0.0, 0.0}}};
     std::int64_t cum = 0;
     std::size_t k = 0;
     for (int p = 1; p <= 600; ++p) {
       const std::int64_t t = tc.seconds * 1'000'000'000 * p / 600;
       for (; k < ev.size() && ev[k].first <= t; ++k) cum += ev[k].second;
-      series.back().points.emplace_back(static_cast<double>(t) / 1e9, static_cast<double>(cum));
+      offered.points.emplace_back(static_cast<double>(t) / 1e9, static_cast<double>(cum));
     }
+    series.push_back(std::move(offered));
   }
-  for (const Row& row : rows)
+  for (const Row& row : rows) {
     series.push_back(Series{row.name, color_of(row.name), "", row.a.hot_curve});
-  const std::string svg =
-      render_svg(absl::StrFormat("tenant-0: cumulative admitted units, %d gateways, seed %d",
-                                 tc.gateways, tc.seed),
-                 "simulated time (s)", "admitted units (cumulative)", series);
+  }
+  series.push_back(Series{absl::StrFormat("r*T + B (r=%d/s, B=%d)", o.rate, o.burst),
+                          "#000000",
+                          "7 5",
+                          {{0.0, static_cast<double>(o.burst)},
+                           {static_cast<double>(tc.seconds),
+                            static_cast<double>(o.rate) * static_cast<double>(tc.seconds) +
+                                static_cast<double>(o.burst)}}});
+  // The same minus r*T: the envelope becomes the flat line B.
+  std::vector<Series> minus_rt = series;
+  for (Series& ser : minus_rt) {
+    for (auto& [x, y] : ser.points) y -= static_cast<double>(o.rate) * x;
+  }
+  const std::string svg = render_svg(
+      {Panel{absl::StrFormat("tenant-0: cumulative admitted units (%d gateways, seed %d)",
+                             tc.gateways, tc.seed),
+             "simulated time T (s)", "admitted units since 0", std::move(series)},
+       Panel{"tenant-0: admitted minus r*T (the envelope is the line at B)", "simulated time T (s)",
+             "admitted units - r*T", std::move(minus_rt)}});
   if (write_file(o.svg, svg)) {
     std::printf("chart: %s\n", o.svg.c_str());
   } else {
