@@ -60,8 +60,13 @@ int main() {
   const absl::int128 recomputed =
       w.admitted * per - absl::int128(kContract.rate.units) * (w.last_time_ns - w.first_time_ns) -
       absl::int128(kContract.burst) * per;
-  const bool as_expected = ok->holds() && !bad->holds() && recomputed == bad->excess_scaled &&
-                           bad->excess_micro() >= quota::to_micro(kContract.burst);
+  // Over [0, 2 s] the shared bucket hands out exactly r·T + B = 25 units (no loss); each
+  // of the two private buckets hands out as much, so the excess is one more r·T + B.
+  const std::int64_t envelope = kContract.rate.units * 2 + kContract.burst;
+  const bool as_expected =
+      ok->holds() && !bad->holds() && static_cast<std::int64_t>(shared_log.size()) == envelope &&
+      static_cast<std::int64_t>(local_log.size()) == 2 * envelope &&
+      bad->excess_micro() == quota::to_micro(envelope) && recomputed == bad->excess_scaled;
   std::printf("%s\n",
               as_expected ? "as expected: shared holds, per-gateway breaks r*T + B" : "UNEXPECTED");
   return as_expected ? 0 : 1;
