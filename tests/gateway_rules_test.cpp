@@ -106,7 +106,8 @@ TEST_CASE("RuleSet::create rejects bad sets and names the entry") {
   auto dup = basic_spec(1);
   dup.rules.push_back(dup.rules[0]);
   expect_error(dup, "rules[2]: a tenant rule for p:free on route \"read\" is already defined");
-  auto tiny = basic_spec(1, 10, 4);  // create costs 5 > burst 4: could never pass
+  auto tiny = basic_spec(1);  // create costs 5 > burst 4: could never pass
+  tiny.rules[1].policy = TokenBucket{.rate = {10, 1s}, .burst = 4};
   expect_error(tiny, "rules[1]: route \"create\" costs 5 units but the policy holds only 4");
   auto bad_policy = basic_spec(1);
   bad_policy.rules[0].policy = TokenBucket{.rate = {1, 0s}, .burst = 1};
@@ -149,24 +150,31 @@ TEST_CASE("reload under 8 threads: every decision carries the version of a whole
   quota::ShardedStore<quota::gateway::KeyPolicy> store;
   quota::gateway::Gateway gateway(store, registry);
   constexpr int kThreads = 8;
-  constexpr int kPerThread = 3000;
+  constexpr int kMinPerThread = 2000;
   constexpr std::uint64_t kVersions = 200;
-  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::atomic<bool> writer_done{false};
   std::atomic<int> bad{0};
-  std::atomic<std::uint64_t> max_seen{0};
+  std::atomic<std::uint64_t> first_seen_max{0};
+  std::atomic<std::uint64_t> last_seen_min{kVersions + 1};
   std::thread writer([&] {
-    for (std::uint64_t v = 2; v <= kVersions && !stop.load(); ++v) {
+    while (started.load() < kThreads) std::this_thread::yield();
+    for (std::uint64_t v = 2; v <= kVersions; ++v) {
       // Built outside the registry: readers never wait for this.
-      auto next = build(versioned_spec(v));
-      if (!registry.publish(next).ok()) bad.fetch_add(1);
-      std::this_thread::yield();
+      auto next = RuleSet::create(versioned_spec(v));
+      if (!next.ok() || !registry.publish(*next).ok()) bad.fetch_add(1);
     }
+    writer_done = true;
   });
   std::vector<std::thread> readers;
   for (int t = 0; t < kThreads; ++t) {
     readers.emplace_back([&, t] {
       std::uint64_t last = 0;
-      for (int i = 0; i < kPerThread; ++i) {
+      std::uint64_t first = 0;
+      // Keep deciding until the writer is done (and then once more), at least kMinPerThread.
+      bool after_done = false;
+      for (int i = 0; i < kMinPerThread || !after_done; ++i) {
+        after_done = writer_done.load();
         // A fresh tenant per request: remaining tells which burst the decision used.
         const std::string tenant = "t" + std::to_string(t) + "-" + std::to_string(i);
         auto r =
@@ -182,16 +190,25 @@ TEST_CASE("reload under 8 threads: every decision carries the version of a whole
         // Versions seen by one thread never go backwards.
         if (!consistent || v < last) bad.fetch_add(1);
         last = v;
-        std::uint64_t m = max_seen.load();
-        while (v > m && !max_seen.compare_exchange_weak(m, v)) {
+        if (i == 0) {
+          first = v;
+          started.fetch_add(1);
         }
+      }
+      std::uint64_t m = first_seen_max.load();
+      while (first > m && !first_seen_max.compare_exchange_weak(m, first)) {
+      }
+      std::uint64_t n = last_seen_min.load();
+      while (last < n && !last_seen_min.compare_exchange_weak(n, last)) {
       }
     });
   }
   for (auto& th : readers) th.join();
-  stop = true;
   writer.join();
   CHECK(bad.load() == 0);
-  CHECK(max_seen.load() >= 1);
+  // Every reader decided under version 1 first and under the last version at the end:
+  // the reloads really happened during the traffic.
+  CHECK(first_seen_max.load() == 1);
+  CHECK(last_seen_min.load() == kVersions);
   CHECK(registry.current()->version() == kVersions);
 }
