@@ -27,7 +27,8 @@
 // `LOADING`, `READONLY`, any other error reply and malformed replies are
 // absl::StatusCode::kUnavailable with the cause; nothing is allowed or denied then
 // (a timed-out call may still have been applied on the server). `NOSCRIPT` (after a
-// flush, restart or failover) loads the script and retries once — only on that error.
+// flush, restart or failover) retries once — only on that error — with EVAL and the
+// script's text, which loads and runs it in one command.
 // A key whose stored value is not a bucket of ours is kDataLoss naming the key; an
 // invalid key or attempt id is kInvalidArgument; a policy outside the Lua twin's exact
 // range is kInvalidArgument naming the bound (check it up front with
@@ -226,10 +227,9 @@ class RedisStore {
     auto reply = (*lease)->command(argv);
     if (!reply.ok()) return reply.status();
     if (redis::is_error(**reply, "NOSCRIPT")) {
-      auto loaded = load_script(**lease);
-      if (!loaded.ok()) return loaded.status();
-      argv = call->argv(*loaded);
-      reply = (*lease)->command(argv);
+      // Retry once with EVAL and the script's text: it loads and runs in one command, so
+      // a flush in between (another SCRIPT FLUSH, a failover) cannot make it fail again.
+      reply = (*lease)->command(call->argv_eval(Twin::script()));
       if (!reply.ok()) return reply.status();
     }
     return parse(**reply, reqs.size());
@@ -268,7 +268,9 @@ class RedisStore {
     for (int round = 0; round < 2 && !todo.empty(); ++round) {
       std::vector<std::vector<std::string_view>> cmds;
       cmds.reserve(todo.size());
-      for (std::size_t c : todo) cmds.push_back(calls[c].argv(*sha));
+      for (std::size_t c : todo) {
+        cmds.push_back(round == 0 ? calls[c].argv(*sha) : calls[c].argv_eval(Twin::script()));
+      }
       auto replies = (*lease)->pipeline(cmds);
       if (!replies.ok()) return replies.status();
       std::vector<std::size_t> again;
@@ -281,10 +283,6 @@ class RedisStore {
         auto out = parse(r, 1);
         results[index[todo[k]]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
                                            : absl::StatusOr<Decision>(out.status());
-      }
-      if (!again.empty()) {
-        sha = load_script(**lease);
-        if (!sha.ok()) return sha.status();
       }
       todo = std::move(again);
     }
@@ -306,11 +304,17 @@ class RedisStore {
     std::vector<std::string> keys;
     std::vector<std::string> args;
     std::string numkeys;
-    std::vector<std::string_view> argv(std::string_view sha) const {
+    // EVALSHA <sha> ...
+    std::vector<std::string_view> argv(std::string_view sha) const { return with("EVALSHA", sha); }
+    // EVAL <script text> ...: the NOSCRIPT fallback.
+    std::vector<std::string_view> argv_eval(std::string_view script) const {
+      return with("EVAL", script);
+    }
+    std::vector<std::string_view> with(std::string_view cmd, std::string_view script) const {
       std::vector<std::string_view> v;
       v.reserve(3 + keys.size() + args.size());
-      v.push_back("EVALSHA");
-      v.push_back(sha);
+      v.push_back(cmd);
+      v.push_back(script);
       v.push_back(numkeys);
       for (const auto& k : keys) v.push_back(k);
       for (const auto& a : args) v.push_back(a);
