@@ -82,7 +82,7 @@ struct Options {
   std::int64_t verify_burst = -1;       // the burst the hot tenant is checked against; -1: its own
   std::vector<std::string> strategies;  // empty: the defaults
   std::string redis;                    // HOST:PORT
-  std::string svg = "gateway_sim.svg";
+  std::string svg;  // "": gateway_sim.svg beside the executable (its build directory)
   bool progress = true;
 };
 
@@ -114,7 +114,8 @@ Flags (--flag VALUE or --flag=VALUE):
   --redis HOST:PORT  also run the shared Redis store at HOST:PORT
   --verify-burst B   check the hot tenant against r*T + B with this B instead of its
                      contract's (to watch the checker fail: exit status 1)
-  --svg PATH         where to write the chart (default ./gateway_sim.svg)
+  --svg PATH         where to write the chart (default: gateway_sim.svg in the
+                     directory of this executable, i.e. the build tree)
   --no-progress      no progress line on stderr
   --help             this text
 
@@ -633,6 +634,18 @@ std::string with_commas(std::int64_t v) {
   return v < 0 ? "-" + s : s;
 }
 
+// gateway_sim.svg beside the executable (so `bash cmake/run.sh demo`, run from the source
+// tree, writes into the build tree), else in the current directory.
+std::string default_svg_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "gateway_sim.svg";
+  std::string exe(buf, static_cast<std::size_t>(n));
+  const auto slash = exe.rfind('/');
+  return slash == std::string::npos ? "gateway_sim.svg"
+                                    : exe.substr(0, slash + 1) + "gateway_sim.svg";
+}
+
 const char* color_of(const std::string& name) {
   if (name == "local-full") return "#d62728";
   if (name == "local-split") return "#ff7f0e";
@@ -832,6 +845,7 @@ int main(int argc, char** argv) {
              "simulated time T (s)", "admitted units since 0", std::move(series)},
        Panel{"tenant-0: admitted minus r*T (the envelope is the line at B)", "simulated time T (s)",
              "admitted units - r*T", std::move(minus_rt)}});
+  if (o.svg.empty()) o.svg = default_svg_path();
   if (write_file(o.svg, svg)) {
     std::printf("chart: %s\n", o.svg.c_str());
   } else {
