@@ -1,0 +1,370 @@
+// quota/lease/leased_limiter.hpp — quota leases for hot tenants.
+//
+// A tenant at 150,000 decisions/s serializes on one key at the authority, and no number
+// of Redis shards splits one key. A LeasedLimiter lets each gateway process take a
+// *grant* of q units from the authority in one ordinary atomic acquire, then spend it
+// locally with no round trip, and ask again when it runs out.
+//
+// Rules (DESIGN §6):
+//   - A grant is a normal acquire of q units from the central token bucket, which
+//     refills as usual. A grant is never refunded — not on expiry, not on shutdown:
+//     refunding would create a second copy of capacity that a paused holder may still
+//     believe it has.
+//   - Local spending never refills. A grant expires `grant_ttl` after it was requested
+//     (measured on this process's clock, from before the request was sent, so early);
+//     the expiry is checked before EVERY local spend, with a clock that keeps counting
+//     while the process is paused (SteadyClock: CLOCK_MONOTONIC). A process that wakes
+//     after a pause longer than the expiry spends nothing of the old grant.
+//   - At most one grant request per key per process is in flight: the key's local
+//     lock is held across the round trip, so other threads of this process wait for it
+//     rather than stampede the authority. After a failure the key backs off
+//     exponentially (backoff_min .. backoff_max, with jitter) before asking again, so a
+//     recovering authority is not stampeded either; meanwhile held units are still
+//     spent, and a request that needs a grant gets the failure (kUnavailable).
+//   - Every grant request carries a grant id `<incarnation>-<n>`; the incarnation is new
+//     for every LeasedLimiter (every process start). A request whose reply was lost is
+//     retried with the SAME id, and the authority replays the same grant (idempotent),
+//     so a lost reply never charges twice. A restarted process has a new incarnation
+//     and no grants: whatever the old one held is lost, never re-spent.
+//   - q adapts to the local rate between q_min and q_max: a grant should last about
+//     half its ttl, so a quiet gateway does not hoard budget. A cost above q_max is not
+//     leased: it goes to the authority directly.
+//   - A holder out of units that the authority denies waits (answering local denials
+//     with the authority's retry_after) instead of asking again at once, and after a
+//     grant that left less than q at the authority it does not ask before q could have
+//     refilled: at saturation every round trip brings q units.
+//
+// Overshoot bound. Units held at time s were granted before s; units granted in
+// [s, t] obey the central bucket, ≤ r·(t − s) + B; and each holder holds at most q_max
+// units at any time. So with at most H grant holders (incarnations) per key:
+//
+//     admitted(T) ≤ r·T + B + H·q_max        for every interval of length T.
+//
+// tests/leased_limiter_test.cpp checks it with the envelope verifier. A policy change or
+// a revocation at the authority reaches holders at the latest at expiry: units already
+// granted are spent under the old rule until then.
+//
+// Thread safety: acquire() may be called from any number of threads.
+//
+//   quota::StoreAuthority<> authority(tb);                      // in-process authority
+//   quota::LeasedLimiter<quota::StoreAuthority<>> leased(authority, {.q_max = 1000});
+//   absl::StatusOr<quota::Decision> d = leased.acquire("{acme}read", 1);
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/clock.hpp"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/gateway/attempts.hpp"
+#include "quota/limiter.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/store/sharded_store.hpp"
+
+namespace quota {
+
+// The authority grants units: `grant(key, units, grant_id)` is one atomic acquire of
+// `units` from the key's central token bucket, idempotent per grant id (the same id
+// replays the first decision; the same id with another key or units is an error).
+// Errors mean "unknown": the grant may or may not have been taken.
+template <class A>
+concept LeaseAuthority = requires(A& a, std::string_view key, std::int64_t units,
+                                  std::string_view grant_id) {
+  { a.grant(key, units, grant_id) } -> std::same_as<absl::StatusOr<Decision>>;
+};
+
+// An in-process authority: the central token bucket in an in-process store, with grant
+// ids remembered for `grant_id_ttl`. For tests, simulations and single-host setups; the
+// Redis authority is quota/redis/lease_authority.hpp. Thread-safe.
+template <template <Policy> class Store = ShardedStore, Clock C = SteadyClock>
+class StoreAuthority {
+ public:
+  explicit StoreAuthority(TokenBucket policy, C clock = {},
+                          Nanos grant_id_ttl = std::chrono::minutes(10))
+      : policy_(policy), clock_(std::move(clock)), ids_(grant_id_ttl, 1'000'000) {}
+
+  absl::StatusOr<Decision> grant(std::string_view key, std::int64_t units,
+                                 std::string_view grant_id) {
+    round_trips_.fetch_add(1, std::memory_order_relaxed);
+    if (auto s = policy_.validate(); !s.ok()) return s;
+    if (auto s = validate_key(key); !s.ok()) return s;
+    const Nanos now = clock_.now();
+    auto begin = ids_.begin(grant_id, absl::StrCat(detail::to_absl(key), "\n", units), now);
+    if (!begin.ok()) return begin.status();
+    if (begin->replay) return *begin->replay;
+    auto d = store_.apply(policy_, key, now, units);
+    if (!d.ok()) {
+      ids_.abandon(grant_id);
+      return d.status();
+    }
+    ids_.finish(grant_id, *d);
+    return d;
+  }
+
+  // Calls of grant(), replays included: the authority round trips a real one would see.
+  std::int64_t round_trips() const { return round_trips_.load(std::memory_order_relaxed); }
+  const TokenBucket& policy() const { return policy_; }
+
+ private:
+  TokenBucket policy_;
+  C clock_;
+  Store<TokenBucket> store_;
+  gateway::AttemptCache ids_;
+  std::atomic<std::int64_t> round_trips_{0};
+};
+
+struct LeaseOptions {
+  std::int64_t q_min = 1;     // smallest grant, units
+  std::int64_t q_max = 1000;  // largest grant, units; the overshoot bound is H·q_max
+  Nanos grant_ttl = std::chrono::seconds(1);
+  Nanos backoff_min = std::chrono::milliseconds(1);
+  Nanos backoff_max = std::chrono::seconds(1);
+  // 0: a fresh random incarnation (the default; one per process start).
+  std::uint64_t incarnation = 0;
+  // Most keys held at once; a new key beyond it goes to the authority directly.
+  std::size_t max_keys = 100'000;
+  // The central bucket's policy, when known: lets a holder skip asking before q units
+  // could have refilled (fewer denied round trips at saturation). Optional.
+  std::optional<TokenBucket> central = std::nullopt;
+};
+
+template <LeaseAuthority A, Clock C = SteadyClock>
+class LeasedLimiter {
+ public:
+  // `authority` must outlive the limiter. Invalid options: see create().
+  static absl::StatusOr<std::unique_ptr<LeasedLimiter>> create(A& authority, LeaseOptions options,
+                                                               C clock = {}) {
+    if (options.q_min < 1 || options.q_max < options.q_min || options.q_max > kMaxUnits) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("lease q_min/q_max must satisfy 1 <= q_min <= q_max <= %d (got %d, %d)",
+                          kMaxUnits, options.q_min, options.q_max));
+    }
+    if (options.grant_ttl <= Nanos{0} || options.backoff_min <= Nanos{0} ||
+        options.backoff_max < options.backoff_min) {
+      return absl::InvalidArgumentError(
+          "lease grant_ttl and backoff_min must be positive and backoff_max >= backoff_min");
+    }
+    if (options.central) {
+      if (auto s = options.central->validate(); !s.ok()) return s;
+    }
+    if (options.incarnation == 0) {
+      std::random_device rd;
+      options.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
+    }
+    return std::unique_ptr<LeasedLimiter>(new LeasedLimiter(authority, options, std::move(clock)));
+  }
+
+  absl::StatusOr<Decision> acquire(std::string_view key, std::int64_t cost = 1) {
+    if (auto s = validate_key(key); !s.ok()) return s;
+    if (cost < 1) return detail::never_decision(Reason::kInvalidCost, 0, Nanos{0});
+    if (cost > options_.q_max) return direct(key, cost);
+    Holding* h = holding(key);
+    if (h == nullptr) return direct(key, cost);
+    detail::MutexLock lock(h->mu);
+    const Nanos now = clock_.now();
+    if (h->units > 0 && now >= h->expires_at) {
+      h->units = 0;  // expired (or the process was paused): nothing of it is spent
+      h->q = std::max(options_.q_min, h->q / 2);
+    }
+    if (h->units >= cost) return spend(*h, now, cost);
+    if (now < h->retry_at) {
+      if (!h->last_failure.ok()) return h->last_failure;  // backing off after a failure
+      return wait_decision(*h, now);
+    }
+    return refill_and_spend(key, *h, now, cost);
+  }
+
+  std::uint64_t incarnation() const { return options_.incarnation; }
+  // Grants taken (successful grant round trips) and units they brought, for tests and
+  // benchmarks.
+  std::int64_t grants() const { return grants_.load(std::memory_order_relaxed); }
+  std::int64_t granted_units() const { return granted_units_.load(std::memory_order_relaxed); }
+  const LeaseOptions& options() const { return options_; }
+
+ private:
+  struct Holding {
+    detail::Mutex mu;
+    std::int64_t units ABSL_GUARDED_BY(mu) = 0;
+    Nanos expires_at ABSL_GUARDED_BY(mu){0};
+    std::int64_t q ABSL_GUARDED_BY(mu) = 0;
+    Nanos granted_at ABSL_GUARDED_BY(mu){Nanos::min()};
+    std::int64_t spent_since_grant ABSL_GUARDED_BY(mu) = 0;
+    std::uint64_t version ABSL_GUARDED_BY(mu) = 0;
+    // A grant request whose reply was lost: retried with the same id and units.
+    std::string pending_id ABSL_GUARDED_BY(mu);
+    std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
+    // Do not ask the authority before this time (a denial, a failure, or a grant that
+    // left less than q centrally).
+    Nanos retry_at ABSL_GUARDED_BY(mu){Nanos::min()};
+    Decision last_denial ABSL_GUARDED_BY(mu);
+    absl::Status last_failure ABSL_GUARDED_BY(mu);
+    int failures ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  LeasedLimiter(A& authority, LeaseOptions options, C clock)
+      : authority_(authority),
+        options_(std::move(options)),
+        clock_(std::move(clock)),
+        rng_(options_.incarnation) {}
+
+  Holding* holding(std::string_view key) {
+    detail::MutexLock lock(map_mu_);
+    auto it = holdings_.find(detail::to_absl(key));
+    if (it != holdings_.end()) return it->second.get();
+    if (holdings_.size() >= options_.max_keys) return nullptr;
+    auto& slot = holdings_[std::string(key)];
+    slot = std::make_unique<Holding>();
+    return slot.get();
+  }
+
+  Decision spend(Holding& h, Nanos /*now*/, std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+    h.units -= cost;
+    h.spent_since_grant += cost;
+    return Decision{.allowed = true,
+                    .remaining = h.units,
+                    .retry_after = Nanos{0},
+                    .reset_after = Nanos{0},
+                    .version = h.version,
+                    .reason = Reason::kAllowed};
+  }
+
+  Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+    Decision d = h.last_denial;
+    d.allowed = false;
+    d.reason = d.reason == Reason::kAllowed ? Reason::kOverLimit : d.reason;
+    d.remaining = h.units;
+    d.retry_after = h.retry_at - now;
+    return d;
+  }
+
+  // The grant size for the next request: about half a ttl of the local rate since the
+  // last grant, within [q_min, q_max], and at least what this request needs.
+  std::int64_t next_q(const Holding& h, Nanos now, std::int64_t need) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+    std::int64_t q = h.q == 0 ? options_.q_min : h.q;
+    if (h.granted_at != Nanos::min()) {
+      const std::int64_t elapsed = std::max<std::int64_t>(1, (now - h.granted_at).count());
+      const absl::int128 target =
+          absl::int128(h.spent_since_grant) * (options_.grant_ttl.count() / 2) / elapsed;
+      q = target > options_.q_max ? options_.q_max : static_cast<std::int64_t>(target);
+    }
+    return std::clamp(std::max(q, need), options_.q_min, options_.q_max);
+  }
+
+  absl::StatusOr<Decision> refill_and_spend(std::string_view key, Holding& h, Nanos now,
+                                            std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+    // At most two grant requests: a retried (pending) one may bring fewer units than this
+    // request needs, and a grant larger than the central burst is refused as a whole.
+    for (int round = 0; round < 2; ++round) {
+      if (h.pending_id.empty()) {
+        // Units still held (fewer than cost) stay; the grant tops them up to the target,
+        // so no holder ever holds more than q_max: the overshoot bound.
+        h.pending_units = next_q(h, now, cost) - h.units;
+        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+      }
+      const std::int64_t units = h.pending_units;
+      auto d = authority_.grant(key, units, h.pending_id);
+      if (!d.ok()) {
+        if (d.status().code() != absl::StatusCode::kUnavailable) {
+          h.pending_id.clear();  // a definite error (e.g. invalid key): nothing was taken
+          return d.status();
+        }
+        // Unknown outcome: keep the id, so that the retry replays a grant already taken.
+        h.failures = std::min(h.failures + 1, 62);
+        h.last_failure = d.status();
+        h.retry_at = now + backoff(h.failures);
+        return d.status();
+      }
+      h.pending_id.clear();
+      h.failures = 0;
+      h.last_failure = absl::OkStatus();
+      h.version = d->version;
+      if (d->allowed) {
+        grants_.fetch_add(1, std::memory_order_relaxed);
+        granted_units_.fetch_add(units, std::memory_order_relaxed);
+        h.units += units;
+        h.q = h.units;
+        h.expires_at = now + options_.grant_ttl;  // `now` was read before the request: early
+        h.granted_at = now;
+        h.spent_since_grant = 0;
+        h.retry_at = not_before(*d, now, next_q(h, now, cost));
+        if (h.units >= cost) return spend(h, now, cost);
+        continue;  // a replayed grant smaller than this request needs: top up once more
+      }
+      if (d->reason == Reason::kCostExceedsBurst && units > cost - h.units) {
+        h.q = cost;  // the grant exceeded the central burst: ask for just this request
+        h.pending_units = cost - h.units;
+        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+        continue;
+      }
+      if (d->reason != Reason::kOverLimit) return *d;  // a configuration error: not cached
+      h.last_denial = *d;
+      // Wait for the authority's retry time; a budget that never refills is asked again
+      // once per grant_ttl, so that a rule change still reaches this holder.
+      h.retry_at = now + (d->retry_after == kNever ? options_.grant_ttl : d->retry_after);
+      return wait_decision(h, now);
+    }
+    return wait_decision(h, now);
+  }
+
+  // After a grant that left `d.remaining` centrally, q more units cannot be there
+  // before they refill: do not ask earlier (if the central policy is known).
+  Nanos not_before(const Decision& d, Nanos now, std::int64_t q) const {
+    if (!options_.central || d.remaining >= q) return Nanos::min();
+    const TokenBucket& tb = *options_.central;
+    if (tb.rate.units == 0) return Nanos::min();  // never refills: ask (and be denied)
+    // `remaining` is rounded down, so this wait is an upper bound: by then q units are
+    // there unless someone else spent them (then the request is denied and waits).
+    const absl::int128 wait =
+        detail::ceil_div(absl::int128(q - d.remaining) * tb.rate.per.count(), tb.rate.units);
+    return now + Nanos{static_cast<std::int64_t>(std::min(wait, detail::kInt64Max))};
+  }
+
+  // Exponential backoff from backoff_min, capped at backoff_max, with jitter: uniformly
+  // in [b/2, b], so holders that failed together spread out.
+  Nanos backoff(int failures) {
+    std::int64_t b = options_.backoff_min.count();
+    const std::int64_t cap = options_.backoff_max.count();
+    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
+    b = std::min(b, cap);
+    detail::MutexLock lock(rng_mu_);
+    return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
+  }
+
+  // A cost above q_max: one direct acquire at the authority, not leased.
+  absl::StatusOr<Decision> direct(std::string_view key, std::int64_t cost) {
+    const std::string id =
+        absl::StrCat(absl::Hex(options_.incarnation), "-d", sequence_.fetch_add(1) + 1);
+    return authority_.grant(key, cost, id);
+  }
+
+  A& authority_;
+  LeaseOptions options_;
+  C clock_;
+  detail::Mutex map_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Holding>> holdings_ ABSL_GUARDED_BY(map_mu_);
+  std::atomic<std::uint64_t> sequence_{0};
+  std::atomic<std::int64_t> grants_{0};
+  std::atomic<std::int64_t> granted_units_{0};
+  detail::Mutex rng_mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+};
+
+}  // namespace quota
