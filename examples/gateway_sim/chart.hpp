@@ -58,9 +58,11 @@ inline std::string xml_escape(const std::string& s) {
 
 // One panel: axes, grid, lines and legend, drawn at vertical offset `y0` of a 960-wide
 // SVG, 540 high. Series are drawn in order: later ones on top.
+// With y_lo < y_hi the y range is fixed to [y_lo, y_hi] and lines are clipped to it.
 inline void render_panel(std::string& svg, double y0, const std::string& title,
                          const std::string& x_label, const std::string& y_label,
-                         const std::vector<Series>& series) {
+                         const std::vector<Series>& series, double y_lo = 0, double y_hi = 0,
+                         int id = 0) {
   const double w = 960, h = 540, left = 90, right = 230, top = y0 + 50, bottom = 60;
   const double pw = w - left - right, ph = h - 50 - bottom;
   double x_max = 0, y_max = 0, y_min = 0;
@@ -73,10 +75,17 @@ inline void render_panel(std::string& svg, double y0, const std::string& title,
   }
   if (x_max <= 0) x_max = 1;
   if (y_max <= y_min) y_max = y_min + 1;
+  const bool fixed = y_lo < y_hi;
+  if (fixed) {
+    y_min = y_lo;
+    y_max = y_hi;
+  }
   const double xs = nice_step(x_max, 6), ys = nice_step(y_max - y_min, 6);
   x_max = std::ceil(x_max / xs) * xs;
-  y_max = std::ceil(y_max / ys) * ys;
-  y_min = std::floor(y_min / ys) * ys;
+  if (!fixed) {
+    y_max = std::ceil(y_max / ys) * ys;
+    y_min = std::floor(y_min / ys) * ys;
+  }
   auto px = [&](double x) { return left + x / x_max * pw; };
   auto py = [&](double y) { return top + ph - (y - y_min) / (y_max - y_min) * ph; };
 
@@ -108,6 +117,10 @@ inline void render_panel(std::string& svg, double y0, const std::string& title,
                         "<text transform=\"translate(22 %.1f) rotate(-90)\" "
                         "text-anchor=\"middle\">%s</text>\n",
                         top + ph / 2, xml_escape(y_label));
+  absl::StrAppendFormat(&svg,
+                        "<clipPath id=\"plot%d\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                        "height=\"%.1f\"/></clipPath>\n",
+                        id, left, top, pw, ph);
   double ly = top + 10;
   for (const auto& s : series) {
     std::string pts;
@@ -115,8 +128,10 @@ inline void render_panel(std::string& svg, double y0, const std::string& title,
     const std::string dash =
         s.dash.empty() ? "" : absl::StrCat(" stroke-dasharray=\"", s.dash, "\"");
     absl::StrAppendFormat(
-        &svg, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"%s\"/>\n",
-        s.color, dash, pts);
+        &svg,
+        "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s clip-path=\"url(#plot%d)\" "
+        "points=\"%s\"/>\n",
+        s.color, dash, id, pts);
     absl::StrAppendFormat(&svg,
                           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                           "stroke-width=\"2\"%s/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
@@ -129,6 +144,7 @@ inline void render_panel(std::string& svg, double y0, const std::string& title,
 struct Panel {
   std::string title, x_label, y_label;
   std::vector<Series> series;
+  double y_lo = 0, y_hi = 0;  // a fixed y range when y_lo < y_hi
 };
 
 // Panels stacked vertically in one SVG document.
@@ -141,7 +157,8 @@ inline std::string render_svg(const std::vector<Panel>& panels) {
       w, h, w, h);
   for (std::size_t i = 0; i < panels.size(); ++i) {
     render_panel(svg, 540 * static_cast<double>(i), panels[i].title, panels[i].x_label,
-                 panels[i].y_label, panels[i].series);
+                 panels[i].y_label, panels[i].series, panels[i].y_lo, panels[i].y_hi,
+                 static_cast<int>(i));
   }
   svg += "</svg>\n";
   return svg;

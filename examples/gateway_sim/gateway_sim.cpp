@@ -843,12 +843,16 @@ int main(int argc, char** argv) {
   for (Series& ser : minus_rt) {
     for (auto& [x, y] : ser.points) y -= static_cast<double>(o.rate) * x;
   }
+  const double b = static_cast<double>(o.burst);
+  std::vector<Series> zoomed = minus_rt;
   const std::string svg = render_svg(
       {Panel{absl::StrFormat("tenant-0: cumulative admitted units (%d gateways, seed %d)",
                              tc.gateways, tc.seed),
              "simulated time T (s)", "admitted units since 0", std::move(series)},
        Panel{"tenant-0: admitted minus r*T (the envelope is the line at B)", "simulated time T (s)",
-             "admitted units - r*T", std::move(minus_rt)}});
+             "admitted units - r*T", std::move(minus_rt)},
+       Panel{"the same, zoomed to [-2B, 3B]: shared stays at or under B", "simulated time T (s)",
+             "admitted units - r*T", std::move(zoomed), -2 * b, 3 * b}});
   if (o.svg.empty()) o.svg = default_svg_path();
   if (write_file(o.svg, svg)) {
     std::printf("chart: %s\n", o.svg.c_str());
