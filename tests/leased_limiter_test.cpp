@@ -310,11 +310,20 @@ TEST_CASE("a restart has a new incarnation and drops the old grant", "[lease]") 
     }
   };
   auto first = make(authority, {.q_min = q, .q_max = q, .grant_ttl = 1h}, clock);
+  CHECK_FALSE(first->held("{acme}read").has_value());
   run(*first, 2);
   const auto old_incarnation = first->incarnation();
+  // The grant carries its id (naming the incarnation), the units left and the expiry.
+  const auto grant = first->held("{acme}read");
+  REQUIRE(grant.has_value());
+  CHECK(grant->incarnation == old_incarnation);
+  CHECK(grant->grant_id.rfind(absl::StrCat(absl::Hex(old_incarnation), "-"), 0) == 0);
+  CHECK(grant->units == q - 2);
+  CHECK(grant->expires_at == clock.now() + 1h);
   first.reset();  // the process dies holding 8 units: they are never refunded
   auto second = make(authority, {.q_min = q, .q_max = q, .grant_ttl = 1h}, clock);
   CHECK(second->incarnation() != old_incarnation);
+  CHECK_FALSE(second->held("{acme}read").has_value());  // nothing carried over
   run(*second, 30);
   // The central bucket had 20: 10 went to the dead process, 10 to the new one.
   CHECK(second->granted_units() == 10);

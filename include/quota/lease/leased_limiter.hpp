@@ -130,6 +130,17 @@ class StoreAuthority {
   std::atomic<std::int64_t> round_trips_{0};
 };
 
+// What a holder holds for one key (LeasedLimiter::held): the last grant's id (which
+// names the owner's incarnation), the policy version it was granted under, the units
+// still held, and when they expire on the holder's clock.
+struct Grant {
+  std::string grant_id;
+  std::uint64_t incarnation = 0;
+  std::uint64_t version = 0;
+  std::int64_t units = 0;
+  Nanos expires_at{0};
+};
+
 struct LeaseOptions {
   std::int64_t q_min = 1;     // smallest grant, units
   std::int64_t q_max = 1000;  // largest grant, units; the overshoot bound is H·q_max
@@ -191,6 +202,24 @@ class LeasedLimiter {
     return refill_and_spend(key, *h, now, cost);
   }
 
+  // The grant held for `key`, if any units are held and not expired.
+  std::optional<Grant> held(std::string_view key) {
+    Holding* h = nullptr;
+    {
+      detail::MutexLock lock(map_mu_);
+      auto it = holdings_.find(detail::to_absl(key));
+      if (it == holdings_.end()) return std::nullopt;
+      h = it->second.get();
+    }
+    detail::MutexLock lock(h->mu);
+    if (h->units <= 0 || clock_.now() >= h->expires_at) return std::nullopt;
+    return Grant{.grant_id = h->grant_id,
+                 .incarnation = options_.incarnation,
+                 .version = h->version,
+                 .units = h->units,
+                 .expires_at = h->expires_at};
+  }
+
   std::uint64_t incarnation() const { return options_.incarnation; }
   // Grants taken (successful grant round trips) and units they brought, for tests and
   // benchmarks.
@@ -207,6 +236,7 @@ class LeasedLimiter {
     Nanos granted_at ABSL_GUARDED_BY(mu){Nanos::min()};
     std::int64_t spent_since_grant ABSL_GUARDED_BY(mu) = 0;
     std::uint64_t version ABSL_GUARDED_BY(mu) = 0;
+    std::string grant_id ABSL_GUARDED_BY(mu);  // of the last grant taken
     // A grant request whose reply was lost: retried with the same id and units.
     std::string pending_id ABSL_GUARDED_BY(mu);
     std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
@@ -292,6 +322,7 @@ class LeasedLimiter {
         h.retry_at = now + backoff(h.failures);
         return d.status();
       }
+      if (d->allowed) h.grant_id = h.pending_id;
       h.pending_id.clear();
       h.failures = 0;
       h.last_failure = absl::OkStatus();
