@@ -340,7 +340,10 @@ class SharedStrategy : public Strategy {
 
 #ifdef QUOTA_SIM_HAVE_REDIS
 // The Redis store on the caller's (simulated) clock: TimeSource::kCaller, so the run is
-// as reproducible as the in-process one. Keys get a per-run prefix.
+// as reproducible as the in-process one. Keys get a per-run prefix. Redis expires a key
+// on ITS wall clock (time to full + a 1 s margin); the simulation runs faster than real
+// time, so an active bucket does not expire early here — and if one did, the verifier
+// would report the extra burst.
 class RedisStrategy : public Strategy {
  public:
   static absl::StatusOr<std::unique_ptr<RedisStrategy>> create(const Options& o,
