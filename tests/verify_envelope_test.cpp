@@ -154,6 +154,17 @@ TEST_CASE("window verifier equals brute force over all window positions on rando
 
 TEST_CASE("token-bucket verifier: closed intervals and exact fractions", "[verify]") {
   const Rate one_per_3s{.units = 1, .per = 3s};
+  SECTION("the example of the header") {
+    const std::vector<AdmittedEvent> log = {{0, 20}, {10'000'000, 1}};
+    const auto r = quota::verify::verify_token_bucket(log, {.units = 100, .per = 1s}, 20);
+    REQUIRE(r.ok());
+    CHECK(r->holds());
+    CHECK(r->slack_micro() == 0);  // 21 units in 10 ms = 100/s · 10 ms + 20 exactly
+    const auto w = quota::verify::verify_window(log, 20, 1s);
+    REQUIRE(w.ok());
+    CHECK_FALSE(w->holds());
+    CHECK(w->peak == 21);
+  }
   SECTION("a violation of 1/3000 micro-unit is reported, rounded up to 1 micro-unit") {
     // Two units 1 ns less than one refill apart: 2 > 1 + (3s - 1ns)/3s.
     const std::vector<AdmittedEvent> log = {{0, 1}, {3'000'000'000 - 1, 1}};

@@ -10,6 +10,8 @@
 //       the log conforms iff that peak <= burst + extra. This is exactly the guarantee of
 //       quota::TokenBucket: over any interval of length T, admitted <= r·T + B. `extra`
 //       is an allowance (leases, fail-open budgets: DESIGN §6) added to the burst.
+//       Intervals are closed: the events at t_i count too. (The half-open (s, t] of the
+//       issue text would drop them and accept a bucket that admits one event too many.)
 //       O(n) time, O(1) extra space.
 //   verify_window(events, limit, window)
 //       the largest cost admitted in any half-open window of length W, as the sliding
