@@ -151,3 +151,13 @@ TEST_CASE("FixedWindow agrees with the exact model on 1,000 random traces") {
   INFO("seed " << seed);
   quota::testing::compare_random_traces<FixedWindow>(seed * 1'000'003, 1'200, 150);
 }
+
+TEST_CASE("FixedWindow state from a larger limit (a rule change) reports remaining 0") {
+  const FixedWindow big{.limit = 8, .window = Nanos{100}};
+  const FixedWindow small{.limit = 4, .window = Nanos{100}};
+  auto s = big.init(Nanos{0});
+  REQUIRE(big.apply(s, Nanos{0}, 8).allowed);
+  CHECK(small.apply(s, Nanos{10}, 1) ==
+        Decision{false, 0, Nanos{90}, Nanos{90}, 0, Reason::kOverLimit});
+  CHECK(small.apply(s, Nanos{100}, 4).allowed);
+}

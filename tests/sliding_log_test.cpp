@@ -170,3 +170,16 @@ TEST_CASE("SlidingLog agrees with the exact model on 1,000 random traces") {
   INFO("seed " << seed);
   quota::testing::compare_random_traces<SlidingLog>(seed * 1'000'003, 1'200, 150);
 }
+
+TEST_CASE("SlidingLog state from a larger limit (a rule change) stays safe") {
+  const SlidingLog big{.limit = 8, .window = Nanos{100}};
+  const SlidingLog small{.limit = 4, .window = Nanos{100}};
+  auto s = big.init(Nanos{0});
+  for (int i = 0; i < 8; ++i) REQUIRE(big.apply(s, Nanos{i}, 1).allowed);
+  // 8 units logged against a limit of 4: nothing passes until 5 of them have left (at 104).
+  CHECK(small.apply(s, Nanos{10}, 1) ==
+        Decision{false, 0, Nanos{94}, Nanos{97}, 0, Reason::kOverLimit});
+  CHECK(small.apply(s, Nanos{104}, 1) ==
+        Decision{true, 0, Nanos{0}, Nanos{100}, 0, Reason::kAllowed});
+  CHECK(s.events() == 4);
+}

@@ -40,6 +40,7 @@
 //   quota::Decision d = fw.apply(s, quota::Nanos{0}, 5);   // allowed, remaining 95
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -146,7 +147,10 @@ struct FixedWindow {
     return (absl::int128(detail::floor_div(t, w)) + 1) * w;
   }
 
-  std::int64_t remaining(const State& s) const { return limit - s.count; }
+  // Clamped at 0 only for a state built under a larger limit (a rule change).
+  std::int64_t remaining(const State& s) const {
+    return std::max<std::int64_t>(0, limit - s.count);
+  }
 
   Nanos to_next_window(const State& s) const {
     return detail::saturate_nanos(next_window_start(s.last) - s.last);

@@ -124,9 +124,11 @@ struct SlidingLog {
 
     void push_back(std::int64_t time, std::uint64_t cum, std::size_t max_slots) {
       if (size_ == ring_.size()) {
-        // Geometric growth, capped at the most events that can be live (limit).
+        // Geometric growth, capped at the most events that can be live (limit): an
+        // admission has used + cost <= limit with every cost >= 1, so size_ < limit
+        // here; the size_ + 1 floor is only a guard.
         const std::size_t grown = std::max<std::size_t>(4, ring_.size() * 2);
-        std::vector<Event> bigger(std::min(grown, max_slots));
+        std::vector<Event> bigger(std::max(std::min(grown, max_slots), size_ + 1));
         for (std::size_t i = 0; i < size_; ++i) bigger[i] = at(i);
         ring_ = std::move(bigger);
         head_ = 0;
@@ -193,7 +195,10 @@ struct SlidingLog {
   }
 
  private:
-  std::int64_t remaining(const State& s) const { return limit - s.used(); }
+  // Clamped at 0 only for a state built under a larger limit (a rule change).
+  std::int64_t remaining(const State& s) const {
+    return std::max<std::int64_t>(0, limit - s.used());
+  }
 
   // W − (last − e): time until an event at e leaves, for a live event (last − e < W).
   Nanos until_leaves(const State& s, std::int64_t e) const {
