@@ -13,6 +13,7 @@
 #include "quota/limiter.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/lossy_proxy.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 
@@ -196,4 +197,106 @@ TEST_CASE("after SCRIPT FLUSH the store loads the script again and the decision 
   REQUIRE(d.ok());
   CHECK(d->allowed);
   CHECK(d->remaining == 2);
+}
+
+TEST_CASE("an attempt id makes a decision idempotent, even when its reply was lost") {
+  quota::testing::LossyProxy proxy(quota::testing::redis_port());
+  auto cfg = quota::testing::redis_config();
+  cfg.port = proxy.port();
+  auto opts = options("attempt");
+  opts.pool = std::make_shared<quota::redis::ConnectionPool>(cfg, 1);
+  RedisStore<TokenBucket> store(opts);
+  // Load the script first, so that the lost reply is the decision's.
+  REQUIRE(store.apply(kTen, "{acme}warm", Nanos{0}, 1).ok());
+
+  proxy.drop_next_reply();
+  auto lost = store.acquire(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
+  REQUIRE_FALSE(lost.ok());
+  CHECK(absl::IsUnavailable(lost.status()));
+  CHECK(proxy.dropped() == 1);
+
+  // The retry replays the first decision: it ran on the server, and charges nothing more.
+  auto retry = store.acquire(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
+  REQUIRE(retry.ok());
+  CHECK(retry->replayed);
+  CHECK(retry->decision.allowed);
+  CHECK(retry->decision.remaining == 6);
+  auto again = store.acquire(kTen, "{acme}att", Nanos{5}, 4, "attempt-1");
+  REQUIRE(again.ok());
+  CHECK(again->replayed);
+  CHECK(again->decision == retry->decision);
+  auto next = store.acquire(kTen, "{acme}att", Nanos{0}, 1);
+  REQUIRE(next.ok());
+  CHECK_FALSE(next->replayed);
+  CHECK(next->decision.remaining == 5);  // 10 − 4 (once) − 1
+
+  // The same id with another cost or another key is an error, and charges nothing.
+  auto other_cost = store.acquire(kTen, "{acme}att", Nanos{0}, 3, "attempt-1");
+  CHECK(absl::IsInvalidArgument(other_cost.status()));
+  auto other_key = store.acquire(kTen, "{acme}other", Nanos{0}, 4, "attempt-1");
+  CHECK(absl::IsInvalidArgument(other_key.status()));
+  auto after = store.apply(kTen, "{acme}att", Nanos{0}, 1);
+  REQUIRE(after.ok());
+  CHECK(after->remaining == 4);
+  CHECK(absl::IsInvalidArgument(store.acquire(kTen, "{acme}att", Nanos{0}, 1, "bad\nid").status()));
+
+  // The record expires after attempt_ttl.
+  auto lease = store.options().pool->acquire();
+  REQUIRE(lease.ok());
+  auto ttl = (*lease)->command({"PTTL", store.options().prefix + "a{acme}attempt-1"});
+  REQUIRE(ttl.ok());
+  CHECK((*ttl)->integer > 0);
+  CHECK((*ttl)->integer <= std::chrono::milliseconds(store.options().attempt_ttl).count());
+}
+
+TEST_CASE("a hierarchical check deducts from every bucket or from none") {
+  RedisStore<TokenBucket> store(options("hier"));
+  const TokenBucket tenant_wide{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const TokenBucket route{.rate = {.units = 1, .per = 1s}, .burst = 3};
+  using Req = RedisStore<TokenBucket>::Request;
+  const std::vector<Req> both = {{&tenant_wide, "{acme}", 2}, {&route, "{acme}create", 2}};
+  auto first = store.acquire_all(both, Nanos{0});
+  REQUIRE(first.ok());
+  CHECK(first->decision.allowed);
+  CHECK(first->decision.remaining == 1);  // the least: route 3 − 2
+  REQUIRE(first->parts.size() == 2);
+  CHECK(first->parts[0].remaining == 8);
+  auto second = store.acquire_all(both, Nanos{0});
+  REQUIRE(second.ok());
+  CHECK_FALSE(second->decision.allowed);  // the route bucket has 1 left
+  CHECK(second->decision.reason == Reason::kOverLimit);
+  CHECK(second->decision.retry_after == 1s);
+  CHECK(second->parts[0].remaining == 8);  // the tenant-wide bucket was not charged
+  auto tenant = store.apply(tenant_wide, "{acme}", Nanos{0}, 1);
+  REQUIRE(tenant.ok());
+  CHECK(tenant->remaining == 7);
+  const std::vector<Req> cross = {{&tenant_wide, "{acme}", 1}, {&route, "{other}create", 1}};
+  CHECK(absl::IsInvalidArgument(store.acquire_all(cross, Nanos{0}).status()));
+}
+
+TEST_CASE("acquire_many pipelines a batch with the same decisions as one by one") {
+  RedisStore<TokenBucket> store(options("many"));
+  using Item = RedisStore<TokenBucket>::BatchItem;
+  std::vector<Item> items;
+  for (int i = 0; i < 64; ++i) items.push_back({i % 2 == 0 ? "{acme}hot" : "{acme}cold", 1});
+  items.push_back({"{bad", 1});
+  auto result = store.acquire_many(kTen, items, Nanos{0});
+  REQUIRE(result.ok());
+  REQUIRE(result->size() == 65);
+  int hot_allowed = 0;
+  for (int i = 0; i < 64; i += 2) {
+    REQUIRE((*result)[i].ok());
+    // in request order: the first 10 pass, then every one is denied
+    CHECK((*result)[i]->allowed == (i / 2 < 10));
+    hot_allowed += (*result)[i]->allowed;
+  }
+  CHECK(hot_allowed == 10);
+  CHECK(absl::IsInvalidArgument((*result)[64].status()));
+  // After SCRIPT FLUSH the batch still decides (NOSCRIPT → retried once with EVAL).
+  run(store, {"SCRIPT", "FLUSH"});
+  auto more =
+      store.acquire_many(kTen, std::vector<Item>{{"{acme}new", 3}, {"{acme}new", 3}}, Nanos{0});
+  REQUIRE(more.ok());
+  REQUIRE((*more)[1].ok());
+  CHECK((*more)[1]->remaining == 4);
 }

@@ -1,0 +1,129 @@
+// tests/redis/support/lossy_proxy.hpp — a loopback TCP proxy in front of redis-server
+// that can lose a reply: armed with drop_next_reply(), it forwards the next command to
+// the server (which runs it) and closes the client's connection when the reply comes
+// back, instead of forwarding it. That is the "reply lost" fault of idempotent attempts.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace quota::testing {
+
+class LossyProxy {
+ public:
+  explicit LossyProxy(int server_port) : server_port_(server_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 16) != 0) {
+      throw std::runtime_error("proxy: cannot listen");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~LossyProxy() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  LossyProxy(const LossyProxy&) = delete;
+  LossyProxy& operator=(const LossyProxy&) = delete;
+
+  int port() const { return port_; }
+  void drop_next_reply() { drop_ = true; }
+  int dropped() const { return dropped_.load(); }
+
+ private:
+  struct Pair {
+    int client, server;
+  };
+
+  int connect_server() const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(server_port_));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  // One thread polls everything: the listening socket and both ends of every pair.
+  void run() {
+    std::vector<Pair> pairs;
+    char buf[65536];
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (const Pair& p : pairs) {
+        fds.push_back({p.client, POLLIN, 0});
+        fds.push_back({p.server, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int c = ::accept(listen_fd_, nullptr, nullptr);
+        const int s = c >= 0 ? connect_server() : -1;
+        if (s >= 0) {
+          pairs.push_back({c, s});
+        } else if (c >= 0) {
+          ::close(c);
+        }
+        continue;  // fds no longer match pairs
+      }
+      std::vector<Pair> keep;
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        const Pair p = pairs[i];
+        bool closed = false;
+        if (fds[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
+          const ssize_t n = ::read(p.client, buf, sizeof buf);
+          closed = n <= 0 || ::write(p.server, buf, static_cast<std::size_t>(n)) != n;
+        }
+        if (!closed && (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
+          const ssize_t n = ::read(p.server, buf, sizeof buf);
+          if (n > 0 && drop_.exchange(false)) {
+            ++dropped_;
+            closed = true;  // the server ran it; the client never hears back
+          } else {
+            closed = n <= 0 || ::write(p.client, buf, static_cast<std::size_t>(n)) != n;
+          }
+        }
+        if (closed) {
+          ::close(p.client);
+          ::close(p.server);
+        } else {
+          keep.push_back(p);
+        }
+      }
+      pairs = std::move(keep);
+    }
+    for (const Pair& p : pairs) {
+      ::close(p.client);
+      ::close(p.server);
+    }
+  }
+
+  int server_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> drop_{false};
+  std::atomic<int> dropped_{0};
+  std::thread thread_;
+};
+
+}  // namespace quota::testing
