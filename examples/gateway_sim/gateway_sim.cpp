@@ -11,7 +11,8 @@
 //                the tenant's central bucket (an in-process authority), spent locally;
 //                promises r·T + B + G·q_max, with far fewer authority round trips;
 //   redis        the shared Redis store (with --redis HOST:PORT), deciding on the
-//                simulated time (TimeSource::kCaller) rounded down to its tick.
+//                simulated time (TimeSource::kCaller) rounded down to its tick;
+//   redis-leases leases whose authority is that Redis store (with --redis).
 //
 // Gateways are threads. They move through simulated time in lock-step ticks (--tick-ms):
 // each gateway decides its requests of one tick, stamped with their own simulated time,
@@ -119,12 +120,13 @@ Flags (--flag VALUE or --flag=VALUE):
   --tick-ms MS       lock-step granularity of simulated time, 1..100 (default 10);
                      within one tick the gateways race each other
   --seed N           traffic seed (default 1)
-  --strategies LIST  comma-separated, from local-full,local-split,shared,leases,redis
-                     (default: local-full,local-split,shared,leases, plus redis with
-                     --redis)
+  --strategies LIST  comma-separated, from local-full, local-split, shared, leases,
+                     redis, redis-leases (default: local-full,local-split,shared,leases,
+                     plus redis,redis-leases with --redis)
   --lease-q Q        leases: the largest grant a gateway holds, units (default 50,
                      at most the tenant's burst); they promise r*T + B + G*Q
-  --redis HOST:PORT  also run the shared Redis store at HOST:PORT
+  --redis HOST:PORT  also run the shared Redis store at HOST:PORT, directly (redis)
+                     and as the authority of leases (redis-leases)
   --verify-burst B   check the hot tenant against r*T + B with this B instead of its
                      contract's (to watch the checker fail: exit status 1)
   --svg PATH         where to write the chart (default: gateway_sim.svg in the
@@ -133,8 +135,8 @@ Flags (--flag VALUE or --flag=VALUE):
   --help             this text
 
 Requests are reads (cost 1) or, one in ten, creates (cost 5).
-Exit status: 0 ok; 1 a strategy broke the envelope it promises (shared and redis:
-r*T + B; leases: r*T + B + G*Q);
+Exit status: 0 ok; 1 a strategy broke the envelope it promises (shared, redis:
+r*T + B; leases, redis-leases: r*T + B + G*Q);
 2 bad flags; 3 the run failed (e.g. Redis unreachable).
 )";
 
@@ -230,9 +232,11 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
       o.strategies = absl::StrSplit(value, ',', absl::SkipEmpty());
       for (const auto& s : o.strategies) {
         if (s != "local-full" && s != "local-split" && s != "shared" && s != "leases" &&
-            s != "redis") {
+            s != "redis" && s != "redis-leases") {
           return absl::StrFormat(
-              "unknown strategy '%s' (known: local-full, local-split, shared, leases, redis)", s);
+              "unknown strategy '%s' (known: local-full, local-split, shared, leases, redis, "
+              "redis-leases)",
+              s);
         }
       }
       if (o.strategies.empty()) return "--strategies needs at least one strategy";
@@ -256,11 +260,17 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
   }
   if (o.strategies.empty()) {
     o.strategies = {"local-full", "local-split", "shared", "leases"};
-    if (!o.redis.empty()) o.strategies.push_back("redis");
+    if (!o.redis.empty()) {
+      o.strategies.push_back("redis");
+      o.strategies.push_back("redis-leases");
+    }
   }
-  const bool wants_redis =
-      std::find(o.strategies.begin(), o.strategies.end(), "redis") != o.strategies.end();
-  if (wants_redis && o.redis.empty()) return "strategy 'redis' needs --redis HOST:PORT";
+  for (const char* r : {"redis", "redis-leases"}) {
+    if (std::find(o.strategies.begin(), o.strategies.end(), r) != o.strategies.end() &&
+        o.redis.empty()) {
+      return absl::StrFormat("strategy '%s' needs --redis HOST:PORT", r);
+    }
+  }
   o.traffic.hot_units_per_s = o.load * static_cast<double>(o.rate);
   o.traffic.quiet_units_per_s = o.quiet_load * static_cast<double>(o.quiet_rate);
   return "";
@@ -366,19 +376,18 @@ struct SimClock {
 // token bucket) and spends them locally. They promise r·T + B + H·q_max with H = G
 // holders. Time is rounded down to the tick, as for redis: grants and spends of one
 // tick share one time, so a grant is never logged after the spends it paid for.
+template <class Authority>
 class LeaseStrategy : public Strategy {
  public:
-  using Authority = quota::StoreAuthority<quota::ShardedStore, SimClock>;
   using Leased = quota::LeasedLimiter<Authority, SimClock>;
 
-  static absl::StatusOr<std::unique_ptr<LeaseStrategy>> create(const Options& o,
-                                                               const Tenants& tenants) {
-    std::unique_ptr<LeaseStrategy> s(new LeaseStrategy(tenants, o));
-    for (std::size_t t = 0; t < tenants.contract.size(); ++t) {
-      const TokenBucket& c = tenants.contract[t];
-      s->authorities_.push_back(std::make_unique<Authority>(c));
-      s->q_max_.push_back(std::min(o.lease_q, c.burst));
-    }
+  // `authorities`: one per tenant (each holds that tenant's contract).
+  static absl::StatusOr<std::unique_ptr<LeaseStrategy>> create(
+      std::string name, const Options& o, const Tenants& tenants,
+      std::vector<std::unique_ptr<Authority>> authorities) {
+    std::unique_ptr<LeaseStrategy> s(new LeaseStrategy(std::move(name), tenants, o));
+    s->authorities_ = std::move(authorities);
+    for (const TokenBucket& c : tenants.contract) s->q_max_.push_back(std::min(o.lease_q, c.burst));
     s->limiters_.resize(o.traffic.gateways);
     for (int g = 0; g < o.traffic.gateways; ++g) {
       for (std::size_t t = 0; t < tenants.contract.size(); ++t) {
@@ -395,7 +404,7 @@ class LeaseStrategy : public Strategy {
     }
     return s;
   }
-  std::string name() const override { return "leases"; }
+  std::string name() const override { return name_; }
   std::int64_t allowance(std::uint32_t tenant) const override {
     return static_cast<std::int64_t>(limiters_.size()) * q_max_[tenant];
   }
@@ -414,8 +423,9 @@ class LeaseStrategy : public Strategy {
   }
 
  private:
-  LeaseStrategy(const Tenants& tenants, const Options& o)
-      : tenants_(tenants), tick_ns_(o.tick_ms * 1'000'000) {}
+  LeaseStrategy(std::string name, const Tenants& tenants, const Options& o)
+      : name_(std::move(name)), tenants_(tenants), tick_ns_(o.tick_ms * 1'000'000) {}
+  std::string name_;
   const Tenants& tenants_;
   std::int64_t tick_ns_;
   std::vector<std::unique_ptr<Authority>> authorities_;         // per tenant
@@ -423,7 +433,42 @@ class LeaseStrategy : public Strategy {
   std::vector<std::vector<std::unique_ptr<Leased>>> limiters_;  // [gateway][tenant]
 };
 
+using InProcessAuthority = quota::StoreAuthority<quota::ShardedStore, SimClock>;
+
 #ifdef QUOTA_SIM_HAVE_REDIS
+// Connects to --redis (and checks it answers) and checks that the Lua twin decides every
+// contract exactly. The store decides on the caller's time (simulated), under a per-run
+// key prefix.
+absl::StatusOr<quota::RedisStoreOptions> redis_options(const Options& o, const Tenants& tenants) {
+  const auto colon = o.redis.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(o.redis.substr(colon + 1), &port) ||
+      port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--redis expects HOST:PORT, got '%s'", o.redis));
+  }
+  quota::redis::ConnectionConfig cfg{.host = o.redis.substr(0, colon), .port = port};
+  cfg.connect_timeout = 500ms;
+  cfg.command_timeout = 500ms;
+  cfg.pool_wait = 500ms;
+  auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, o.traffic.gateways);
+  {
+    auto lease = pool->acquire();
+    if (!lease.ok()) return lease.status();
+    auto pong = (*lease)->command({"PING"});
+    if (!pong.ok()) return pong.status();
+  }
+  for (const auto& c : tenants.contract) {
+    if (auto s = quota::RedisStore<TokenBucket>::check(c); !s.ok()) return s;
+  }
+  quota::RedisStoreOptions opts{
+      .pool = pool,
+      .prefix = absl::StrFormat("quota-sim:%d:%d:", ::getpid(),
+                                std::chrono::steady_clock::now().time_since_epoch().count()),
+      .time = quota::redis::TimeSource::kCaller};
+  return opts;
+}
+
 // The Redis store on the caller's (simulated) clock: TimeSource::kCaller, so the run is
 // as reproducible as the in-process one. Keys get a per-run prefix. Redis expires a key
 // on ITS wall clock (time to full + a 1 s margin); the simulation runs faster than real
@@ -433,34 +478,10 @@ class RedisStrategy : public Strategy {
  public:
   static absl::StatusOr<std::unique_ptr<RedisStrategy>> create(const Options& o,
                                                                const Tenants& tenants) {
-    const auto colon = o.redis.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(o.redis.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--redis expects HOST:PORT, got '%s'", o.redis));
-    }
-    quota::redis::ConnectionConfig cfg{.host = o.redis.substr(0, colon), .port = port};
-    cfg.connect_timeout = 500ms;
-    cfg.command_timeout = 500ms;
-    cfg.pool_wait = 500ms;
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, o.traffic.gateways);
-    {
-      auto lease = pool->acquire();
-      if (!lease.ok()) return lease.status();
-      auto pong = (*lease)->command({"PING"});
-      if (!pong.ok()) return pong.status();
-    }
-    for (const auto& c : tenants.contract) {
-      if (auto s = quota::RedisStore<TokenBucket>::check(c); !s.ok()) return s;
-    }
-    quota::RedisStoreOptions opts{
-        .pool = pool,
-        .prefix = absl::StrFormat("quota-sim:%d:%d:", ::getpid(),
-                                  std::chrono::steady_clock::now().time_since_epoch().count()),
-        .time = quota::redis::TimeSource::kCaller};
+    auto opts = redis_options(o, tenants);
+    if (!opts.ok()) return opts.status();
     return std::unique_ptr<RedisStrategy>(
-        new RedisStrategy(tenants, std::move(opts), o.tick_ms * 1'000'000));
+        new RedisStrategy(tenants, std::move(*opts), o.tick_ms * 1'000'000));
   }
   std::string name() const override { return "redis"; }
   std::int64_t allowance(std::uint32_t) const override { return 0; }
@@ -483,6 +504,29 @@ class RedisStrategy : public Strategy {
   quota::RedisStore<TokenBucket> store_;
   std::int64_t tick_ns_;
 };
+
+// quota::redis::LeaseAuthority, but on the calling gateway's simulated time (it passes no
+// time: the server's TIME decides). A grant is one acquire with the grant id as the
+// attempt id, so a retried grant replays instead of charging twice.
+class SimRedisAuthority {
+ public:
+  SimRedisAuthority(std::shared_ptr<quota::RedisStore<TokenBucket>> store, TokenBucket policy)
+      : store_(std::move(store)), policy_(policy) {}
+  absl::StatusOr<quota::Decision> grant(std::string_view key, std::int64_t units,
+                                        std::string_view grant_id) {
+    round_trips_.fetch_add(1, std::memory_order_relaxed);
+    auto r = store_->acquire(policy_, key, Nanos{t_sim_now_ns}, units, grant_id);
+    if (!r.ok()) return r.status();
+    return r->decision;
+  }
+  std::int64_t round_trips() const { return round_trips_.load(std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<quota::RedisStore<TokenBucket>> store_;
+  TokenBucket policy_;
+  std::atomic<std::int64_t> round_trips_{0};
+};
+static_assert(quota::LeaseAuthority<SimRedisAuthority>);
 #endif
 
 // -------------------------------------------------------------------------------- run
@@ -582,9 +626,34 @@ absl::StatusOr<std::unique_ptr<Strategy>> make_strategy(const std::string& name,
   }
   if (name == "shared") return std::make_unique<SharedStrategy>(tenants);
   if (name == "leases") {
-    auto l = LeaseStrategy::create(o, tenants);
+    std::vector<std::unique_ptr<InProcessAuthority>> authorities;
+    for (const TokenBucket& c : tenants.contract) {
+      authorities.push_back(std::make_unique<InProcessAuthority>(c));
+    }
+    auto l = LeaseStrategy<InProcessAuthority>::create(name, o, tenants, std::move(authorities));
     if (!l.ok()) return l.status();
     return std::unique_ptr<Strategy>(std::move(*l));
+  }
+  if (name == "redis-leases") {
+#ifdef QUOTA_SIM_HAVE_REDIS
+    auto opts = redis_options(o, tenants);
+    if (!opts.ok()) {
+      return absl::Status(opts.status().code(),
+                          absl::StrCat("--redis ", o.redis, ": ", opts.status().message()));
+    }
+    auto store = std::make_shared<quota::RedisStore<TokenBucket>>(std::move(*opts));
+    std::vector<std::unique_ptr<SimRedisAuthority>> authorities;
+    for (const TokenBucket& c : tenants.contract) {
+      authorities.push_back(std::make_unique<SimRedisAuthority>(store, c));
+    }
+    auto l = LeaseStrategy<SimRedisAuthority>::create(name, o, tenants, std::move(authorities));
+    if (!l.ok()) return l.status();
+    return std::unique_ptr<Strategy>(std::move(*l));
+#else
+    return absl::UnimplementedError(
+        "--redis: the Redis store is not available in this build (hiredis was not found "
+        "when it was configured)");
+#endif
   }
   if (name == "redis") {
 #ifdef QUOTA_SIM_HAVE_REDIS
@@ -748,7 +817,9 @@ const char* color_of(const std::string& name) {
   if (name == "local-split") return "#ff7f0e";
   if (name == "shared") return "#2ca02c";
   if (name == "redis") return "#1f77b4";
-  return "#9467bd";
+  if (name == "leases") return "#9467bd";
+  if (name == "redis-leases") return "#17becf";
+  return "#8c564b";
 }
 
 }  // namespace
