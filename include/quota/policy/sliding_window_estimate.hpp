@@ -67,6 +67,18 @@
 
 namespace quota {
 
+namespace detail {
+
+// floor(a·b / d) for a, b >= 0 and d > 0, exactly: one 64-bit multiply and divide when
+// a·b fits in int64 (the common case), 128-bit arithmetic otherwise.
+inline absl::int128 mul_div_floor(std::int64_t a, std::int64_t b, std::int64_t d) {
+  std::int64_t product;
+  if (!__builtin_mul_overflow(a, b, &product)) return product / d;
+  return absl::int128(a) * b / d;
+}
+
+}  // namespace detail
+
 struct SlidingWindowEstimate {
   std::int64_t limit = 1;                 // N
   Nanos window{std::chrono::seconds(1)};  // W
@@ -131,11 +143,12 @@ struct SlidingWindowEstimate {
   }
 
  private:
+  // The largest c with (cur + c)·W + prev·(W − el) <= N·W, by the exact identity
+  // floor(N − cur − prev·(W − el)/W) = N − cur − prev + floor(prev·el / W).
   std::int64_t remaining(const State& s) const {
-    const absl::int128 w = window.count();
-    const absl::int128 el = detail::floor_mod(s.last, window.count());
-    const absl::int128 room = (absl::int128(limit) * w - absl::int128(s.prev) * (w - el)) / w;
-    const absl::int128 r = room - s.cur;
+    const std::int64_t el = detail::floor_mod(s.last, window.count());
+    const absl::int128 r =
+        absl::int128(limit) - s.cur - s.prev + detail::mul_div_floor(s.prev, el, window.count());
     return r < 0 ? 0 : static_cast<std::int64_t>(r);
   }
 
@@ -148,19 +161,19 @@ struct SlidingWindowEstimate {
 
   // The least d > 0 at which a request of `cost` (<= limit) passes, for a denied one.
   Nanos retry_after(const State& s, std::int64_t cost) const {
-    const absl::int128 w = window.count();
-    const absl::int128 el = detail::floor_mod(s.last, window.count());
+    const std::int64_t w = window.count();
+    const std::int64_t el = detail::floor_mod(s.last, w);
     // In this window, at offset e > el: prev·(W − e) <= (N − cur − cost)·W.
-    const absl::int128 room = (absl::int128(limit) - s.cur - cost) * w;
-    if (room >= 0 && s.prev > 0) {
-      const absl::int128 max_weight = room / s.prev;  // W − e <= max_weight
+    const std::int64_t spare = limit - s.cur - cost;  // > -2^63: all terms in [0, kMaxUnits]
+    if (spare >= 0 && s.prev > 0) {
+      const absl::int128 max_weight = detail::mul_div_floor(spare, w, s.prev);  // W − e
       if (max_weight >= 1) return detail::saturate_nanos(w - max_weight - el);
     }
-    // In the next window (prev' = cur, cur' = 0), at offset e >= 0: cur·(W − e) <= (N − cost)·W.
-    const absl::int128 to_next = w - el;
-    const absl::int128 room_next = (absl::int128(limit) - cost) * w;
+    // In the next window (prev' = cur, cur' = 0), at offset e >= 0:
+    // cur·(W − e) <= (N − cost)·W.
+    const absl::int128 to_next = absl::int128(w) - el;
     if (s.cur == 0) return detail::saturate_nanos(to_next);
-    const absl::int128 max_weight = room_next / s.cur;
+    const absl::int128 max_weight = detail::mul_div_floor(limit - cost, w, s.cur);
     if (max_weight >= 1) {
       const absl::int128 e = max_weight >= w ? absl::int128(0) : w - max_weight;
       return detail::saturate_nanos(to_next + e);
