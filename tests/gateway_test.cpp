@@ -211,3 +211,23 @@ TEST_CASE("the attempt cache is bounded") {
   CHECK(cache.begin("c", "f", 10s).ok());  // expired ids swept
   CHECK(cache.size() == 1);
 }
+
+TEST_CASE("switching a rule's kind through the registry keeps what was left") {
+  RuleRegistry registry(build(basic_spec(1, 1, 50)));
+  quota::LocalStore<KeyPolicy> store;
+  Gateway gw(store, registry);
+  for (int i = 0; i < 46; ++i) REQUIRE(gw.decide(kRead, Nanos{0})->decision.allowed);  // 4 left
+  auto spec = basic_spec(2);
+  spec.rules[0].policy = quota::FixedWindow{.limit = 30, .window = 60s};
+  REQUIRE(registry.publish(build(spec)).ok());
+  // Not a fresh window of 30: the 4 units left (+1 refilled at the old rate by 1 s).
+  int admitted = 0;
+  while (gw.decide(kRead, 1s)->decision.allowed) ++admitted;
+  CHECK(admitted == 5);
+  auto d = gw.decide(kRead, 1s);
+  CHECK(d->decision.version == 2);
+  CHECK(d->decision.retry_after == 59s);  // the window policy's own next window
+  auto next = gw.decide(kRead, 60s);
+  CHECK(next->decision.allowed);
+  CHECK(next->decision.remaining == 29);
+}

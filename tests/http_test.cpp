@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ostream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "quota/policy/token_bucket.hpp"
@@ -194,4 +195,13 @@ TEST_CASE("the Retry-After of a real denial is the policy's retry_after rounded 
   CHECK(a.headers == std::vector<Header>{{"Retry-After", "3"},
                                          {"RateLimit-Policy", "\"default\";q=1;w=3"},
                                          {"RateLimit", "\"default\";r=0;t=3"}});
+}
+
+TEST_CASE("a policy held in a variant is described by its alternative") {
+  std::variant<quota::TokenBucket, WindowLike> p = WindowLike{.limit = 50, .window = 10s};
+  auto w = quota::http::describe("v", p);
+  REQUIRE(w.ok());
+  CHECK(quota::http::policy_field(*w) == "\"v\";q=50;w=10");
+  p = quota::TokenBucket{.rate = {.units = 1, .per = 2s}, .burst = 4};
+  CHECK(quota::http::policy_field(*quota::http::describe("v", p)) == "\"v\";q=4;w=8");
 }

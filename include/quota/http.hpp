@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/numeric/int128.h"
@@ -179,6 +180,13 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const P& p) {
   if (auto s = p.validate(); !s.ok()) return s;
   std::int64_t w = detail::ceil_seconds(p.window);
   return PolicyInfo{.name = std::string(name), .quota = p.limit, .window_seconds = w < 1 ? 1 : w};
+}
+
+// A policy held in a std::variant (e.g. quota::gateway::RulePolicy): the alternative's
+// description.
+template <class... Ps>
+absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps...>& p) {
+  return std::visit([&](const auto& x) { return describe(name, x); }, p);
 }
 
 // The answer for a decision made under `policy`.
