@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "quota/policy/fixed_window.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/printers.hpp"
@@ -20,6 +21,7 @@
 
 using namespace std::chrono_literals;
 using quota::Decision;
+using quota::FixedWindow;
 using quota::Nanos;
 using quota::RedisStore;
 using quota::TokenBucket;
@@ -155,4 +157,98 @@ TEST_CASE("the Lua twin decides bit-identically to quota::TokenBucket on random 
   CHECK(requests >= 10'000);
   CHECK(allowed > requests / 10);
   CHECK(allowed < requests);
+}
+
+namespace {
+
+// Windows the Lua twin accepts: divisors of 1 s and whole seconds up to 9e6 s.
+const std::int64_t kWindows[] = {1,
+                                 2,
+                                 8,
+                                 1'000,
+                                 1'000'000,
+                                 250'000'000,
+                                 1'000'000'000,
+                                 2'000'000'000,
+                                 60'000'000'000,
+                                 3'600'000'000'000,
+                                 9'000'000'000'000'000};
+
+std::int64_t next_window_time(std::mt19937_64& rng, std::int64_t w, std::int64_t now) {
+  const std::int64_t start = quota::detail::floor_div(now, w) * w;
+  switch (rng() % 7) {
+    case 0:
+      return now;
+    case 1:
+      return now + static_cast<std::int64_t>(rng() % 3);
+    case 2:
+      return now - static_cast<std::int64_t>(rng() % 1'000'000'000);  // backwards
+    case 3:
+      return start + w - 1 + static_cast<std::int64_t>(rng() % 3);  // around the boundary
+    case 4:
+      return now + log_uniform(rng, 1, 20'000'000'000'000'000);
+    default:
+      return now + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(w / 5 + 1));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the FixedWindow Lua twin decides bit-identically to quota::FixedWindow") {
+  const std::uint64_t seed = quota::testing::test_seed(20261130);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  RedisStore<FixedWindow> store(
+      quota::RedisStoreOptions{.pool = quota::testing::redis_pool(1),
+                               .prefix = quota::testing::unique_prefix("diff-fw"),
+                               .time = quota::redis::TimeSource::kCaller});
+  int requests = 0, allowed = 0;
+  for (int trace = 0; trace < 44; ++trace) {
+    FixedWindow p{.limit = trace == 0 ? quota::kMaxUnits : log_uniform(rng, 1, 1'000'000'000'000),
+                  .window = Nanos{kWindows[static_cast<std::size_t>(trace) % std::size(kWindows)]}};
+    REQUIRE(p.validate().ok());
+    REQUIRE(RedisStore<FixedWindow>::check(p).ok());
+    const std::string key = "{diff}fw" + std::to_string(trace);
+    std::int64_t now = static_cast<std::int64_t>(rng() >> 2);
+    FixedWindow::State state = p.init(Nanos{now});
+    for (int i = 0; i < 250; ++i) {
+      if (i > 0) now = std::max<std::int64_t>(0, next_window_time(rng, p.window.count(), now));
+      std::int64_t cost;
+      switch (rng() % 8) {
+        case 0:
+          cost = static_cast<std::int64_t>(rng() % 2) - 1;
+          break;
+        case 1:
+          cost = p.limit + 1;
+          break;
+        case 2:
+          cost = quota::kMaxUnits;
+          break;
+        default:
+          cost = log_uniform(rng, 1, std::max<std::int64_t>(1, p.limit / 3 + 1));
+      }
+      const Decision expected = p.apply(state, Nanos{now}, cost);
+      auto got = store.apply(p, key, Nanos{now}, cost);
+      INFO("trace " << trace << " request " << i << " limit=" << p.limit
+                    << " window=" << p.window.count() << " now=" << now << " cost=" << cost);
+      REQUIRE(got.ok());
+      REQUIRE(*got == expected);
+      ++requests;
+      allowed += expected.allowed;
+    }
+  }
+  std::printf("FixedWindow: %d requests, %d allowed, identical decisions\n", requests, allowed);
+  CHECK(requests >= 10'000);
+  CHECK(allowed > requests / 10);
+  CHECK(allowed < requests);
+}
+
+TEST_CASE("FixedWindow windows the Lua twin cannot make exact are rejected, naming the bound") {
+  const absl::Status s = RedisStore<FixedWindow>::check({.limit = 10, .window = Nanos{3}});
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message().find("window") != absl::string_view::npos);
+  CHECK(absl::IsInvalidArgument(
+      RedisStore<FixedWindow>::check({.limit = 10, .window = std::chrono::hours(24 * 105)})));
+  CHECK(absl::IsInvalidArgument(
+      RedisStore<FixedWindow>::check({.limit = quota::redis::kLuaExact, .window = 1s})));
 }

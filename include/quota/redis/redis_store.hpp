@@ -63,9 +63,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "quota/decision.hpp"
+#include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/connection.hpp"
+#include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
 #include "quota/redis/token_bucket_lua.hpp"
 #include "quota/units.hpp"
@@ -91,7 +93,7 @@ struct LuaTwin;
 
 template <>
 struct LuaTwin<TokenBucket> {
-  static constexpr const char* script() { return kTokenBucketLua; }
+  static const std::string& script() { return kTokenBucketLua; }
 
   // The script's per-bucket parameters; see token_bucket_lua.hpp.
   struct Params {
@@ -145,6 +147,43 @@ struct LuaTwin<TokenBucket> {
     args.push_back(absl::StrCat(pr.p));
     args.push_back(absl::StrCat(pr.g));
     args.push_back(absl::StrCat(pr.fill));
+  }
+};
+
+template <>
+struct LuaTwin<FixedWindow> {
+  static const std::string& script() { return kFixedWindowLua; }
+
+  struct Params {
+    std::int64_t mode = 1, w = 1;  // see fixed_window_lua.hpp
+  };
+
+  static absl::StatusOr<Params> params(const FixedWindow& fw) {
+    if (auto s = fw.validate(); !s.ok()) return s;
+    if (fw.limit > kLuaExact - 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "limit=%d: the Redis store counts in Lua doubles, exact below 2^53, so limit must be "
+          "at most %d",
+          fw.limit, kLuaExact - 2));
+    }
+    const std::int64_t w = fw.window.count();
+    constexpr std::int64_t kSecond = 1'000'000'000;
+    if (kSecond % w == 0) return Params{.mode = 1, .w = w};
+    if (w % kSecond == 0 && w <= kMaxFillNs) return Params{.mode = 2, .w = w / kSecond};
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
+        "of seconds up to %d s (~104 days), so that window starts are exact in Lua",
+        w, kMaxFillNs / kSecond));
+  }
+
+  static void append_args(const FixedWindow& fw, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, fw.limit + 1)));
+    args.push_back(absl::StrCat(fw.limit));
+    args.push_back(absl::StrCat(pr.mode));
+    args.push_back(absl::StrCat(pr.w));
+    args.push_back("0");
+    args.push_back("0");
   }
 };
 

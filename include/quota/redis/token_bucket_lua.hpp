@@ -44,15 +44,13 @@
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 #pragma once
 
+#include <string>
+
+#include "quota/redis/lua_common.hpp"
+
 namespace quota::redis {
 
-inline constexpr const char* kTokenBucketLua = R"lua(
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
-  return q, r
-end
+inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local function reach(tokens, c, need, m, p)
   if tokens >= need then return 0 end
   if m == 0 then return -1 end
@@ -66,33 +64,6 @@ local function reach(tokens, c, need, m, p)
   local q = idiv(-y, m)
   return a * p - q
 end
-local function int_in(x, lo, hi)
-  return x == x and x == math.floor(x) and x >= lo and x <= hi
-end
-local n = tonumber(ARGV[6])
-local attempt_ttl = tonumber(ARGV[4])
-if attempt_ttl > 0 then
-  local prev = redis.call('GET', KEYS[n + 1])
-  if prev then
-    local fp, rest = string.match(prev, '^(.-)\n(.*)$')
-    if fp ~= ARGV[5] then
-      return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
-    end
-    local out = {1}
-    for v in string.gmatch(rest, '%S+') do out[#out + 1] = tonumber(v) end
-    return out
-  end
-end
-local sec, ns
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  sec = tonumber(t[1])
-  ns = tonumber(t[2]) * 1000
-else
-  sec = tonumber(ARGV[1])
-  ns = tonumber(ARGV[2])
-end
-local margin = tonumber(ARGV[3])
 local st = {}
 local all = 1
 for i = 1, n do
@@ -172,12 +143,9 @@ for i = 1, n do
   local k = 4 + 5 * (i - 1)
   out[k + 1] = s[7]; out[k + 2] = s[8]; out[k + 3] = rem; out[k + 4] = s[9]; out[k + 5] = reset
 end
-if attempt_ttl > 0 then
-  local parts = {}
-  for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
-  redis.call('SET', KEYS[n + 1], ARGV[5] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
-end
-return out
 )lua";
+
+// The whole script.
+inline const std::string kTokenBucketLua = std::string(kLuaHead) + kTokenBucketLuaBody + kLuaTail;
 
 }  // namespace quota::redis

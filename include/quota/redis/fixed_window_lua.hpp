@@ -1,0 +1,100 @@
+// quota/redis/fixed_window_lua.hpp — the Lua twin of quota::FixedWindow.
+//
+// Bit-identical to FixedWindow::apply (include/quota/policy/fixed_window.hpp): a count
+// per aligned window [k·W, (k+1)·W), reset when the window index advances; backwards
+// time changes nothing. Shared arguments, reply and attempt handling: lua_common.hpp.
+//
+// Exactness. Times are two limbs (seconds, nanoseconds), so the window index of a time
+// is never formed as one number. The store accepts windows that tile the second grid:
+//   mode 1: W divides 1 s (1 ns … 1 s): the window of (sec, ns) is (sec, floor(ns / W)),
+//           the time to the next window start W − ns mod W;
+//   mode 2: W is a whole number s of seconds, s <= 9·10^6 (~104 days): the window is
+//           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns.
+// Every value stays below 2^53: counts are <= limit < 2^53, durations <= 9·10^15 ns.
+//
+// State: one 24-byte string per key, struct-packed doubles (count, last seconds, last
+// nanoseconds). TTL: the time to the next window start (when the count drops to 0) plus
+// the margin.
+//
+// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, mode, W (mode 1, ns) or s
+// (mode 2, seconds), 0, 0.
+#pragma once
+
+#include <string>
+
+#include "quota/redis/lua_common.hpp"
+
+namespace quota::redis {
+
+inline constexpr const char* kFixedWindowLuaBody = R"lua(
+local function same_window(mode, w, s1, n1, s2, n2)
+  if mode == 1 then return s1 == s2 and idiv(n1, w) == idiv(n2, w) end
+  return idiv(s1, w) == idiv(s2, w)
+end
+local function to_next(mode, w, s1, n1)
+  if mode == 1 then
+    local _, r = idiv(n1, w)
+    return w - r
+  end
+  local _, r = idiv(s1, w)
+  return (w - r) * 1000000000 - n1
+end
+for i = 1, n do
+  local o = 7 + 6 * (i - 1)
+  local cost, limit = tonumber(ARGV[o]), tonumber(ARGV[o + 1])
+  local mode, w = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+  local key = KEYS[i]
+  local raw = redis.pcall('GET', key)
+  local count, lsec, lns
+  if type(raw) == 'table' then
+    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota window')
+  elseif raw then
+    if #raw ~= 24 then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
+        ' bytes, expected 24')
+    end
+    count, lsec, lns = struct.unpack('<ddd', raw)
+    if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -1e12, 1e12) and
+            int_in(lns, 0, 999999999)) then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+    end
+  else
+    count, lsec, lns = 0, sec, ns
+  end
+  if sec > lsec or (sec == lsec and ns > lns) then
+    if not same_window(mode, w, sec, ns, lsec, lns) then count = 0 end
+    lsec, lns = sec, ns
+  end
+  local ok, reason, retry = 0, 1, 0
+  if cost < 1 then
+    reason = 3; retry = -1
+  elseif cost > limit then
+    reason = 2; retry = -1
+  elseif cost <= limit - count then
+    ok = 1; reason = 0
+  else
+    retry = to_next(mode, w, lsec, lns)
+  end
+  if ok == 0 then all = 0 end
+  st[i] = {key, count, lsec, lns, cost, ok, reason, retry, limit, mode, w}
+end
+local out = {0, sec, ns, all}
+for i = 1, n do
+  local s = st[i]
+  local count = s[2]
+  if all == 1 then count = count + s[5] end
+  local reset = 0
+  if count > 0 then reset = to_next(s[10], s[11], s[3], s[4]) end
+  local ms = idiv(reset + 999999, 1000000)
+  redis.call('SET', s[1], struct.pack('<ddd', count, s[3], s[4]), 'PX', ms + margin)
+  local rem = s[9] - count
+  if rem < 0 then rem = 0 end
+  local k = 4 + 5 * (i - 1)
+  out[k + 1] = s[6]; out[k + 2] = s[7]; out[k + 3] = rem; out[k + 4] = s[8]; out[k + 5] = reset
+end
+)lua";
+
+// The whole script.
+inline const std::string kFixedWindowLua = std::string(kLuaHead) + kFixedWindowLuaBody + kLuaTail;
+
+}  // namespace quota::redis

@@ -1,0 +1,76 @@
+// quota/redis/lua_common.hpp — the parts every policy's Lua twin shares.
+//
+// Each twin is kLuaHead + its own body + kLuaTail, one script. The shared contract (the
+// store builds the arguments and parses the reply, redis_store.hpp):
+//
+// KEYS[1..n]       bucket keys (one hash slot: one tenant)
+// KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
+// ARGV[1], ARGV[2] caller time (seconds, nanoseconds in [0, 1e9)), or '' and '' for the
+//                  server's TIME
+// ARGV[3]          TTL margin, ms
+// ARGV[4]          attempt TTL, ms ('0': no attempt)
+// ARGV[5]          attempt fingerprint (keys and costs; no newline)
+// ARGV[6]          n
+// ARGV[7+6(i-1)..] 6 per-bucket arguments, the twin's own
+// Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
+//         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
+//         (-1 = never), reset_after ns (-1 = never)}.
+// Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
+//
+// The head defines idiv (exact floor division of integers below 2^53: the quotient of
+// a floating division is off by at most one, and one correction step fixes it), int_in,
+// replays a stored attempt, reads the time into `sec`, `ns` and sets `n`, `margin`,
+// `st` (per-bucket scratch) and `all`. The body must fill `out` (the reply). The tail
+// stores the attempt's reply and returns `out`.
+#pragma once
+
+namespace quota::redis {
+
+inline constexpr const char* kLuaHead = R"lua(
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+  return q, r
+end
+local function int_in(x, lo, hi)
+  return x == x and x == math.floor(x) and x >= lo and x <= hi
+end
+local n = tonumber(ARGV[6])
+local attempt_ttl = tonumber(ARGV[4])
+if attempt_ttl > 0 then
+  local prev = redis.call('GET', KEYS[n + 1])
+  if prev then
+    local fp, rest = string.match(prev, '^(.-)\n(.*)$')
+    if fp ~= ARGV[5] then
+      return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
+    end
+    local out = {1}
+    for v in string.gmatch(rest, '%S+') do out[#out + 1] = tonumber(v) end
+    return out
+  end
+end
+local sec, ns
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  sec = tonumber(t[1])
+  ns = tonumber(t[2]) * 1000
+else
+  sec = tonumber(ARGV[1])
+  ns = tonumber(ARGV[2])
+end
+local margin = tonumber(ARGV[3])
+local st = {}
+local all = 1
+)lua";
+
+inline constexpr const char* kLuaTail = R"lua(
+if attempt_ttl > 0 then
+  local parts = {}
+  for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
+  redis.call('SET', KEYS[n + 1], ARGV[5] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
+end
+return out
+)lua";
+
+}  // namespace quota::redis
