@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/sliding_log.hpp"
+#include "quota/verify/envelope.hpp"
 #include "support/exact_windows.hpp"
 #include "support/printers.hpp"
 #include "support/seed.hpp"
@@ -163,6 +164,12 @@ TEST_CASE("SlidingLog keeps the limit in every window of random traffic") {
     peak = std::max(peak, sum);
   }
   CHECK(peak == 17);  // reached, never exceeded
+  std::vector<quota::verify::AdmittedEvent> events;
+  for (const auto& [t, cost] : admitted) events.push_back({.time_ns = t, .cost = cost});
+  const auto report = quota::verify::verify_window(events, 17, Nanos{1'000});
+  REQUIRE(report.ok());
+  CHECK(report->holds());
+  CHECK(report->peak == 17);
 }
 
 TEST_CASE("SlidingLog agrees with the exact model on 1,000 random traces") {

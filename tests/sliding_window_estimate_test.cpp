@@ -12,15 +12,11 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/sliding_window_estimate.hpp"
+#include "quota/verify/envelope.hpp"
 #include "support/exact_windows.hpp"
 #include "support/printers.hpp"
 #include "support/seed.hpp"
 #include "support/window_traces.hpp"
-
-#if __has_include("quota/verify/envelope.hpp")
-#include "quota/verify/envelope.hpp"
-#define QUOTA_HAVE_ENVELOPE_VERIFIER 1
-#endif
 
 using namespace std::chrono_literals;
 using quota::Decision;
@@ -185,14 +181,13 @@ TEST_CASE("SlidingWindowEstimate overshoot in a true sliding window (documented)
     INFO("N=" << c.n << " W=" << c.w);
     CHECK(peak == c.peak);
     CHECK(peak == 2 * c.n - (2 * c.n + c.w - 1) / c.w);
-#ifdef QUOTA_HAVE_ENVELOPE_VERIFIER
+    // The envelope verifier agrees with the brute force.
     std::vector<quota::verify::AdmittedEvent> events;
     for (const auto& [t, cost] : log) events.push_back({.time_ns = t, .cost = cost});
     const auto report = quota::verify::verify_window(events, c.n, Nanos{c.w});
     REQUIRE(report.ok());
     CHECK(report->peak == peak);
     CHECK(report->holds() == (peak <= c.n));
-#endif
   }
 }
 
