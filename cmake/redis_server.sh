@@ -51,7 +51,10 @@ case "$what" in
     dir=$(cd "$dir" && pwd -P)
     stop
     for _ in $(seq 1 50); do
-      port=$(( 20000 + RANDOM % 40000 ))
+      # Below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by default):
+      # a client reconnecting to a killed server's port could otherwise be given that
+      # very port as its source and connect to itself, keeping the restart from binding.
+      port=$(( 20000 + RANDOM % 12000 ))
       if launch "$port"; then
         echo "$port" > "$dir/port"
         echo "redis-server on 127.0.0.1:$port (dir $dir)"
