@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/printers.hpp"
@@ -194,23 +195,29 @@ std::int64_t next_window_time(std::mt19937_64& rng, std::int64_t w, std::int64_t
 
 }  // namespace
 
-TEST_CASE("the FixedWindow Lua twin decides bit-identically to quota::FixedWindow") {
-  const std::uint64_t seed = quota::testing::test_seed(20261130);
-  INFO("seed " << seed);
+// Random traces through a window policy P (FixedWindow, SlidingWindowEstimate) and its
+// twin: `traces` traces of 250 requests; trace 0 has the largest limit.
+template <class P>
+void window_differential(const char* name, std::uint64_t default_seed, std::int64_t max_window) {
+  const std::uint64_t seed = quota::testing::test_seed(default_seed);
+  INFO(name << " seed " << seed);
   std::mt19937_64 rng(seed);
-  RedisStore<FixedWindow> store(
+  RedisStore<P> store(
       quota::RedisStoreOptions{.pool = quota::testing::redis_pool(1),
-                               .prefix = quota::testing::unique_prefix("diff-fw"),
+                               .prefix = quota::testing::unique_prefix(std::string("diff-") + name),
                                .time = quota::redis::TimeSource::kCaller});
+  std::vector<std::int64_t> windows;
+  for (std::int64_t w : kWindows) windows.push_back(std::min(w, max_window));
   int requests = 0, allowed = 0;
   for (int trace = 0; trace < 44; ++trace) {
-    FixedWindow p{.limit = trace == 0 ? quota::kMaxUnits : log_uniform(rng, 1, 1'000'000'000'000),
-                  .window = Nanos{kWindows[static_cast<std::size_t>(trace) % std::size(kWindows)]}};
+    P p{.limit = trace == 0 ? quota::kMaxUnits : log_uniform(rng, 1, 1'000'000'000'000),
+        .window = Nanos{windows[static_cast<std::size_t>(trace) % windows.size()]}};
+    if (trace % 5 == 1) p.limit = log_uniform(rng, 1, 20);  // small limits: many denials
     REQUIRE(p.validate().ok());
-    REQUIRE(RedisStore<FixedWindow>::check(p).ok());
-    const std::string key = "{diff}fw" + std::to_string(trace);
+    REQUIRE(RedisStore<P>::check(p).ok());
+    const std::string key = "{diff}w" + std::to_string(trace);
     std::int64_t now = static_cast<std::int64_t>(rng() >> 2);
-    FixedWindow::State state = p.init(Nanos{now});
+    typename P::State state = p.init(Nanos{now});
     for (int i = 0; i < 250; ++i) {
       if (i > 0) now = std::max<std::int64_t>(0, next_window_time(rng, p.window.count(), now));
       std::int64_t cost;
@@ -237,10 +244,21 @@ TEST_CASE("the FixedWindow Lua twin decides bit-identically to quota::FixedWindo
       allowed += expected.allowed;
     }
   }
-  std::printf("FixedWindow: %d requests, %d allowed, identical decisions\n", requests, allowed);
+  std::printf("%s: %d requests, %d allowed, identical decisions\n", name, requests, allowed);
   CHECK(requests >= 10'000);
   CHECK(allowed > requests / 10);
   CHECK(allowed < requests);
+}
+
+TEST_CASE("the FixedWindow Lua twin decides bit-identically to quota::FixedWindow") {
+  window_differential<FixedWindow>("FixedWindow", 20261130, quota::redis::kMaxFillNs);
+}
+
+TEST_CASE("the SlidingWindowEstimate Lua twin decides bit-identically to the C++ policy") {
+  window_differential<quota::SlidingWindowEstimate>(
+      "SlidingWindowEstimate", 20261131,
+      quota::redis::LuaTwin<quota::SlidingWindowEstimate>::kMaxWindowNs / 1'000'000'000 *
+          1'000'000'000);
 }
 
 TEST_CASE("FixedWindow windows the Lua twin cannot make exact are rejected, naming the bound") {
@@ -251,4 +269,13 @@ TEST_CASE("FixedWindow windows the Lua twin cannot make exact are rejected, nami
       RedisStore<FixedWindow>::check({.limit = 10, .window = std::chrono::hours(24 * 105)})));
   CHECK(absl::IsInvalidArgument(
       RedisStore<FixedWindow>::check({.limit = quota::redis::kLuaExact, .window = 1s})));
+}
+
+TEST_CASE("SlidingWindowEstimate windows outside the Lua twin's exact range are rejected") {
+  using S = RedisStore<quota::SlidingWindowEstimate>;
+  CHECK(S::check({.limit = 10, .window = 1s}).ok());
+  const absl::Status s = S::check({.limit = 10, .window = std::chrono::hours(24 * 53)});
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message().find("2^52") != absl::string_view::npos);
+  CHECK(absl::IsInvalidArgument(S::check({.limit = 10, .window = Nanos{3}})));
 }

@@ -65,10 +65,12 @@
 #include "quota/decision.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
+#include "quota/redis/sliding_window_estimate_lua.hpp"
 #include "quota/redis/token_bucket_lua.hpp"
 #include "quota/units.hpp"
 
@@ -184,6 +186,40 @@ struct LuaTwin<FixedWindow> {
     args.push_back(absl::StrCat(pr.w));
     args.push_back("0");
     args.push_back("0");
+  }
+};
+
+template <>
+struct LuaTwin<SlidingWindowEstimate> {
+  static const std::string& script() { return kSlidingWindowEstimateLua; }
+
+  struct Params {
+    std::int64_t mode = 1, w = 1, per = 0;  // see sliding_window_estimate_lua.hpp
+  };
+
+  // The longest window: below 2^52 ns (products of two values below 2^52 are exact).
+  static constexpr std::int64_t kMaxWindowNs = 4'500'000'000'000'000;
+
+  static absl::StatusOr<Params> params(const SlidingWindowEstimate& sw) {
+    if (auto s = sw.validate(); !s.ok()) return s;
+    const std::int64_t w = sw.window.count();
+    constexpr std::int64_t kSecond = 1'000'000'000;
+    if (kSecond % w == 0) return Params{.mode = 1, .w = w, .per = kSecond / w};
+    if (w % kSecond == 0 && w <= kMaxWindowNs) return Params{.mode = 2, .w = w / kSecond, .per = 0};
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
+        "of seconds up to %d s (~52 days, below 2^52 ns), so that the estimate is exact in Lua",
+        w, kMaxWindowNs / kSecond));
+  }
+
+  static void append_args(const SlidingWindowEstimate& sw, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sw.limit + 1)));
+    args.push_back(absl::StrCat(sw.limit));
+    args.push_back(absl::StrCat(pr.mode));
+    args.push_back(absl::StrCat(pr.w));
+    args.push_back(absl::StrCat(sw.window.count()));
+    args.push_back(absl::StrCat(pr.per));
   }
 };
 

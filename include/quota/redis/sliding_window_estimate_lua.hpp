@@ -1,0 +1,147 @@
+// quota/redis/sliding_window_estimate_lua.hpp — the Lua twin of
+// quota::SlidingWindowEstimate.
+//
+// Bit-identical to SlidingWindowEstimate::apply (include/quota/policy/
+// sliding_window_estimate.hpp): counters `cur` and `prev` of the aligned windows, a
+// request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the same remaining,
+// retry_after and reset_after. Shared arguments, reply and attempts: lua_common.hpp.
+//
+// Exactness. Times are two limbs (seconds, nanoseconds) and windows tile the second
+// grid exactly as in fixed_window_lua.hpp (mode 1: W divides 1 s; mode 2: W a whole
+// number of seconds). Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44,
+// W and el < 2^52) are formed exactly as two limbs (`mul`: H·2^52 + L, via 26-bit
+// halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a floating
+// estimate corrected with those exact comparisons. The store rejects W >= 2^52 ns
+// (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+//
+// State: one 32-byte string per key, struct-packed doubles (cur, prev, last seconds,
+// last nanoseconds). TTL: reset_after (both counters 0) plus the margin.
+//
+// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, mode, w (mode 1: W ns;
+// mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
+#pragma once
+
+#include <string>
+
+#include "quota/redis/lua_common.hpp"
+
+namespace quota::redis {
+
+inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
+local T26 = 67108864
+local T52 = 4503599627370496
+local function mul(a, b)
+  local a1, a0 = idiv(a, T26)
+  local b1, b0 = idiv(b, T26)
+  local m1, m0 = idiv(a1 * b0 + a0 * b1, T26)
+  local c, l = idiv(m0 * T26 + a0 * b0, T52)
+  return a1 * b1 + m1 + c, l
+end
+local function le(a, b, c, d)
+  local h1, l1 = mul(a, b)
+  local h2, l2 = mul(c, d)
+  return h1 < h2 or (h1 == h2 and l1 <= l2)
+end
+local function muldiv(a, b, c)
+  local q = math.floor(a * b / c)
+  if q < 0 then q = 0 end
+  while q > 0 and not le(q, c, a, b) do q = q - 1 end
+  while le(q + 1, c, a, b) do q = q + 1 end
+  return q
+end
+for i = 1, n do
+  local o = 7 + 6 * (i - 1)
+  local cost, limit = tonumber(ARGV[o]), tonumber(ARGV[o + 1])
+  local mode, w, W, per = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
+    tonumber(ARGV[o + 5])
+  local key = KEYS[i]
+  local raw = redis.pcall('GET', key)
+  local cur, prev, lsec, lns
+  if type(raw) == 'table' then
+    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota window estimate')
+  elseif raw then
+    if #raw ~= 32 then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
+        ' bytes, expected 32')
+    end
+    cur, prev, lsec, lns = struct.unpack('<dddd', raw)
+    if not (int_in(cur, 0, 4503599627370495) and int_in(prev, 0, 4503599627370495) and
+            int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+    end
+  else
+    cur, prev, lsec, lns = 0, 0, sec, ns
+  end
+  if sec > lsec or (sec == lsec and ns > lns) then
+    local d
+    if mode == 1 then
+      local dsec = sec - lsec
+      if dsec >= 2 then d = 2 else d = dsec * per + (idiv(ns, w) - idiv(lns, w)) end
+    else
+      d = idiv(sec, w) - idiv(lsec, w)
+    end
+    if d == 1 then
+      prev = cur; cur = 0
+    elseif d ~= 0 then
+      prev = 0; cur = 0
+    end
+    lsec, lns = sec, ns
+  end
+  local el
+  if mode == 1 then
+    local _, r = idiv(lns, w)
+    el = r
+  else
+    local _, r = idiv(lsec, w)
+    el = r * 1000000000 + lns
+  end
+  local ok, reason, retry = 0, 1, 0
+  if cost < 1 then
+    reason = 3; retry = -1
+  elseif cost > limit then
+    reason = 2; retry = -1
+  elseif cur + cost <= limit and le(prev, W - el, limit - cur - cost, W) then
+    ok = 1; reason = 0
+  else
+    local spare = limit - cur - cost
+    local to_next = W - el
+    retry = nil
+    if spare >= 0 and prev > 0 then
+      local mw = muldiv(spare, W, prev)
+      if mw >= 1 then retry = W - mw - el end
+    end
+    if retry == nil then
+      if cur == 0 then
+        retry = to_next
+      elseif limit - cost >= cur then
+        retry = to_next
+      else
+        local mw = muldiv(limit - cost, W, cur)
+        if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
+      end
+    end
+  end
+  if ok == 0 then all = 0 end
+  st[i] = {key, cur, prev, lsec, lns, cost, ok, reason, retry, limit, W, el}
+end
+local out = {0, sec, ns, all}
+for i = 1, n do
+  local s = st[i]
+  local cur, prev, limit, W, el = s[2], s[3], s[10], s[11], s[12]
+  if all == 1 then cur = cur + s[6] end
+  local reset = 0
+  if cur > 0 then reset = W - el + W elseif prev > 0 then reset = W - el end
+  local ms = idiv(reset + 999999, 1000000)
+  redis.call('SET', s[1], struct.pack('<dddd', cur, prev, s[4], s[5]), 'PX', ms + margin)
+  local rem = limit - cur - prev + muldiv(prev, el, W)
+  if rem < 0 then rem = 0 end
+  local k = 4 + 5 * (i - 1)
+  out[k + 1] = s[7]; out[k + 2] = s[8]; out[k + 3] = rem; out[k + 4] = s[9]; out[k + 5] = reset
+end
+)lua";
+
+// The whole script.
+inline const std::string kSlidingWindowEstimateLua =
+    std::string(kLuaHead) + kSlidingWindowEstimateLuaBody + kLuaTail;
+
+}  // namespace quota::redis
