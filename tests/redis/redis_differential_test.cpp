@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
@@ -269,6 +270,10 @@ TEST_CASE("FixedWindow windows the Lua twin cannot make exact are rejected, nami
       RedisStore<FixedWindow>::check({.limit = 10, .window = std::chrono::hours(24 * 105)})));
   CHECK(absl::IsInvalidArgument(
       RedisStore<FixedWindow>::check({.limit = quota::redis::kLuaExact, .window = 1s})));
+}
+
+TEST_CASE("the SlidingLog Lua twin decides bit-identically to quota::SlidingLog") {
+  window_differential<quota::SlidingLog>("SlidingLog", 20261132, quota::redis::kMaxFillNs);
 }
 
 TEST_CASE("SlidingWindowEstimate windows outside the Lua twin's exact range are rejected") {

@@ -11,6 +11,9 @@
 
 #include "quota/clock.hpp"
 #include "quota/limiter.hpp"
+#include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/lossy_proxy.hpp"
@@ -299,4 +302,27 @@ TEST_CASE("acquire_many pipelines a batch with the same decisions as one by one"
   REQUIRE(more.ok());
   REQUIRE((*more)[1].ok());
   CHECK((*more)[1]->remaining == 4);
+}
+
+TEMPLATE_TEST_CASE("every policy works as Limiter<P, RedisStore> with the server's time", "",
+                   quota::FixedWindow, quota::SlidingLog, quota::SlidingWindowEstimate) {
+  auto limiter = quota::Limiter<TestType, RedisStore>::create(
+      TestType{.limit = 3, .window = std::chrono::hours(1)},
+      options(std::string("limiter-") + std::to_string(sizeof(typename TestType::State)),
+              TimeSource::kServer));
+  REQUIRE(limiter.ok());
+  auto key = quota::redis::tenant_key("acme", "window");
+  REQUIRE(key.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto d = limiter->acquire(*key, 1);
+    REQUIRE(d.ok());
+    CHECK(d->allowed);
+    CHECK(d->remaining == 2 - i);
+  }
+  auto denied = limiter->acquire(*key, 1);
+  REQUIRE(denied.ok());
+  CHECK_FALSE(denied->allowed);
+  CHECK(denied->reason == Reason::kOverLimit);
+  CHECK(denied->retry_after > Nanos{0});
+  CHECK(denied->retry_after <= std::chrono::hours(2));
 }

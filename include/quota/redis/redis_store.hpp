@@ -65,11 +65,13 @@
 #include "quota/decision.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
+#include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
+#include "quota/redis/sliding_log_lua.hpp"
 #include "quota/redis/sliding_window_estimate_lua.hpp"
 #include "quota/redis/token_bucket_lua.hpp"
 #include "quota/units.hpp"
@@ -220,6 +222,34 @@ struct LuaTwin<SlidingWindowEstimate> {
     args.push_back(absl::StrCat(pr.w));
     args.push_back(absl::StrCat(sw.window.count()));
     args.push_back(absl::StrCat(pr.per));
+  }
+};
+
+template <>
+struct LuaTwin<SlidingLog> {
+  static const std::string& script() { return kSlidingLogLua; }
+
+  struct Params {};
+
+  static absl::StatusOr<Params> params(const SlidingLog& sl) {
+    if (auto s = sl.validate(); !s.ok()) return s;
+    if (sl.window.count() > kMaxFillNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window=%d ns: the Redis store's bound is %d ns (~104 days), so that event ages "
+          "are exact in Lua",
+          sl.window.count(), kMaxFillNs));
+    }
+    return Params{};
+  }
+
+  static void append_args(const SlidingLog& sl, const Params&, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sl.limit + 1)));
+    args.push_back(absl::StrCat(sl.limit));
+    args.push_back(absl::StrCat(sl.window.count()));
+    args.push_back("0");
+    args.push_back("0");
+    args.push_back("0");
   }
 };
 

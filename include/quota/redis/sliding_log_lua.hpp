@@ -1,0 +1,146 @@
+// quota/redis/sliding_log_lua.hpp — the Lua twin of quota::SlidingLog.
+//
+// Bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the
+// admitted (time, cost) events still in the window (t − W, t]; a request admitted iff
+// used + cost <= limit; a denial's retry_after is when the oldest events holding the
+// excess have left. Shared arguments, reply and attempts: lua_common.hpp.
+//
+// Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
+//   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
+//                    nanoseconds, used = the costs of the logged events);
+//   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
+//                    nanoseconds, cost). No valid bucket key ends in '}', so the list
+//                    never collides with another bucket.
+// Expired events are popped from the head (amortized O(1)); a denial scans from the
+// head until the excess is covered (O(events that must leave)). At most `limit` events
+// are live. Both keys expire at reset_after (every event has left) plus the margin.
+// (The list key is derived inside the script rather than passed in KEYS; it is in the
+// same slot, which is what Redis Cluster checks.)
+//
+// Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event
+// is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
+// store rejects W > 9·10^15 ns, ~104 days). Costs and `used` are <= kMaxUnits < 2^44.
+//
+// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, W ns, 0, 0, 0.
+#pragma once
+
+#include <string>
+
+#include "quota/redis/lua_common.hpp"
+
+namespace quota::redis {
+
+inline constexpr const char* kSlidingLogLuaBody = R"lua(
+local function age(s1, n1, s2, n2, w)
+  local dsec = s1 - s2
+  if dsec > 9000001 then return w end
+  return dsec * 1000000000 + (n1 - n2)
+end
+local function event(raw, key)
+  if type(raw) ~= 'string' or #raw ~= 24 then return nil end
+  local es, en, ec = struct.unpack('<ddd', raw)
+  if not (int_in(es, -1e12, 1e12) and int_in(en, 0, 999999999) and int_in(ec, 1, 9007199254740991)) then
+    return nil
+  end
+  return es, en, ec
+end
+for i = 1, n do
+  local o = 7 + 6 * (i - 1)
+  local cost, limit, w = tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
+  local key = KEYS[i]
+  local lkey = key .. '}l'
+  local raw = redis.pcall('GET', key)
+  local lsec, lns, used
+  if type(raw) == 'table' then
+    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota log')
+  elseif raw then
+    if #raw ~= 24 then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
+        ' bytes, expected 24')
+    end
+    lsec, lns, used = struct.unpack('<ddd', raw)
+    if not (int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999) and
+            int_in(used, 0, 9007199254740991)) then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+    end
+  else
+    lsec, lns, used = sec, ns, 0
+  end
+  local len = redis.pcall('LLEN', lkey)
+  if type(len) == 'table' then
+    return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ' is not a quota event list')
+  end
+  if sec > lsec or (sec == lsec and ns > lns) then lsec, lns = sec, ns end
+  while len > 0 do
+    local es, en, ec = event(redis.call('LINDEX', lkey, 0))
+    if es == nil then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
+    end
+    if age(lsec, lns, es, en, w) < w then break end
+    redis.call('LPOP', lkey)
+    len = len - 1
+    used = used - ec
+  end
+  if used < 0 or (len == 0 and used ~= 0) then
+    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used does not match the events')
+  end
+  local ok, reason, retry = 0, 1, 0
+  if cost < 1 then
+    reason = 3; retry = -1
+  elseif cost > limit then
+    reason = 2; retry = -1
+  elseif cost <= limit - used then
+    ok = 1; reason = 0
+  else
+    local excess = used + cost - limit
+    local acc, from = 0, 0
+    while retry == 0 do
+      local chunk = redis.call('LRANGE', lkey, from, from + 63)
+      if #chunk == 0 then
+        return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used exceeds the events')
+      end
+      for j = 1, #chunk do
+        local es, en, ec = event(chunk[j])
+        if es == nil then
+          return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
+        end
+        acc = acc + ec
+        if acc >= excess then
+          retry = w - age(lsec, lns, es, en, w)
+          break
+        end
+      end
+      from = from + 64
+    end
+  end
+  if ok == 0 then all = 0 end
+  st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w}
+end
+local out = {0, sec, ns, all}
+for i = 1, n do
+  local s = st[i]
+  local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
+  if all == 1 then
+    redis.call('RPUSH', lkey, struct.pack('<ddd', lsec, lns, s[7]))
+    used = used + s[7]
+    len = len + 1
+  end
+  local reset = 0
+  if len > 0 then
+    local es, en = event(redis.call('LINDEX', lkey, -1))
+    reset = w - age(lsec, lns, es, en, w)
+  end
+  local ms = idiv(reset + 999999, 1000000) + margin
+  redis.call('SET', s[1], struct.pack('<ddd', lsec, lns, used), 'PX', ms)
+  if len > 0 then redis.call('PEXPIRE', lkey, ms) end
+  local rem = s[11] - used
+  if rem < 0 then rem = 0 end
+  local k = 4 + 5 * (i - 1)
+  out[k + 1] = s[8]; out[k + 2] = s[9]; out[k + 3] = rem; out[k + 4] = s[10]; out[k + 5] = reset
+end
+)lua";
+
+// The whole script.
+inline const std::string kSlidingLogLua = std::string(kLuaHead) + kSlidingLogLuaBody + kLuaTail;
+
+}  // namespace quota::redis
