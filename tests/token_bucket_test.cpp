@@ -164,8 +164,9 @@ TEST_CASE("no loss: a client that always asks gets at least r*T + B - c_max",
     }
     // admitted >= units·now/per + B − c_max  <=>  (admitted + c_max − B)·per >= units·now
     const absl::int128 per = p.rate.per.count();
-    INFO("trace " << trace << " admitted " << admitted_by_denial << " by t=" << denied_at << " rate "
-                  << p.rate.units << "/" << p.rate.per.count() << "ns burst " << p.burst);
+    INFO("trace " << trace << " admitted " << admitted_by_denial << " by t=" << denied_at
+                  << " rate " << p.rate.units << "/" << p.rate.per.count() << "ns burst "
+                  << p.burst);
     REQUIRE((absl::int128(admitted_by_denial) + c_max - p.burst) * per >=
             absl::int128(p.rate.units) * denied_at);
   }
