@@ -28,10 +28,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,8 +44,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 
 namespace quota::redis {
 
@@ -239,10 +239,8 @@ class ConnectionPool {
 
   // Waits up to config.pool_wait for a free connection; kUnavailable after that.
   absl::StatusOr<Lease> acquire() {
-    absl::MutexLock lock(&mu_);
-    const bool got = mu_.AwaitWithTimeout(absl::Condition(this, &ConnectionPool::has_free),
-                                          absl::FromChrono(config_.pool_wait));
-    if (!got) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, config_.pool_wait, [this] { return !free_.empty(); })) {
       return absl::UnavailableError(absl::StrFormat("redis pool: all %d connections busy for %d us",
                                                     size_, config_.pool_wait.count()));
     }
@@ -255,17 +253,21 @@ class ConnectionPool {
   const ConnectionConfig& config() const { return config_; }
 
  private:
-  bool has_free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_.empty(); }
-
   void release(std::unique_ptr<Connection> conn) {
-    absl::MutexLock lock(&mu_);
-    free_.push_back(std::move(conn));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(std::move(conn));
+    }
+    cv_.notify_one();
   }
 
   const ConnectionConfig config_;
   std::size_t size_ = 0;
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<Connection>> free_ ABSL_GUARDED_BY(mu_);
+  // std::mutex rather than absl::Mutex: Debian's abseil is not built with TSan, which
+  // then cannot see absl::Mutex's synchronization.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Connection>> free_;  // guarded by mu_
 };
 
 }  // namespace quota::redis

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <span>
 #include <string>
@@ -61,7 +62,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "quota/decision.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
@@ -559,7 +559,7 @@ class RedisStore {
 
   absl::StatusOr<std::string> script_sha(redis::Connection& conn) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (!sha_.empty()) return sha_;
     }
     return load_script(conn);
@@ -573,15 +573,15 @@ class RedisStore {
       return absl::UnavailableError("malformed reply to SCRIPT LOAD: not a string");
     }
     std::string sha(redis::reply_string(**reply));
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     sha_ = sha;
     return sha;
   }
 
   RedisStoreOptions options_;
   absl::Status config_error_;
-  absl::Mutex mu_;
-  std::string sha_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;    // std::mutex: see ConnectionPool
+  std::string sha_;  // guarded by mu_
 };
 
 }  // namespace quota
