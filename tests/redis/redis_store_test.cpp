@@ -326,3 +326,26 @@ TEMPLATE_TEST_CASE("every policy works as Limiter<P, RedisStore> with the server
   CHECK(denied->retry_after > Nanos{0});
   CHECK(denied->retry_after <= std::chrono::hours(2));
 }
+
+TEST_CASE("acquire_batch decides a batch in one script call exactly as one by one") {
+  RedisStore<TokenBucket> batched(options("batch"));
+  RedisStore<TokenBucket> single(options("batch-ref"));
+  using Item = RedisStore<TokenBucket>::BatchItem;
+  const std::vector<std::string> keys = {"{a}x", "{b}y", "c", "{a}z"};
+  std::vector<Item> items;
+  for (int i = 0; i < 64; ++i) items.push_back({keys[i % keys.size()], 1 + i % 4});
+  for (int round = 0; round < 3; ++round) {
+    const Nanos now{round * 700'000'000LL};
+    auto got = batched.acquire_batch(kTen, items, now);
+    REQUIRE(got.ok());
+    REQUIRE(got->size() == items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto expected = single.apply(kTen, items[i].key, now, items[i].cost);
+      REQUIRE(expected.ok());
+      INFO("round " << round << " item " << i);
+      CHECK((*got)[i] == *expected);
+    }
+  }
+  CHECK(absl::IsInvalidArgument(
+      batched.acquire_batch(kTen, std::vector<Item>{{"{bad", 1}}, Nanos{0}).status()));
+}

@@ -82,7 +82,7 @@ local out = {0, sec, ns, all}
 for i = 1, n do
   local s = st[i]
   local count = s[2]
-  if all == 1 then count = count + s[5] end
+  if all == 1 or (batch and s[6] == 1) then count = count + s[5] end
   local reset = 0
   if count > 0 then reset = to_next(s[10], s[11], s[3], s[4]) end
   local ms = idiv(reset + 999999, 1000000)

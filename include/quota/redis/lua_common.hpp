@@ -8,7 +8,8 @@
 // ARGV[1], ARGV[2] caller time (seconds, nanoseconds in [0, 1e9)), or '' and '' for the
 //                  server's TIME
 // ARGV[3]          TTL margin, ms
-// ARGV[4]          attempt TTL, ms ('0': no attempt)
+// ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
+//                  decisions: each bucket deducted when it alone allows)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline)
 // ARGV[6]          n
 // ARGV[7+6(i-1)..] 6 per-bucket arguments, the twin's own
@@ -38,6 +39,7 @@ local function int_in(x, lo, hi)
 end
 local n = tonumber(ARGV[6])
 local attempt_ttl = tonumber(ARGV[4])
+local batch = attempt_ttl < 0
 if attempt_ttl > 0 then
   local prev = redis.call('GET', KEYS[n + 1])
   if prev then

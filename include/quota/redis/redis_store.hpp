@@ -394,6 +394,57 @@ class RedisStore {
     return results;
   }
 
+  // A batch in ONE script call: every item decided independently (each deducted when it
+  // alone allows), in order, atomically as a whole. Items may belong to different
+  // tenants — on a standalone server only (a cluster would need one call per slot). A
+  // key that repeats starts a new script call (the script reads every key before it
+  // writes), and all the calls go in one pipelined write. Per-item errors (an invalid
+  // key) fail the whole batch with that error; nothing is sent then.
+  absl::StatusOr<std::vector<Decision>> acquire_batch(const P& policy,
+                                                      std::span<const BatchItem> items, Nanos now) {
+    std::vector<std::vector<Request>> chunks(1);
+    std::vector<std::string_view> seen;
+    for (const BatchItem& item : items) {
+      if (std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
+        chunks.emplace_back();
+        seen.clear();
+      }
+      seen.push_back(item.key);
+      chunks.back().push_back(Request{&policy, item.key, item.cost});
+    }
+    if (items.empty()) return std::vector<Decision>{};
+    std::vector<Call> calls;
+    for (const auto& chunk : chunks) {
+      auto call = build(chunk, now, {}, /*batch=*/true);
+      if (!call.ok()) return call.status();
+      calls.push_back(std::move(*call));
+    }
+    auto lease = options_.pool->acquire();
+    if (!lease.ok()) return lease.status();
+    auto sha = script_sha(**lease);
+    if (!sha.ok()) return sha.status();
+    std::vector<std::vector<std::string_view>> cmds;
+    for (const Call& c : calls) cmds.push_back(c.argv(*sha));
+    auto replies = (*lease)->pipeline(cmds);
+    if (!replies.ok()) return replies.status();
+    std::vector<Decision> out;
+    out.reserve(items.size());
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      redis::Reply retried;
+      const redisReply* r = (*replies)[c].get();
+      if (redis::is_error(*r, "NOSCRIPT")) {
+        auto again = (*lease)->command(calls[c].argv_eval(Twin::script()));
+        if (!again.ok()) return again.status();
+        retried = std::move(*again);
+        r = retried.get();
+      }
+      auto parsed = parse(*r, chunks[c].size(), /*batch=*/true);
+      if (!parsed.ok()) return parsed.status();
+      for (Decision& d : parsed->parts) out.push_back(d);
+    }
+    return out;
+  }
+
   const RedisStoreOptions& options() const { return options_; }
 
   // The Redis key a store key maps to (tests and operators use it, e.g. MEMORY USAGE).
@@ -427,8 +478,8 @@ class RedisStore {
     }
   };
 
-  absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now,
-                             std::string_view attempt_id) const {
+  absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
+                             bool batch = false) const {
     if (!config_error_.ok()) return config_error_;
     if (reqs.empty()) return absl::InvalidArgumentError("no buckets requested");
     Call call;
@@ -440,7 +491,7 @@ class RedisStore {
       if (!parts.ok()) return parts.status();
       if (i == 0) {
         tag = std::string(parts->tag);
-      } else if (parts->tag != tag) {
+      } else if (!batch && parts->tag != tag) {
         return absl::InvalidArgumentError(
             absl::StrFormat("keys of one call must share one tenant (hash tag): \"%s\" vs \"%s\"",
                             tag, parts->tag));
@@ -472,9 +523,13 @@ class RedisStore {
       call.args.emplace_back();
     }
     call.args.push_back(absl::StrCat(options_.ttl_margin.count()));
-    call.args.push_back(has_attempt
-                            ? absl::StrCat(std::max<std::int64_t>(options_.attempt_ttl.count(), 1))
-                            : std::string("0"));
+    if (batch) {
+      call.args.push_back("-1");
+    } else if (has_attempt) {
+      call.args.push_back(absl::StrCat(std::max<std::int64_t>(options_.attempt_ttl.count(), 1)));
+    } else {
+      call.args.push_back("0");
+    }
     call.args.push_back(std::move(fingerprint));
     call.args.push_back(absl::StrCat(reqs.size()));
     for (auto& a : bucket_args) call.args.push_back(std::move(a));
@@ -492,7 +547,9 @@ class RedisStore {
 
   static Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
 
-  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::size_t n) {
+  // `batch`: independent decisions (acquire_batch): each part allowed on its own.
+  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::size_t n,
+                                              bool batch = false) {
     if (r.type == REDIS_REPLY_ERROR) {
       const std::string_view msg = redis::reply_string(r);
       if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
@@ -538,7 +595,7 @@ class RedisStore {
         return absl::UnavailableError(
             absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
       }
-      Decision d{.allowed = all,
+      Decision d{.allowed = batch ? f[0] != 0 : all,
                  .remaining = f[2],
                  .retry_after = to_nanos(f[3]),
                  .reset_after = to_nanos(f[4]),

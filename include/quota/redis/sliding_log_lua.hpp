@@ -120,7 +120,7 @@ local out = {0, sec, ns, all}
 for i = 1, n do
   local s = st[i]
   local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
-  if all == 1 then
+  if all == 1 or (batch and s[8] == 1) then
     redis.call('RPUSH', lkey, struct.pack('<ddd', lsec, lns, s[7]))
     used = used + s[7]
     len = len + 1

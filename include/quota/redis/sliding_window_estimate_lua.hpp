@@ -128,7 +128,7 @@ local out = {0, sec, ns, all}
 for i = 1, n do
   local s = st[i]
   local cur, prev, limit, W, el = s[2], s[3], s[10], s[11], s[12]
-  if all == 1 then cur = cur + s[6] end
+  if all == 1 or (batch and s[7] == 1) then cur = cur + s[6] end
   local reset = 0
   if cur > 0 then reset = W - el + W elseif prev > 0 then reset = W - el end
   local ms = idiv(reset + 999999, 1000000)

@@ -130,7 +130,7 @@ local out = {0, sec, ns, all}
 for i = 1, n do
   local s = st[i]
   local tokens, c, m, p = s[2], s[3], s[11], s[12]
-  if all == 1 then tokens = tokens - s[6] end
+  if all == 1 or (batch and s[7] == 1) then tokens = tokens - s[6] end
   local reset = reach(tokens, c, s[10], m, p)
   local v = struct.pack('<dddd', tokens, c * s[13], s[4], s[5])
   if m == 0 then
