@@ -35,7 +35,13 @@ class KeyedStates {
  public:
   using State = typename P::State;
 
-  explicit KeyedStates(std::size_t capacity) : capacity_(std::max<std::size_t>(capacity, 1)) {}
+  // `initial` slots are reserved up front: the sharded store gives each shard a few, so
+  // that two shards' first keys never share a cache line (false sharing between threads
+  // on distinct keys).
+  explicit KeyedStates(std::size_t capacity, std::size_t initial = 0)
+      : capacity_(std::max<std::size_t>(capacity, 1)) {
+    if (initial > 0) map_.reserve(initial);
+  }
 
   // Finds or creates the state of `key` (hash = key_hash(key)) and returns a pointer to it, valid
   // until the next call that may insert or evict. ResourceExhausted when the map is full and no key
