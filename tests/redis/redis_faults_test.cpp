@@ -173,3 +173,45 @@ TEST_CASE("SCRIPT FLUSH during load: every call still decides, and exactly the b
   CHECK(errors == 0);
   CHECK(allowed == 300);
 }
+
+TEST_CASE(
+    "BUSY (a script running too long) and READONLY (a replica) are unavailable, never decisions") {
+  RedisStore<TokenBucket> store(fault_options("busy"));
+  const std::string key = "{faults}busy";
+  REQUIRE(store.apply(kPolicy, key, Nanos{0}, 1).ok());
+  quota::redis::Connection admin(quota::testing::redis_config());
+
+  SECTION("READONLY") {
+    // A replica of a master that does not exist: it refuses writes at once.
+    REQUIRE(admin.command({"REPLICAOF", "127.0.0.1", "1"}).ok());
+    auto d = store.apply(kPolicy, key, Nanos{0}, 1);
+    REQUIRE(admin.command({"REPLICAOF", "NO", "ONE"}).ok());
+    REQUIRE_FALSE(d.ok());
+    CHECK(absl::IsUnavailable(d.status()));
+    CHECK(d.status().message().find("READONLY") != absl::string_view::npos);
+  }
+  SECTION("BUSY") {
+    REQUIRE(admin.command({"CONFIG", "SET", "busy-reply-threshold", "20"}).ok());
+    // Another client runs a script that never ends (it writes nothing, so SCRIPT KILL
+    // can stop it).
+    std::thread looping([] {
+      auto cfg = quota::testing::redis_config(3s);
+      quota::redis::Connection c(cfg);
+      (void)c.command({"EVAL", "while true do end", "0"});
+    });
+    std::this_thread::sleep_for(200ms);
+    auto d = store.apply(kPolicy, key, Nanos{0}, 1);
+    quota::redis::Connection killer(quota::testing::redis_config());
+    for (int i = 0; i < 50; ++i) {
+      auto k = killer.command({"SCRIPT", "KILL"});
+      if (k.ok() && (*k)->type == REDIS_REPLY_STATUS) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    looping.join();
+    REQUIRE(admin.command({"CONFIG", "SET", "busy-reply-threshold", "5000"}).ok());
+    REQUIRE_FALSE(d.ok());
+    CHECK(absl::IsUnavailable(d.status()));
+    CHECK(d.status().message().find("BUSY") != absl::string_view::npos);
+  }
+  REQUIRE(recovers(store, kPolicy, key));
+}
