@@ -34,10 +34,22 @@
 // range is kInvalidArgument naming the bound (check it up front with
 // `RedisStore<P>::check(policy)`).
 //
+// Policies: TokenBucket, FixedWindow, SlidingLog and SlidingWindowEstimate, each with
+// its Lua twin (token_bucket_lua.hpp, fixed_window_lua.hpp, sliding_log_lua.hpp,
+// sliding_window_estimate_lua.hpp), kept bit-identical to the C++ policy by
+// tests/redis/redis_differential_test.cpp. Each twin's exact range is narrower than the
+// C++ policy's (Lua numbers are doubles); `check` names the bound that a policy breaks.
+//
 // Beyond StateStore: `acquire` with an attempt id (idempotent: the first result is kept
 // in the tenant's slot for `attempt_ttl` and replayed), `acquire_all` (hierarchy: several
-// buckets of one tenant, all allow or nothing is deducted) and `acquire_many` (a
-// pipelined batch: many decisions in one write).
+// buckets of one tenant, all allow or nothing is deducted), `acquire_many` (a pipelined
+// batch: one EVALSHA per decision, all in one write) and `acquire_batch` (independent
+// decisions, many per EVALSHA; standalone servers only).
+//
+// Durability. The store keeps what Redis keeps: a server restarted without persistence
+// (or a failover that loses writes) recreates buckets full — an extra burst per key.
+// Configure AOF / replication accordingly. Redis Cluster routing (MOVED/ASK, slot map)
+// is not implemented: point the pool at a standalone server (or a proxy).
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared ConnectionPool.
