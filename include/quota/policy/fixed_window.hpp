@@ -112,19 +112,9 @@ struct FixedWindow {
       return detail::never_decision(Reason::kCostExceedsBurst, remaining(s), reset_after(s));
     if (cost <= limit - s.count) {
       s.count += cost;
-      return Decision{.allowed = true,
-                      .remaining = remaining(s),
-                      .retry_after = Nanos{0},
-                      .reset_after = reset_after(s),
-                      .version = 0,
-                      .reason = Reason::kAllowed};
+      return detail::allowed_decision(remaining(s), reset_after(s));
     }
-    return Decision{.allowed = false,
-                    .remaining = remaining(s),
-                    .retry_after = to_next_window(s),
-                    .reset_after = reset_after(s),
-                    .version = 0,
-                    .reason = Reason::kOverLimit};
+    return detail::over_limit_decision(remaining(s), to_next_window(s), reset_after(s));
   }
 
   Nanos idle_at(const State& s) const {

@@ -55,6 +55,27 @@ constexpr Nanos saturating_add(Nanos a, Nanos b) {
   return a + b;
 }
 
+// An admission (the cost was deducted).
+constexpr Decision allowed_decision(std::int64_t remaining, Nanos reset_after) {
+  return Decision{.allowed = true,
+                  .remaining = remaining,
+                  .retry_after = Nanos{0},
+                  .reset_after = reset_after,
+                  .version = 0,
+                  .reason = Reason::kAllowed};
+}
+
+// A denial for lack of budget now: the same request passes after `retry_after`.
+constexpr Decision over_limit_decision(std::int64_t remaining, Nanos retry_after,
+                                       Nanos reset_after) {
+  return Decision{.allowed = false,
+                  .remaining = remaining,
+                  .retry_after = retry_after,
+                  .reset_after = reset_after,
+                  .version = 0,
+                  .reason = Reason::kOverLimit};
+}
+
 // A denial that no amount of waiting can turn into an admission.
 constexpr Decision never_decision(Reason reason, std::int64_t remaining, Nanos reset_after) {
   return Decision{.allowed = false,

@@ -160,19 +160,11 @@ struct SlidingLog {
       // used + cost <= limit and every cost >= 1, so at most `limit` events are live.
       s.push_back(s.last_, s.total() + static_cast<std::uint64_t>(cost),
                   static_cast<std::size_t>(limit));
-      return Decision{.allowed = true,
-                      .remaining = remaining(s),
-                      .retry_after = Nanos{0},
-                      .reset_after = reset_after(s),
-                      .version = 0,
-                      .reason = Reason::kAllowed};
+      return detail::allowed_decision(remaining(s), reset_after(s));
     }
-    return Decision{.allowed = false,
-                    .remaining = remaining(s),
-                    .retry_after = until_room(s, static_cast<std::uint64_t>(used + cost - limit)),
-                    .reset_after = reset_after(s),
-                    .version = 0,
-                    .reason = Reason::kOverLimit};
+    return detail::over_limit_decision(
+        remaining(s), until_room(s, static_cast<std::uint64_t>(used + cost - limit)),
+        reset_after(s));
   }
 
   Nanos idle_at(const State& s) const {

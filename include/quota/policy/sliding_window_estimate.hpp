@@ -103,19 +103,9 @@ struct SlidingWindowEstimate {
     if ((absl::int128(s.cur) + cost) * w + absl::int128(s.prev) * (w - el) <=
         absl::int128(limit) * w) {
       s.cur += cost;
-      return Decision{.allowed = true,
-                      .remaining = remaining(s),
-                      .retry_after = Nanos{0},
-                      .reset_after = reset_after(s),
-                      .version = 0,
-                      .reason = Reason::kAllowed};
+      return detail::allowed_decision(remaining(s), reset_after(s));
     }
-    return Decision{.allowed = false,
-                    .remaining = remaining(s),
-                    .retry_after = retry_after(s, cost),
-                    .reset_after = reset_after(s),
-                    .version = 0,
-                    .reason = Reason::kOverLimit};
+    return detail::over_limit_decision(remaining(s), retry_after(s, cost), reset_after(s));
   }
 
   Nanos idle_at(const State& s) const {

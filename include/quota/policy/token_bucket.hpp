@@ -83,19 +83,9 @@ struct TokenBucket {
     const MicroUnits need = to_micro(cost);
     if (need <= s.tokens) {
       s.tokens -= need;
-      return Decision{.allowed = true,
-                      .remaining = remaining(s),
-                      .retry_after = Nanos{0},
-                      .reset_after = reset_after(s),
-                      .version = 0,
-                      .reason = Reason::kAllowed};
+      return detail::allowed_decision(remaining(s), reset_after(s));
     }
-    return Decision{.allowed = false,
-                    .remaining = remaining(s),
-                    .retry_after = time_to_reach(s, need),
-                    .reset_after = reset_after(s),
-                    .version = 0,
-                    .reason = Reason::kOverLimit};
+    return detail::over_limit_decision(remaining(s), time_to_reach(s, need), reset_after(s));
   }
 
   Nanos idle_at(const State& s) const {
