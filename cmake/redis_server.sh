@@ -7,6 +7,7 @@
 #                                                 (fault tests, after killing it)
 #   bash cmake/redis_server.sh stop    <dir>   — stop it (SIGTERM, then SIGKILL)
 #
+# QUOTA_REDIS_EXTRA adds redis-server arguments (cmake/redis_cluster.sh: cluster mode).
 # A port is free when a server we started there answers with OUR directory: another
 # server already on the port would answer with its own, and a bind failure leaves no
 # process behind. No persistence (--save '', no AOF): the data lives in memory only.
@@ -19,7 +20,7 @@ launch() {  # launch <port>: 0 when our server answers on <port>
   rm -f "$dir/redis.pid"
   redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
     --dir "$dir" --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-    --protected-mode no >/dev/null 2>&1 || return 1
+    --protected-mode no ${QUOTA_REDIS_EXTRA:-} >/dev/null 2>&1 || return 1
   for _ in $(seq 1 100); do
     if [ -s "$dir/redis.pid" ] && ! kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
       return 1  # it exited: most likely the port was taken

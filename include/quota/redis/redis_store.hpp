@@ -48,8 +48,12 @@
 //
 // Durability. The store keeps what Redis keeps: a server restarted without persistence
 // (or a failover that loses writes) recreates buckets full — an extra burst per key.
-// Configure AOF / replication accordingly. Redis Cluster routing (MOVED/ASK, slot map)
-// is not implemented: point the pool at a standalone server (or a proxy).
+// Configure AOF / replication accordingly.
+//
+// Redis Cluster: set RedisStoreOptions::cluster (cluster.hpp) instead of `pool`. Each
+// call goes to its slot's node and follows MOVED / ASK; a tenant's keys share a slot, so
+// hierarchy and attempts work unchanged. On a cluster, acquire_many and acquire_batch
+// send their calls one by one (per slot), not pipelined per node.
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared ConnectionPool.
@@ -80,6 +84,7 @@
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
+#include "quota/redis/cluster.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
@@ -285,6 +290,10 @@ struct RedisStoreOptions {
   std::chrono::milliseconds ttl_margin{1000};
   // How long an attempt's first result is kept (>= the caller's retry window).
   std::chrono::milliseconds attempt_ttl{std::chrono::minutes(10)};
+  // Or, instead of `pool`: a Redis Cluster (cluster.hpp). Each call goes to the node of
+  // its slot, following MOVED and ASK. (Last and default-initialized, so that designated
+  // initializers that skip it stay warning-free.)
+  std::shared_ptr<redis::ClusterPool> cluster = nullptr;
 };
 
 template <Policy P>
@@ -294,8 +303,9 @@ class RedisStore {
   using Twin = redis::LuaTwin<P>;
 
   explicit RedisStore(RedisStoreOptions options) : options_(std::move(options)) {
-    if (options_.pool == nullptr) {
-      config_error_ = absl::InvalidArgumentError("RedisStoreOptions.pool is null");
+    if (options_.pool == nullptr && options_.cluster == nullptr) {
+      config_error_ =
+          absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
     } else if (auto s = redis::detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
     }
@@ -336,19 +346,8 @@ class RedisStore {
                                              std::string_view attempt_id = {}) {
     auto call = build(reqs, now, attempt_id);
     if (!call.ok()) return call.status();
-    auto lease = options_.pool->acquire();
-    if (!lease.ok()) return lease.status();
-    auto sha = script_sha(**lease);
-    if (!sha.ok()) return sha.status();
-    std::vector<std::string_view> argv = call->argv(*sha);
-    auto reply = (*lease)->command(argv);
+    auto reply = execute(*call);
     if (!reply.ok()) return reply.status();
-    if (redis::is_error(**reply, "NOSCRIPT")) {
-      // Retry once with EVAL and the script's text: it loads and runs in one command, so
-      // a flush in between (another SCRIPT FLUSH, a failover) cannot make it fail again.
-      reply = (*lease)->command(call->argv_eval(Twin::script()));
-      if (!reply.ok()) return reply.status();
-    }
     return parse(**reply, reqs.size());
   }
 
@@ -376,6 +375,17 @@ class RedisStore {
       index.push_back(i);
     }
     if (calls.empty()) return results;
+    if (options_.cluster != nullptr) {
+      // On a cluster the calls go one by one, each to its slot's node (not pipelined).
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        auto reply = execute(calls[c]);
+        if (!reply.ok()) return reply.status();
+        auto out = parse(**reply, 1);
+        results[index[c]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
+                                     : absl::StatusOr<Decision>(out.status());
+      }
+      return results;
+    }
     auto lease = options_.pool->acquire();
     if (!lease.ok()) return lease.status();
     auto sha = script_sha(**lease);
@@ -416,8 +426,17 @@ class RedisStore {
                                                       std::span<const BatchItem> items, Nanos now) {
     std::vector<std::vector<Request>> chunks(1);
     std::vector<std::string_view> seen;
+    int chunk_slot = -1;
     for (const BatchItem& item : items) {
-      if (std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
+      int slot = -1;
+      if (options_.cluster != nullptr) {
+        auto parts = redis::split_key(item.key);
+        if (!parts.ok()) return parts.status();
+        slot = redis::key_slot(parts->tag);
+      }
+      const bool new_slot = !seen.empty() && slot != chunk_slot;
+      chunk_slot = slot;
+      if (new_slot || std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
         chunks.emplace_back();
         seen.clear();
       }
@@ -430,6 +449,18 @@ class RedisStore {
       auto call = build(chunk, now, {}, /*batch=*/true);
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
+    }
+    if (options_.cluster != nullptr) {
+      // On a cluster: one call per run of one slot, each to its node, one by one.
+      std::vector<Decision> out;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        auto reply = execute(calls[c]);
+        if (!reply.ok()) return reply.status();
+        auto parsed = parse(**reply, chunks[c].size(), /*batch=*/true);
+        if (!parsed.ok()) return parsed.status();
+        for (Decision& d : parsed->parts) out.push_back(d);
+      }
+      return out;
     }
     auto lease = options_.pool->acquire();
     if (!lease.ok()) return lease.status();
@@ -489,6 +520,47 @@ class RedisStore {
       return v;
     }
   };
+
+  // Sends one call: EVALSHA, and on NOSCRIPT once more with EVAL and the script text
+  // (it loads and runs in one command, so a flush in between cannot fail it again). On a
+  // cluster, to the node of the call's slot, following MOVED (map refreshed) and ASK
+  // (ASKING first, map unchanged).
+  absl::StatusOr<redis::Reply> execute(const Call& call) {
+    std::shared_ptr<redis::ConnectionPool> target = options_.pool;
+    if (options_.cluster != nullptr) {
+      auto pool = options_.cluster->for_slot(redis::key_slot(call.keys.front()));
+      if (!pool.ok()) return pool.status();
+      target = *pool;
+    }
+    bool asking = false;
+    for (int hop = 0; hop <= redis::kMaxRedirects; ++hop) {
+      auto lease = target->acquire();
+      if (!lease.ok()) return lease.status();
+      auto send = [&](const std::vector<std::string_view>& argv) -> absl::StatusOr<redis::Reply> {
+        if (!asking) return (*lease)->command(argv);
+        auto replies = (*lease)->pipeline({{"ASKING"}, argv});
+        if (!replies.ok()) return replies.status();
+        return std::move((*replies)[1]);
+      };
+      auto sha = script_sha(**lease);
+      if (!sha.ok()) return sha.status();
+      auto reply = send(call.argv(*sha));
+      if (!reply.ok()) return reply.status();
+      if (redis::is_error(**reply, "NOSCRIPT")) {
+        reply = send(call.argv_eval(Twin::script()));
+        if (!reply.ok()) return reply.status();
+      }
+      redis::Redirect rd;
+      if (options_.cluster == nullptr || !redis::parse_redirect(**reply, rd)) return reply;
+      options_.cluster->note_redirect(rd.ask);
+      target = options_.cluster->node(rd.host, rd.port);
+      asking = rd.ask;
+      if (!rd.ask) (void)options_.cluster->refresh();
+    }
+    return absl::UnavailableError(
+        absl::StrFormat("redis cluster: more than %d redirections for key %s", redis::kMaxRedirects,
+                        call.keys.front()));
+  }
 
   absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
                              bool batch = false) const {

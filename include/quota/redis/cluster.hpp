@@ -1,0 +1,200 @@
+// quota/redis/cluster.hpp — Redis Cluster slot routing for the Redis store.
+//
+// Redis Cluster splits the key space into 16384 slots, slot = CRC16(key) mod 16384,
+// where only the hash tag is hashed when the key has one (the part between the first
+// `{` and the next `}`, if not empty). quota's keys carry the tenant as the hash tag
+// (keys.hpp), so all of a tenant's keys — its buckets and attempt records — share one
+// slot and one node, and a multi-key script stays legal.
+//
+// `ClusterPool` keeps the slot → node map (from `CLUSTER SLOTS`, asked of any known
+// node) and a ConnectionPool per node. `RedisStore` with `RedisStoreOptions::cluster`
+// sends each script call to the node of its slot and follows redirections:
+//   -MOVED <slot> <host:port>: the slot lives elsewhere now: refresh the map, retry there;
+//   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
+//                              ASKING + the command to that node, once, map unchanged.
+// At most kMaxRedirects redirections per call; then kUnavailable.
+//
+// Thread safety: ClusterPool is thread-safe.
+//
+//   auto cluster = std::make_shared<quota::redis::ClusterPool>(
+//       quota::redis::ConnectionConfig{.port = 7000}, /*connections_per_node=*/4);
+//   quota::RedisStoreOptions options;
+//   options.cluster = cluster;
+//   quota::RedisStore<quota::TokenBucket> store(options);
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/redis/connection.hpp"
+
+namespace quota::redis {
+
+inline constexpr int kClusterSlots = 16384;
+inline constexpr int kMaxRedirects = 5;
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster uses.
+inline std::uint16_t crc16(std::string_view data) {
+  std::uint16_t crc = 0;
+  for (char ch : data) {
+    crc ^= static_cast<std::uint16_t>(static_cast<unsigned char>(ch) << 8);
+    for (int i = 0; i < 8; ++i) {
+      crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021)
+                                : static_cast<std::uint16_t>(crc << 1);
+    }
+  }
+  return crc;
+}
+
+// The cluster slot of a Redis key, honouring its hash tag.
+inline int key_slot(std::string_view key) {
+  const std::size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const std::size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) {
+      key = key.substr(open + 1, close - open - 1);
+    }
+  }
+  return crc16(key) % kClusterSlots;
+}
+
+// A redirection parsed from "-MOVED 3999 127.0.0.1:6381" or "-ASK ...".
+struct Redirect {
+  bool ask = false;
+  int slot = 0;
+  std::string host;
+  int port = 0;
+};
+
+inline bool parse_redirect(const redisReply& r, Redirect& out) {
+  const bool moved = is_error(r, "MOVED");
+  const bool ask = is_error(r, "ASK");
+  if (!moved && !ask) return false;
+  const std::string s(reply_string(r));
+  char host[256] = {0};
+  int slot = 0, port = 0;
+  const char* fmt = moved ? "MOVED %d %255[^:]:%d" : "ASK %d %255[^:]:%d";
+  if (std::sscanf(s.c_str(), fmt, &slot, host, &port) != 3) return false;
+  out = Redirect{.ask = ask, .slot = slot, .host = host, .port = port};
+  return true;
+}
+
+class ClusterPool {
+ public:
+  // `seed`: any node of the cluster (and the timeouts every node connection uses).
+  ClusterPool(ConnectionConfig seed, std::size_t connections_per_node)
+      : base_(std::move(seed)), per_node_(std::max<std::size_t>(connections_per_node, 1)) {
+    node(base_.host, base_.port);
+  }
+
+  // The pool of the node serving `slot`; refreshes the map first if it has never been
+  // loaded. kUnavailable when no node answers CLUSTER SLOTS.
+  absl::StatusOr<std::shared_ptr<ConnectionPool>> for_slot(int slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (loaded_ && slots_[static_cast<std::size_t>(slot)] != nullptr) {
+        return slots_[static_cast<std::size_t>(slot)];
+      }
+    }
+    if (auto s = refresh(); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slots_[static_cast<std::size_t>(slot)] == nullptr) {
+      return absl::UnavailableError(absl::StrFormat("redis cluster: no node serves slot %d", slot));
+    }
+    return slots_[static_cast<std::size_t>(slot)];
+  }
+
+  // The pool of one node, created on first use.
+  std::shared_ptr<ConnectionPool> node(const std::string& host, int port) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return node_locked(host, port);
+  }
+
+  // Reloads the slot map from the first node that answers CLUSTER SLOTS.
+  absl::Status refresh() {
+    std::vector<std::shared_ptr<ConnectionPool>> nodes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [name, pool] : nodes_) nodes.push_back(pool);
+    }
+    absl::Status last = absl::UnavailableError("redis cluster: no node known");
+    for (const auto& pool : nodes) {
+      auto lease = pool->acquire();
+      if (!lease.ok()) {
+        last = lease.status();
+        continue;
+      }
+      auto reply = (*lease)->command({"CLUSTER", "SLOTS"});
+      if (!reply.ok()) {
+        last = reply.status();
+        continue;
+      }
+      const redisReply& r = **reply;
+      if (r.type != REDIS_REPLY_ARRAY) {
+        last = absl::UnavailableError(
+            absl::StrCat("redis cluster: CLUSTER SLOTS failed: ", detail::av(reply_string(r))));
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      slots_.fill(nullptr);
+      for (std::size_t i = 0; i < r.elements; ++i) {
+        const redisReply* range = r.element[i];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+        const redisReply* master = range->element[2];
+        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+        const auto from = range->element[0]->integer, to = range->element[1]->integer;
+        auto pool_of = node_locked(std::string(reply_string(*master->element[0])),
+                                   static_cast<int>(master->element[1]->integer));
+        for (auto s = from; s <= to && s < kClusterSlots; ++s) {
+          slots_[static_cast<std::size_t>(s)] = pool_of;
+        }
+      }
+      loaded_ = true;
+      return absl::OkStatus();
+    }
+    return last;
+  }
+
+  const ConnectionConfig& config() const { return base_; }
+
+  // Redirections followed so far (for tests and monitoring).
+  void note_redirect(bool ask) { (ask ? asks_ : moves_).fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t asks() const { return asks_.load(std::memory_order_relaxed); }
+  std::uint64_t moves() const { return moves_.load(std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<ConnectionPool> node_locked(const std::string& host, int port) {
+    const std::string name = absl::StrFormat("%s:%d", host, port);
+    auto it = nodes_.find(name);
+    if (it != nodes_.end()) return it->second;
+    ConnectionConfig cfg = base_;
+    cfg.host = host;
+    cfg.port = port;
+    auto pool = std::make_shared<ConnectionPool>(cfg, per_node_);
+    nodes_.emplace(name, pool);
+    return pool;
+  }
+
+  const ConnectionConfig base_;
+  const std::size_t per_node_;
+  std::atomic<std::uint64_t> asks_{0}, moves_{0};
+  std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
+  bool loaded_ = false;
+  std::map<std::string, std::shared_ptr<ConnectionPool>> nodes_;
+  std::array<std::shared_ptr<ConnectionPool>, kClusterSlots> slots_{};
+};
+
+}  // namespace quota::redis
