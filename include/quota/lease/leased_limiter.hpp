@@ -52,6 +52,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
@@ -149,7 +150,8 @@ struct LeaseOptions {
   Nanos backoff_max = std::chrono::seconds(1);
   // 0: a fresh random incarnation (the default; one per process start).
   std::uint64_t incarnation = 0;
-  // Most keys held at once; a new key beyond it goes to the authority directly.
+  // Most keys held at once (per shard: max_keys / 16 + 1); a new key beyond it goes to
+  // the authority directly.
   std::size_t max_keys = 100'000;
   // The central bucket's policy, when known: lets a holder skip asking before q units
   // could have refilled (fewer denied round trips at saturation). Optional.
@@ -206,9 +208,10 @@ class LeasedLimiter {
   std::optional<Grant> held(std::string_view key) {
     Holding* h = nullptr;
     {
-      detail::MutexLock lock(map_mu_);
-      auto it = holdings_.find(detail::to_absl(key));
-      if (it == holdings_.end()) return std::nullopt;
+      HoldingShard& shard = shard_for(key);
+      detail::MutexLock lock(shard.mu);
+      auto it = shard.map.find(detail::to_absl(key));
+      if (it == shard.map.end()) return std::nullopt;
       h = it->second.get();
     }
     detail::MutexLock lock(h->mu);
@@ -255,11 +258,12 @@ class LeasedLimiter {
         rng_(options_.incarnation) {}
 
   Holding* holding(std::string_view key) {
-    detail::MutexLock lock(map_mu_);
-    auto it = holdings_.find(detail::to_absl(key));
-    if (it != holdings_.end()) return it->second.get();
-    if (holdings_.size() >= options_.max_keys) return nullptr;
-    auto& slot = holdings_[std::string(key)];
+    HoldingShard& shard = shard_for(key);
+    detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(detail::to_absl(key));
+    if (it != shard.map.end()) return it->second.get();
+    if (shard.map.size() >= options_.max_keys / kShards + 1) return nullptr;
+    auto& slot = shard.map[std::string(key)];
     slot = std::make_unique<Holding>();
     return slot.get();
   }
@@ -389,8 +393,17 @@ class LeasedLimiter {
   A& authority_;
   LeaseOptions options_;
   C clock_;
-  detail::Mutex map_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Holding>> holdings_ ABSL_GUARDED_BY(map_mu_);
+  // Holdings are found through 16 locked shards (held only for the lookup), then each is
+  // locked on its own: a lookup never waits for another key's grant round trip.
+  static constexpr std::size_t kShards = 16;
+  struct alignas(64) HoldingShard {
+    detail::Mutex mu;
+    absl::flat_hash_map<std::string, std::unique_ptr<Holding>> map ABSL_GUARDED_BY(mu);
+  };
+  HoldingShard& shard_for(std::string_view key) {
+    return shards_[detail::key_hash(key) >> 60];  // the top 4 bits: 16 shards
+  }
+  std::array<HoldingShard, kShards> shards_;
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grants_{0};
   std::atomic<std::int64_t> granted_units_{0};
