@@ -39,6 +39,9 @@
 //
 // Build and run:  bash cmake/run.sh demo            (release build, default scenario)
 //                 ./build/release/examples/gateway_sim/gateway_sim --help
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +52,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +131,8 @@ Flags (--flag VALUE or --flag=VALUE):
                      at most the tenant's burst); they promise r*T + B + G*Q
   --redis HOST:PORT  also run the shared Redis store at HOST:PORT, directly (redis)
                      and as the authority of leases (redis-leases)
+  --redis local      the same against a throw-away redis-server this run starts on a
+                     free loopback port (redis-server must be on PATH) and stops
   --verify-burst B   check the hot tenant against r*T + B with this B instead of its
                      contract's (to watch the checker fail: exit status 1)
   --svg PATH         where to write the chart (default: gateway_sim.svg in the
@@ -825,6 +831,82 @@ const char* color_of(const std::string& name) {
 }  // namespace
 }  // namespace gateway_sim
 
+#ifdef QUOTA_SIM_HAVE_REDIS
+// --redis local: a throw-away redis-server on a free loopback port, stopped (SIGTERM,
+// then SIGKILL) when the run ends. Ports are drawn below the kernel's ephemeral range,
+// and a port counts as ours only when the server answering there reports our child's
+// process id (another server may already be listening on it).
+class LocalRedis {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalRedis>> start(std::uint64_t seed) {
+    std::mt19937_64 rng(seed ^ static_cast<std::uint64_t>(::getpid()));
+    for (int attempt = 0; attempt < 30; ++attempt) {
+      const int port = 20000 + static_cast<int>(rng() % 12000);
+      const pid_t pid = ::fork();
+      if (pid < 0) return absl::InternalError("fork failed");
+      if (pid == 0) {
+        const int devnull = ::open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+          ::dup2(devnull, 1);
+          ::dup2(devnull, 2);
+        }
+        const std::string port_s = std::to_string(port);
+        ::execlp("redis-server", "redis-server", "--port", port_s.c_str(), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                 static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      auto local = std::unique_ptr<LocalRedis>(new LocalRedis(pid, port));
+      for (int i = 0; i < 100; ++i) {
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) == pid) {
+          local->pid_ = -1;
+          if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+            return absl::NotFoundError("redis-server is not on PATH");
+          }
+          break;  // it exited: most likely the port was taken; try another
+        }
+        if (local->answers()) return local;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    return absl::UnavailableError("could not start redis-server on a free loopback port");
+  }
+
+  ~LocalRedis() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+  int port() const { return port_; }
+
+ private:
+  LocalRedis(pid_t pid, int port) : pid_(pid), port_(port) {}
+
+  // True when the server on port_ is our child.
+  bool answers() const {
+    quota::redis::Connection c(
+        quota::redis::ConnectionConfig{.host = "127.0.0.1",
+                                       .port = port_,
+                                       .connect_timeout = std::chrono::milliseconds(50),
+                                       .command_timeout = std::chrono::milliseconds(50)});
+    auto r = c.command({"INFO", "server"});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) return false;
+    return quota::redis::reply_string(**r).find(absl::StrCat("process_id:", pid_, "\r\n")) !=
+           std::string_view::npos;
+  }
+
+  pid_t pid_;
+  int port_;
+};
+#endif
+
 int main(int argc, char** argv) {
   using namespace gateway_sim;
   Options o;
@@ -837,6 +919,19 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+#ifdef QUOTA_SIM_HAVE_REDIS
+  std::unique_ptr<LocalRedis> local_redis;
+  if (o.redis == "local") {
+    auto started = LocalRedis::start(o.traffic.seed);
+    if (!started.ok()) {
+      std::fprintf(stderr, "gateway_sim: --redis local: %s\n", started.status().ToString().c_str());
+      return 3;
+    }
+    local_redis = std::move(*started);
+    o.redis = absl::StrCat("127.0.0.1:", local_redis->port());
+    std::printf("  started a throw-away redis-server on %s for this run\n", o.redis.c_str());
+  }
+#endif
   Tenants tenants(o);
   for (const auto& c : tenants.contract) {
     if (auto s = c.validate(); !s.ok()) {
