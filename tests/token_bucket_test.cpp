@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <vector>
@@ -157,11 +158,17 @@ TEST_CASE("no loss: a client that always asks gets at least r*T + B - c_max",
       const std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, max_cost)(rng);
       c_max = std::max(c_max, cost);
       const Decision d = p.apply(state, Nanos{now}, cost);
-      if (d.allowed)
+      if (d.allowed) {
         admitted += cost;
-      else
-        now += d.retry_after.count();
+        continue;
+      }
+      denied_at = now;
+      admitted_by_denial = admitted;
+      // Stop before the clock would leave int64 (slow rates wait for years).
+      if (d.retry_after.count() > std::numeric_limits<std::int64_t>::max() / 4 - now) break;
+      now += d.retry_after.count();
     }
+    REQUIRE(denied_at > 0);  // the client was denied at least once after asking a while
     // admitted >= units·now/per + B − c_max  <=>  (admitted + c_max − B)·per >= units·now
     const absl::int128 per = p.rate.per.count();
     INFO("trace " << trace << " admitted " << admitted_by_denial << " by t=" << denied_at
