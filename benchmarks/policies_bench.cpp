@@ -21,7 +21,6 @@
 // state_bytes = sizeof(P::State); for the hot SlidingLog key, ring_bytes_per_event =
 // heap bytes of its ring / ring slots, and key_bytes = sizeof(State) + its ring once
 // the log is full (N events in the window).
-#include <malloc.h>
 
 #include <chrono>
 #include <cstdint>
@@ -36,13 +35,18 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/store/local_store.hpp"
+#include "support/keys.hpp"
 
 namespace {
+
+using quota::bench::heap_in_use;
+using quota::bench::keys;
+using quota::bench::kKeys;
+using quota::bench::sequence;
 
 using quota::Nanos;
 using namespace std::chrono_literals;
 
-constexpr std::size_t kKeys = 1'000'000;
 constexpr Nanos kWindow = 1s;
 
 template <class P>
@@ -52,32 +56,6 @@ P make_policy(std::int64_t n) {
   } else {
     return P{.limit = n, .window = kWindow};
   }
-}
-
-// 10-byte keys: they fit std::string's small buffer, so bytes_per_key is the table's.
-const std::vector<std::string>& keys() {
-  static const std::vector<std::string> k = [] {
-    std::vector<std::string> v;
-    v.reserve(kKeys);
-    for (std::size_t i = 0; i < kKeys; ++i) v.push_back("t" + std::to_string(1'000'000 + i) + ":r");
-    return v;
-  }();
-  return k;
-}
-
-const std::vector<std::uint32_t>& sequence() {
-  static const std::vector<std::uint32_t> s = [] {
-    std::mt19937 rng(12345);
-    std::vector<std::uint32_t> v(1 << 22);
-    for (auto& x : v) x = static_cast<std::uint32_t>(rng() % kKeys);
-    return v;
-  }();
-  return s;
-}
-
-std::size_t heap_in_use() {
-  const auto info = mallinfo2();
-  return info.uordblks + info.hblkhd;
 }
 
 template <class P>

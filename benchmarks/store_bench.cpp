@@ -9,7 +9,6 @@
 //
 // Counters: bytes_per_key = heap bytes the store holds per key (table slack included),
 // measured with mallinfo2 around filling 10^6 keys; slot_bytes = sizeof(key + state).
-#include <malloc.h>
 
 #include <atomic>
 #include <chrono>
@@ -24,43 +23,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "quota/quota.hpp"
+#include "support/keys.hpp"
 
 namespace {
+
+using quota::bench::heap_in_use;
+using quota::bench::keys;
+using quota::bench::kKeys;
+using quota::bench::sequence;
 
 using quota::Nanos;
 using quota::TokenBucket;
 using namespace std::chrono_literals;
 
-constexpr std::size_t kKeys = 1'000'000;
 const TokenBucket kPolicy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
-
-// Short keys fit std::string's small buffer, as "tenant:route" keys of real deployments
-// often do not; bytes_per_key is reported for these 10-byte keys.
-const std::vector<std::string>& keys() {
-  static const std::vector<std::string> k = [] {
-    std::vector<std::string> v;
-    v.reserve(kKeys);
-    for (std::size_t i = 0; i < kKeys; ++i) v.push_back("t" + std::to_string(1'000'000 + i) + ":r");
-    return v;
-  }();
-  return k;
-}
-
-// One random access sequence shared by every random-key benchmark.
-const std::vector<std::uint32_t>& sequence() {
-  static const std::vector<std::uint32_t> s = [] {
-    std::mt19937 rng(12345);
-    std::vector<std::uint32_t> v(1 << 22);
-    for (auto& x : v) x = static_cast<std::uint32_t>(rng() % kKeys);
-    return v;
-  }();
-  return s;
-}
-
-std::size_t heap_in_use() {
-  const auto info = mallinfo2();
-  return info.uordblks + info.hblkhd;  // small blocks + large mmap(2)ed ones (the table)
-}
 
 // ---- primitives --------------------------------------------------------------------
 
