@@ -44,15 +44,10 @@ for i = 1, n do
   local cost, limit = tonumber(ARGV[o]), tonumber(ARGV[o + 1])
   local mode, w = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
   local key = KEYS[i]
-  local raw = redis.pcall('GET', key)
+  local raw, corrupt = read_state(key, 'window', 24)
+  if corrupt then return corrupt end
   local count, lsec, lns
-  if type(raw) == 'table' then
-    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota window')
-  elseif raw then
-    if #raw ~= 24 then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
-        ' bytes, expected 24')
-    end
+  if raw then
     count, lsec, lns = struct.unpack('<ddd', raw)
     if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -1e12, 1e12) and
             int_in(lns, 0, 999999999)) then

@@ -37,6 +37,19 @@ end
 local function int_in(x, lo, hi)
   return x == x and x == math.floor(x) and x >= lo and x <= hi
 end
+-- A key's packed state: nil when the key does not exist; an error reply (second value)
+-- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
+local function read_state(key, what, bytes)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota ' .. what)
+  end
+  if raw and #raw ~= bytes then
+    return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
+      ' bytes, expected ' .. bytes)
+  end
+  return raw
+end
 local n = tonumber(ARGV[6])
 local attempt_ttl = tonumber(ARGV[4])
 local batch = attempt_ttl < 0

@@ -49,15 +49,10 @@ for i = 1, n do
   local cost, limit, w = tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
   local key = KEYS[i]
   local lkey = key .. '}l'
-  local raw = redis.pcall('GET', key)
+  local raw, corrupt = read_state(key, 'log', 24)
+  if corrupt then return corrupt end
   local lsec, lns, used
-  if type(raw) == 'table' then
-    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota log')
-  elseif raw then
-    if #raw ~= 24 then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
-        ' bytes, expected 24')
-    end
+  if raw then
     lsec, lns, used = struct.unpack('<ddd', raw)
     if not (int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999) and
             int_in(used, 0, 9007199254740991)) then

@@ -55,15 +55,10 @@ for i = 1, n do
   local mode, w, W, per = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
     tonumber(ARGV[o + 5])
   local key = KEYS[i]
-  local raw = redis.pcall('GET', key)
+  local raw, corrupt = read_state(key, 'window estimate', 32)
+  if corrupt then return corrupt end
   local cur, prev, lsec, lns
-  if type(raw) == 'table' then
-    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota window estimate')
-  elseif raw then
-    if #raw ~= 32 then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
-        ' bytes, expected 32')
-    end
+  if raw then
     cur, prev, lsec, lns = struct.unpack('<dddd', raw)
     if not (int_in(cur, 0, 4503599627370495) and int_in(prev, 0, 4503599627370495) and
             int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then

@@ -73,15 +73,10 @@ for i = 1, n do
     tonumber(ARGV[o + 5])
   local cap = burst * 1000000
   local key = KEYS[i]
-  local raw = redis.pcall('GET', key)
+  local raw, corrupt = read_state(key, 'bucket', 32)
+  if corrupt then return corrupt end
   local tokens, c, lsec, lns
-  if type(raw) == 'table' then
-    return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota bucket')
-  elseif raw then
-    if #raw ~= 32 then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
-        ' bytes, expected 32')
-    end
+  if raw then
     local carry
     tokens, carry, lsec, lns = struct.unpack('<dddd', raw)
     if not (int_in(tokens, 0, 9007199254740991) and int_in(carry, 0, 9007199254740991) and
