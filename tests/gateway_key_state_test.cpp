@@ -179,3 +179,47 @@ TEST_CASE("KeyPolicy works in the ordinary stores, and idle keys are evicted saf
   quota::ShardedStore<KeyPolicy> sharded;
   CHECK(sharded.apply(kp, "{a}read", Nanos{0}, 1)->allowed);
 }
+
+TEST_CASE("a state written by a newer rule set is not rolled back by an older one") {
+  const RulePolicy old_p = TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 100};
+  const RulePolicy new_p = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 5};
+  const KeyPolicy v1{.policy = &old_p, .version = 1};
+  const KeyPolicy v2{.policy = &new_p, .version = 2};
+  KeyState s = v1.init(Nanos{0});
+  auto d2 = v2.apply(s, Nanos{0}, 1);  // converted to v2: min(100, 5) - 1 = 4 left
+  CHECK(d2.version == 2);
+  CHECK(d2.remaining == 4);
+  // A caller still on v1 is decided by v2's parameters, and told so.
+  auto d1 = v1.apply(s, Nanos{0}, 1);
+  CHECK(d1.allowed);
+  CHECK(d1.version == 2);
+  CHECK(d1.remaining == 3);
+  CHECK(s.version == 2);
+  CHECK(std::holds_alternative<TokenBucket>(s.policy));
+  CHECK(std::get<TokenBucket>(s.policy).burst == 5);
+  // v1's larger burst never comes back through the old caller.
+  CHECK(drain(v1, s, Nanos{0}) == 3);
+}
+
+TEST_CASE("window debt carried into a bucket that is itself in debt creates no tokens") {
+  const RulePolicy fw = FixedWindow{.limit = 10, .window = 10s};
+  const RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const KeyPolicy v1{.policy = &fw, .version = 1};
+  const KeyPolicy v2{.policy = &tb, .version = 2};
+  KeyState s = v1.init(Nanos{0});
+  // 25 units charged to a window of 10: 10 counted now, 10 kept as debt (capped).
+  REQUIRE(quota::gateway::charge(s, 25, Nanos{0}) == 10 * quota::kMicrosPerUnit);
+  // At the next window the debt is paid first: nothing left; then convert to a bucket.
+  auto d = v2.apply(s, 10s, 1);
+  CHECK_FALSE(d.allowed);
+  // Charge the bucket into negative tokens while window debt remains.
+  s.debt = 3 * quota::kMicrosPerUnit;
+  quota::gateway::charge(s, 4, 10s);
+  const auto tokens_before = std::get<TokenBucket::State>(s.state).tokens;
+  REQUIRE(tokens_before < 0);
+  // Paying debt from a negative bucket must not raise its tokens.
+  auto d2 = v2.apply(s, 10s, 1);
+  CHECK_FALSE(d2.allowed);
+  CHECK(std::get<TokenBucket::State>(s.state).tokens == tokens_before);
+  CHECK(s.debt == 3 * quota::kMicrosPerUnit);
+}

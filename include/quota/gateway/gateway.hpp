@@ -2,23 +2,28 @@
 //
 // `Gateway<Store>::decide({who, route}, now)` looks up the rules in force (rules.hpp),
 // builds the keys from the authenticated identity and the whitelisted route class, and
-// decides every budget level the request must pass — user, tenant, global — through an
-// in-process store of KeyStates (`LocalStore<KeyPolicy>` for one thread,
-// `ShardedStore<KeyPolicy>` for many; anything with `update`). On top of that:
+// decides every budget level the request must pass — user, tenant, global — through a
+// backend (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>` for
+// one thread, `ShardedStore<KeyPolicy>` for many; anything with `update`), or
+// `quota::redis::GatewayStore` (redis/gateway_store.hpp), shared by every gateway
+// process. On top of that:
 //
 // Versions. Every decision carries the version of the rule set it used; each key's state
 // keeps the parameters and version that wrote it, and a rule change converts the state
-// without handing out a burst (key_state.hpp).
+// without handing out a burst (key_state.hpp). A key already converted by a NEWER rule
+// set (another process rolled out first) is decided by that newer rule, and the decision
+// carries the newer version: the combined decision's version is the highest any level
+// used.
 //
 // Multi-level budgets, all-or-nothing. Levels are decided in order user → tenant →
-// global, each atomically in the store. If a level denies, the levels already deducted
-// are given back exactly (refund of the same cost, capped at their capacity) before the
-// call returns, so nothing stays deducted. What is NOT atomic across levels: between the
-// deduction and the give-back, a concurrent request may see a level lower by this cost
-// and be denied — never admitted beyond any level's envelope (the give-back restores at
-// most what was taken). The global level is one key shared by all tenants; in-process it
-// is as atomic as the others (the same store), while across processes (Redis) it lives in
-// its own slot and is not in the tenant's script.
+// global; if a level denies, no level keeps a deduction. How (backend.hpp): in-process,
+// each level is atomic and the levels already deducted are given back exactly before the
+// call returns — between the deduction and the give-back a concurrent request may see a
+// level lower by this cost and be denied, never admitted beyond any level's envelope.
+// On Redis, the user and tenant levels (one hash slot) are one atomic script; the global
+// level is one key shared by all tenants, in its own slot, decided by a second script
+// after the tenant's, and the tenant's levels are given back when it denies (the same
+// non-isolated window as in-process, for the global level only).
 // The combined decision: allowed iff every enforcing level allows; remaining the least,
 // retry_after and reset_after the largest over the levels decided; the reason and rule of
 // the first level that denies.
@@ -52,8 +57,10 @@
 // `unavailable` on the tenant level; a shadow level that would deny counts
 // `shadow_would_deny`.
 //
-// Thread safety: that of the store (ShardedStore: any thread). Rule reloads go through
-// the RuleRegistry and never block decisions. `now` is the caller's Clock time.
+// Thread safety: that of the store (ShardedStore, GatewayStore: any thread). Rule reloads
+// go through the RuleRegistry and never block decisions. `now` is the caller's Clock
+// time (a Redis backend decides at the server's time; `now` then dates the gateway's own
+// bookkeeping: attempts, tickets, outages, emergency buckets).
 //
 //   quota::ShardedStore<quota::gateway::KeyPolicy> store;
 //   quota::gateway::RuleRegistry registry(*quota::gateway::RuleSet::create(spec));
@@ -80,6 +87,7 @@
 #include "absl/strings/str_format.h"
 #include "quota/decision.hpp"
 #include "quota/gateway/attempts.hpp"
+#include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rules.hpp"
@@ -127,11 +135,11 @@ inline bool is_unavailable(const absl::Status& s) {
 }
 
 template <class Store>
-requires has_update<Store> && std::same_as<typename Store::policy_type, KeyPolicy>
-class Gateway {
+requires GatewayBackend<Store> ||
+    (has_update<Store>&& std::same_as<typename Store::policy_type, KeyPolicy>)class Gateway {
  public:
   Gateway(Store& store, RuleRegistry& rules, GatewayOptions options = {})
-      : store_(store),
+      : backend_(store),
         rules_(rules),
         options_(options),
         attempts_(options.attempt_ttl, options.max_attempts),
@@ -152,23 +160,22 @@ class Gateway {
     const std::shared_ptr<const RuleSet> rules = rules_.current();
     auto route = rules->route(req.route);
     if (!route.ok()) return route.status();
-    std::vector<TicketLevel> levels;
+    Deducted levels;
     auto r = decide_with(*rules, **route, req, estimate, now, &levels);
     if (!r.ok()) return r.status();
     EstimateResult out{.decision = r->decision, .rule = r->rule, .ticket = std::nullopt};
-    if (r->decision.allowed && !levels.empty()) {
-      const std::vector<TicketLevel> levels_copy = levels;
-      auto id = tickets_.issue({.levels = std::move(levels),
+    if (r->decision.allowed && !levels.levels.empty()) {
+      const std::vector<TicketLevel> levels_copy = levels.levels;
+      auto id = tickets_.issue({.levels = std::move(levels.levels),
                                 .estimate = estimate,
                                 .acquired_at = now,
+                                .spent_at = levels.time,
                                 .expires_at = quota::detail::saturating_add(now, tickets_.ttl())},
                                now);
       if (!id.ok()) {
         // No ticket could be kept: give the estimate back rather than strand it.
         for (const TicketLevel& level : levels_copy) {
-          const KeyPolicy kp{.policy = &level.policy, .version = level.version};
-          (void)store_.update(kp, level.key, now,
-                              [&](KeyState& s) { return refund(s, estimate, now, now); });
+          (void)backend_.refund(level.policy, level.version, level.key, estimate, levels.time, now);
         }
         return id.status();
       }
@@ -192,13 +199,17 @@ class Gateway {
                      .refunded = {},
                      .debt = {}};
     for (const TicketLevel& level : ticket->levels) {
-      const KeyPolicy kp{.policy = &level.policy, .version = level.version};
-      auto r =
-          store_.update(kp, level.key, now, [&](KeyState& s) -> std::pair<MicroUnits, MicroUnits> {
-            if (out.surplus > 0) return {refund(s, out.surplus, ticket->acquired_at, now), 0};
-            if (out.deficit > 0 && options_.charge_deficit) return {0, charge(s, out.deficit, now)};
-            return {0, 0};
-          });
+      absl::StatusOr<std::pair<MicroUnits, MicroUnits>> r = std::pair<MicroUnits, MicroUnits>{0, 0};
+      if (out.surplus > 0) {
+        auto given = backend_.refund(level.policy, level.version, level.key, out.surplus,
+                                     ticket->spent_at, now);
+        r = given.ok() ? absl::StatusOr<std::pair<MicroUnits, MicroUnits>>({*given, 0})
+                       : given.status();
+      } else if (out.deficit > 0 && options_.charge_deficit) {
+        auto debt = backend_.charge(level.policy, level.version, level.key, out.deficit, now);
+        r = debt.ok() ? absl::StatusOr<std::pair<MicroUnits, MicroUnits>>({0, *debt})
+                      : debt.status();
+      }
       if (!r.ok()) {
         // Levels already settled stay settled; the rest are not retried, so the ticket
         // is closed rather than put back if any level was applied.
@@ -225,9 +236,15 @@ class Gateway {
     std::string rule;
   };
 
+  // The levels an estimate was deducted from, and the backend's time of it.
+  struct Deducted {
+    std::vector<TicketLevel> levels;
+    Nanos time{0};
+  };
+
   absl::StatusOr<Result> decide_with(const RuleSet& rules, const RouteClass& route,
                                      const Request& req, std::int64_t cost, Nanos now,
-                                     std::vector<TicketLevel>* deducted) {
+                                     Deducted* deducted) {
     auto checks = rules.plan(req.who, req.route);
     if (!checks.ok()) return checks.status();
 
@@ -248,7 +265,7 @@ class Gateway {
       note_success();
     } else if (is_unavailable(r.status())) {
       r = on_unavailable(rules.version(), route, *checks, cost, now);
-      if (deducted != nullptr) deducted->clear();
+      if (deducted != nullptr) deducted->levels.clear();
     }
     if (!req.attempt_id.empty()) {
       if (r.ok()) {
@@ -261,11 +278,21 @@ class Gateway {
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
   }
 
-  // Decides every level; all-or-nothing (see the header comment).
+  // Decides every level through the backend (all or nothing) and combines the result.
   absl::StatusOr<Outcome_> run(std::uint64_t version, const std::vector<Check>& checks,
-                               std::int64_t cost, Nanos now, std::vector<TicketLevel>* deducted) {
-    std::vector<std::size_t> taken;  // indices of levels deducted so far
-    taken.reserve(checks.size());
+                               std::int64_t cost, Nanos now, Deducted* deducted) {
+    std::vector<LevelCheck> levels;
+    levels.reserve(checks.size());
+    for (const Check& c : checks) {
+      levels.push_back({.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow});
+    }
+    auto result = backend_.decide(levels, version, cost, now);
+    if (!result.ok()) return result.status();
+    const std::vector<Decision>& parts = result->parts;
+    if (parts.empty() || parts.size() > checks.size()) {
+      return absl::InternalError(
+          absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
+    }
     Decision combined{.allowed = true,
                       .remaining = std::numeric_limits<std::int64_t>::max(),
                       .retry_after = Nanos{0},
@@ -273,54 +300,42 @@ class Gateway {
                       .version = version,
                       .reason = Reason::kAllowed};
     bool shadowed = false;
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      const Check& c = checks[i];
-      const KeyPolicy kp{.policy = &c.rule->policy, .version = version};
-      auto d = store_.apply(kp, c.key, now, cost);
-      if (!d.ok()) {
-        give_back(checks, taken, version, cost, now);
-        return d.status();
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const Decision& d = parts[i];
+      const Rule& rule = *checks[i].rule;
+      combined.remaining = std::min(combined.remaining, d.remaining);
+      combined.reset_after = std::max(combined.reset_after, d.reset_after);
+      combined.version = std::max(combined.version, d.version);
+      if (d.allowed) continue;
+      if (rule.shadow) {
+        shadowed = true;
+        record(rule, Outcome::kShadowWouldDeny, cost);
+        continue;
       }
-      combined.remaining = std::min(combined.remaining, d->remaining);
-      combined.reset_after = std::max(combined.reset_after, d->reset_after);
-      if (!d->allowed) {
-        if (c.rule->shadow) {
-          shadowed = true;
-          record(*c.rule, Outcome::kShadowWouldDeny, cost);
-          continue;
-        }
-        give_back(checks, taken, version, cost, now);
-        record(*c.rule, Outcome::kDenied, cost);
-        Decision denial = *d;
-        denial.version = version;
-        denial.remaining = combined.remaining;
-        denial.reset_after = combined.reset_after;
-        return Outcome_{.decision = denial, .rule = c.rule->name};
-      }
-      taken.push_back(i);
+      record(rule, Outcome::kDenied, cost);
+      Decision denial = d;
+      denial.version = combined.version;
+      denial.remaining = combined.remaining;
+      denial.reset_after = combined.reset_after;
+      return Outcome_{.decision = denial, .rule = rule.name};
     }
-    for (std::size_t i : taken) {
+    if (parts.size() != checks.size()) {
+      return absl::InternalError(
+          absl::StrFormat("gateway backend stopped after %d of %d levels without a denial",
+                          parts.size(), checks.size()));
+    }
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
       record(*checks[i].rule, Outcome::kAllowed, cost);
       if (deducted != nullptr) {
-        deducted->push_back(
+        deducted->levels.push_back(
             {.key = checks[i].key, .policy = checks[i].rule->policy, .version = version});
       }
     }
+    if (deducted != nullptr) deducted->time = result->time;
     if (shadowed) combined.reason = Reason::kShadow;
     const Check& tenant = tenant_check(checks);
     return Outcome_{.decision = combined, .rule = tenant.rule->name};
-  }
-
-  // Gives back `cost` to the levels in `taken` (exactly what was deducted, capped).
-  void give_back(const std::vector<Check>& checks, const std::vector<std::size_t>& taken,
-                 std::uint64_t version, std::int64_t cost, Nanos now) {
-    for (std::size_t i : taken) {
-      const KeyPolicy kp{.policy = &checks[i].rule->policy, .version = version};
-      // The key was just written and is not idle, so it exists; an error here cannot
-      // over-admit (the level simply keeps the deduction).
-      (void)store_.update(kp, checks[i].key, now,
-                          [&](KeyState& s) { return refund(s, cost, now, now); });
-    }
   }
 
   static const Check& tenant_check(const std::vector<Check>& checks) {
@@ -387,7 +402,7 @@ class Gateway {
 
   static constexpr std::int64_t kNoOutage = std::numeric_limits<std::int64_t>::min();
 
-  Store& store_;
+  typename detail::backend_for<Store>::type backend_;
   RuleRegistry& rules_;
   GatewayOptions options_;
   AttemptCache attempts_;

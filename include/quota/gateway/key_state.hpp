@@ -20,6 +20,8 @@
 //     tokens = min(burst, limit − count) — what the window still allowed, never more.
 //     Remaining is rounded DOWN to whole units when entering a window policy.
 //   - the same parameters under a new version: only the version is updated.
+//   - a state written under a newer version than the caller's is not converted back:
+//     the newer rule decides, and the decision reports its version (migrate()).
 // Time going backwards: the conversion happens at max(now, stored time), so stored time
 // never moves back.
 //
@@ -159,7 +161,9 @@ inline void pay_debt(KeyState& s) {
   if (s.debt <= 0) return;
   if (std::holds_alternative<TokenBucket>(s.policy)) {
     auto& st = std::get<TokenBucket::State>(s.state);
-    const MicroUnits pay = std::min(st.tokens, s.debt);
+    // Only tokens present pay: a bucket already in debt of its own (negative tokens,
+    // from charge()) pays nothing more now.
+    const MicroUnits pay = std::min(std::max<MicroUnits>(st.tokens, 0), s.debt);
     st.tokens -= pay;
     s.debt -= pay;
     return;
@@ -176,8 +180,13 @@ inline void pay_debt(KeyState& s) {
 }  // namespace detail
 
 // Converts `s` to `policy` at rule-set `version` (see the header comment). Returns true
-// when the parameters changed.
+// when the parameters changed. A state written under a NEWER version is left as it is
+// (its parameters and version stay): a caller still holding an older rule set — another
+// gateway process mid-rollout, or a request that took its snapshot just before a
+// reload — must not roll the key back, so the newest rule wins and state never
+// flip-flops between two rule sets.
 inline bool migrate(KeyState& s, const RulePolicy& policy, std::uint64_t version, Nanos now) {
+  if (s.version > version) return false;
   // Versions identify parameters within one registry; comparing the parameters as well
   // keeps unversioned users (the emergency buckets, version 0) safe.
   if (detail::same_params(s.policy, policy)) {
@@ -290,7 +299,8 @@ struct KeyPolicy {
   }
 
   // Migrates to this policy if needed, pays debt, then applies the policy's own
-  // transition. Decision::version is set to the rule-set version.
+  // transition. Decision::version is the rule-set version whose parameters decided: this
+  // one, or the newer one that last wrote the state (see migrate()).
   Decision apply(State& s, Nanos now, std::int64_t cost) const {
     migrate(s, *policy, version, now);
     if (s.debt > 0) {
@@ -303,7 +313,7 @@ struct KeyPolicy {
           return p.apply(std::get<typename P::State>(s.state), now, cost);
         },
         s.policy);
-    d.version = version;
+    d.version = s.version;
     s.idle_at = detail::idle_time(s).count();
     return d;
   }

@@ -68,7 +68,8 @@ class TicketBook {
   struct Ticket {
     std::vector<TicketLevel> levels{};
     std::int64_t estimate = 0;
-    Nanos acquired_at{0};
+    Nanos acquired_at{0};  // the caller's time of the acquire
+    Nanos spent_at{0};     // the backend's time of the deduction (a Redis server's clock)
     Nanos expires_at{0};
   };
 

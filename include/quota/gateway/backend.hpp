@@ -1,0 +1,149 @@
+// quota/gateway/backend.hpp — where a gateway's budgets live, and what it asks of them.
+//
+// The Gateway (gateway.hpp) decides every budget level of a request through a backend:
+//
+//   decide(levels, version, cost, now) → LevelsResult
+//       Decides the levels in order (user → tenant → global), each with its rule's policy
+//       under rule-set `version` (states written under other parameters are converted
+//       first: key_state.hpp). It stops at the first level that denies and is not in
+//       shadow mode. All or nothing: when it stops on a denial, no level keeps a
+//       deduction. A shadow level that would deny deducts nothing and does not stop.
+//       `parts` holds one decision per level decided (so the last one is the denier when
+//       it stopped early); `time` is the time the backend decided at — what a later
+//       refund must quote as `spent_at`.
+//   refund(policy, version, key, units, spent_at, now) → micro-units given back
+//   charge(policy, version, key, units, now)           → micro-units left as debt
+//       The settle operations of key_state.hpp on one key.
+//
+// Two backends:
+//   - StoreBackend<Store>, below: any in-process store of KeyStates with `update`
+//     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). Each level is one atomic update;
+//     across levels, all-or-nothing is by exact give-back: a level deducted before a
+//     later one denied gets the same cost back (at the state's own latest time, so a
+//     window policy takes it back into the window it was counted in). Between the
+//     deduction and the give-back a concurrent request may see that level lower by the
+//     cost and be denied — never admitted beyond any level's envelope.
+//   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
+//     ONE Lua script (atomic all-or-nothing, no give-back needed); the global level in
+//     its own slot, given back by a second script when it denies.
+//
+// Thread safety: that of the store.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/store/store.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway {
+
+// One budget level a request must pass.
+struct LevelCheck {
+  const RulePolicy* policy = nullptr;
+  std::string_view key{};
+  bool shadow = false;
+};
+
+struct LevelsResult {
+  std::vector<Decision> parts{};  // one per level decided, in order
+  Nanos time{0};                  // the backend's time of the decision
+};
+
+template <class B>
+concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
+                                  const RulePolicy& policy, std::string_view key,
+                                  std::uint64_t version, std::int64_t units, Nanos t) {
+  { b.decide(levels, version, units, t) } -> std::same_as<absl::StatusOr<LevelsResult>>;
+  { b.refund(policy, version, key, units, t, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
+  { b.charge(policy, version, key, units, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
+};
+
+// The in-process backend over a store of KeyStates (see the header comment).
+template <class Store>
+requires has_update<Store> && std::same_as<typename Store::policy_type, KeyPolicy>
+class StoreBackend {
+ public:
+  explicit StoreBackend(Store& store) : store_(store) {}
+
+  absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
+                                      std::int64_t cost, Nanos now) {
+    LevelsResult out{.parts = {}, .time = now};
+    out.parts.reserve(levels.size());
+    std::vector<std::size_t> taken;  // levels deducted so far
+    taken.reserve(levels.size());
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      const KeyPolicy kp{.policy = levels[i].policy, .version = version};
+      auto d = store_.apply(kp, levels[i].key, now, cost);
+      if (!d.ok()) {
+        give_back(levels, taken, version, cost, now);
+        return d.status();
+      }
+      out.parts.push_back(*d);
+      if (d->allowed) {
+        taken.push_back(i);
+      } else if (!levels[i].shadow) {
+        give_back(levels, taken, version, cost, now);
+        return out;
+      }
+    }
+    return out;
+  }
+
+  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    Nanos now) {
+    const KeyPolicy kp{.policy = &policy, .version = version};
+    return store_.update(kp, key, now,
+                         [&](KeyState& s) { return gateway::refund(s, units, spent_at, now); });
+  }
+
+  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos now) {
+    const KeyPolicy kp{.policy = &policy, .version = version};
+    return store_.update(kp, key, now, [&](KeyState& s) { return gateway::charge(s, units, now); });
+  }
+
+ private:
+  // Gives `cost` back to the levels in `taken`: exactly what was deducted (capped).
+  void give_back(std::span<const LevelCheck> levels, const std::vector<std::size_t>& taken,
+                 std::uint64_t version, std::int64_t cost, Nanos now) {
+    for (std::size_t i : taken) {
+      const KeyPolicy kp{.policy = levels[i].policy, .version = version};
+      // The key was just written and is not idle, so it exists; an error here cannot
+      // over-admit (the level simply keeps the deduction).
+      (void)store_.update(kp, levels[i].key, now, [&](KeyState& s) {
+        const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
+        return gateway::refund(s, cost, spent_at, now);
+      });
+    }
+  }
+
+  Store& store_;
+};
+
+namespace detail {
+
+// The backend a Gateway<Store> uses: the store itself when it is a backend (Redis), else
+// a StoreBackend over it.
+template <class Store>
+struct backend_for {
+  using type = StoreBackend<Store>;
+};
+template <GatewayBackend Store>
+struct backend_for<Store> {
+  using type = Store&;
+};
+
+}  // namespace detail
+
+}  // namespace quota::gateway
