@@ -1,0 +1,361 @@
+// quota/redis/gateway_store.hpp — the gateway's budgets in Redis, shared by every process.
+//
+// `GatewayStore` is a gateway backend (gateway/backend.hpp): `Gateway<GatewayStore>`
+// decides exactly like the in-process gateway, with Redis as the one authority:
+//
+//   auto pool = std::make_shared<quota::redis::ConnectionPool>(
+//       quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = 6379}, 8);
+//   quota::redis::GatewayStore store({.pool = pool});
+//   quota::gateway::Gateway gw(store, registry);
+//   auto r = gw.decide({.who = {.tenant = "acme", .plan = "free"}, .route = "read"}, clock.now());
+//
+// Each key's state lives in Redis with the parameters and rule-set version that wrote it
+// (the Lua twin of key_state.hpp: gateway_lua.hpp), so a rule change — downgrade,
+// upgrade, switching kind — is converted on the server without handing out a burst,
+// whichever process sees the new rules first; a process still on an older rule set is
+// decided by the newer rule and told its version (never rolled back).
+//
+// Levels and atomicity. The user and tenant levels of a request share the tenant's hash
+// slot ("{tenant}route", "{tenant}route/user") and are decided by ONE script: all allow
+// or nothing is deducted, atomically. The global level ("{~global}route") is in its own
+// slot and decided by a second script after the tenant's; when it denies (or fails), the
+// tenant's levels are given back by a third script (refund at their own latest time) —
+// not isolated: between the two, a concurrent request of that tenant may find its budget
+// lower by this cost and be denied, never admitted beyond any level's envelope. If the
+// give-back itself fails (Redis unreachable), the tenant keeps the deduction: an
+// under-admission, never an over-admission.
+//
+// Time: the server's (TIME, microseconds), never the caller's; `now` is ignored except
+// in TimeSource::kCaller (differential tests), where it is used truncated to whole
+// microseconds. `LevelsResult::time` is the server's time of the decision, which a
+// settle's refund quotes (a window takes a refund back only in the window it counted).
+//
+// Failures are values: transport errors, deadlines, BUSY / LOADING / READONLY and
+// malformed replies are kUnavailable with the cause — the gateway's fail modes then
+// apply (fail_closed → 503; fail_open → the local emergency bucket, bounded). A key
+// holding something else is kDataLoss naming it; a rule outside the Lua twin's exact
+// range is kInvalidArgument naming the bound (check rules up front with `check`).
+//
+// Not here: idempotent attempts and tickets are the Gateway's own, per process
+// (attempts.hpp, settle.hpp): a retry must come back to the process that saw the first
+// attempt to be replayed (for cross-process attempts on single budgets, use
+// RedisStore::acquire with an attempt id).
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/backend.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/redis/cluster.hpp"
+#include "quota/redis/connection.hpp"
+#include "quota/redis/gateway_lua.hpp"
+#include "quota/redis/keys.hpp"
+#include "quota/redis/redis_store.hpp"
+#include "quota/redis/script.hpp"
+#include "quota/units.hpp"
+
+namespace quota::redis {
+
+// The Lua twin's exact range (see gateway_lua.hpp).
+inline constexpr std::int64_t kGatewayMaxCapacity = 2'000'000'000;        // units
+inline constexpr std::int64_t kGatewayMaxSpanNs = 4'000'000'000'000'000;  // ~46 days
+inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
+
+struct GatewayStoreOptions {
+  // Connections to the server (or set `cluster`).
+  std::shared_ptr<ConnectionPool> pool;
+  // Prepended to every Redis key. No braces or control characters.
+  std::string prefix = "quota:gw:";
+  TimeSource time = TimeSource::kServer;
+  // Added to each key's time until idle when setting its TTL.
+  std::chrono::milliseconds ttl_margin{1000};
+  // Or, instead of `pool`: a Redis Cluster (cluster.hpp).
+  std::shared_ptr<ClusterPool> cluster = nullptr;
+};
+
+class GatewayStore {
+ public:
+  explicit GatewayStore(GatewayStoreOptions options)
+      : options_(std::move(options)), script_(kGatewayLua, options_.pool, options_.cluster) {
+    if (options_.pool == nullptr && options_.cluster == nullptr) {
+      config_error_ =
+          absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
+    } else if (auto s = detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
+      config_error_ = s;
+    }
+  }
+
+  // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
+  static absl::Status check(const gateway::RulePolicy& policy) { return params(policy).status(); }
+
+  absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
+                                               std::uint64_t version, std::int64_t cost,
+                                               Nanos now) {
+    if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
+    // Runs of consecutive levels in one slot (tenant levels, then the global one).
+    std::vector<std::pair<std::size_t, std::size_t>> groups;  // [begin, end)
+    std::vector<std::string> tags;
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      auto parts = split_key(levels[i].key);
+      if (!parts.ok()) return parts.status();
+      if (groups.empty() || parts->tag != tags.back()) {
+        groups.emplace_back(i, i + 1);
+        tags.emplace_back(parts->tag);
+      } else {
+        groups.back().second = i + 1;
+      }
+    }
+    gateway::LevelsResult out;
+    out.parts.reserve(levels.size());
+    std::vector<std::size_t> deducted_groups;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto [begin, end] = groups[g];
+      auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, "");
+      if (!call.ok()) return call.status();
+      auto reply = script_.run(call->keys, call->args);
+      absl::StatusOr<Decided> decided =
+          reply.ok() ? parse_decide(**reply, end - begin) : absl::StatusOr<Decided>(reply.status());
+      if (!decided.ok()) {
+        give_back(levels, groups, deducted_groups, out.parts, version, cost, now);
+        return decided.status();
+      }
+      if (g == 0) out.time = decided->time;
+      bool stopped = decided->parts.size() < end - begin;
+      for (const Decision& d : decided->parts) out.parts.push_back(d);
+      if (!stopped) {
+        const Decision& last = out.parts.back();
+        stopped = !last.allowed && !levels[end - 1].shadow;
+      }
+      if (stopped) {
+        give_back(levels, groups, deducted_groups, out.parts, version, cost, now);
+        return out;
+      }
+      deducted_groups.push_back(g);
+    }
+    return out;
+  }
+
+  absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    Nanos now) {
+    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
+    return one(level, 'r', version, units, now,
+               absl::StrCat(quota::detail::floor_div(spent_at.count(), 1000)));
+  }
+
+  absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos now) {
+    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
+    return one(level, 'c', version, units, now, "");
+  }
+
+  // The Redis key of a gateway key (tests and operators: TTL, MEMORY USAGE).
+  absl::StatusOr<std::string> redis_key(std::string_view key) const {
+    auto parts = split_key(key);
+    if (!parts.ok()) return parts.status();
+    return bucket_key(options_.prefix, *parts);
+  }
+
+  const GatewayStoreOptions& options() const { return options_; }
+
+ private:
+  struct Call {
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+  };
+  struct Decided {
+    Nanos time{0};
+    std::vector<Decision> parts;
+  };
+
+  // The 8 policy arguments of one level (see gateway_lua.hpp).
+  static absl::StatusOr<std::vector<std::string>> params(const gateway::RulePolicy& policy) {
+    if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
+    const std::int64_t cap = gateway::detail::capacity(policy);
+    if (cap > kGatewayMaxCapacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capacity %d units: the Redis gateway store keeps micro-units with debt in Lua "
+          "doubles, exact below 2^53, so burst or limit must be at most %d",
+          cap, kGatewayMaxCapacity));
+    }
+    if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
+      auto twin = LuaTwin<TokenBucket>::params(*tb);
+      if (!twin.ok()) return twin.status();
+      if (twin->m > 0 && twin->fill > kGatewayMaxSpanNs) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis gateway store's "
+            "bound is %d ns (~46 days) — raise rate.units or lower burst",
+            tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
+      }
+      return std::vector<std::string>{"1",
+                                      absl::StrCat(tb->rate.units),
+                                      absl::StrCat(tb->rate.per.count()),
+                                      absl::StrCat(tb->burst),
+                                      absl::StrCat(twin->m),
+                                      absl::StrCat(twin->p),
+                                      absl::StrCat(twin->g),
+                                      absl::StrCat(twin->m > 0 ? twin->fill : 0)};
+    }
+    const auto& fw = std::get<FixedWindow>(policy);
+    const std::int64_t w = fw.window.count();
+    if (w % 1000 != 0 || w > kGatewayMaxSpanNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window=%d ns: the Redis gateway store needs a window of whole microseconds, at most "
+          "%d ns (~46 days)",
+          w, kGatewayMaxSpanNs));
+    }
+    return std::vector<std::string>{
+        "2", absl::StrCat(fw.limit), absl::StrCat(w), "0", absl::StrCat(w / 1000), "0", "0", "0"};
+  }
+
+  absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
+                             std::uint64_t version, std::int64_t units, Nanos now,
+                             std::string_view spent_at) const {
+    if (!config_error_.ok()) return config_error_;
+    if (version > kGatewayMaxVersion) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rule-set version %d: the Redis gateway store keeps versions below 2^53", version));
+    }
+    Call call;
+    call.args.reserve(7 + 9 * levels.size());
+    if (options_.time == TimeSource::kCaller) {
+      call.args.push_back(absl::StrCat(quota::detail::floor_div(now.count(), 1000)));
+    } else {
+      call.args.emplace_back();
+    }
+    call.args.emplace_back(1, op);
+    call.args.push_back(absl::StrCat(std::max<std::int64_t>(options_.ttl_margin.count(), 1)));
+    call.args.push_back(absl::StrCat(levels.size()));
+    call.args.push_back(absl::StrCat(version));
+    call.args.push_back(absl::StrCat(std::clamp<std::int64_t>(units, 0, kMaxUnits)));
+    call.args.emplace_back(spent_at);
+    for (const gateway::LevelCheck& level : levels) {
+      auto parts = split_key(level.key);
+      if (!parts.ok()) return parts.status();
+      call.keys.push_back(bucket_key(options_.prefix, *parts));
+      auto p = params(*level.policy);
+      if (!p.ok()) return p.status();
+      for (auto& a : *p) call.args.push_back(std::move(a));
+      call.args.push_back(level.shadow ? "1" : "0");
+    }
+    return call;
+  }
+
+  static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+    if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: element %d is not an integer", i));
+    }
+    return static_cast<std::int64_t>(r.element[i]->integer);
+  }
+
+  static absl::Status script_error(const redisReply& r) {
+    const std::string_view msg = reply_string(r);
+    if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
+      return absl::DataLossError(absl::StrCat("redis: ", detail::av(msg)));
+    }
+    return error_status(r);
+  }
+
+  static absl::StatusOr<Decided> parse_decide(const redisReply& r, std::size_t n) {
+    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
+    auto time = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 0) : absl::StatusOr<std::int64_t>(0);
+    auto count = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 1) : absl::StatusOr<std::int64_t>(0);
+    if (!time.ok()) return time.status();
+    if (!count.ok()) return count.status();
+    if (r.type != REDIS_REPLY_ARRAY || *count < 1 || static_cast<std::size_t>(*count) > n ||
+        r.elements != 2 + 6 * static_cast<std::size_t>(*count)) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: type %d with %d elements for %d levels", r.type,
+          r.type == REDIS_REPLY_ARRAY ? r.elements : 0, n));
+    }
+    Decided out{.time = Nanos{*time * 1000}, .parts = {}};
+    for (std::size_t i = 0; i < static_cast<std::size_t>(*count); ++i) {
+      std::int64_t f[6];
+      for (std::size_t k = 0; k < 6; ++k) {
+        auto x = integer_at(r, 2 + 6 * i + k);
+        if (!x.ok()) return x.status();
+        f[k] = *x;
+      }
+      if (f[1] < 0 || f[1] > 3 || (f[0] != 0) != (f[1] == 0) || f[5] < 0) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the gateway script: allowed %d with reason %d, version %d", f[0],
+            f[1], f[5]));
+      }
+      out.parts.push_back(Decision{.allowed = f[0] != 0,
+                                   .remaining = f[2],
+                                   .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
+                                   .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
+                                   .version = static_cast<std::uint64_t>(f[5]),
+                                   .reason = static_cast<Reason>(f[1])});
+    }
+    return out;
+  }
+
+  absl::StatusOr<MicroUnits> one(const gateway::LevelCheck& level, char op, std::uint64_t version,
+                                 std::int64_t units, Nanos now, std::string_view spent_at) {
+    auto call =
+        build(std::span<const gateway::LevelCheck>(&level, 1), op, version, units, now, spent_at);
+    if (!call.ok()) return call.status();
+    auto reply = script_.run(call->keys, call->args);
+    if (!reply.ok()) return reply.status();
+    const redisReply& r = **reply;
+    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: type %d, expected an array of 2", r.type));
+    }
+    auto v = integer_at(r, 1);
+    if (!v.ok()) return v.status();
+    if (*v < 0) {
+      return absl::UnavailableError(
+          absl::StrFormat("malformed reply from the gateway script: %d micro-units", *v));
+    }
+    return *v;
+  }
+
+  // Gives `cost` back to the allowed levels of the groups already deducted (one script
+  // per group, at each state's own latest time). Best effort: a failure leaves the
+  // deduction in place (under-admission).
+  void give_back(std::span<const gateway::LevelCheck> levels,
+                 const std::vector<std::pair<std::size_t, std::size_t>>& groups,
+                 const std::vector<std::size_t>& deducted_groups,
+                 const std::vector<Decision>& parts, std::uint64_t version, std::int64_t cost,
+                 Nanos now) {
+    for (std::size_t g : deducted_groups) {
+      std::vector<gateway::LevelCheck> back;
+      for (std::size_t i = groups[g].first; i < groups[g].second; ++i) {
+        if (parts[i].allowed) back.push_back(levels[i]);
+      }
+      if (back.empty()) continue;
+      auto call = build(back, 'r', version, cost, now, "");
+      if (call.ok()) (void)script_.run(call->keys, call->args);
+    }
+  }
+
+  GatewayStoreOptions options_;
+  Script script_;
+  absl::Status config_error_;
+};
+
+static_assert(gateway::GatewayBackend<GatewayStore>);
+
+}  // namespace quota::redis

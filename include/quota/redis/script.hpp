@@ -1,0 +1,116 @@
+// quota/redis/script.hpp — runs one Lua script on Redis, standalone or Cluster.
+//
+// `Script::run(keys, args)` sends `EVALSHA <sha> numkeys keys... args...` to the server
+// (or, on a cluster, to the node serving the first key's slot) and returns its reply:
+//   - the script is loaded with SCRIPT LOAD on first use and its sha cached;
+//   - on `NOSCRIPT` (after a flush, restart or failover) it is sent once more with EVAL
+//     and the script's text, which loads and runs it in one command — only on that error;
+//   - on a cluster, `MOVED` refreshes the slot map and retries on the named node, `ASK`
+//     retries there once after `ASKING` (the map unchanged), at most kMaxRedirects hops.
+// Transport failures and deadlines are kUnavailable from the connection; error replies
+// are returned as replies, for the caller to interpret.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/redis/cluster.hpp"
+#include "quota/redis/connection.hpp"
+
+namespace quota::redis {
+
+class Script {
+ public:
+  // `pool` for a standalone server, or `cluster`; one of them non-null.
+  Script(std::string text, std::shared_ptr<ConnectionPool> pool,
+         std::shared_ptr<ClusterPool> cluster)
+      : text_(std::move(text)), pool_(std::move(pool)), cluster_(std::move(cluster)) {}
+
+  absl::StatusOr<Reply> run(const std::vector<std::string>& keys,
+                            const std::vector<std::string>& args) {
+    if (keys.empty()) return absl::InvalidArgumentError("script call without keys");
+    const std::string numkeys = absl::StrCat(keys.size());
+    auto argv = [&](std::string_view cmd, std::string_view script) {
+      std::vector<std::string_view> v;
+      v.reserve(3 + keys.size() + args.size());
+      v.push_back(cmd);
+      v.push_back(script);
+      v.push_back(numkeys);
+      for (const auto& k : keys) v.push_back(k);
+      for (const auto& a : args) v.push_back(a);
+      return v;
+    };
+    std::shared_ptr<ConnectionPool> target = pool_;
+    if (cluster_ != nullptr) {
+      auto pool = cluster_->for_slot(key_slot(keys.front()));
+      if (!pool.ok()) return pool.status();
+      target = *pool;
+    }
+    if (target == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
+    bool asking = false;
+    for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+      auto lease = target->acquire();
+      if (!lease.ok()) return lease.status();
+      auto send = [&](const std::vector<std::string_view>& v) -> absl::StatusOr<Reply> {
+        if (!asking) return (*lease)->command(v);
+        auto replies = (*lease)->pipeline({{"ASKING"}, v});
+        if (!replies.ok()) return replies.status();
+        return std::move((*replies)[1]);
+      };
+      auto sha = this->sha(**lease);
+      if (!sha.ok()) return sha.status();
+      auto reply = send(argv("EVALSHA", *sha));
+      if (!reply.ok()) return reply.status();
+      if (is_error(**reply, "NOSCRIPT")) {
+        reply = send(argv("EVAL", text_));
+        if (!reply.ok()) return reply.status();
+      }
+      Redirect rd;
+      if (cluster_ == nullptr || !parse_redirect(**reply, rd)) return reply;
+      cluster_->note_redirect(rd.ask);
+      target = cluster_->node(rd.host, rd.port);
+      asking = rd.ask;
+      if (!rd.ask) (void)cluster_->refresh();
+    }
+    return absl::UnavailableError(absl::StrFormat(
+        "redis cluster: more than %d redirections for key %s", kMaxRedirects, keys.front()));
+  }
+
+  const std::string& text() const { return text_; }
+
+ private:
+  absl::StatusOr<std::string> sha(Connection& conn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!sha_.empty()) return sha_;
+    }
+    auto reply = conn.command({"SCRIPT", "LOAD", text_});
+    if (!reply.ok()) return reply.status();
+    if (auto s = error_status(**reply); !s.ok()) return s;
+    if ((*reply)->type != REDIS_REPLY_STRING) {
+      return absl::UnavailableError("malformed reply to SCRIPT LOAD: not a string");
+    }
+    std::string sha(reply_string(**reply));
+    std::lock_guard<std::mutex> lock(mu_);
+    sha_ = sha;
+    return sha;
+  }
+
+  const std::string text_;
+  const std::shared_ptr<ConnectionPool> pool_;
+  const std::shared_ptr<ClusterPool> cluster_;
+  std::mutex mu_;    // std::mutex: see ConnectionPool
+  std::string sha_;  // guarded by mu_
+};
+
+}  // namespace quota::redis

@@ -1,0 +1,199 @@
+// Differential test of quota/redis/gateway_lua.hpp: the Lua twin of the gateway's
+// KeyState (rule changes, debt, refunds, all-or-nothing levels) against the in-process
+// backend (StoreBackend over LocalStore<KeyPolicy>), on random operation sequences with
+// the caller's clock. Every decision, remaining, retry_after, reset_after and version,
+// and every refunded or charged amount, must be identical.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "quota/gateway/backend.hpp"
+#include "quota/redis/gateway_store.hpp"
+#include "quota/store/local_store.hpp"
+#include "support/printers.hpp"
+#include "support/redis_server.hpp"
+#include "support/seed.hpp"
+
+using namespace std::chrono_literals;
+using quota::FixedWindow;
+using quota::Nanos;
+using quota::TokenBucket;
+using quota::gateway::KeyPolicy;
+using quota::gateway::LevelCheck;
+using quota::gateway::RulePolicy;
+
+namespace {
+
+// Policies inside the Lua twin's range, with fractional rates, rate 0, and windows of
+// whole microseconds.
+RulePolicy random_policy(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> pick(0, 9);
+  std::uniform_int_distribution<std::int64_t> burst(1, 40);
+  switch (pick(rng)) {
+    case 0:
+      return TokenBucket{.rate = {.units = 1, .per = 3s}, .burst = burst(rng)};
+    case 1:
+      return TokenBucket{.rate = {.units = 7, .per = 2s}, .burst = burst(rng)};
+    case 2:
+      return TokenBucket{.rate = {.units = 1000, .per = 1s}, .burst = burst(rng)};
+    case 3:
+      return TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = burst(rng)};
+    case 4:
+      return TokenBucket{.rate = {.units = 3, .per = 7ms}, .burst = burst(rng)};
+    case 5:
+      return TokenBucket{.rate = {.units = 5'000'000, .per = 1s}, .burst = 2'000'000'000};
+    case 6:
+      return FixedWindow{.limit = burst(rng), .window = 1s};
+    case 7:
+      return FixedWindow{.limit = burst(rng), .window = 10ms};
+    case 8:
+      return FixedWindow{.limit = burst(rng), .window = std::chrono::microseconds(1500)};
+    default:
+      return FixedWindow{.limit = burst(rng), .window = 60s};
+  }
+}
+
+void check_same(const quota::Decision& local, const quota::Decision& redis) {
+  CHECK(local.allowed == redis.allowed);
+  CHECK(local.reason == redis.reason);
+  CHECK(local.remaining == redis.remaining);
+  CHECK(local.retry_after == redis.retry_after);
+  CHECK(local.reset_after == redis.reset_after);
+  CHECK(local.version == redis.version);
+}
+
+}  // namespace
+
+TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState") {
+  const std::uint64_t seed = quota::testing::test_seed(20261129);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+
+  quota::LocalStore<KeyPolicy> local_store({.max_keys = 1'000'000});
+  quota::gateway::StoreBackend local(local_store);
+  // A long TTL margin: keys must not expire in wall-clock time during the test while the
+  // simulated clock says they are still in use.
+  quota::redis::GatewayStore redis({.pool = quota::testing::redis_pool(2),
+                                    .prefix = quota::testing::unique_prefix("gwdiff"),
+                                    .time = quota::redis::TimeSource::kCaller,
+                                    .ttl_margin = 1h});
+
+  // Rule sets by version: version v gives each level kind its policy.
+  struct Rules {
+    RulePolicy user, tenant, global;
+  };
+  std::vector<Rules> versions;  // versions[v - 1]
+  auto add_version = [&] {
+    versions.push_back({random_policy(rng), random_policy(rng), random_policy(rng)});
+  };
+  add_version();
+
+  const std::vector<std::string> tenants = {"a", "b", "c"};
+  std::int64_t now_us = 1'000'000;
+  int decisions = 0, refunds = 0, charges = 0, denials = 0, conversions = 0;
+  struct Spent {
+    std::string key;
+    std::uint64_t version;
+    RulePolicy policy;
+    Nanos at;
+  };
+  std::vector<Spent> spent;
+
+  constexpr int kOps = 12'000;
+  for (int op = 0; op < kOps; ++op) {
+    // Time: mostly forward in small or large steps, sometimes backwards.
+    std::uniform_int_distribution<int> step_kind(0, 19);
+    const int sk = step_kind(rng);
+    if (sk < 10) {
+      now_us += std::uniform_int_distribution<std::int64_t>(0, 2000)(rng);
+    } else if (sk < 17) {
+      now_us += std::uniform_int_distribution<std::int64_t>(0, 3'000'000)(rng);
+    } else if (sk < 18) {
+      now_us += std::uniform_int_distribution<std::int64_t>(0, 200'000'000)(rng);
+    } else {
+      now_us -= std::uniform_int_distribution<std::int64_t>(0, 5000)(rng);
+    }
+    const Nanos now{now_us * 1000};
+    if (std::uniform_int_distribution<int>(0, 99)(rng) < 3) {
+      add_version();
+      ++conversions;
+    }
+    // Mostly the newest rule set; sometimes an older one (a process mid-rollout).
+    const std::uint64_t newest = versions.size();
+    std::uint64_t version = newest;
+    if (newest > 1 && std::uniform_int_distribution<int>(0, 9)(rng) == 0) {
+      version = std::uniform_int_distribution<std::uint64_t>(1, newest - 1)(rng);
+    }
+    const Rules& rules = versions[version - 1];
+    const std::string& tenant = tenants[std::uniform_int_distribution<std::size_t>(0, 2)(rng)];
+    const std::string user_key = "{" + tenant + "}read/u1";
+    const std::string tenant_key = "{" + tenant + "}read";
+    const std::string global_key = "{~global}read";
+
+    const int what = std::uniform_int_distribution<int>(0, 9)(rng);
+    INFO("op " << op << " at " << now_us << " us, version " << version << ", kind " << what);
+    if (what < 7) {
+      std::vector<LevelCheck> levels;
+      std::uniform_int_distribution<int> coin(0, 3);
+      if (coin(rng) != 0) levels.push_back({&rules.user, user_key, coin(rng) == 0});
+      levels.push_back({&rules.tenant, tenant_key, coin(rng) == 0});
+      if (coin(rng) == 0) levels.push_back({&rules.global, global_key, coin(rng) == 0});
+      std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+      if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 0;
+      if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 50;
+      auto l = local.decide(levels, version, cost, now);
+      auto r = redis.decide(levels, version, cost, now);
+      REQUIRE(l.ok());
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      CHECK(r->time == now);
+      REQUIRE(l->parts.size() == r->parts.size());
+      for (std::size_t i = 0; i < l->parts.size(); ++i) check_same(l->parts[i], r->parts[i]);
+      ++decisions;
+      if (!l->parts.back().allowed) ++denials;
+      if (l->parts.size() == levels.size() &&
+          std::all_of(l->parts.begin(), l->parts.end(), [](auto& d) { return d.allowed; })) {
+        for (const LevelCheck& lc : levels) {
+          spent.push_back({std::string(lc.key), version, *lc.policy, now});
+        }
+      }
+    } else if (what < 9 && !spent.empty()) {
+      const Spent& s = spent[std::uniform_int_distribution<std::size_t>(0, spent.size() - 1)(rng)];
+      const std::int64_t units = std::uniform_int_distribution<std::int64_t>(0, 60)(rng);
+      auto l = local.refund(s.policy, s.version, s.key, units, s.at, now);
+      auto r = redis.refund(s.policy, s.version, s.key, units, s.at, now);
+      REQUIRE(l.ok());
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      CHECK(*l == *r);
+      ++refunds;
+    } else {
+      const std::string& key =
+          std::uniform_int_distribution<int>(0, 1)(rng) == 0 ? tenant_key : user_key;
+      const RulePolicy& policy = key == tenant_key ? rules.tenant : rules.user;
+      const std::int64_t units = std::uniform_int_distribution<std::int64_t>(0, 90)(rng);
+      auto l = local.charge(policy, version, key, units, now);
+      auto r = redis.charge(policy, version, key, units, now);
+      REQUIRE(l.ok());
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      CHECK(*l == *r);
+      ++charges;
+    }
+  }
+  std::printf(
+      "gateway differential: %d decisions (%d denied), %d refunds, %d charges, %d rule "
+      "changes\n",
+      decisions, denials, refunds, charges, conversions);
+  // The trace exercised every path.
+  CHECK(decisions > 7000);
+  CHECK(denials > 500);
+  CHECK(refunds > 500);
+  CHECK(charges > 500);
+  CHECK(conversions > 100);
+}
