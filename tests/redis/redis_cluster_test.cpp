@@ -1,13 +1,20 @@
 // Tests for quota/redis/cluster.hpp and RedisStore on a real Redis Cluster of 3 masters
 // started on loopback by the test fixture (cmake/redis_cluster.sh): CRC16 slots and hash
 // tags, tenants spread over the nodes, and a live slot migration under load (ASK during
-// the migration, MOVED after it) with the budget spent exactly once.
+// the migration, MOVED after it) with the budget spent exactly once. Batches
+// (acquire_many, acquire_batch): one pipelined write per node (counted by the pool and
+// by the nodes' own read counters), the same decisions as the same requests one by one,
+// and MOVED / ASK during a batch with every decision made exactly once.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +26,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
+#include "support/seed.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -210,4 +218,335 @@ TEST_CASE("a live slot migration under load: ASK, then MOVED, and the budget spe
   // exactly: the migration neither lost nor duplicated any bucket state.
   CHECK(errors == 0);
   CHECK(4 + allowed + verify_allowed + remaining_total == 4 * 400);
+}
+
+namespace {
+
+using Item = RedisStore<TokenBucket>::BatchItem;
+
+RedisStore<TokenBucket> cluster_store(std::shared_ptr<quota::redis::ClusterPool> cluster,
+                                      const std::string& name) {
+  quota::RedisStoreOptions opts;
+  opts.prefix = quota::testing::unique_prefix(name);
+  opts.time = quota::redis::TimeSource::kCaller;  // decisions reproducible across stores
+  opts.cluster = std::move(cluster);
+  return RedisStore<TokenBucket>(opts);
+}
+
+// "{<name>-i}<route>" for i < tenants and both routes: keys over many slots.
+std::vector<std::string> tenant_keys(const std::string& name, int tenants) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < tenants; ++i) {
+    for (const char* route : {"a", "b"}) {
+      keys.push_back("{" + name + "-" + std::to_string(i) + "}" + route);
+    }
+  }
+  return keys;
+}
+
+// The port of the node serving each store key's slot (one CLUSTER SLOTS per slot).
+std::map<std::string, int> owners(const std::vector<std::string>& keys) {
+  std::map<int, int> by_slot;
+  std::map<std::string, int> out;
+  for (const auto& k : keys) {
+    const int slot = key_slot(k);
+    if (by_slot.count(slot) == 0) by_slot[slot] = owner(slot);
+    out[k] = by_slot[slot];
+  }
+  return out;
+}
+
+// total_reads_processed: read events a node has handled on its client connections.
+std::int64_t reads_processed(Connection& admin) {
+  const std::string info = reply_text(admin, {"INFO", "stats"});
+  const auto at = info.find("total_reads_processed:");
+  REQUIRE(at != std::string::npos);
+  return std::atoll(info.c_str() + at + std::string("total_reads_processed:").size());
+}
+
+// Moves `slot` with all its keys to the node at `to_port`, and tells every node.
+void migrate_slot(int slot, int to_port) {
+  const int from_port = owner(slot);
+  REQUIRE(from_port != to_port);
+  Connection from(node_config(from_port)), to(node_config(to_port));
+  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
+  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
+  const std::string slot_s = std::to_string(slot);
+  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
+  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
+  for (;;) {
+    auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_s, "100"});
+    REQUIRE(got.ok());
+    if ((*got)->elements == 0) break;
+    for (std::size_t i = 0; i < (*got)->elements; ++i) {
+      const std::string key(quota::redis::reply_string(*(*got)->element[i]));
+      reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"});
+    }
+  }
+  for (int port : cluster_ports()) {
+    Connection c(node_config(port));
+    reply_text(c, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
+  }
+  REQUIRE(owner(slot) == to_port);
+}
+
+}  // namespace
+
+TEST_CASE("a batch over all three nodes decides exactly as the same requests one by one") {
+  const std::uint64_t seed = quota::testing::test_seed(20261129);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(node_config(cluster_ports()[2]), 2);
+  auto many = cluster_store(cluster, "same-many");
+  auto batch = cluster_store(cluster, "same-batch");
+  auto one = cluster_store(cluster, "same-one");
+  const TokenBucket policy{.rate = {.units = 5, .per = 1s}, .burst = 6};
+  const auto keys = tenant_keys("same", 16);
+  const auto node_of = owners(keys);
+  std::set<int> all_nodes;
+  for (const auto& [k, port] : node_of) all_nodes.insert(port);
+  REQUIRE(all_nodes.size() == 3);
+
+  Nanos now{1'000'000'000'000};
+  int allowed = 0, denied = 0, mismatches = 0;
+  for (int round = 0; round < 12; ++round) {
+    INFO("round " << round);
+    now += std::chrono::milliseconds(rng() % 500);
+    const std::size_t size = round % 2 == 0 ? 16 : 64;
+    std::vector<Item> items;
+    std::set<int> nodes;
+    for (std::size_t i = 0; i < size; ++i) {
+      const std::string& k = keys[rng() % keys.size()];
+      items.push_back({k, static_cast<std::int64_t>(rng() % 9)});  // 0 and > burst too
+      nodes.insert(node_of.at(k));
+    }
+    const auto p0 = cluster->pipelines();
+    auto m = many.acquire_many(policy, items, now);
+    const auto p1 = cluster->pipelines();
+    auto b = batch.acquire_batch(policy, items, now);
+    const auto p2 = cluster->pipelines();
+    REQUIRE(m.ok());
+    REQUIRE(b.ok());
+    REQUIRE(m->size() == size);
+    REQUIRE(b->size() == size);
+    // One pipelined write per node (a first NOSCRIPT on a node would add one more).
+    if (round > 0) {
+      CHECK(p1 - p0 == nodes.size());
+      CHECK(p2 - p1 == nodes.size());
+    }
+    for (std::size_t i = 0; i < size; ++i) {
+      auto d = one.apply(policy, items[i].key, now, items[i].cost);
+      REQUIRE(d.ok());
+      REQUIRE((*m)[i].ok());
+      if (!((*m)[i].value() == *d && (*b)[i] == *d)) {
+        ++mismatches;
+        INFO("item " << i << " key " << items[i].key << " cost " << items[i].cost);
+        CHECK((*m)[i].value() == *d);
+        CHECK((*b)[i] == *d);
+      }
+      (d->allowed ? allowed : denied) += 1;
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(allowed > 50);  // the traces both allow and deny
+  CHECK(denied > 50);
+}
+
+TEST_CASE("a batch reaches each node in one read: the nodes' own counters say so") {
+  const auto ports = cluster_ports();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(node_config(ports[0]), 2);
+  auto store = cluster_store(cluster, "reads");
+  const TokenBucket policy{.rate = {.units = 1000, .per = 1s}, .burst = 1000};
+  const auto keys = tenant_keys("reads", 24);  // 48 keys, each once
+  const auto node_of = owners(keys);
+  std::vector<Item> items;
+  std::map<int, std::int64_t> per_node;
+  for (const auto& k : keys) {
+    items.push_back({k, 1});
+    ++per_node[node_of.at(k)];
+  }
+  REQUIRE(per_node.size() == 3);
+  for (const auto& [port, n] : per_node) REQUIRE(n >= 8);
+  REQUIRE(store.acquire_many(policy, items, Nanos{0}).ok());  // warm: map, scripts, sockets
+
+  std::map<int, std::unique_ptr<Connection>> admin;
+  for (int port : ports) admin[port] = std::make_unique<Connection>(node_config(port));
+  std::map<int, std::int64_t> before, after_batch, after_one;
+  for (auto& [port, c] : admin) before[port] = reads_processed(*c);
+  auto r = store.acquire_many(policy, items, Nanos{1'000'000});
+  REQUIRE(r.ok());
+  for (const auto& d : *r) REQUIRE(d.ok());
+  for (auto& [port, c] : admin) after_batch[port] = reads_processed(*c);
+  for (const auto& item : items) REQUIRE(store.apply(policy, item.key, Nanos{2'000'000}, 1).ok());
+  for (auto& [port, c] : admin) after_one[port] = reads_processed(*c);
+  for (const auto& [port, n] : per_node) {
+    INFO("node " << port << ": " << n << " items; reads for the batch "
+                 << after_batch[port] - before[port] << ", one by one "
+                 << after_one[port] - after_batch[port] << " (each including our INFO)");
+    CHECK(after_batch[port] - before[port] <= 3);    // one write: one read (or two)
+    CHECK(after_one[port] - after_batch[port] > n);  // the measure can tell
+  }
+}
+
+TEST_CASE("MOVED during a batch (a stale slot map): every decision made exactly once") {
+  const std::uint64_t seed = quota::testing::test_seed(7);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto ports = cluster_ports();
+  auto stale = std::make_shared<quota::redis::ClusterPool>(node_config(ports[1]), 2);
+  auto fresh = std::make_shared<quota::redis::ClusterPool>(node_config(ports[0]), 2);
+  auto batched = cluster_store(stale, "stale-batched");
+  auto one = cluster_store(fresh, "stale-one");
+  // No refill: a call applied twice would show in every later remaining.
+  const TokenBucket policy{.rate = {.units = 0, .per = 1s}, .burst = 40};
+  const auto keys = tenant_keys("stale", 12);
+  auto make_items = [&] {
+    std::vector<Item> items;
+    for (int i = 0; i < 48; ++i) {
+      items.push_back({keys[rng() % keys.size()], static_cast<std::int64_t>(1 + rng() % 3)});
+    }
+    return items;
+  };
+  auto compare = [&](const std::vector<Item>& items, const std::vector<quota::Decision>& got) {
+    REQUIRE(got.size() == items.size());
+    int mismatches = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto d = one.apply(policy, items[i].key, Nanos{0}, items[i].cost);
+      REQUIRE(d.ok());
+      if (!(got[i] == *d)) {
+        ++mismatches;
+        INFO("item " << i << " key " << items[i].key);
+        CHECK(got[i] == *d);
+      }
+    }
+    CHECK(mismatches == 0);
+  };
+  auto many = [&](const std::vector<Item>& items) {
+    auto r = batched.acquire_many(policy, items, Nanos{0});
+    REQUIRE(r.ok());
+    std::vector<quota::Decision> out;
+    for (const auto& d : *r) {
+      INFO(d.status());
+      REQUIRE(d.ok());
+      out.push_back(*d);
+    }
+    return out;
+  };
+  // Round 1 loads the map; then two slots move behind the stale pool's back, one before
+  // acquire_many and one before acquire_batch.
+  auto items = make_items();
+  compare(items, many(items));
+  auto slot_of = [&](const std::string& key) { return key_slot(key); };
+  const int slot_a = slot_of(keys[0]), slot_b = slot_of(keys[2]);
+  REQUIRE(slot_a != slot_b);
+  auto elsewhere = [&](int slot) {
+    const int from = owner(slot);
+    return from == ports[0] ? ports[1] : ports[0];
+  };
+  items = make_items();
+  items.push_back({keys[0], 1});  // the moved slot is surely in the batch
+  const auto moves0 = stale->moves();
+  migrate_slot(slot_a, elsewhere(slot_a));
+  compare(items, many(items));
+  const auto moves1 = stale->moves();
+  CHECK(moves1 > moves0);
+
+  items = make_items();
+  items.push_back({keys[2], 1});
+  migrate_slot(slot_b, elsewhere(slot_b));
+  auto b = batched.acquire_batch(policy, items, Nanos{0});
+  INFO(b.status());
+  REQUIRE(b.ok());
+  compare(items, *b);
+  CHECK(stale->moves() > moves1);
+
+  // And what is left in every bucket is the same: nothing was charged twice.
+  for (const auto& k : keys) {
+    auto x = batched.apply(policy, k, Nanos{0}, 1);
+    auto y = one.apply(policy, k, Nanos{0}, 1);
+    REQUIRE(x.ok());
+    REQUIRE(y.ok());
+    CHECK(*x == *y);
+  }
+}
+
+TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision exactly once") {
+  const auto ports = cluster_ports();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(node_config(ports[2]), 4);
+  auto store = cluster_store(cluster, "batch-migrate");
+  const TokenBucket budget{.rate = {.units = 0, .per = 1s}, .burst = 300};
+  const std::vector<std::string> movers = {"{bmover}a", "{bmover}b", "{bmover}c", "{bmover}d"};
+  const auto others = tenant_keys("bload", 4);  // 8 keys elsewhere
+  std::vector<std::string> all = movers;
+  all.insert(all.end(), others.begin(), others.end());
+  for (const auto& k : all) REQUIRE(store.apply(budget, k, Nanos{0}, 1).ok());  // warm
+  const int slot = key_slot(movers[0]);
+  const int from_port = owner(slot);
+  const int to_port = from_port == ports[0] ? ports[1] : ports[0];
+  Connection from(node_config(from_port)), to(node_config(to_port));
+  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
+  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> allowed{0}, errors{0}, batches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<Item> items;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        items.push_back({all[(i + static_cast<std::size_t>(t)) % all.size()], 1});
+      }
+      while (!stop.load()) {
+        auto r = store.acquire_many(budget, items, Nanos{0});
+        ++batches;
+        if (!r.ok()) {
+          errors += static_cast<std::int64_t>(items.size());
+          continue;
+        }
+        for (const auto& d : *r) {
+          if (!d.ok()) {
+            ++errors;
+          } else {
+            allowed += d->allowed;
+          }
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(50ms);
+  const std::string slot_s = std::to_string(slot);
+  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
+  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
+  for (;;) {  // one key at a time, so that batches meet a half-migrated slot (ASK)
+    auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_s, "1"});
+    REQUIRE(got.ok());
+    if ((*got)->elements == 0) break;
+    const std::string key(quota::redis::reply_string(*(*got)->element[0]));
+    reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"});
+    std::this_thread::sleep_for(20ms);
+  }
+  for (int port : ports) {
+    Connection c(node_config(port));
+    reply_text(c, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
+  }
+  std::this_thread::sleep_for(100ms);  // batches after the migration: MOVED, map refreshed
+  stop = true;
+  for (auto& th : threads) th.join();
+
+  // What is left, with a fresh map: warm (1 per key) + allowed + left = the budget.
+  std::int64_t left = 0;
+  for (const auto& k : all) {
+    auto d = store.apply(budget, k, Nanos{0}, 0);  // cost 0: a look, nothing deducted
+    REQUIRE(d.ok());
+    left += d->remaining;
+  }
+  INFO("batches " << batches << " allowed " << allowed << " errors " << errors << " ASK "
+                  << cluster->asks() << " MOVED " << cluster->moves() << " writes "
+                  << cluster->pipelines());
+  CHECK(cluster->asks() > 0);
+  CHECK(cluster->moves() > 0);
+  CHECK(batches > 20);
+  CHECK(errors == 0);
+  CHECK(static_cast<std::int64_t>(all.size()) + allowed + left ==
+        static_cast<std::int64_t>(all.size()) * 300);
 }

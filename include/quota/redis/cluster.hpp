@@ -12,7 +12,10 @@
 //   -MOVED <slot> <host:port>: the slot lives elsewhere now: refresh the map, retry there;
 //   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
 //                              ASKING + the command to that node, once, map unchanged.
-// At most kMaxRedirects redirections per call; then kUnavailable.
+// At most kMaxRedirects redirections per call; then kUnavailable. Batches
+// (RedisStore::acquire_many, acquire_batch) group their calls by the node of each slot
+// and send each node's calls in ONE pipelined write (counted by `pipelines()`); the
+// replies that redirect are sent again, grouped the same way, after the map refresh.
 //
 // Thread safety: ClusterPool is thread-safe.
 //
@@ -174,6 +177,9 @@ class ClusterPool {
   void note_redirect(bool ask) { (ask ? asks_ : moves_).fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t asks() const { return asks_.load(std::memory_order_relaxed); }
   std::uint64_t moves() const { return moves_.load(std::memory_order_relaxed); }
+  // Pipelined writes of batches to nodes, one per node and round (tests, monitoring).
+  void note_pipeline() { pipelines_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t pipelines() const { return pipelines_.load(std::memory_order_relaxed); }
 
  private:
   std::shared_ptr<ConnectionPool> node_locked(const std::string& host, int port) {
@@ -190,7 +196,7 @@ class ClusterPool {
 
   const ConnectionConfig base_;
   const std::size_t per_node_;
-  std::atomic<std::uint64_t> asks_{0}, moves_{0};
+  std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0};
   std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
   bool loaded_ = false;
   std::map<std::string, std::shared_ptr<ConnectionPool>> nodes_;

@@ -140,6 +140,41 @@ class Connection {
     return replies;
   }
 
+  // Pipelining in two halves, so that one thread can keep several servers busy at once
+  // (the cluster batch writes to every node before it reads any reply): `send` writes
+  // every command and flushes them; `receive(n)` then reads n replies in order. The same
+  // failure rules as `pipeline`.
+  absl::Status send(const std::vector<std::vector<std::string_view>>& commands) {
+    if (auto s = ensure_connected(); !s.ok()) return s;
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& args : commands) {
+      to_argv(args, argv, lens);
+      if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                                 lens.data()) != REDIS_OK) {
+        return fail("pipeline append");
+      }
+    }
+    int done = 0;
+    while (done == 0) {
+      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return fail("pipeline write");
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<Reply>> receive(std::size_t n) {
+    if (ctx_ == nullptr) return absl::UnavailableError("redis receive: not connected");
+    std::vector<Reply> replies;
+    replies.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      void* raw = nullptr;
+      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
+        return fail("pipeline read");
+      }
+      replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    return replies;
+  }
+
   // Drops the connection; the next call reconnects. Tests use it to lose a reply.
   void disconnect() { ctx_.reset(); }
   bool connected() const { return ctx_ != nullptr; }

@@ -43,8 +43,9 @@
 // Beyond StateStore: `acquire` with an attempt id (idempotent: the first result is kept
 // in the tenant's slot for `attempt_ttl` and replayed), `acquire_all` (hierarchy: several
 // buckets of one tenant, all allow or nothing is deducted), `acquire_many` (a pipelined
-// batch: one EVALSHA per decision, all in one write) and `acquire_batch` (independent
-// decisions, many per EVALSHA; standalone servers only).
+// batch: one EVALSHA per decision, all in one write; one write per node on a cluster)
+// and `acquire_batch` (independent decisions, many per EVALSHA; one EVALSHA per slot on
+// a cluster).
 //
 // Durability. The store keeps what Redis keeps: a server restarted without persistence
 // (or a failover that loses writes) recreates buckets full — an extra burst per key.
@@ -52,8 +53,11 @@
 //
 // Redis Cluster: set RedisStoreOptions::cluster (cluster.hpp) instead of `pool`. Each
 // call goes to its slot's node and follows MOVED / ASK; a tenant's keys share a slot, so
-// hierarchy and attempts work unchanged. On a cluster, acquire_many and acquire_batch
-// send their calls one by one (per slot), not pipelined per node.
+// hierarchy and attempts work unchanged. acquire_many and acquire_batch group their
+// calls by node and send each node's calls in ONE pipelined write, all nodes written
+// before any reply is read; redirected calls (MOVED / ASK) and NOSCRIPT are sent again
+// in a further round. A script call may declare keys of one slot only, so on a cluster
+// acquire_batch makes one script call per slot (not one per batch).
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared ConnectionPool.
@@ -63,10 +67,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -353,7 +360,10 @@ class RedisStore {
 
   // A pipelined batch: one EVALSHA per request, all written at once on one connection,
   // replies read in order. Each element is that request's own result; a transport
-  // failure fails the whole batch (kUnavailable: some may have been applied).
+  // failure fails the whole batch (kUnavailable: some may have been applied). On a
+  // cluster: one pipelined write per node, written to every node before any reply is
+  // read (execute_cluster); a node that fails (transport, pool, too many redirections)
+  // makes each of ITS items kUnavailable, the other nodes' decisions are returned.
   struct BatchItem {
     std::string_view key;
     std::int64_t cost;
@@ -376,11 +386,15 @@ class RedisStore {
     }
     if (calls.empty()) return results;
     if (options_.cluster != nullptr) {
-      // On a cluster the calls go one by one, each to its slot's node (not pipelined).
+      // On a cluster: one pipelined write per node (execute_cluster); a failing node
+      // fails its own items only.
+      auto replies = execute_cluster(calls);
       for (std::size_t c = 0; c < calls.size(); ++c) {
-        auto reply = execute(calls[c]);
-        if (!reply.ok()) return reply.status();
-        auto out = parse(**reply, 1);
+        if (!replies[c].ok()) {
+          results[index[c]] = replies[c].status();
+          continue;
+        }
+        auto out = parse(**replies[c], 1);
         results[index[c]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
                                      : absl::StatusOr<Decision>(out.status());
       }
@@ -418,49 +432,36 @@ class RedisStore {
 
   // A batch in ONE script call: every item decided independently (each deducted when it
   // alone allows), in order, atomically as a whole. Items may belong to different
-  // tenants — on a standalone server only (a cluster would need one call per slot). A
-  // key that repeats starts a new script call (the script reads every key before it
-  // writes), and all the calls go in one pipelined write. Per-item errors (an invalid
-  // key) fail the whole batch with that error; nothing is sent then.
+  // tenants. A key that repeats starts a new script call (the script reads every key
+  // before it writes), and all the calls go in one pipelined write. Per-item errors (an
+  // invalid key) fail the whole batch with that error; nothing is sent then.
+  //
+  // On a cluster a script may only declare keys of ONE slot (even with Redis 7's
+  // `allow-cross-slot-keys` flag, which only lifts the check for keys a script touches
+  // without declaring them), so the batch becomes one script call per slot (items of a
+  // slot in their order; a repeated key starts the slot's next call), and each node's
+  // calls go in one pipelined write (execute_cluster). Decisions come back in the
+  // caller's order. Atomic per script call only; any failing call fails the whole batch
+  // (kUnavailable: the other calls may have been applied).
   absl::StatusOr<std::vector<Decision>> acquire_batch(const P& policy,
                                                       std::span<const BatchItem> items, Nanos now) {
+    if (items.empty()) return std::vector<Decision>{};
+    if (options_.cluster != nullptr) return acquire_batch_cluster(policy, items, now);
     std::vector<std::vector<Request>> chunks(1);
     std::vector<std::string_view> seen;
-    int chunk_slot = -1;
     for (const BatchItem& item : items) {
-      int slot = -1;
-      if (options_.cluster != nullptr) {
-        auto parts = redis::split_key(item.key);
-        if (!parts.ok()) return parts.status();
-        slot = redis::key_slot(parts->tag);
-      }
-      const bool new_slot = !seen.empty() && slot != chunk_slot;
-      chunk_slot = slot;
-      if (new_slot || std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
+      if (std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
         chunks.emplace_back();
         seen.clear();
       }
       seen.push_back(item.key);
       chunks.back().push_back(Request{&policy, item.key, item.cost});
     }
-    if (items.empty()) return std::vector<Decision>{};
     std::vector<Call> calls;
     for (const auto& chunk : chunks) {
       auto call = build(chunk, now, {}, /*batch=*/true);
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
-    }
-    if (options_.cluster != nullptr) {
-      // On a cluster: one call per run of one slot, each to its node, one by one.
-      std::vector<Decision> out;
-      for (std::size_t c = 0; c < calls.size(); ++c) {
-        auto reply = execute(calls[c]);
-        if (!reply.ok()) return reply.status();
-        auto parsed = parse(**reply, chunks[c].size(), /*batch=*/true);
-        if (!parsed.ok()) return parsed.status();
-        for (Decision& d : parsed->parts) out.push_back(d);
-      }
-      return out;
     }
     auto lease = options_.pool->acquire();
     if (!lease.ok()) return lease.status();
@@ -560,6 +561,189 @@ class RedisStore {
     return absl::UnavailableError(
         absl::StrFormat("redis cluster: more than %d redirections for key %s", redis::kMaxRedirects,
                         call.keys.front()));
+  }
+
+  // acquire_batch on a cluster: one script call per slot (see acquire_batch).
+  absl::StatusOr<std::vector<Decision>> acquire_batch_cluster(const P& policy,
+                                                              std::span<const BatchItem> items,
+                                                              Nanos now) {
+    struct Chunk {
+      std::vector<Request> reqs;
+      std::vector<std::size_t> items;  // reqs[j] is items[this->items[j]]
+    };
+    std::vector<Chunk> chunks;
+    std::map<int, std::size_t> open;  // slot -> its chunk taking items
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto parts = redis::split_key(items[i].key);
+      if (!parts.ok()) return parts.status();
+      const int slot = redis::key_slot(parts->tag);
+      auto it = open.find(slot);
+      const bool repeats =
+          it != open.end() &&
+          std::any_of(chunks[it->second].reqs.begin(), chunks[it->second].reqs.end(),
+                      [&](const Request& r) { return r.key == items[i].key; });
+      if (it == open.end() || repeats) {
+        chunks.emplace_back();
+        open[slot] = chunks.size() - 1;
+      }
+      Chunk& chunk = chunks[open[slot]];
+      chunk.reqs.push_back(Request{&policy, items[i].key, items[i].cost});
+      chunk.items.push_back(i);
+    }
+    std::vector<Call> calls;
+    calls.reserve(chunks.size());
+    for (const Chunk& chunk : chunks) {
+      auto call = build(chunk.reqs, now, {}, /*batch=*/true);
+      if (!call.ok()) return call.status();
+      calls.push_back(std::move(*call));
+    }
+    auto replies = execute_cluster(calls);
+    std::vector<Decision> out(items.size());
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      if (!replies[c].ok()) return replies[c].status();
+      auto parsed = parse(**replies[c], chunks[c].reqs.size(), /*batch=*/true);
+      if (!parsed.ok()) return parsed.status();
+      for (std::size_t j = 0; j < chunks[c].items.size(); ++j) {
+        out[chunks[c].items[j]] = parsed->parts[j];
+      }
+    }
+    return out;
+  }
+
+  // Many calls on a cluster (acquire_many, acquire_batch): each call goes to the node of
+  // its slot, and each node's calls go in ONE pipelined write; every node is written
+  // before any reply is read, so the nodes work at the same time. Replies that redirect
+  // (MOVED: the map is refreshed; ASK: ASKING first, map unchanged) or say NOSCRIPT
+  // (once per node, with EVAL and the script's text) are sent again in a further round,
+  // again one write per node; at most kMaxRedirects redirections per call. A call's
+  // position in its node's write keeps the caller's order, so two calls on one key run
+  // in order. Returns one reply or status per call, in call order: a node that fails
+  // (pool, transport) fails only its own calls (kUnavailable: they may have run).
+  std::vector<absl::StatusOr<redis::Reply>> execute_cluster(const std::vector<Call>& calls) {
+    redis::ClusterPool& cluster = *options_.cluster;
+    std::vector<absl::StatusOr<redis::Reply>> out;
+    out.reserve(calls.size());
+    for (std::size_t c = 0; c < calls.size(); ++c) out.emplace_back(absl::UnknownError("unset"));
+    struct Pending {
+      std::size_t call;
+      std::shared_ptr<redis::ConnectionPool> target;
+      bool asking = false;  // send ASKING first (after -ASK)
+      bool eval = false;    // EVAL with the script's text (after -NOSCRIPT)
+      int hops = 0;         // redirections followed
+    };
+    std::vector<Pending> pending;
+    pending.reserve(calls.size());
+    {
+      std::map<int, std::shared_ptr<redis::ConnectionPool>> by_slot;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        const int slot = redis::key_slot(calls[c].keys.front());
+        auto it = by_slot.find(slot);
+        if (it == by_slot.end()) {
+          auto pool = cluster.for_slot(slot);
+          if (!pool.ok()) {
+            out[c] = pool.status();
+            continue;
+          }
+          it = by_slot.emplace(slot, *pool).first;
+        }
+        pending.push_back(Pending{.call = c, .target = it->second});
+      }
+    }
+    std::string sha;
+    while (!pending.empty()) {
+      // One group per node. Leases are taken in one global order (by pool address), so
+      // that threads each holding several connections never wait on each other in a
+      // cycle.
+      std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+        return std::less<>{}(a.target.get(), b.target.get());
+      });
+      struct Group {
+        std::size_t begin, end;
+        std::optional<redis::ConnectionPool::Lease> lease;
+        std::size_t replies = 0;
+      };
+      std::vector<Group> groups;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
+        groups.back().end = i + 1;
+      }
+      auto fail = [&](const Group& g, const absl::Status& s) {
+        for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
+      };
+      for (Group& g : groups) {
+        auto lease = pending[g.begin].target->acquire();
+        if (!lease.ok()) {
+          fail(g, lease.status());
+          continue;
+        }
+        if (sha.empty()) {
+          auto loaded = script_sha(**lease);
+          if (!loaded.ok()) {
+            fail(g, loaded.status());
+            continue;
+          }
+          sha = *std::move(loaded);
+        }
+        std::vector<std::vector<std::string_view>> cmds;
+        cmds.reserve(g.end - g.begin);
+        for (std::size_t i = g.begin; i < g.end; ++i) {
+          const Call& call = calls[pending[i].call];
+          if (pending[i].asking) cmds.push_back({"ASKING"});
+          cmds.push_back(pending[i].eval ? call.argv_eval(Twin::script()) : call.argv(sha));
+        }
+        if (auto s = (*lease)->send(cmds); !s.ok()) {
+          fail(g, s);
+          continue;
+        }
+        cluster.note_pipeline();
+        g.replies = cmds.size();
+        g.lease.emplace(*std::move(lease));
+      }
+      std::vector<Pending> again;
+      bool refresh = false;
+      for (Group& g : groups) {
+        if (!g.lease.has_value()) continue;
+        auto replies = (*g.lease)->receive(g.replies);
+        g.lease.reset();
+        if (!replies.ok()) {
+          fail(g, replies.status());
+          continue;
+        }
+        std::size_t k = 0;
+        for (std::size_t i = g.begin; i < g.end; ++i) {
+          Pending p = pending[i];
+          if (p.asking) ++k;  // ASKING's +OK
+          redis::Reply& r = (*replies)[k++];
+          if (!p.eval && redis::is_error(*r, "NOSCRIPT")) {
+            p.eval = true;
+            again.push_back(std::move(p));
+            continue;
+          }
+          redis::Redirect rd;
+          if (redis::parse_redirect(*r, rd)) {
+            cluster.note_redirect(rd.ask);
+            if (p.hops >= redis::kMaxRedirects) {
+              out[p.call] = absl::UnavailableError(
+                  absl::StrFormat("redis cluster: more than %d redirections for key %s",
+                                  redis::kMaxRedirects, calls[p.call].keys.front()));
+              continue;
+            }
+            ++p.hops;
+            p.target = cluster.node(rd.host, rd.port);
+            p.asking = rd.ask;
+            p.eval = false;
+            refresh = refresh || !rd.ask;
+            again.push_back(std::move(p));
+            continue;
+          }
+          out[p.call] = std::move(r);
+        }
+      }
+      groups.clear();  // every lease back before the refresh asks a node
+      if (refresh) (void)cluster.refresh();
+      pending = std::move(again);
+    }
+    return out;
   }
 
   absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
