@@ -1,0 +1,323 @@
+// Tests of the gateway over Redis (quota/redis/gateway_store.hpp) against a real
+// redis-server, on the server's clock: rule changes (downgrade, upgrade, switching kind)
+// converted in Redis without a burst and versioned; a process still on older rules never
+// rolls a key back; user + tenant levels all-or-nothing in one script; the global level
+// given back when it denies; shadow mode; estimate-then-settle; many threads on one
+// budget; bad rules, corrupted keys and TTLs.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "quota/gateway/gateway.hpp"
+#include "quota/redis/gateway_store.hpp"
+#include "support/gateway_rules.hpp"
+#include "support/printers.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using quota::FixedWindow;
+using quota::Nanos;
+using quota::Reason;
+using quota::TokenBucket;
+using quota::gateway::Gateway;
+using quota::gateway::Level;
+using quota::gateway::Request;
+using quota::gateway::RuleRegistry;
+using quota::gateway::RuleSetSpec;
+using quota::redis::GatewayStore;
+using quota::testing::build;
+
+namespace {
+
+GatewayStore make_store(const std::string& test) {
+  return GatewayStore(
+      {.pool = quota::testing::redis_pool(4), .prefix = quota::testing::unique_prefix(test)});
+}
+
+// One route "read" (cost 1); plan "free" gets `tenant` on the tenant level, and optional
+// user and global rules.
+RuleSetSpec spec(std::uint64_t version, quota::gateway::RulePolicy tenant,
+                 std::optional<quota::gateway::RulePolicy> user = std::nullopt,
+                 std::optional<quota::gateway::RulePolicy> global = std::nullopt,
+                 bool global_shadow = false) {
+  RuleSetSpec s;
+  s.version = version;
+  s.routes = {{.name = "read", .cost = 1}};
+  s.rules.push_back({.level = Level::kTenant,
+                     .tenant = "",
+                     .plan = "free",
+                     .route = "read",
+                     .name = "tenant",
+                     .policy = tenant,
+                     .shadow = false});
+  if (user) {
+    s.rules.push_back({.level = Level::kUser,
+                       .tenant = "",
+                       .plan = "free",
+                       .route = "read",
+                       .name = "user",
+                       .policy = *user,
+                       .shadow = false});
+  }
+  if (global) {
+    s.rules.push_back({.level = Level::kGlobal,
+                       .tenant = "",
+                       .plan = "",
+                       .route = "read",
+                       .name = "global",
+                       .policy = *global,
+                       .shadow = global_shadow});
+  }
+  return s;
+}
+
+Request read(const char* tenant, const char* user = "") {
+  return {.who = {.tenant = tenant, .plan = "free", .user = user}, .route = "read"};
+}
+
+// Decides `n` requests; returns how many were admitted.
+template <class G>
+int admit(G& gw, const Request& req, int n) {
+  int admitted = 0;
+  for (int i = 0; i < n; ++i) {
+    auto r = gw.decide(req, Nanos{0});
+    REQUIRE(r.ok());
+    if (r->decision.allowed) ++admitted;
+  }
+  return admitted;
+}
+
+// A slow rate, so that server time passing during a test refills nothing measurable.
+constexpr quota::Rate kSlow{.units = 1, .per = std::chrono::hours(1)};
+
+}  // namespace
+
+TEST_CASE("redis gateway: a downgrade clamps to the new burst and carries the new version") {
+  GatewayStore store = make_store("gw-down");
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 100})));
+  Gateway gw(store, registry);
+  REQUIRE(admit(gw, read("acme"), 30) == 30);  // 70 left under v1
+  REQUIRE(registry.publish(build(spec(2, TokenBucket{.rate = kSlow, .burst = 20}))).ok());
+  auto r = gw.decide(read("acme"), Nanos{0});
+  REQUIRE(r.ok());
+  CHECK(r->decision.allowed);
+  CHECK(r->decision.version == 2);
+  CHECK(r->decision.remaining == 19);  // min(70, 20) − 1
+  CHECK(admit(gw, read("acme"), 40) == 19);
+}
+
+TEST_CASE("redis gateway: an upgrade hands out no fresh burst") {
+  GatewayStore store = make_store("gw-up");
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+  Gateway gw(store, registry);
+  REQUIRE(admit(gw, read("acme"), 10) == 10);  // empty under v1
+  REQUIRE(registry.publish(build(spec(2, TokenBucket{.rate = kSlow, .burst = 1000}))).ok());
+  auto r = gw.decide(read("acme"), Nanos{0});
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->decision.allowed);
+  CHECK(r->decision.version == 2);
+  CHECK(r->decision.reason == Reason::kOverLimit);
+  // A tenant never seen before gets the new burst.
+  CHECK(admit(gw, read("newcomer"), 1000) == 1000);
+}
+
+TEST_CASE("redis gateway: switching kind keeps what was left, never more") {
+  GatewayStore store = make_store("gw-kind");
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 50})));
+  Gateway gw(store, registry);
+  REQUIRE(admit(gw, read("acme"), 45) == 45);  // 5 tokens left
+  REQUIRE(registry.publish(build(spec(2, FixedWindow{.limit = 30, .window = 1h}))).ok());
+  auto r = gw.decide(read("acme"), Nanos{0});
+  REQUIRE(r.ok());
+  CHECK(r->decision.version == 2);
+  CHECK(r->decision.remaining == 4);  // the window's count leaves min(30, 5) − 1
+  CHECK(admit(gw, read("acme"), 10) == 4);
+  // And back to a bucket: what the window still allowed (0), not the burst.
+  REQUIRE(registry.publish(build(spec(3, TokenBucket{.rate = kSlow, .burst = 50}))).ok());
+  auto back = gw.decide(read("acme"), Nanos{0});
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->decision.allowed);
+  CHECK(back->decision.version == 3);
+}
+
+TEST_CASE("redis gateway: a process still on older rules is decided by the newer rule") {
+  GatewayStore store_a = make_store("gw-rollout");
+  // Another process: its own registry and store object, the same Redis and prefix.
+  GatewayStore store_b({.pool = quota::testing::redis_pool(2), .prefix = store_a.options().prefix});
+  RuleRegistry new_rules(build(spec(2, TokenBucket{.rate = kSlow, .burst = 5})));
+  RuleRegistry old_rules(build(spec(1, TokenBucket{.rate = kSlow, .burst = 100})));
+  Gateway rolled_out(store_a, new_rules);
+  Gateway lagging(store_b, old_rules);
+  REQUIRE(admit(rolled_out, read("acme"), 2) == 2);  // 3 left under v2
+  auto r = lagging.decide(read("acme"), Nanos{0});
+  REQUIRE(r.ok());
+  CHECK(r->decision.allowed);
+  CHECK(r->decision.version == 2);    // the rule that decided
+  CHECK(r->decision.remaining == 2);  // not 100 − 1
+  CHECK(admit(lagging, read("acme"), 10) == 2);
+}
+
+TEST_CASE("redis gateway: user and tenant levels are all-or-nothing in one script") {
+  GatewayStore store = make_store("gw-levels");
+  RuleRegistry registry(build(
+      spec(1, TokenBucket{.rate = kSlow, .burst = 5}, TokenBucket{.rate = kSlow, .burst = 3})));
+  Gateway gw(store, registry);
+  // Alice takes her 3 (user level), Bob 2: the tenant (5) is empty.
+  CHECK(admit(gw, read("acme", "alice"), 5) == 3);
+  CHECK(admit(gw, read("acme", "bob"), 2) == 2);
+  // Carol's user level allows but the tenant denies: nothing is deducted from Carol.
+  auto carol = gw.decide(read("acme", "carol"), Nanos{0});
+  REQUIRE(carol.ok());
+  CHECK_FALSE(carol->decision.allowed);
+  CHECK(carol->rule == "tenant");
+  // Put 5 units back into the tenant level by hand: Carol's user level, written without
+  // a deduction, still holds all 3.
+  const quota::gateway::RulePolicy tenant_policy = TokenBucket{.rate = kSlow, .burst = 5};
+  auto refunded = store.refund(tenant_policy, 1, "{acme}read", 5, Nanos{0}, Nanos{0});
+  REQUIRE(refunded.ok());
+  CHECK(*refunded == 5 * quota::kMicrosPerUnit);
+  CHECK(admit(gw, read("acme", "carol"), 10) == 3);
+}
+
+TEST_CASE("redis gateway: a global denial gives the tenant's deduction back") {
+  GatewayStore store = make_store("gw-global");
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10}, std::nullopt,
+                                   TokenBucket{.rate = kSlow, .burst = 4})));
+  Gateway gw(store, registry);
+  CHECK(admit(gw, read("a"), 3) == 3);
+  CHECK(admit(gw, read("b"), 3) == 1);  // the global budget (4) is spent
+  auto denied = gw.decide(read("b"), Nanos{0});
+  REQUIRE(denied.ok());
+  CHECK_FALSE(denied->decision.allowed);
+  CHECK(denied->rule == "global");
+  // b's tenant level got every denied request back: 9 left, not 9 − 3.
+  RuleRegistry no_global(build(spec(2, TokenBucket{.rate = kSlow, .burst = 10})));
+  Gateway tenant_only(store, no_global);
+  CHECK(admit(tenant_only, read("b"), 20) == 9);
+}
+
+TEST_CASE("redis gateway: a shadow global rule counts would-deny and admits") {
+  GatewayStore store = make_store("gw-shadow");
+  quota::gateway::Metrics metrics;
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10}, std::nullopt,
+                                   TokenBucket{.rate = kSlow, .burst = 2}, /*shadow=*/true),
+                              &metrics));
+  Gateway gw(store, registry);
+  int shadowed = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = gw.decide(read("acme"), Nanos{0});
+    REQUIRE(r.ok());
+    CHECK(r->decision.allowed);
+    if (r->decision.reason == Reason::kShadow) ++shadowed;
+  }
+  CHECK(shadowed == 3);
+  std::uint64_t would_deny = 0;
+  for (const auto& c : metrics.snapshot()) {
+    if (c->labels().rule == "global")
+      would_deny += c->count(quota::gateway::Outcome::kShadowWouldDeny);
+  }
+  CHECK(would_deny == 3);
+}
+
+TEST_CASE("redis gateway: estimate, then settle refunds the surplus once") {
+  GatewayStore store = make_store("gw-settle");
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 1000})));
+  Gateway gw(store, registry);
+  auto est = gw.acquire_estimate(read("acme"), 600, Nanos{0});
+  REQUIRE(est.ok());
+  REQUIRE(est->decision.allowed);
+  REQUIRE(est->ticket.has_value());
+  CHECK(est->decision.remaining == 400);
+  auto settled = gw.settle(*est->ticket, 150, Nanos{0});
+  REQUIRE(settled.ok());
+  REQUIRE(settled->refunded.size() == 1);
+  CHECK(settled->refunded[0] == 450 * quota::kMicrosPerUnit);
+  CHECK_FALSE(gw.settle(*est->ticket, 150, Nanos{0}).ok());  // never twice
+  auto r = gw.decide(read("acme"), Nanos{0});
+  REQUIRE(r.ok());
+  CHECK(r->decision.remaining == 849);
+}
+
+TEST_CASE("redis gateway: 8 threads on one budget admit exactly the burst") {
+  GatewayStore store = make_store("gw-threads");
+  // Rate 0: a one-off budget of 200, so server time cannot add any.
+  RuleRegistry registry(build(spec(1, TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 200})));
+  Gateway gw(store, registry);
+  std::atomic<int> admitted{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 60; ++i) {
+        auto r = gw.decide(read("hot"), Nanos{0});
+        if (!r.ok()) {
+          errors.fetch_add(1);
+        } else if (r->decision.allowed) {
+          admitted.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(errors.load() == 0);
+  CHECK(admitted.load() == 200);
+}
+
+TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") {
+  SECTION("a rule the Lua twin cannot decide exactly is rejected, naming the bound") {
+    auto s =
+        GatewayStore::check(TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 3'000'000'000});
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(s.message().find("2000000000") != std::string::npos);
+    auto w = GatewayStore::check(FixedWindow{.limit = 10, .window = Nanos{1500}});
+    CHECK(w.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(w.message().find("whole microseconds") != std::string::npos);
+    CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
+  }
+  SECTION("a key holding something else is DataLoss naming it; nothing is decided") {
+    GatewayStore store = make_store("gw-corrupt");
+    RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+    Gateway gw(store, registry);
+    auto key = store.redis_key("{acme}read");
+    REQUIRE(key.ok());
+    auto admin = quota::testing::redis_pool(1);
+    auto lease = admin->acquire();
+    REQUIRE(lease.ok());
+    REQUIRE((*lease)->command({"SET", *key, "not a state"}).ok());
+    auto r = gw.decide(read("acme"), Nanos{0});
+    CHECK(r.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(r.status().message().find(*key) != std::string::npos);
+    REQUIRE((*lease)->command({"DEL", *key}).ok());
+    CHECK(gw.decide(read("acme"), Nanos{0}).ok());
+  }
+  SECTION("a key's TTL covers its time until full again, and a one-off budget keeps none") {
+    GatewayStore store = make_store("gw-ttl");
+    RuleRegistry registry(
+        build(spec(1, TokenBucket{.rate = {.units = 1, .per = 10s}, .burst = 10})));
+    Gateway gw(store, registry);
+    REQUIRE(admit(gw, read("acme"), 2) == 2);  // 20 s until full again
+    auto key = store.redis_key("{acme}read");
+    REQUIRE(key.ok());
+    auto admin = quota::testing::redis_pool(1);
+    auto lease = admin->acquire();
+    REQUIRE(lease.ok());
+    auto ttl = (*lease)->command({"PTTL", *key});
+    REQUIRE(ttl.ok());
+    REQUIRE((*ttl)->type == REDIS_REPLY_INTEGER);
+    CHECK((*ttl)->integer > 19'000);  // ~20 s + the 1 s margin
+    CHECK((*ttl)->integer <= 21'000);
+    RuleRegistry once(build(spec(2, TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 10})));
+    Gateway gw_once(store, once);
+    REQUIRE(admit(gw_once, read("once"), 1) == 1);
+    auto once_key = store.redis_key("{once}read");
+    REQUIRE(once_key.ok());
+    auto none = (*lease)->command({"PTTL", *once_key});
+    REQUIRE(none.ok());
+    CHECK((*none)->integer == -1);  // persists: a one-off budget must not come back
+  }
+}
