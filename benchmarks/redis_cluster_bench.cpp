@@ -1,0 +1,321 @@
+// benchmarks/redis_cluster_bench.cpp — the Redis store on a 3-master Redis Cluster:
+// decisions per second and server CPU per decision for single calls against batches
+// pipelined per node.
+//
+//   single     RedisStore::apply: one EVALSHA, one round trip per decision
+//   many/N     acquire_many of N decisions: one pipelined write per node (up to 3),
+//              every node written before any reply is read
+//   batch/N    acquire_batch of N decisions: one EVALSHA per slot (a script may only
+//              declare keys of one slot), the calls pipelined per node like many/N
+// each with 1, 8 and 32 client threads (one connection per node each), keys drawn at
+// random from 10,000 tenants ("{tenant-i}read": 10,000 slots spread over the 3 nodes).
+//
+// Counters: decisions_per_second; server_cpu_us_per_decision (user + system CPU of the
+// three redis-server processes, INFO cpu, over the run — what the nodes spend on
+// reading, parsing, running and replying); server_script_us_per_decision (INFO
+// commandstats usec of EVALSHA/EVAL only); p50_us / p99_us per call; writes_per_call
+// (pipelined writes of batches, ClusterPool::pipelines); errors.
+//
+//   build/release/benchmarks/redis_cluster_bench [--seconds S] [--benchmark_format=json]
+//
+// Starts its own cluster with cmake/redis_cluster.sh (on free loopback ports, under
+// /tmp/quota-cluster-bench-<pid>) and stops it at exit; or uses the cluster whose ports
+// are in $QUOTA_REDIS_CLUSTER_DIR/ports (one a line), as the tests' fixture writes them.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "quota/policy/token_bucket.hpp"
+#include "quota/redis/cluster.hpp"
+#include "quota/redis/redis_store.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using quota::Nanos;
+using quota::RedisStore;
+using quota::TokenBucket;
+using Clock = std::chrono::steady_clock;
+using Item = RedisStore<TokenBucket>::BatchItem;
+
+double g_seconds = 1.5;
+constexpr int kTenants = 10'000;
+const TokenBucket kPolicy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
+
+class Cluster {
+ public:
+  Cluster() {
+    if (const char* d = std::getenv("QUOTA_REDIS_CLUSTER_DIR"); d != nullptr && *d != '\0') {
+      read_ports(d);
+      return;
+    }
+    const auto root = std::filesystem::path(__FILE__).parent_path().parent_path();
+    script_ = (root / "cmake" / "redis_cluster.sh").string();
+    dir_ = (std::filesystem::temp_directory_path() /
+            ("quota-cluster-bench-" + std::to_string(::getpid())))
+               .string();
+    if (std::system(("bash '" + script_ + "' start '" + dir_ + "' >/dev/null").c_str()) != 0) {
+      std::fprintf(stderr, "redis_cluster_bench: could not start a cluster (see %s)\n",
+                   dir_.c_str());
+      stop();
+      std::exit(2);
+    }
+    read_ports(dir_);
+  }
+  ~Cluster() { stop(); }
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const std::vector<int>& ports() const { return ports_; }
+
+ private:
+  void read_ports(const std::string& dir) {
+    std::ifstream in(dir + "/ports");
+    int p = 0;
+    while (in >> p) ports_.push_back(p);
+    if (ports_.empty()) {
+      std::fprintf(stderr, "redis_cluster_bench: no ports in %s/ports\n", dir.c_str());
+      std::exit(2);
+    }
+  }
+  void stop() {
+    if (script_.empty()) return;
+    if (std::system(("bash '" + script_ + "' stop '" + dir_ + "' >/dev/null 2>&1").c_str()) != 0) {
+      std::fprintf(stderr, "redis_cluster_bench: could not stop the cluster in %s\n", dir_.c_str());
+    }
+    std::filesystem::remove_all(dir_);
+    script_.clear();
+  }
+
+  std::string script_, dir_;
+  std::vector<int> ports_;
+};
+
+Cluster& cluster() {
+  static Cluster c;
+  return c;
+}
+
+quota::redis::ConnectionConfig config(int port) {
+  return {.host = "127.0.0.1",
+          .port = port,
+          .connect_timeout = 1s,
+          .command_timeout = 2s,
+          .pool_wait = 5s};
+}
+
+const std::vector<std::string>& keys() {
+  static const std::vector<std::string> k = [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < kTenants; ++i) v.push_back("{tenant-" + std::to_string(i) + "}read");
+    return v;
+  }();
+  return k;
+}
+
+// What the nodes have spent since `reset`: CPU seconds (INFO cpu) and script usec
+// (INFO commandstats).
+struct ServerUse {
+  double cpu_s = 0;
+  double script_us = 0;
+};
+
+double info_field(const std::string& info, const std::string& field) {
+  const auto at = info.find(field);
+  return at == std::string::npos ? 0 : std::atof(info.c_str() + at + field.size());
+}
+
+ServerUse server_use() {
+  ServerUse u;
+  for (int port : cluster().ports()) {
+    quota::redis::Connection c(config(port));
+    auto r = c.command({"INFO", "all"});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) continue;
+    const std::string info(quota::redis::reply_string(**r));
+    u.cpu_s += info_field(info, "used_cpu_sys:") + info_field(info, "used_cpu_user:");
+    // A script's usec already includes the commands it calls; count the scripts only.
+    for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
+      const auto at = info.find(cmd);
+      if (at != std::string::npos) u.script_us += info_field(info.substr(at), "usec=");
+    }
+  }
+  return u;
+}
+
+void reset_stats() {
+  for (int port : cluster().ports()) {
+    quota::redis::Connection c(config(port));
+    (void)c.command({"CONFIG", "RESETSTAT"});
+  }
+}
+
+// Runs `threads` threads for g_seconds; each call of `one(rng)` makes `per_call`
+// decisions and returns how many of them failed. Reports the counters.
+void run(benchmark::State& state, int threads, int per_call,
+         const std::shared_ptr<quota::redis::ClusterPool>& pool,
+         const std::function<std::int64_t(std::mt19937_64&)>& one) {
+  // Warm: map, scripts on every node, connections.
+  {
+    std::mt19937_64 rng(99);
+    for (int i = 0; i < 4 * threads; ++i) (void)one(rng);
+  }
+  reset_stats();
+  const ServerUse before = server_use();
+  const auto writes0 = pool->pipelines();
+  std::vector<std::vector<float>> lat(static_cast<std::size_t>(threads));
+  std::atomic<std::int64_t> calls{0}, errors{0};
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration<double>(g_seconds);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) * 7919 + 1);
+      auto& mine = lat[static_cast<std::size_t>(t)];
+      mine.reserve(1 << 16);
+      std::int64_t n = 0, e = 0;
+      while (Clock::now() < end) {
+        const auto a = Clock::now();
+        e += one(rng);
+        mine.push_back(std::chrono::duration<float, std::micro>(Clock::now() - a).count());
+        ++n;
+      }
+      calls += n;
+      errors += e;
+    });
+  }
+  for (auto& w : workers) w.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const ServerUse after = server_use();
+  std::vector<float> all;
+  for (const auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  const double decisions = static_cast<double>(calls.load()) * per_call;
+  state.SetIterationTime(elapsed);
+  state.counters["decisions_per_second"] = decisions / elapsed;
+  state.counters["server_cpu_us_per_decision"] = (after.cpu_s - before.cpu_s) * 1e6 / decisions;
+  state.counters["server_script_us_per_decision"] = after.script_us / decisions;
+  state.counters["p50_us"] = all.empty() ? 0 : all[all.size() / 2];
+  state.counters["p99_us"] = all.empty() ? 0 : all[all.size() * 99 / 100];
+  state.counters["writes_per_call"] =
+      static_cast<double>(pool->pipelines() - writes0) / static_cast<double>(calls.load());
+  state.counters["errors"] = static_cast<double>(errors.load());
+  state.counters["threads"] = threads;
+}
+
+std::shared_ptr<quota::redis::ClusterPool> make_pool(int threads) {
+  return std::make_shared<quota::redis::ClusterPool>(config(cluster().ports().front()),
+                                                     static_cast<std::size_t>(threads));
+}
+
+RedisStore<TokenBucket> make_store(std::shared_ptr<quota::redis::ClusterPool> pool) {
+  quota::RedisStoreOptions opts;
+  opts.prefix = "cbench:";
+  opts.cluster = std::move(pool);
+  return RedisStore<TokenBucket>(opts);
+}
+
+const std::string& random_key(std::mt19937_64& rng) { return keys()[rng() % keys().size()]; }
+
+// args: threads
+void BM_Cluster_Single(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    auto pool = make_pool(threads);
+    auto store = make_store(pool);
+    run(state, threads, 1, pool, [&](std::mt19937_64& rng) -> std::int64_t {
+      return store.apply(kPolicy, random_key(rng), Nanos{0}, 1).ok() ? 0 : 1;
+    });
+  }
+}
+
+// args: decisions per call, threads
+void BM_Cluster_Many(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  for (auto _ : state) {
+    auto pool = make_pool(threads);
+    auto store = make_store(pool);
+    run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
+      std::vector<Item> items;
+      items.reserve(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) items.push_back({random_key(rng), 1});
+      auto r = store.acquire_many(kPolicy, items, Nanos{0});
+      if (!r.ok()) return n;
+      return std::count_if(r->begin(), r->end(), [](const auto& d) { return !d.ok(); });
+    });
+  }
+}
+
+void BM_Cluster_Batch(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  for (auto _ : state) {
+    auto pool = make_pool(threads);
+    auto store = make_store(pool);
+    run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
+      std::vector<Item> items;
+      items.reserve(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) items.push_back({random_key(rng), 1});
+      return store.acquire_batch(kPolicy, items, Nanos{0}).ok() ? 0 : n;
+    });
+  }
+}
+
+BENCHMARK(BM_Cluster_Single)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(32)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Cluster_Many)
+    ->ArgNames({"n", "threads"})
+    ->ArgsProduct({{16, 64}, {1, 8, 32}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Cluster_Batch)
+    ->ArgNames({"n", "threads"})
+    ->ArgsProduct({{16, 64}, {1, 8, 32}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --seconds S: how long each row runs (not a google-benchmark flag; removed first).
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--seconds" && i + 1 < argc) {
+      g_seconds = std::atof(argv[++i]);
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  std::printf("redis cluster on 127.0.0.1 ports");
+  for (int p : cluster().ports()) std::printf(" %d", p);
+  std::printf(", %.1f s per row, %d tenants, token bucket\n", g_seconds, kTenants);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
