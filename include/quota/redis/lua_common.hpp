@@ -28,23 +28,25 @@
 namespace quota::redis {
 
 inline constexpr const char* kLuaHead = R"lua(
+local floor = math.floor
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   local r = a - q * b
   if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
   return q, r
 end
 local function int_in(x, lo, hi)
-  return x == x and x == math.floor(x) and x >= lo and x <= hi
+  return x == x and x == floor(x) and x >= lo and x <= hi
 end
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
--- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
-local function read_state(key, what, bytes)
+-- when it holds anything but `bytes` (or `legacy`, when given) bytes of a twin's state.
+-- Allocates nothing.
+local function read_state(key, what, bytes, legacy)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota ' .. what)
   end
-  if raw and #raw ~= bytes then
+  if raw and #raw ~= bytes and #raw ~= legacy then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
       ' bytes, expected ' .. bytes)
   end
