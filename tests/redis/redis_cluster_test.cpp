@@ -550,3 +550,50 @@ TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision
   CHECK(static_cast<std::int64_t>(all.size()) + allowed + left ==
         static_cast<std::int64_t>(all.size()) * 300);
 }
+
+TEST_CASE("a node that does not answer fails only its own items of a batch, as unavailable") {
+  const auto ports = cluster_ports();
+  auto cfg = node_config(ports[0]);
+  cfg.command_timeout = 200ms;
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 2);
+  auto store = cluster_store(cluster, "paused");
+  const TokenBucket policy{.rate = {.units = 10, .per = 1s}, .burst = 10};
+  const auto keys = tenant_keys("paused", 12);
+  const auto node_of = owners(keys);
+  std::vector<Item> items;
+  for (const auto& k : keys) items.push_back({k, 1});
+  REQUIRE(store.acquire_many(policy, items, Nanos{0}).ok());  // warm: map, scripts, sockets
+  const int paused_port = ports[1];
+  Connection admin(node_config(paused_port));
+  reply_text(admin, {"CLIENT", "PAUSE", "1000", "ALL"});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = store.acquire_many(policy, items, Nanos{0});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  auto b = store.acquire_batch(policy, items, Nanos{0});
+  REQUIRE(r.ok());
+  int failed = 0, decided = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& d = (*r)[i];
+    INFO(items[i].key << " on " << node_of.at(std::string(items[i].key)) << ": " << d.status());
+    if (node_of.at(std::string(items[i].key)) == paused_port) {
+      REQUIRE_FALSE(d.ok());
+      CHECK(absl::IsUnavailable(d.status()));
+      CHECK(d.status().message().find(std::to_string(paused_port)) != absl::string_view::npos);
+      ++failed;
+    } else {
+      CHECK(d.ok());
+      ++decided;
+    }
+  }
+  CHECK(failed > 0);
+  CHECK(decided > 0);
+  CHECK(took < 900ms);  // the deadline, not the pause
+  // acquire_batch answers for the whole batch: one node down fails it.
+  REQUIRE_FALSE(b.ok());
+  CHECK(absl::IsUnavailable(b.status()));
+  // After the pause, the same store decides everything again (it reconnects).
+  std::this_thread::sleep_for(1000ms - (std::chrono::steady_clock::now() - t0) + 100ms);
+  auto again = store.acquire_many(policy, items, Nanos{0});
+  REQUIRE(again.ok());
+  for (const auto& d : *again) CHECK(d.ok());
+}
