@@ -3,33 +3,54 @@
 // Against a real redis-server on loopback (started by this program through
 // cmake/redis_server.sh, or the one at QUOTA_REDIS_PORT), for 1, 8 and 50 connections
 // (one thread each), it measures decisions per second, p50/p99 latency per call and the
-// server CPU per decision (INFO commandstats: usec of EVALSHA/EVAL/... divided by the
-// decisions they made) for:
+// server CPU per decision for:
 //   quota d1      RedisStore<TokenBucket>::apply, one EVALSHA per decision
 //   quota p16     acquire_many: 16 EVALSHAs pipelined in one write
 //   quota b16/b64 acquire_batch: 16 / 64 decisions in ONE EVALSHA
 //   naive-lua d1  the straightforward published script (HMGET, TIME, floating refill,
 //                 HSET, PEXPIRE) with EVALSHA
+//   noop-lua d1   EVALSHA of `return 1` with the same arguments: the ceiling of ANY
+//                 one-script-call design (what Redis spends before the script does work)
 //   INCR          redis-benchmark INCR at the same connections and depth (the ceiling of
 //                 any one-round-trip design)
-// and then a naive client-side GET-compute-SET limiter under 8 threads on one key, with
-// its over-admission against the envelope r·T + B, and MEMORY USAGE of one bucket.
+// Server CPU per decision, two ways: `server_us_per_decision` from INFO commandstats
+// (usec of the script commands — time inside the script, wall clock, so a descheduled
+// server inflates it) and `server_cpu_us_per_decision` from INFO cpu (the server
+// process's user+sys CPU, so it also counts reading, parsing and replying, but not time
+// spent descheduled). Then:
+//   - p99 at HALF the peak: open-loop, 50 connections, depth 1, each thread paced at its
+//     share of 50 % of the quota d1 rate measured at 50 connections in this run; latency
+//     from each request's SCHEDULED start (no coordinated omission). Target < 1 ms.
+//   - MEMORY USAGE of one (non-idle) bucket;
+//   - a naive client-side GET-compute-SET limiter under 8 threads on one key, with its
+//     over-admission against the envelope r·T + B.
+// The targets of issue 5 are checked at the end (table and JSON); the machine is shared,
+// so the load average (/proc/loadavg) is recorded at the start and the end.
 //
-// Run (release build):  ./build/release/benchmarks/redis_bench [--seconds S]
-// Any --benchmark_* arguments (cmake/run.sh bench passes them) are ignored.
+// Run (release build):  ./build/release/benchmarks/redis_bench [--seconds S] [--json FILE]
+// `--benchmark_out=FILE` (what `bash cmake/run.sh bench` passes) also names the JSON
+// file; other --benchmark_* arguments are ignored. The JSON is shaped like
+// google-benchmark's: {"context": {...}, "benchmarks": [{"name", "run_type",
+// "iterations", "real_time", "time_unit", counters...}], "targets": [...]}.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,19 +121,46 @@ std::int64_t server_script_usec(quota::redis::Connection& admin) {
   return total;
 }
 
+// The server process's user+sys CPU seconds (INFO cpu).
+double server_cpu_seconds(quota::redis::Connection& admin) {
+  auto r = admin.command({"INFO", "cpu"});
+  if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) return -1;
+  const std::string info(quota::redis::reply_string(**r));
+  double total = 0;
+  for (const char* f : {"used_cpu_sys:", "used_cpu_user:"}) {
+    const auto at = info.find(f);
+    if (at != std::string::npos) total += std::atof(info.c_str() + at + std::strlen(f));
+  }
+  return total;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
 struct Result {
   double decisions_per_s = 0;
   double p50_us = 0, p99_us = 0;
-  double server_us_per_decision = 0;
+  double server_us_per_decision = 0;      // INFO commandstats (script commands)
+  double server_cpu_us_per_decision = 0;  // INFO cpu (the whole server process)
+  double calls = 0;
+  double mean_call_us = 0;
   std::int64_t errors = 0;
 };
 
 // Runs `threads` threads for `seconds`; each call of `one(thread, rng)` makes
-// `per_call` decisions (returns false on error). Latency per call.
+// `per_call` decisions (returns false on error). Latency per call. With `rate` > 0 the
+// load is open-loop: thread t sends its calls at fixed intervals (threads / rate apart,
+// staggered), and a call's latency counts from its SCHEDULED start, so a slow reply
+// delays nothing that is not also measured (no coordinated omission).
 Result run(int port, int threads, double seconds, int per_call,
-           const std::function<bool(int, std::mt19937_64&)>& one) {
+           const std::function<bool(int, std::mt19937_64&)>& one, double rate = 0) {
   quota::redis::Connection admin(config(port));
   (void)admin.command({"CONFIG", "RESETSTAT"});
+  const double cpu0 = server_cpu_seconds(admin);
   std::vector<std::vector<float>> lat(static_cast<std::size_t>(threads));
   std::atomic<std::int64_t> calls{0}, errors{0};
   const auto t0 = Clock::now();
@@ -123,8 +171,16 @@ Result run(int port, int threads, double seconds, int per_call,
       std::mt19937_64 rng(static_cast<std::uint64_t>(t) * 7919 + 1);
       auto& mine = lat[static_cast<std::size_t>(t)];
       mine.reserve(1 << 18);
+      const auto interval = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(rate > 0 ? threads / rate : 0));
+      auto next = t0 + interval * t / threads;
       while (Clock::now() < end) {
-        const auto a = Clock::now();
+        auto a = Clock::now();
+        if (rate > 0) {
+          std::this_thread::sleep_until(next);
+          a = next;
+          next += interval;
+        }
         const bool ok = one(t, rng);
         mine.push_back(std::chrono::duration<float, std::micro>(Clock::now() - a).count());
         ++calls;
@@ -134,6 +190,7 @@ Result run(int port, int threads, double seconds, int per_call,
   }
   for (auto& th : pool) th.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu1 = server_cpu_seconds(admin);
   std::vector<float> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
@@ -145,14 +202,98 @@ Result run(int port, int threads, double seconds, int per_call,
     r.p99_us = all[all.size() * 99 / 100];
   }
   r.server_us_per_decision = static_cast<double>(server_script_usec(admin)) / decisions;
+  r.server_cpu_us_per_decision = (cpu1 - cpu0) * 1e6 / decisions;
+  r.calls = static_cast<double>(calls.load());
+  r.mean_call_us = elapsed * 1e6 * threads / std::max(1.0, r.calls);
   r.errors = errors.load();
   return r;
 }
 
+// Every measured row, for the JSON file and the target checks.
+struct Row {
+  std::string name;  // e.g. "quota_d1/conns:50"
+  std::string workload;
+  int conns = 0;
+  Result r;
+  std::map<std::string, double> extra;  // more counters (fractions, ratios)
+};
+std::vector<Row> g_rows;
+
+Row& record(const std::string& workload, int conns, const Result& r) {
+  std::string id = workload;
+  std::replace(id.begin(), id.end(), ' ', '_');
+  g_rows.push_back(Row{id + "/conns:" + std::to_string(conns), workload, conns, r, {}});
+  return g_rows.back();
+}
+
 void print(const char* name, int conns, const Result& r) {
-  std::printf("%-14s %5d %12.0f %9.1f %9.1f %12.2f %7" PRId64 "\n", name, conns, r.decisions_per_s,
-              r.p50_us, r.p99_us, r.server_us_per_decision, r.errors);
+  std::printf("%-14s %5d %12.0f %9.1f %9.1f %12.2f %12.2f %7" PRId64 "\n", name, conns,
+              r.decisions_per_s, r.p50_us, r.p99_us, r.server_us_per_decision,
+              r.server_cpu_us_per_decision, r.errors);
   std::fflush(stdout);
+  record(name, conns, r);
+}
+
+struct Target {
+  std::string name, what;
+  double value = 0, bound = 0;
+  bool at_most = true;  // value <= bound (else value >= bound)
+  bool met() const { return at_most ? value <= bound : value >= bound; }
+};
+
+std::string json_escape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void write_json(const std::string& path, const std::map<std::string, std::string>& context,
+                const std::vector<Target>& targets) {
+  std::ofstream out(path);
+  out << "{\n  \"context\": {";
+  bool first = true;
+  for (const auto& [k, v] : context) {
+    out << (first ? "\n" : ",\n") << "    \"" << k << "\": \"" << json_escape(v) << "\"";
+    first = false;
+  }
+  out << "\n  },\n  \"benchmarks\": [";
+  first = true;
+  for (const Row& row : g_rows) {
+    const Result& r = row.r;
+    out << (first ? "\n" : ",\n") << "    {\"name\": \"" << json_escape(row.name)
+        << "\", \"run_name\": \"" << json_escape(row.name)
+        << "\", \"run_type\": \"iteration\", \"repetitions\": 1, \"threads\": " << row.conns
+        << ", \"iterations\": " << num(r.calls) << ", \"real_time\": " << num(r.mean_call_us)
+        << ", \"cpu_time\": " << num(r.mean_call_us) << ", \"time_unit\": \"us\""
+        << ", \"connections\": " << row.conns << ", \"decisions_per_s\": " << num(r.decisions_per_s)
+        << ", \"p50_us\": " << num(r.p50_us) << ", \"p99_us\": " << num(r.p99_us)
+        << ", \"server_us_per_decision\": " << num(r.server_us_per_decision)
+        << ", \"server_cpu_us_per_decision\": " << num(r.server_cpu_us_per_decision)
+        << ", \"errors\": " << r.errors;
+    for (const auto& [k, v] : row.extra) out << ", \"" << k << "\": " << num(v);
+    out << "}";
+    first = false;
+  }
+  out << "\n  ],\n  \"targets\": [";
+  first = true;
+  for (const Target& t : targets) {
+    out << (first ? "\n" : ",\n") << "    {\"name\": \"" << json_escape(t.name)
+        << "\", \"what\": \"" << json_escape(t.what) << "\", \"value\": " << num(t.value)
+        << ", \"bound\": " << num(t.bound) << ", \"at_most\": " << (t.at_most ? "true" : "false")
+        << ", \"met\": " << (t.met() ? "true" : "false") << "}";
+    first = false;
+  }
+  out << "\n  ]\n}\n";
 }
 
 // The straightforward token bucket script as commonly published.
@@ -173,27 +314,63 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000))
 return allowed
 )lua";
 
-double redis_benchmark_incr(int port, int conns, int depth) {
+const char* kNoopLua = "return 1";
+
+// redis-benchmark INCR: requests per second and p50 (its own numbers), server µs per
+// INCR (commandstats) and server CPU per INCR (INFO cpu).
+Result redis_benchmark_incr(int port, int conns, int depth) {
+  quota::redis::Connection admin(config(port));
+  (void)admin.command({"CONFIG", "RESETSTAT"});
+  const double cpu0 = server_cpu_seconds(admin);
+  constexpr int kRequests = 200000;
   const std::string cmd = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(port) + " -c " +
-                          std::to_string(conns) + " -P " + std::to_string(depth) +
-                          " -n 200000 -t incr -q 2>/dev/null";
+                          std::to_string(conns) + " -P " + std::to_string(depth) + " -n " +
+                          std::to_string(kRequests) + " -t incr -q 2>/dev/null";
+  Result r;
   FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
+  if (f == nullptr) return r;
   char buf[4096];
   std::string out;
   while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
   ::pclose(f);
-  // "INCR: 123456.79 requests per second, p50=..." (the last \r-separated segment)
+  // "INCR: 123456.79 requests per second, p50=0.711 msec" (the last \r-separated segment)
   const auto at = out.rfind("INCR:");
-  return at == std::string::npos ? -1 : std::atof(out.c_str() + at + 5);
+  if (at == std::string::npos) return r;
+  r.decisions_per_s = std::atof(out.c_str() + at + 5);
+  if (const auto p = out.find("p50=", at); p != std::string::npos) {
+    r.p50_us = std::atof(out.c_str() + p + 4) * 1000;
+  }
+  r.p99_us = std::numeric_limits<double>::quiet_NaN();
+  r.calls = kRequests;
+  r.mean_call_us = r.decisions_per_s > 0 ? 1e6 * conns / r.decisions_per_s : 0;
+  r.server_cpu_us_per_decision = (server_cpu_seconds(admin) - cpu0) * 1e6 / kRequests;
+  auto info = admin.command({"INFO", "commandstats"});
+  if (info.ok() && (*info)->type == REDIS_REPLY_STRING) {
+    const std::string s(quota::redis::reply_string(**info));
+    if (const auto c = s.find("cmdstat_incr:"); c != std::string::npos) {
+      r.server_us_per_decision = std::atof(s.c_str() + s.find("usec=", c) + 5) / kRequests;
+    }
+  }
+  return r;
+}
+
+const Row* find_row(const std::string& workload, int conns) {
+  for (const Row& r : g_rows) {
+    if (r.workload == workload && r.conns == conns) return &r;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   double seconds = 1.5;
+  std::string json;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    const std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    if (a == "--json" && i + 1 < argc) json = argv[++i];
+    if (a.rfind("--benchmark_out=", 0) == 0) json = a.substr(std::strlen("--benchmark_out="));
   }
   Server server;
   if (!start_server(server)) {
@@ -201,16 +378,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int port = server.port;
+  const std::string load_start = load_average();
   const TokenBucket policy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
   constexpr int kKeys = 10'000;
   std::vector<std::string> keys;
   for (int i = 0; i < kKeys; ++i) keys.push_back("{tenant-" + std::to_string(i) + "}read");
   auto key = [&](std::mt19937_64& rng) -> const std::string& { return keys[rng() % kKeys]; };
+  std::string version;
+  {
+    quota::redis::Connection c(config(port));
+    auto r = c.command({"INFO", "server"});
+    if (r.ok() && (*r)->type == REDIS_REPLY_STRING) {
+      const std::string info(quota::redis::reply_string(**r));
+      const auto at = info.find("redis_version:");
+      if (at != std::string::npos) version = info.substr(at + 14, info.find('\r', at) - at - 14);
+    }
+  }
 
-  std::printf("redis_bench on 127.0.0.1:%d, %.1f s per row, %d keys, token bucket\n", port, seconds,
-              kKeys);
-  std::printf("%-14s %5s %12s %9s %9s %12s %7s\n", "workload", "conns", "decisions/s", "p50 us",
-              "p99 us", "server us/d", "errors");
+  std::printf(
+      "redis_bench on 127.0.0.1:%d (redis %s), %.1f s per row, %d keys, token bucket; "
+      "load average %s\n",
+      port, version.c_str(), seconds, kKeys, load_start.c_str());
+  std::printf("%-14s %5s %12s %9s %9s %12s %12s %7s\n", "workload", "conns", "decisions/s",
+              "p50 us", "p99 us", "server us/d", "server cpu/d", "errors");
   for (int conns : {1, 8, 50}) {
     auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port),
                                                                static_cast<std::size_t>(conns));
@@ -235,12 +425,15 @@ int main(int argc, char** argv) {
               return store.acquire_batch(policy, items, Nanos{0}).ok();
             }));
     }
-    // The straightforward script, loaded once, one EVALSHA per decision.
-    std::string sha;
+    // The straightforward script and a script that does nothing, loaded once, one
+    // EVALSHA per decision.
+    std::string sha, noop_sha;
     {
       quota::redis::Connection c(config(port));
       auto r = c.command({"SCRIPT", "LOAD", kNaiveLua});
       if (r.ok() && (*r)->type == REDIS_REPLY_STRING) sha = quota::redis::reply_string(**r);
+      r = c.command({"SCRIPT", "LOAD", kNoopLua});
+      if (r.ok() && (*r)->type == REDIS_REPLY_STRING) noop_sha = quota::redis::reply_string(**r);
     }
     std::vector<std::unique_ptr<quota::redis::Connection>> conns_naive;
     for (int i = 0; i < conns; ++i) {
@@ -252,29 +445,81 @@ int main(int argc, char** argv) {
                 {"EVALSHA", sha, "1", k, "1000000", "1000000", "1"});
             return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
           }));
+    // The same arguments as quota d1's EVALSHA (server time, one bucket).
+    print("noop-lua d1", conns, run(port, conns, seconds, 1, [&](int t, std::mt19937_64& rng) {
+            const std::string k = "bench:" + key(rng);
+            auto r = conns_naive[static_cast<std::size_t>(t)]->command(
+                {"EVALSHA", noop_sha, "1", k, "", "", "1000", "0", "", "1", "1", "1000000", "1000",
+                 "1", "1000000000", "1000000000"});
+            return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
+          }));
     for (int depth : {1, 16}) {
-      std::printf("%-14s %5d %12.0f   (redis-benchmark -c %d -P %d -t incr)\n",
-                  depth == 1 ? "INCR d1" : "INCR p16", conns,
-                  redis_benchmark_incr(port, conns, depth), conns, depth);
+      const Result r = redis_benchmark_incr(port, conns, depth);
+      std::printf(
+          "%-14s %5d %12.0f %9.1f %9s %12.2f %12.2f   (redis-benchmark -c %d -P %d -t incr)\n",
+          depth == 1 ? "INCR d1" : "INCR p16", conns, r.decisions_per_s, r.p50_us, "",
+          r.server_us_per_decision, r.server_cpu_us_per_decision, conns, depth);
+      record(depth == 1 ? "INCR d1" : "INCR p16", conns, r);
+    }
+    // Ratios within this run.
+    const Row* incr = find_row("INCR d1", conns);
+    const Row* naive = find_row("naive-lua d1", conns);
+    for (Row& row : g_rows) {
+      if (row.conns != conns || incr == nullptr || naive == nullptr) continue;
+      if (row.workload.rfind("quota", 0) == 0 || row.workload.rfind("noop", 0) == 0) {
+        row.extra["fraction_of_incr_d1"] = row.r.decisions_per_s / incr->r.decisions_per_s;
+        // Decisions per Redis core, relative to the straightforward script: the inverse
+        // ratio of server CPU per decision (both measures).
+        row.extra["per_core_vs_naive"] =
+            naive->r.server_us_per_decision / row.r.server_us_per_decision;
+        row.extra["per_core_vs_naive_cpu"] =
+            naive->r.server_cpu_us_per_decision / row.r.server_cpu_us_per_decision;
+      }
     }
   }
 
+  // p99 at half the peak: open-loop at 50 % of quota d1's rate at 50 connections.
+  const Row* peak = find_row("quota d1", 50);
+  if (peak != nullptr && peak->r.decisions_per_s > 0) {
+    auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 50);
+    RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
+    const double rate = peak->r.decisions_per_s / 2;
+    const Result r = run(
+        port, 50, std::max(seconds, 3.0), 1,
+        [&](int, std::mt19937_64& rng) { return store.apply(policy, key(rng), Nanos{0}, 1).ok(); },
+        rate);
+    print("quota d1 @50%", 50, r);
+    g_rows.back().extra["paced_rate_per_s"] = rate;
+    std::printf(
+        "  (open loop at %.0f decisions/s = 50%% of the quota d1 peak at 50 connections; "
+        "latency from each request's scheduled start)\n",
+        rate);
+  }
+
   // Bytes per bucket (spend first: an idle bucket of this fast policy has expired).
+  double memory = -1;
+  const std::string mem_key = "bench:{tenant-1}read";
   {
     auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 1);
     RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
     (void)store.apply(policy, "{tenant-1}read", Nanos{0}, 500'000);
     quota::redis::Connection c(config(port));
-    auto r = c.command({"MEMORY", "USAGE", "bench:{tenant-1}read"});
+    auto r = c.command({"MEMORY", "USAGE", mem_key});
+    auto len = c.command({"STRLEN", mem_key});
     if (r.ok() && (*r)->type == REDIS_REPLY_INTEGER) {
+      memory = static_cast<double>((*r)->integer);
       std::printf(
-          "MEMORY USAGE of one bucket (key \"bench:{tenant-1}read\", 20 bytes): %lld bytes\n",
+          "MEMORY USAGE of one bucket (key \"%s\", %zu bytes; state %lld bytes): %lld bytes\n",
+          mem_key.c_str(), mem_key.size(),
+          len.ok() && (*len)->type == REDIS_REPLY_INTEGER ? static_cast<long long>((*len)->integer)
+                                                          : -1LL,
           static_cast<long long>((*r)->integer));
     }
   }
 
   // A naive client-side limiter: GET tokens+time, compute, SET — not atomic. 8 threads
   // on one key; admitted units compared with the envelope r·T + B.
+  double over_admission = 0;
   {
     const double rate = 1000, burst = 50;
     std::atomic<std::int64_t> admitted{0};
@@ -313,6 +558,69 @@ int main(int argc, char** argv) {
         " over %.2f s, envelope r*T+B = %.0f -> over-admission %.1f%%\n",
         rate, burst, admitted.load(), elapsed, envelope,
         100.0 * (static_cast<double>(admitted.load()) - envelope) / envelope);
+    over_admission = (static_cast<double>(admitted.load()) - envelope) / envelope;
+    Result r;
+    r.decisions_per_s = static_cast<double>(admitted.load()) / elapsed;
+    record("naive GET-compute-SET", 8, r);
+    g_rows.back().extra["admitted"] = static_cast<double>(admitted.load());
+    g_rows.back().extra["envelope"] = envelope;
+    g_rows.back().extra["over_admission"] = over_admission;
+  }
+
+  // Issue 5's targets, from this run.
+  std::vector<Target> targets;
+  auto value = [&](const char* workload, int conns, const char* extra) -> double {
+    const Row* r = find_row(workload, conns);
+    if (r == nullptr) return std::numeric_limits<double>::quiet_NaN();
+    if (extra == nullptr) return r->r.server_us_per_decision;
+    const auto it = r->extra.find(extra);
+    return it == r->extra.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+  };
+  targets.push_back({"d1_fraction_of_incr",
+                     "quota d1 decisions/s / INCR d1 requests/s, 50 connections",
+                     value("quota d1", 50, "fraction_of_incr_d1"), 0.9, false});
+  targets.push_back({"b16_server_us_per_decision",
+                     "quota b16 server us per decision (commandstats), 50 connections",
+                     value("quota b16", 50, nullptr), 3.0, true});
+  targets.push_back({"b16_per_core_vs_naive",
+                     "quota b16 decisions per Redis core / the straightforward script's "
+                     "(commandstats), 50 connections",
+                     value("quota b16", 50, "per_core_vs_naive"), 2.0, false});
+  targets.push_back({"b16_per_core_vs_naive_cpu",
+                     "the same from the server process's CPU (INFO cpu)",
+                     value("quota b16", 50, "per_core_vs_naive_cpu"), 2.0, false});
+  if (const Row* r = find_row("quota d1 @50%", 50); r != nullptr) {
+    targets.push_back({"p99_us_at_half_peak",
+                       "p99 latency (us) open-loop at 50% of the d1 peak, 50 connections",
+                       r->r.p99_us, 1000.0, true});
+  }
+  targets.push_back(
+      {"memory_usage_bytes", "MEMORY USAGE of one bucket (20-byte key)", memory, 64, true});
+  const std::string load_end = load_average();
+  std::printf("targets (issue 5), load average at the end %s:\n", load_end.c_str());
+  for (const Target& t : targets) {
+    std::printf("  %-28s %10.3f %s %-8g %s\n", t.name.c_str(), t.value,
+                t.at_most ? "<=" : ">=", t.bound, t.met() ? "met" : "NOT met");
+  }
+  if (!json.empty()) {
+    char host[256] = {};
+    (void)::gethostname(host, sizeof host - 1);
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    write_json(json,
+               {{"date", date},
+                {"host_name", host},
+                {"executable", argv[0]},
+                {"redis_version", version},
+                {"seconds_per_row", std::to_string(seconds)},
+                {"keys", std::to_string(kKeys)},
+                {"policy", "TokenBucket rate 1000000/s burst 1000000, cost 1"},
+                {"load_average_start", load_start},
+                {"load_average_end", load_end},
+                {"num_cpus", std::to_string(std::thread::hardware_concurrency())}},
+               targets);
+    std::printf("JSON: %s\n", json.c_str());
   }
   return 0;
 }
