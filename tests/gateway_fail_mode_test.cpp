@@ -29,16 +29,10 @@ namespace {
 using Inner = quota::ShardedStore<KeyPolicy>;
 using Store = quota::testing::FailingStore<Inner>;
 
-const quota::gateway::EmergencyBucket kEmergency{
-    .rate = {.units = 5, .per = 1s}, .burst = 5, .max_duration = 2s};
+const quota::gateway::EmergencyBucket& kEmergency = quota::testing::kTestEmergency;
 
 // read fails open, create fails closed; the tenant budget is 1/s with a burst of 100.
-quota::gateway::RuleSetSpec spec() {
-  auto s = quota::testing::basic_spec(1, 1, 100);
-  s.routes[0].fail_mode = FailMode::kOpen;
-  s.routes[0].emergency = kEmergency;
-  return s;
-}
+quota::gateway::RuleSetSpec spec() { return quota::testing::fail_open_spec(100); }
 
 std::uint64_t count(const quota::gateway::Metrics& m, const char* route, Outcome o) {
   for (const auto& c : m.snapshot()) {

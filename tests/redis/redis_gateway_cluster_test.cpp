@@ -20,7 +20,6 @@ using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::TokenBucket;
 using quota::gateway::Gateway;
-using quota::gateway::Level;
 using quota::gateway::RuleRegistry;
 using quota::redis::GatewayStore;
 using quota::testing::build;
@@ -38,33 +37,12 @@ int first_cluster_port() {
 
 constexpr quota::Rate kSlow{.units = 1, .per = std::chrono::hours(1)};
 
-// Tenant level: burst 10 per tenant; user level: burst 4 per user; global: burst 25.
+// Tenant level: burst `tenant_burst` per tenant; user level: burst 4 per user; global:
+// burst 25.
 quota::gateway::RuleSetSpec spec(std::uint64_t version, std::int64_t tenant_burst) {
-  quota::gateway::RuleSetSpec s;
-  s.version = version;
-  s.routes = {{.name = "read", .cost = 1}};
-  s.rules = {{.level = Level::kTenant,
-              .tenant = "",
-              .plan = "free",
-              .route = "read",
-              .name = "tenant",
-              .policy = TokenBucket{.rate = kSlow, .burst = tenant_burst},
-              .shadow = false},
-             {.level = Level::kUser,
-              .tenant = "",
-              .plan = "free",
-              .route = "read",
-              .name = "user",
-              .policy = TokenBucket{.rate = kSlow, .burst = 4},
-              .shadow = false},
-             {.level = Level::kGlobal,
-              .tenant = "",
-              .plan = "",
-              .route = "read",
-              .name = "global",
-              .policy = TokenBucket{.rate = kSlow, .burst = 25},
-              .shadow = false}};
-  return s;
+  return quota::testing::levels_spec(version, TokenBucket{.rate = kSlow, .burst = tenant_burst},
+                                     TokenBucket{.rate = kSlow, .burst = 4},
+                                     TokenBucket{.rate = kSlow, .burst = 25});
 }
 
 }  // namespace

@@ -28,7 +28,6 @@ using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::Reason;
 using quota::TokenBucket;
-using quota::gateway::FailMode;
 using quota::gateway::Gateway;
 using quota::gateway::RuleRegistry;
 using quota::redis::GatewayStore;
@@ -39,16 +38,10 @@ namespace {
 
 constexpr auto kDeadline = 200ms;
 
-const quota::gateway::EmergencyBucket kEmergency{
-    .rate = {.units = 5, .per = 1s}, .burst = 5, .max_duration = 2s};
+const quota::gateway::EmergencyBucket& kEmergency = quota::testing::kTestEmergency;
 
 // read fails open, create fails closed; the tenant budget is 1/s with a burst of 20.
-quota::gateway::RuleSetSpec spec() {
-  auto s = quota::testing::basic_spec(1, 1, 20);
-  s.routes[0].fail_mode = FailMode::kOpen;
-  s.routes[0].emergency = kEmergency;
-  return s;
-}
+quota::gateway::RuleSetSpec spec() { return quota::testing::fail_open_spec(20); }
 
 const quota::gateway::Request kRead{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
 const quota::gateway::Request kCreate{.who = {.tenant = "acme", .plan = "free"}, .route = "create"};

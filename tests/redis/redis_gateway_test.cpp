@@ -40,41 +40,12 @@ GatewayStore make_store(const std::string& test) {
       {.pool = quota::testing::redis_pool(4), .prefix = quota::testing::unique_prefix(test)});
 }
 
-// One route "read" (cost 1); plan "free" gets `tenant` on the tenant level, and optional
-// user and global rules.
 RuleSetSpec spec(std::uint64_t version, quota::gateway::RulePolicy tenant,
                  std::optional<quota::gateway::RulePolicy> user = std::nullopt,
                  std::optional<quota::gateway::RulePolicy> global = std::nullopt,
                  bool global_shadow = false) {
-  RuleSetSpec s;
-  s.version = version;
-  s.routes = {{.name = "read", .cost = 1}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .tenant = "",
-                     .plan = "free",
-                     .route = "read",
-                     .name = "tenant",
-                     .policy = tenant,
-                     .shadow = false});
-  if (user) {
-    s.rules.push_back({.level = Level::kUser,
-                       .tenant = "",
-                       .plan = "free",
-                       .route = "read",
-                       .name = "user",
-                       .policy = *user,
-                       .shadow = false});
-  }
-  if (global) {
-    s.rules.push_back({.level = Level::kGlobal,
-                       .tenant = "",
-                       .plan = "",
-                       .route = "read",
-                       .name = "global",
-                       .policy = *global,
-                       .shadow = global_shadow});
-  }
-  return s;
+  return quota::testing::levels_spec(version, std::move(tenant), std::move(user), std::move(global),
+                                     global_shadow);
 }
 
 Request read(const char* tenant, const char* user = "") {

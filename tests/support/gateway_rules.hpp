@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include <catch2/catch.hpp>
@@ -36,6 +37,47 @@ inline gateway::RuleSetSpec basic_spec(std::uint64_t version, std::int64_t rate_
                           .shadow = false});
   }
   return spec;
+}
+
+// The emergency bucket of the fail-mode tests: 5/s, burst 5, for at most 2 s per outage
+// (outage allowance 15 units).
+inline const gateway::EmergencyBucket kTestEmergency{
+    .rate = {.units = 5, .per = std::chrono::seconds(1)},
+    .burst = 5,
+    .max_duration = std::chrono::seconds(2)};
+
+// basic_spec at 1 unit/s with `burst`, where read fails open (kTestEmergency) and create
+// fails closed.
+inline gateway::RuleSetSpec fail_open_spec(std::int64_t burst) {
+  auto s = basic_spec(1, 1, burst);
+  s.routes[0].fail_mode = gateway::FailMode::kOpen;
+  s.routes[0].emergency = kTestEmergency;
+  return s;
+}
+
+// One route "read" (cost 1); plan "free" gets `tenant` on the tenant level, and optional
+// user and global rules (named "tenant", "user", "global").
+inline gateway::RuleSetSpec levels_spec(std::uint64_t version, gateway::RulePolicy tenant,
+                                        std::optional<gateway::RulePolicy> user = std::nullopt,
+                                        std::optional<gateway::RulePolicy> global = std::nullopt,
+                                        bool global_shadow = false) {
+  gateway::RuleSetSpec s;
+  s.version = version;
+  s.routes = {{.name = "read", .cost = 1}};
+  auto add = [&](gateway::Level level, const char* name, const gateway::RulePolicy& policy,
+                 bool shadow) {
+    s.rules.push_back({.level = level,
+                       .tenant = "",
+                       .plan = level == gateway::Level::kGlobal ? "" : "free",
+                       .route = "read",
+                       .name = name,
+                       .policy = policy,
+                       .shadow = shadow});
+  };
+  add(gateway::Level::kTenant, "tenant", tenant, false);
+  if (user) add(gateway::Level::kUser, "user", *user, false);
+  if (global) add(gateway::Level::kGlobal, "global", *global, global_shadow);
+  return s;
 }
 
 inline std::shared_ptr<const gateway::RuleSet> build(gateway::RuleSetSpec spec,
