@@ -35,9 +35,12 @@ using quota::testing::build;
 
 namespace {
 
+// A fresh key space per call (Catch runs a test case again for each SECTION).
 GatewayStore make_store(const std::string& test) {
+  static int runs = 0;
   return GatewayStore(
-      {.pool = quota::testing::redis_pool(4), .prefix = quota::testing::unique_prefix(test)});
+      {.pool = quota::testing::redis_pool(4),
+       .prefix = quota::testing::unique_prefix(test + "-" + std::to_string(++runs))});
 }
 
 RuleSetSpec spec(std::uint64_t version, quota::gateway::RulePolicy tenant,
@@ -290,5 +293,62 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     auto none = (*lease)->command({"PTTL", *once_key});
     REQUIRE(none.ok());
     CHECK((*none)->integer == -1);  // persists: a one-off budget must not come back
+  }
+}
+
+TEST_CASE("redis gateway: an attempt is replayed by another process, never charged twice") {
+  GatewayStore store_a = make_store("gw-attempt");
+  GatewayStore store_b({.pool = quota::testing::redis_pool(2),
+                        .prefix = store_a.options().prefix,
+                        .time = quota::redis::TimeSource::kServer,
+                        .ttl_margin = std::chrono::milliseconds(1000),
+                        .cluster = nullptr,
+                        .attempt_pending = std::chrono::milliseconds(300)});
+  RuleRegistry registry_a(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+  RuleRegistry registry_b(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+  Gateway a(store_a, registry_a);
+  Gateway b(store_b, registry_b);
+  Request req = read("acme");
+  req.attempt_id = "req-1";
+  auto first = a.decide(req, Nanos{0});
+  REQUIRE(first.ok());
+  CHECK(first->decision.allowed);
+  CHECK_FALSE(first->replayed);
+  CHECK(first->decision.remaining == 9);
+  // The caller lost the answer and retries through another gateway process.
+  auto retry = b.decide(req, Nanos{0});
+  REQUIRE(retry.ok());
+  CHECK(retry->replayed);
+  CHECK(retry->decision.allowed == first->decision.allowed);
+  CHECK(retry->decision.remaining == first->decision.remaining);
+  CHECK(retry->decision.reset_after == first->decision.reset_after);
+  CHECK(retry->decision.version == first->decision.version);
+  // Charged once: 9 left.
+  Request plain = read("acme");
+  auto next = b.decide(plain, Nanos{0});
+  REQUIRE(next.ok());
+  CHECK(next->decision.remaining == 8);
+  SECTION("the same id for another request is InvalidArgument and changes nothing") {
+    auto r = b.acquire_estimate(req, 3, Nanos{0});  // cost 3, not 1
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(b.decide(plain, Nanos{0})->decision.remaining == 7);
+  }
+  SECTION("an attempt still being decided elsewhere is Aborted until it is recorded or lapses") {
+    auto key = store_b.redis_key("{acme}read");
+    REQUIRE(key.ok());
+    // A process began "req-2" and died before recording it.
+    Request second = read("acme");
+    second.attempt_id = "req-2";
+    const std::string fingerprint = "1|{acme}read";
+    auto began = store_b.begin_attempt("{acme}read", "req-2", fingerprint);
+    REQUIRE(began.ok());
+    REQUIRE_FALSE(began->has_value());
+    auto busy = b.decide(second, Nanos{0});
+    CHECK(busy.status().code() == absl::StatusCode::kAborted);
+    std::this_thread::sleep_for(400ms);  // attempt_pending is 300 ms
+    auto decided = b.decide(second, Nanos{0});
+    REQUIRE(decided.ok());
+    CHECK_FALSE(decided->replayed);
+    CHECK(decided->decision.remaining == 7);
   }
 }

@@ -46,7 +46,9 @@
 // deducted from that level; other levels enforce normally.
 //
 // Attempts (attempts.hpp): with an attempt id, the first decision is replayed for
-// `attempt_ttl`; the same id with another key or cost is InvalidArgument.
+// `attempt_ttl`; the same id with another key or cost is InvalidArgument. In this
+// process's AttemptCache, or — over Redis — in Redis, shared by every gateway process
+// (redis/gateway_store.hpp).
 //
 // Estimate, then settle (settle.hpp): acquire_estimate deducts an estimate and returns a
 // ticket; settle refunds the surplus or charges the deficit, once.
@@ -249,15 +251,20 @@ requires GatewayBackend<Store> ||
     if (!checks.ok()) return checks.status();
 
     std::string fingerprint;
+    const std::string& tenant_key = tenant_check(*checks).key;
+    bool attempt_open = false;
     if (!req.attempt_id.empty()) {
       fingerprint = absl::StrCat(cost);
       for (const Check& c : *checks) absl::StrAppend(&fingerprint, "|", c.key);
-      auto begin = attempts_.begin(req.attempt_id, fingerprint, now);
-      if (!begin.ok()) return begin.status();
-      if (begin->replay.has_value()) {
+      auto replay = begin_attempt(tenant_key, req.attempt_id, fingerprint, now);
+      if (replay.ok() && replay->has_value()) {
         return Result{
-            .decision = *begin->replay, .rule = tenant_check(*checks).rule->name, .replayed = true};
+            .decision = **replay, .rule = tenant_check(*checks).rule->name, .replayed = true};
       }
+      // An attempt store that cannot answer (shared attempts, Redis down) leaves the
+      // request to the fail mode, unrecorded.
+      if (!replay.ok() && !is_unavailable(replay.status())) return replay.status();
+      attempt_open = replay.ok();
     }
 
     auto r = run(rules.version(), *checks, cost, now, deducted);
@@ -267,15 +274,51 @@ requires GatewayBackend<Store> ||
       r = on_unavailable(rules.version(), route, *checks, cost, now);
       if (deducted != nullptr) deducted->levels.clear();
     }
-    if (!req.attempt_id.empty()) {
+    if (attempt_open) {
       if (r.ok()) {
-        attempts_.finish(req.attempt_id, r->decision);
+        finish_attempt(tenant_key, req.attempt_id, fingerprint, r->decision);
       } else {
-        attempts_.abandon(req.attempt_id);
+        abandon_attempt(tenant_key, req.attempt_id);
       }
     }
     if (!r.ok()) return r.status();
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
+  }
+
+  // Attempts: in the backend when it shares them between processes (Redis), else in this
+  // gateway's AttemptCache.
+  using Backend = std::remove_reference_t<typename detail::backend_for<Store>::type>;
+  static constexpr bool kSharedAttempts = requires(Backend & b, std::string_view s) {
+    b.begin_attempt(s, s, s);
+  };
+
+  absl::StatusOr<std::optional<Decision>> begin_attempt(std::string_view tenant_key,
+                                                        std::string_view id,
+                                                        std::string_view fingerprint, Nanos now) {
+    if constexpr (kSharedAttempts) {
+      return backend_.begin_attempt(tenant_key, id, fingerprint);
+    } else {
+      auto begin = attempts_.begin(id, fingerprint, now);
+      if (!begin.ok()) return begin.status();
+      return begin->replay;
+    }
+  }
+
+  void finish_attempt(std::string_view tenant_key, std::string_view id,
+                      std::string_view fingerprint, const Decision& d) {
+    if constexpr (kSharedAttempts) {
+      (void)backend_.finish_attempt(tenant_key, id, fingerprint, d, options_.attempt_ttl);
+    } else {
+      attempts_.finish(id, d);
+    }
+  }
+
+  void abandon_attempt(std::string_view tenant_key, std::string_view id) {
+    if constexpr (kSharedAttempts) {
+      backend_.abandon_attempt(tenant_key, id);
+    } else {
+      attempts_.abandon(id);
+    }
   }
 
   // Decides every level through the backend (all or nothing) and combines the result.

@@ -36,10 +36,16 @@
 // holding something else is kDataLoss naming it; a rule outside the Lua twin's exact
 // range is kInvalidArgument naming the bound (check rules up front with `check`).
 //
-// Not here: idempotent attempts and tickets are the Gateway's own, per process
-// (attempts.hpp, settle.hpp): a retry must come back to the process that saw the first
-// attempt to be replayed (for cross-process attempts on single budgets, use
-// RedisStore::acquire with an attempt id).
+// Attempts are shared by every process: the Gateway keeps an attempt's first decision in
+// Redis, in the tenant's slot (`<prefix>a{tenant}<id>`, for GatewayOptions::attempt_ttl),
+// so a retry that reaches ANOTHER gateway process is replayed, not charged again. The
+// record is written "pending" before the decision and "decided" after it; a duplicate
+// arriving while it is pending gets Aborted ("in progress; retry"), the same id with
+// another request of that tenant InvalidArgument (ids are scoped per tenant, as in
+// RedisStore::acquire). A process that dies between the two leaves the
+// attempt pending for `attempt_pending` (then it may be decided anew). If the final
+// write fails the attempt is simply not replayable (the decision stands).
+// Estimate-then-settle tickets stay in the process that issued them (settle.hpp).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -49,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -59,8 +66,10 @@
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "quota/decision.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -89,12 +98,16 @@ struct GatewayStoreOptions {
   std::chrono::milliseconds ttl_margin{1000};
   // Or, instead of `pool`: a Redis Cluster (cluster.hpp).
   std::shared_ptr<ClusterPool> cluster = nullptr;
+  // How long an attempt stays "pending" if its process never records the decision.
+  std::chrono::milliseconds attempt_pending{std::chrono::seconds(5)};
 };
 
 class GatewayStore {
  public:
   explicit GatewayStore(GatewayStoreOptions options)
-      : options_(std::move(options)), script_(kGatewayLua, options_.pool, options_.cluster) {
+      : options_(std::move(options)),
+        script_(kGatewayLua, options_.pool, options_.cluster),
+        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
@@ -167,6 +180,48 @@ class GatewayStore {
     return one(level, 'c', version, units, now, "");
   }
 
+  // Attempts (see the header comment); `tenant_key` is the request's tenant-level key.
+  // Begins an attempt: a decision to replay, or nullopt when the caller must decide and
+  // then finish_attempt (or abandon_attempt on failure).
+  absl::StatusOr<std::optional<Decision>> begin_attempt(std::string_view tenant_key,
+                                                        std::string_view id,
+                                                        std::string_view fingerprint) {
+    auto key = attempt_record_key(tenant_key, id);
+    if (!key.ok()) return key.status();
+    auto reply = attempts_.run(
+        {*key}, {"b", std::string(fingerprint),
+                 absl::StrCat(std::max<std::int64_t>(options_.attempt_pending.count(), 1))});
+    if (!reply.ok()) return reply.status();
+    const redisReply& r = **reply;
+    if (r.type == REDIS_REPLY_ERROR) return error_status(r);
+    if (r.type == REDIS_REPLY_ARRAY && r.elements == 1) return std::optional<Decision>{};
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 ||
+        r.element[1]->type != REDIS_REPLY_STRING) {
+      return absl::UnavailableError("malformed reply from the attempt script");
+    }
+    return parse_record(reply_string(*r.element[1]), id, fingerprint);
+  }
+
+  absl::Status finish_attempt(std::string_view tenant_key, std::string_view id,
+                              std::string_view fingerprint, const Decision& d, Nanos ttl) {
+    auto key = attempt_record_key(tenant_key, id);
+    if (!key.ok()) return key.status();
+    const std::string record =
+        absl::StrFormat("%d %d %d %d %d %d", d.allowed ? 1 : 0, static_cast<int>(d.reason),
+                        d.remaining, d.retry_after == kNever ? -1 : d.retry_after.count(),
+                        d.reset_after == kNever ? -1 : d.reset_after.count(), d.version);
+    const std::int64_t ms =
+        std::max<std::int64_t>(std::chrono::ceil<std::chrono::milliseconds>(ttl).count(), 1);
+    auto reply = attempts_.run({*key}, {"f", std::string(fingerprint), absl::StrCat(ms), record});
+    if (!reply.ok()) return reply.status();
+    return error_status(**reply);
+  }
+
+  void abandon_attempt(std::string_view tenant_key, std::string_view id) {
+    auto key = attempt_record_key(tenant_key, id);
+    if (key.ok()) (void)attempts_.run({*key}, {"a", "", "1"});
+  }
+
   // The Redis key of a gateway key (tests and operators: TTL, MEMORY USAGE).
   absl::StatusOr<std::string> redis_key(std::string_view key) const {
     auto parts = split_key(key);
@@ -177,6 +232,49 @@ class GatewayStore {
   const GatewayStoreOptions& options() const { return options_; }
 
  private:
+  absl::StatusOr<std::string> attempt_record_key(std::string_view tenant_key,
+                                                 std::string_view id) const {
+    if (!config_error_.ok()) return config_error_;
+    auto parts = split_key(tenant_key);
+    if (!parts.ok()) return parts.status();
+    return attempt_key(options_.prefix, parts->tag, id);
+  }
+
+  // A stored attempt record: "P\x1f<fp>" or "D\x1f<fp>\x1f<decision>".
+  static absl::StatusOr<std::optional<Decision>> parse_record(std::string_view record,
+                                                              std::string_view id,
+                                                              std::string_view fingerprint) {
+    const std::vector<absl::string_view> fields = absl::StrSplit(detail::av(record), '\x1f');
+    if (fields.size() < 2 || (fields[0] != "P" && fields[0] != "D") ||
+        (fields[0] == "D") != (fields.size() == 3)) {
+      return absl::DataLossError(
+          absl::StrFormat("attempt \"%s\": the stored record is not ours", detail::av(id)));
+    }
+    if (fields[1] != detail::av(fingerprint)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "attempt id \"%s\" was first used for another request (key or cost differ)",
+          detail::av(id)));
+    }
+    if (fields[0] == "P") {
+      return absl::AbortedError(absl::StrFormat(
+          "attempt \"%s\" is being decided by another call; retry", detail::av(id)));
+    }
+    const std::vector<absl::string_view> v = absl::StrSplit(fields[2], ' ');
+    std::int64_t f[6];
+    bool ok = v.size() == 6;
+    for (std::size_t i = 0; ok && i < 6; ++i) ok = absl::SimpleAtoi(v[i], &f[i]);
+    if (!ok || f[1] < 0 || f[1] > static_cast<std::int64_t>(Reason::kFailOpen) || f[5] < 0) {
+      return absl::DataLossError(
+          absl::StrFormat("attempt \"%s\": the stored decision is malformed", detail::av(id)));
+    }
+    return std::optional<Decision>(Decision{.allowed = f[0] != 0,
+                                            .remaining = f[2],
+                                            .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
+                                            .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
+                                            .version = static_cast<std::uint64_t>(f[5]),
+                                            .reason = static_cast<Reason>(f[1])});
+  }
+
   struct Call {
     std::vector<std::string> keys;
     std::vector<std::string> args;
@@ -353,6 +451,7 @@ class GatewayStore {
 
   GatewayStoreOptions options_;
   Script script_;
+  Script attempts_;
   absl::Status config_error_;
 };
 
