@@ -8,7 +8,9 @@
 //   batch/N    acquire_batch of N decisions: one EVALSHA per slot (a script may only
 //              declare keys of one slot), the calls pipelined per node like many/N
 // each with 1, 8 and 32 client threads (one connection per node each), keys drawn at
-// random from 10,000 tenants ("{tenant-i}read": 10,000 slots spread over the 3 nodes).
+// random from 10,000 tenants ("{tenant-i}read": 10,000 slots spread over the 3 nodes);
+// and FewTenants: acquire_many (batch:0) against acquire_batch (batch:1) when a batch
+// holds several keys per slot (8 tenants x 16 routes), 8 threads.
 //
 // Counters: decisions_per_second; server_cpu_us_per_decision (user + system CPU of the
 // three redis-server processes, INFO cpu, over the run — what the nodes spend on
@@ -276,6 +278,34 @@ void BM_Cluster_Batch(benchmark::State& state) {
   }
 }
 
+// Few tenants, many routes each: 8 tenants x 16 routes ("{hot-t}route-r"), so a batch
+// has several keys per slot and acquire_batch decides several of them per EVALSHA.
+// args: decisions per call, threads; range(2): 1 = acquire_batch, 0 = acquire_many.
+void BM_Cluster_FewTenants(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  const bool batch = state.range(2) != 0;
+  std::vector<std::string> hot;
+  for (int t = 0; t < 8; ++t) {
+    for (int r = 0; r < 16; ++r) {
+      hot.push_back("{hot-" + std::to_string(t) + "}route-" + std::to_string(r));
+    }
+  }
+  for (auto _ : state) {
+    auto pool = make_pool(threads);
+    auto store = make_store(pool);
+    run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
+      std::vector<Item> items;
+      items.reserve(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) items.push_back({hot[rng() % hot.size()], 1});
+      if (batch) return store.acquire_batch(kPolicy, items, Nanos{0}).ok() ? 0 : n;
+      auto r = store.acquire_many(kPolicy, items, Nanos{0});
+      if (!r.ok()) return n;
+      return std::count_if(r->begin(), r->end(), [](const auto& d) { return !d.ok(); });
+    });
+  }
+}
+
 BENCHMARK(BM_Cluster_Single)
     ->ArgName("threads")
     ->Arg(1)
@@ -293,6 +323,13 @@ BENCHMARK(BM_Cluster_Many)
 BENCHMARK(BM_Cluster_Batch)
     ->ArgNames({"n", "threads"})
     ->ArgsProduct({{16, 64}, {1, 8, 32}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_Cluster_FewTenants)
+    ->ArgNames({"n", "threads", "batch"})
+    ->ArgsProduct({{16, 64}, {8}, {0, 1}})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
