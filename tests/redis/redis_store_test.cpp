@@ -4,6 +4,7 @@
 // hierarchical all-or-nothing checks and pipelined batches.
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "support/lossy_proxy.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
+#include "support/seed.hpp"
 
 using namespace std::chrono_literals;
 using quota::Decision;
@@ -143,6 +145,56 @@ TEST_CASE("a bucket's TTL covers its time to full plus the margin; state is comp
   auto once_key = store.redis_key("{acme}once");
   REQUIRE(once_key.ok());
   CHECK(run(store, {"PTTL", *once_key})->integer == -1);
+}
+
+TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, also when kept") {
+  // The token bucket twin keeps a key's TTL (SET KEEPTTL) while the expiry it set last
+  // still covers time to full + margin, and extends it by one margin more when not.
+  RedisStore<TokenBucket> store(options("ttl-kept", TimeSource::kServer));
+  const TokenBucket tb{.rate = {.units = 1000, .per = 1s}, .burst = 1000};  // full in 1 s
+  const std::chrono::milliseconds margin = store.options().ttl_margin;
+  auto key = store.redis_key("{acme}kept");
+  REQUIRE(key.ok());
+  std::mt19937_64 rng(quota::testing::test_seed(20261201));
+  int kept = 0;
+  long long last_pttl = -1;
+  for (int i = 0; i < 300; ++i) {
+    const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
+    auto d = store.apply(tb, "{acme}kept", Nanos{0}, cost);
+    REQUIRE(d.ok());
+    const long long pttl = run(store, {"PTTL", *key})->integer;
+    const long long need =
+        std::chrono::ceil<std::chrono::milliseconds>(d->reset_after).count() + margin.count();
+    INFO("request " << i << " cost " << cost << " reset_after " << d->reset_after.count()
+                    << " ns, PTTL " << pttl << " ms");
+    // 10 ms of slack for the time between the script and PTTL on a busy machine.
+    REQUIRE(pttl >= need - 10);
+    CHECK(pttl <= need + margin.count());
+    if (last_pttl >= 0 && pttl < last_pttl) ++kept;  // the expiry did not move
+    last_pttl = pttl;
+  }
+  CHECK(kept > 0);
+}
+
+TEST_CASE("a token bucket state written by earlier versions (four doubles) is still read") {
+  RedisStore<TokenBucket> store(options("legacy"));
+  auto key = store.redis_key("{acme}old");
+  REQUIRE(key.ok());
+  // 3 of 10 units left at t = 5 s, no carry: the earlier 32-byte state.
+  run(store,
+      {"EVAL", "redis.call('SET', KEYS[1], struct.pack('<dddd', 3000000, 0, 5, 0))", "1", *key});
+  TokenBucket::State state{.tokens = 3'000'000, .carry = 0, .last = 5'000'000'000};
+  const Decision expected = kTen.apply(state, Nanos{5'500'000'000}, 2);
+  auto got = store.apply(kTen, "{acme}old", Nanos{5'500'000'000}, 2);
+  REQUIRE(got.ok());
+  CHECK(*got == expected);
+  CHECK(got->remaining == 1);
+  // Rewritten in the current, smaller form.
+  CHECK(run(store, {"STRLEN", *key})->integer < 32);
+  const Decision again = kTen.apply(state, Nanos{6'000'000'000}, 1);
+  auto got2 = store.apply(kTen, "{acme}old", Nanos{6'000'000'000}, 1);
+  REQUIRE(got2.ok());
+  CHECK(*got2 == again);
 }
 
 TEST_CASE("parameters outside the Lua twin's exact range are rejected, naming the bound") {

@@ -23,20 +23,28 @@
 // names the bound): burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
 // days), rate.per < 2^53 ns.
 //
-// State: one string of 24 bytes per bucket, struct-packed little-endian integers
-// ('<I7I7i6I4': tokens in micro-units < 2^53, carry over rate.per < 2^53, last time
-// seconds, last time nanoseconds) — every value an exact integer, no tostring precision
-// loss. 24 bytes keep the value in jemalloc's 48-byte class (an embedded string is 16 +
-// 3 + len + 1 bytes; the earlier 32-byte state of four doubles needed 64): MEMORY USAGE
-// 104 instead of 120 bytes with a 20-byte key. The 32-byte state of earlier versions is
-// still read (and rewritten in the new form). TTL (set in the same script): time to
-// full, rounded up to ms, plus a margin; no TTL when the rate is 0 (a one-off budget
-// must not come back).
+// State: one string of 28 bytes per bucket, struct-packed little-endian integers
+// ('<I7I7i6I4I4': tokens in micro-units < 2^53, carry over rate.per < 2^53, last time
+// seconds, last time nanoseconds, the key's expiry as last set: ms after the last time,
+// 0 = unknown) — every value an exact integer, no tostring precision loss. 28 bytes keep
+// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
+// bytes; the earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead
+// of 120 bytes with a 20-byte key. The 32-byte state of earlier versions is still read
+// (and rewritten in the new form).
+//
+// TTL (set in the same script): at least time to full (rounded up to ms) plus the
+// margin; none when the rate is 0 (a one-off budget must not come back). A new key gets
+// exactly that. Later writes keep the key's TTL (SET ... KEEPTTL: no expiry to
+// recompute, parse and propagate) while the expiry set last still covers time to full
+// + margin with 10 ms to spare; when it does not, they set time to full + 2·margin, so
+// that a busy key is re-armed about once per margin. The expiry is known only on the
+// server's clock: in caller-time mode every write sets the TTL.
 //
 // Cost. One pass per bucket (read, refill, decide, deduct, write) for a single bucket
 // and for acquire_batch's independent decisions; only the all-or-nothing check over
 // several buckets decides all before it writes any. Arguments are converted with
-// tonumber only when their strings differ from the previous bucket's.
+// tonumber only when their strings differ from the previous bucket's; divisions by
+// 10^6 are inlined (a corrected `%`), not function calls.
 //
 // KEYS[1..n]       bucket keys (one hash slot: one tenant)
 // KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
@@ -75,17 +83,50 @@ local function reach(tokens, c, need, m, p)
   return a * p - q
 end
 local out = {0, sec, ns, 1}
--- Writes bucket i's state (after any deduction) and its part of the reply.
-local function finish(i, key, tokens, c, lsec, lns, ok, reason, retry, cap, m, p, g)
-  local reset = reach(tokens, c, cap, m, p)
-  local v = pack('<I7I7i6I4', tokens, c * g, lsec, lns)
+-- Server time in ms, when the script runs on the server's clock (the key's expiry is on
+-- that clock too); nil in caller-time mode.
+local now_ms
+if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
+local MAXOFF = 4294967295
+-- Writes bucket i's state (after any deduction) and its part of the reply. `expiry`: the
+-- key's expiry (server ms) as last set, or 0 if unknown; `existed`: the key existed.
+local function finish(i, key, tokens, c, lsec, lns, ok, reason, retry, cap, m, p, g, expiry,
+                      existed)
+  local reset = 0
+  if tokens < cap then reset = reach(tokens, c, cap, m, p) end
   if m == 0 then
-    redis.call('SET', key, v)
+    redis.call('SET', key, pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, 0))
   else
-    redis.call('SET', key, v, 'PX', idiv(reset + 999999, 1000000) + margin)
+    -- ceil(reset / 10^6) ms; x % 10^6 may be off by 10^6 (a rounded quotient), so it is
+    -- corrected, and then (x - r) / 10^6 is exact.
+    local x = reset + 999999
+    local r = x % 1000000
+    if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+    local need = (x - r) / 1000000 + margin
+    local base = lsec * 1000 + (lns - lns % 1000000) / 1000000
+    local off = 0
+    if now_ms and expiry >= now_ms + need + 10 then
+      off = expiry - base
+    end
+    if off >= 1 and off <= MAXOFF then
+      -- The TTL set earlier still covers time to full plus the margin (10 ms to spare for
+      -- the server's clock read at the SET): keep it, a cheaper write.
+      redis.call('SET', key, pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off), 'KEEPTTL')
+    else
+      -- A new key gets exactly time to full + margin; one whose TTL ran short gets one
+      -- margin more, so that the following writes can keep it.
+      local px = need
+      if existed then px = need + margin end
+      off = 0
+      if now_ms then off = now_ms + px - base end
+      if off < 1 or off > MAXOFF then off = 0 end
+      redis.call('SET', key, pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off), 'PX', px)
+    end
   end
+  local r = tokens % 1000000
+  if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
   local k = 5 * i - 1
-  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = idiv(tokens, 1000000); out[k + 4] = retry
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000; out[k + 4] = retry
   out[k + 5] = reset
 end
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones; two
@@ -105,16 +146,24 @@ for i = 1, n do
   end
   if a0 ~= sc then sc = a0; cost = tonumber(a0) end
   local key = KEYS[i]
-  local raw, corrupt = read_state(key, 'bucket', 24, 32)
-  if corrupt then return corrupt end
+  -- (read_state, inlined: an error reply is a table, whose # is 0)
+  local raw = redis.pcall('GET', key)
   local tokens, c, lsec, lns
+  local expiry = 0
   if raw then
     local carry
-    if #raw == 24 then
-      tokens, carry, lsec, lns = unpack('<I7I7i6I4', raw)
+    local len = #raw
+    if len ~= 28 and (len ~= 32 or type(raw) ~= 'string') then
+      local _, corrupt = read_state(key, 'bucket', 28, 32)
+      return corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed')
+    end
+    if len == 28 then
+      local off
+      tokens, carry, lsec, lns, off = unpack('<I7I7i6I4I4', raw)
       if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
         return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
       end
+      if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
     else
       -- the 32-byte state of earlier versions (four doubles)
       tokens, carry, lsec, lns = unpack('<dddd', raw)
@@ -123,7 +172,7 @@ for i = 1, n do
         return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
       end
     end
-    c = idiv(carry, g)
+    if g == 1 then c = carry else c = idiv(carry, g) end
     if tokens >= cap then tokens = cap; c = 0 end
     if c >= p then c = 0 end
   else
@@ -167,9 +216,9 @@ for i = 1, n do
   if ok == 0 then out[4] = 0 end
   if single then
     if ok == 1 then tokens = tokens - need end
-    finish(i, key, tokens, c, lsec, lns, ok, reason, retry, cap, m, p, g)
+    finish(i, key, tokens, c, lsec, lns, ok, reason, retry, cap, m, p, g, expiry, raw)
   else
-    st[i] = {key, tokens, c, lsec, lns, need, ok, reason, retry, cap, m, p, g}
+    st[i] = {key, tokens, c, lsec, lns, need, ok, reason, retry, cap, m, p, g, expiry, raw}
   end
 end
 if not single then
@@ -178,7 +227,8 @@ if not single then
     local s = st[i]
     local tokens = s[2]
     if deduct then tokens = tokens - s[6] end
-    finish(i, s[1], tokens, s[3], s[4], s[5], s[7], s[8], s[9], s[10], s[11], s[12], s[13])
+    finish(i, s[1], tokens, s[3], s[4], s[5], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14],
+           s[15])
   end
 end
 )lua";
