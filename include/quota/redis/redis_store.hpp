@@ -556,7 +556,12 @@ class RedisStore {
       options_.cluster->note_redirect(rd.ask);
       target = options_.cluster->node(rd.host, rd.port);
       asking = rd.ask;
-      if (!rd.ask) (void)options_.cluster->refresh();
+      if (!rd.ask) {
+        // The connection goes back first: the refresh leases one of its own, and a
+        // thread holding two at once could wait on another doing the same.
+        { auto returned = std::move(*lease); }
+        (void)options_.cluster->refresh();
+      }
     }
     return absl::UnavailableError(
         absl::StrFormat("redis cluster: more than %d redirections for key %s", redis::kMaxRedirects,
