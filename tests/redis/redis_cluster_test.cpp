@@ -597,3 +597,29 @@ TEST_CASE("a node that does not answer fails only its own items of a batch, as u
   REQUIRE(again.ok());
   for (const auto& d : *again) CHECK(d.ok());
 }
+
+TEST_CASE("MOVED with one connection per node: the map refresh does not wait for our own") {
+  const auto ports = cluster_ports();
+  // The refresh asks the nodes in name order; the old owner first is the case that waited.
+  std::vector<std::string> names;
+  for (int p : ports) names.push_back("127.0.0.1:" + std::to_string(p));
+  const int first = std::stoi(std::min(names.front(), std::min(names[1], names[2])).substr(10));
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "{lonely-" + std::to_string(i) + "}a";
+    if (owner(key_slot(k)) == first) key = k;
+  }
+  auto cfg = node_config(first);
+  cfg.pool_wait = 3s;
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 1);
+  auto store = cluster_store(cluster, "lonely");
+  REQUIRE(store.apply(kOnce, key, Nanos{0}, 1).ok());  // map loaded: the slot on `first`
+  migrate_slot(key_slot(key), first == ports[0] ? ports[1] : ports[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto d = store.apply(kOnce, key, Nanos{0}, 1);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(d.ok());
+  CHECK(d->remaining == 1);
+  CHECK(cluster->moves() == 1);
+  CHECK(took < 1s);
+}
