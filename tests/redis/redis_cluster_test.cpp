@@ -623,3 +623,38 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
   CHECK(cluster->moves() == 1);
   CHECK(took < 1s);
 }
+
+TEST_CASE("a call of several keys that meets its slot half migrated is unavailable, not applied") {
+  const auto ports = cluster_ports();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(node_config(ports[0]), 2);
+  auto store = cluster_store(cluster, "half");
+  const std::vector<Item> items = {{"{half}a", 1}, {"{half}b", 1}};  // one slot, one call
+  auto first = store.acquire_batch(kOnce, items, Nanos{0});
+  REQUIRE(first.ok());
+  const int slot = key_slot("{half}a");
+  const int from_port = owner(slot);
+  const int to_port = from_port == ports[0] ? ports[1] : ports[0];
+  Connection from(node_config(from_port)), to(node_config(to_port));
+  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
+  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
+  const std::string slot_s = std::to_string(slot);
+  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
+  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
+  auto moved_key = store.redis_key("{half}a");
+  REQUIRE(moved_key.ok());
+  reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), *moved_key, "0", "5000"});
+
+  auto half = store.acquire_batch(kOnce, items, Nanos{0});
+  REQUIRE_FALSE(half.ok());
+  CHECK(absl::IsUnavailable(half.status()));
+  CHECK(half.status().message().find("TRYAGAIN") != absl::string_view::npos);
+  INFO(half.status());
+
+  // Finish the migration; nothing was charged by the refused call.
+  migrate_slot(slot, to_port);
+  auto after = store.acquire_batch(kOnce, items, Nanos{0});
+  REQUIRE(after.ok());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    CHECK((*after)[i].remaining == (*first)[i].remaining - 1);
+  }
+}

@@ -57,7 +57,9 @@
 // calls by node and send each node's calls in ONE pipelined write, all nodes written
 // before any reply is read; redirected calls (MOVED / ASK) and NOSCRIPT are sent again
 // in a further round. A script call may declare keys of one slot only, so on a cluster
-// acquire_batch makes one script call per slot (not one per batch).
+// acquire_batch makes one script call per slot (not one per batch). A call of several
+// keys (acquire_all, a call of acquire_batch) that meets its slot half migrated gets
+// -TRYAGAIN: kUnavailable, not retried (the script did not run).
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared ConnectionPool.
