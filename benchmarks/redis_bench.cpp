@@ -32,6 +32,7 @@
 // file; other --benchmark_* arguments are ignored. The JSON is shaped like
 // google-benchmark's: {"context": {...}, "benchmarks": [{"name", "run_type",
 // "iterations", "real_time", "time_unit", counters...}], "targets": [...]}.
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +145,7 @@ std::string load_average() {
 struct Result {
   double decisions_per_s = 0;
   double p50_us = 0, p99_us = 0;
+  double p90_us = 0, p999_us = 0, max_us = 0;
   double server_us_per_decision = 0;      // INFO commandstats (script commands)
   double server_cpu_us_per_decision = 0;  // INFO cpu (the whole server process)
   double calls = 0;
@@ -200,6 +202,9 @@ Result run(int port, int threads, double seconds, int per_call,
   if (!all.empty()) {
     r.p50_us = all[all.size() / 2];
     r.p99_us = all[all.size() * 99 / 100];
+    r.p90_us = all[all.size() * 90 / 100];
+    r.p999_us = all[all.size() * 999 / 1000];
+    r.max_us = all.back();
   }
   r.server_us_per_decision = static_cast<double>(server_script_usec(admin)) / decisions;
   r.server_cpu_us_per_decision = (cpu1 - cpu0) * 1e6 / decisions;
@@ -227,7 +232,7 @@ Row& record(const std::string& workload, int conns, const Result& r) {
 }
 
 void print(const char* name, int conns, const Result& r) {
-  std::printf("%-14s %5d %12.0f %9.1f %9.1f %12.2f %12.2f %7" PRId64 "\n", name, conns,
+  std::printf("%-20s %5d %12.0f %9.1f %9.1f %12.2f %12.2f %7" PRId64 "\n", name, conns,
               r.decisions_per_s, r.p50_us, r.p99_us, r.server_us_per_decision,
               r.server_cpu_us_per_decision, r.errors);
   std::fflush(stdout);
@@ -276,7 +281,9 @@ void write_json(const std::string& path, const std::map<std::string, std::string
         << ", \"iterations\": " << num(r.calls) << ", \"real_time\": " << num(r.mean_call_us)
         << ", \"cpu_time\": " << num(r.mean_call_us) << ", \"time_unit\": \"us\""
         << ", \"connections\": " << row.conns << ", \"decisions_per_s\": " << num(r.decisions_per_s)
-        << ", \"p50_us\": " << num(r.p50_us) << ", \"p99_us\": " << num(r.p99_us)
+        << ", \"p50_us\": " << num(r.p50_us) << ", \"p90_us\": " << num(r.p90_us)
+        << ", \"p99_us\": " << num(r.p99_us) << ", \"p999_us\": " << num(r.p999_us)
+        << ", \"max_us\": " << num(r.max_us)
         << ", \"server_us_per_decision\": " << num(r.server_us_per_decision)
         << ", \"server_cpu_us_per_decision\": " << num(r.server_cpu_us_per_decision)
         << ", \"errors\": " << r.errors;
@@ -354,6 +361,132 @@ Result redis_benchmark_incr(int port, int conns, int depth) {
   return r;
 }
 
+// An event-loop client: ONE thread drives `conns` connections, each with at most one
+// command in flight (depth 1), like redis-benchmark — so that on a small machine the
+// client does not take the server's CPU away with 50 threads. `make` gives the next
+// command's arguments; `good` checks a reply. With `rate` > 0 it is open-loop: request
+// k is due at t0 + k / rate and goes out on the first idle connection; its latency
+// counts from when it was due (no coordinated omission).
+Result run_loop(int port, int conns, double seconds,
+                const std::function<void(std::mt19937_64&, std::vector<std::string>&)>& make,
+                const std::function<bool(const redisReply&)>& good, double rate = 0) {
+  quota::redis::Connection admin(config(port));
+  (void)admin.command({"CONFIG", "RESETSTAT"});
+  const double cpu0 = server_cpu_seconds(admin);
+  struct Conn {
+    redisContext* ctx = nullptr;
+    bool busy = false;
+    Clock::time_point due;
+  };
+  std::vector<Conn> cs(static_cast<std::size_t>(conns));
+  for (Conn& c : cs) {
+    c.ctx = redisConnect("127.0.0.1", port);
+    if (c.ctx == nullptr || c.ctx->err != 0) {
+      std::fprintf(stderr, "redis_bench: connect failed\n");
+      return Result{};
+    }
+  }
+  std::mt19937_64 rng(42);
+  std::vector<std::string> args;
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  std::vector<float> lat;
+  lat.reserve(1 << 20);
+  std::int64_t done = 0, errors = 0, sent = 0;
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration<double>(seconds);
+  auto due_at = [&](std::int64_t k) {
+    return t0 +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(k / rate));
+  };
+  auto send = [&](Conn& c, Clock::time_point due) {
+    make(rng, args);
+    argv.clear();
+    lens.clear();
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    redisAppendCommandArgv(c.ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
+    int written = 0;
+    while (written == 0) {
+      if (redisBufferWrite(c.ctx, &written) != REDIS_OK) break;
+    }
+    c.busy = true;
+    c.due = due;
+    ++sent;
+  };
+  std::vector<pollfd> fds(cs.size());
+  while (true) {
+    const auto now = Clock::now();
+    const bool open = now < end;
+    // Send what is due on idle connections.
+    for (Conn& c : cs) {
+      if (!open || c.busy) continue;
+      if (rate <= 0) {
+        send(c, Clock::now());
+      } else if (due_at(sent) <= now) {
+        send(c, due_at(sent));
+      }
+    }
+    std::size_t in_flight = 0;
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      fds[i] = pollfd{
+          .fd = cs[i].ctx->fd, .events = static_cast<short>(cs[i].busy ? POLLIN : 0), .revents = 0};
+      in_flight += cs[i].busy;
+    }
+    if (!open && in_flight == 0) break;
+    // ppoll: the next due time to the microsecond (a whole-ms poll would spin).
+    std::chrono::nanoseconds wait = std::chrono::milliseconds(100);
+    if (open && rate > 0) {
+      wait = std::clamp<std::chrono::nanoseconds>(due_at(sent) - now, std::chrono::nanoseconds(0),
+                                                  std::chrono::milliseconds(100));
+    }
+    const timespec ts{.tv_sec = 0, .tv_nsec = static_cast<long>(wait.count())};
+    if (::ppoll(fds.data(), fds.size(), &ts, nullptr) < 0) break;
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLERR | POLLHUP)) == 0) continue;
+      Conn& c = cs[i];
+      if (redisBufferRead(c.ctx) != REDIS_OK) {
+        std::fprintf(stderr, "redis_bench: read failed\n");
+        return Result{};
+      }
+      void* raw = nullptr;
+      while (c.busy && redisGetReplyFromReader(c.ctx, &raw) == REDIS_OK && raw != nullptr) {
+        quota::redis::Reply reply(static_cast<redisReply*>(raw));
+        lat.push_back(std::chrono::duration<float, std::micro>(Clock::now() - c.due).count());
+        ++done;
+        if (!good(*reply)) ++errors;
+        c.busy = false;
+        raw = nullptr;
+      }
+    }
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu1 = server_cpu_seconds(admin);
+  for (Conn& c : cs) redisFree(c.ctx);
+  std::sort(lat.begin(), lat.end());
+  Result r;
+  r.decisions_per_s = static_cast<double>(done) / elapsed;
+  if (!lat.empty()) {
+    r.p50_us = lat[lat.size() / 2];
+    r.p99_us = lat[lat.size() * 99 / 100];
+    r.p90_us = lat[lat.size() * 90 / 100];
+    r.p999_us = lat[lat.size() * 999 / 1000];
+    r.max_us = lat.back();
+  }
+  r.server_us_per_decision = static_cast<double>(server_script_usec(admin)) /
+                             static_cast<double>(std::max<std::int64_t>(done, 1));
+  if (r.server_us_per_decision == 0)
+    r.server_us_per_decision = std::numeric_limits<double>::quiet_NaN();
+  r.server_cpu_us_per_decision =
+      (cpu1 - cpu0) * 1e6 / static_cast<double>(std::max<std::int64_t>(done, 1));
+  r.calls = static_cast<double>(done);
+  r.mean_call_us = elapsed * 1e6 * conns / std::max(1.0, r.calls);
+  r.errors = errors;
+  return r;
+}
+
 const Row* find_row(const std::string& workload, int conns) {
   for (const Row& r : g_rows) {
     if (r.workload == workload && r.conns == conns) return &r;
@@ -399,7 +532,7 @@ int main(int argc, char** argv) {
       "redis_bench on 127.0.0.1:%d (redis %s), %.1f s per row, %d keys, token bucket; "
       "load average %s\n",
       port, version.c_str(), seconds, kKeys, load_start.c_str());
-  std::printf("%-14s %5s %12s %9s %9s %12s %12s %7s\n", "workload", "conns", "decisions/s",
+  std::printf("%-20s %5s %12s %9s %9s %12s %12s %7s\n", "workload", "conns", "decisions/s",
               "p50 us", "p99 us", "server us/d", "server cpu/d", "errors");
   for (int conns : {1, 8, 50}) {
     auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port),
@@ -456,7 +589,7 @@ int main(int argc, char** argv) {
     for (int depth : {1, 16}) {
       const Result r = redis_benchmark_incr(port, conns, depth);
       std::printf(
-          "%-14s %5d %12.0f %9.1f %9s %12.2f %12.2f   (redis-benchmark -c %d -P %d -t incr)\n",
+          "%-20s %5d %12.0f %9.1f %9s %12.2f %12.2f   (redis-benchmark -c %d -P %d -t incr)\n",
           depth == 1 ? "INCR d1" : "INCR p16", conns, r.decisions_per_s, r.p50_us, "",
           r.server_us_per_decision, r.server_cpu_us_per_decision, conns, depth);
       record(depth == 1 ? "INCR d1" : "INCR p16", conns, r);
@@ -478,7 +611,80 @@ int main(int argc, char** argv) {
     }
   }
 
-  // p99 at half the peak: open-loop at 50 % of quota d1's rate at 50 connections.
+  // The same d1 workloads from ONE event-loop thread with 50 connections (run_loop):
+  // what the server sustains when the client is as light as redis-benchmark's. The
+  // quota script gets exactly the arguments RedisStore::apply sends (server time).
+  std::string quota_sha, naive_sha, noop_sha;
+  {
+    quota::redis::Connection c(config(port));
+    for (auto [text, sha] :
+         {std::pair{quota::redis::LuaTwin<TokenBucket>::script().c_str(), &quota_sha},
+          std::pair{kNaiveLua, &naive_sha}, std::pair{kNoopLua, &noop_sha}}) {
+      auto r = c.command({"SCRIPT", "LOAD", text});
+      if (r.ok() && (*r)->type == REDIS_REPLY_STRING) *sha = quota::redis::reply_string(**r);
+    }
+  }
+  const auto params = *quota::redis::LuaTwin<TokenBucket>::params(policy);
+  auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
+    const std::string k = "bench:" + key(rng);
+    a = {"EVALSHA",
+         quota_sha,
+         "1",
+         k,
+         "",
+         "",
+         "1000",
+         "0",
+         k + "\x1f"
+             "1"
+             "\x1f",
+         "1"};
+    quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, a);
+  };
+  auto is_array = [](const redisReply& r) { return r.type == REDIS_REPLY_ARRAY; };
+  auto is_int = [](const redisReply& r) { return r.type == REDIS_REPLY_INTEGER; };
+  print("quota d1 loop", 50, run_loop(port, 50, seconds, quota_cmd, is_array));
+  print("naive-lua d1 loop", 50,
+        run_loop(
+            port, 50, seconds,
+            [&](std::mt19937_64& rng, std::vector<std::string>& a) {
+              a = {"EVALSHA", naive_sha, "1", "naive:" + key(rng), "1000000", "1000000", "1"};
+            },
+            is_int));
+  print("noop-lua d1 loop", 50,
+        run_loop(
+            port, 50, seconds,
+            [&](std::mt19937_64& rng, std::vector<std::string>& a) {
+              quota_cmd(rng, a);
+              a[1] = noop_sha;
+            },
+            is_int));
+  print("INCR d1 loop", 50,
+        run_loop(
+            port, 50, seconds,
+            [&](std::mt19937_64& rng, std::vector<std::string>& a) {
+              a = {"INCR", "incr:" + key(rng)};
+            },
+            is_int));
+  if (Row* q = const_cast<Row*>(find_row("quota d1 loop", 50)); q != nullptr) {
+    const Row* incr = find_row("INCR d1 loop", 50);
+    const Row* naive = find_row("naive-lua d1 loop", 50);
+    if (incr != nullptr)
+      q->extra["fraction_of_incr_d1"] = q->r.decisions_per_s / incr->r.decisions_per_s;
+    if (naive != nullptr) {
+      q->extra["per_core_vs_naive"] = naive->r.server_us_per_decision / q->r.server_us_per_decision;
+      q->extra["per_core_vs_naive_cpu"] =
+          naive->r.server_cpu_us_per_decision / q->r.server_cpu_us_per_decision;
+    }
+    if (const Row* noop = find_row("noop-lua d1 loop", 50); noop != nullptr && incr != nullptr) {
+      const_cast<Row*>(noop)->extra["fraction_of_incr_d1"] =
+          noop->r.decisions_per_s / incr->r.decisions_per_s;
+    }
+  }
+
+  // p99 at half the peak: open-loop at 50 % of the quota d1 peak at 50 connections,
+  // twice: from 50 threads through RedisStore::apply (peak: "quota d1", 50), and from the
+  // event-loop client (peak: "quota d1 loop").
   const Row* peak = find_row("quota d1", 50);
   if (peak != nullptr && peak->r.decisions_per_s > 0) {
     auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 50);
@@ -490,10 +696,27 @@ int main(int argc, char** argv) {
         rate);
     print("quota d1 @50%", 50, r);
     g_rows.back().extra["paced_rate_per_s"] = rate;
+    std::printf("  p90 %.0f us, p99.9 %.0f us, max %.0f us\n", r.p90_us, r.p999_us, r.max_us);
     std::printf(
-        "  (open loop at %.0f decisions/s = 50%% of the quota d1 peak at 50 connections; "
-        "latency from each request's scheduled start)\n",
+        "  (50 threads, open loop at %.0f decisions/s = 50%% of quota d1's peak at 50 "
+        "connections; latency from each request's scheduled start)\n",
         rate);
+  }
+  if (const Row* lp = find_row("quota d1 loop", 50); lp != nullptr && lp->r.decisions_per_s > 0) {
+    const double peak_rate = lp->r.decisions_per_s;
+    // 50 % is the target's load; 25 % shows how the tail depends on the headroom.
+    for (int percent : {50, 25}) {
+      const double rate = peak_rate * percent / 100;
+      const Result r = run_loop(port, 50, std::max(seconds, 3.0), quota_cmd, is_array, rate);
+      const std::string name = "quota d1 loop @" + std::to_string(percent) + "%";
+      print(name.c_str(), 50, r);
+      g_rows.back().extra["paced_rate_per_s"] = rate;
+      std::printf("  p90 %.0f us, p99.9 %.0f us, max %.0f us\n", r.p90_us, r.p999_us, r.max_us);
+      std::printf(
+          "  (one event-loop thread, open loop at %.0f decisions/s = %d%% of quota d1 loop's "
+          "peak; latency from each request's scheduled start)\n",
+          rate, percent);
+    }
   }
 
   // Bytes per bucket (spend first: an idle bucket of this fast policy has expired).
@@ -589,9 +812,17 @@ int main(int argc, char** argv) {
   targets.push_back({"b16_per_core_vs_naive_cpu",
                      "the same from the server process's CPU (INFO cpu)",
                      value("quota b16", 50, "per_core_vs_naive_cpu"), 2.0, false});
+  targets.push_back({"d1_loop_fraction_of_incr",
+                     "the same with one event-loop client for both (quota d1 loop / INCR d1 loop)",
+                     value("quota d1 loop", 50, "fraction_of_incr_d1"), 0.9, false});
   if (const Row* r = find_row("quota d1 @50%", 50); r != nullptr) {
     targets.push_back({"p99_us_at_half_peak",
                        "p99 latency (us) open-loop at 50% of the d1 peak, 50 connections",
+                       r->r.p99_us, 1000.0, true});
+  }
+  if (const Row* r = find_row("quota d1 loop @50%", 50); r != nullptr) {
+    targets.push_back({"p99_us_at_half_peak_loop",
+                       "the same from one event-loop client, at 50% of its own d1 peak",
                        r->r.p99_us, 1000.0, true});
   }
   targets.push_back(
