@@ -39,10 +39,30 @@ local function to_next(mode, w, s1, n1)
   local _, r = idiv(s1, w)
   return (w - r) * 1000000000 - n1
 end
+local out = {0, sec, ns, 1}
+-- Writes window i's state (after any charge) and its part of the reply.
+local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
+  local reset = 0
+  if count > 0 then reset = to_next(mode, w, lsec, lns) end
+  local ms = idiv(reset + 999999, 1000000)
+  redis.call('SET', key, struct.pack('<ddd', count, lsec, lns), 'PX', ms + margin)
+  local rem = limit - count
+  if rem < 0 then rem = 0 end
+  local k = 5 * i - 1
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset
+end
+-- One pass for one window or a batch of independent ones; two for all-or-nothing.
+local single = batch or n == 1
+local sc, sl, smode, sw, cost, limit, mode, w
 for i = 1, n do
-  local o = 7 + 6 * (i - 1)
-  local cost, limit = tonumber(ARGV[o]), tonumber(ARGV[o + 1])
-  local mode, w = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+  local o = 6 * i + 1
+  -- Arguments are parsed only when their strings differ from the previous window's.
+  local a0, a1, a2, a3 = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  if a0 ~= sc then sc = a0; cost = tonumber(a0) end
+  if a1 ~= sl or a2 ~= smode or a3 ~= sw then
+    sl, smode, sw = a1, a2, a3
+    limit, mode, w = tonumber(a1), tonumber(a2), tonumber(a3)
+  end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window', 24)
   if corrupt then return corrupt end
@@ -70,22 +90,22 @@ for i = 1, n do
   else
     retry = to_next(mode, w, lsec, lns)
   end
-  if ok == 0 then all = 0 end
-  st[i] = {key, count, lsec, lns, cost, ok, reason, retry, limit, mode, w}
+  if ok == 0 then out[4] = 0 end
+  if single then
+    if ok == 1 then count = count + cost end
+    finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
+  else
+    st[i] = {key, count, lsec, lns, cost, ok, reason, retry, limit, mode, w}
+  end
 end
-local out = {0, sec, ns, all}
-for i = 1, n do
-  local s = st[i]
-  local count = s[2]
-  if all == 1 or (batch and s[6] == 1) then count = count + s[5] end
-  local reset = 0
-  if count > 0 then reset = to_next(s[10], s[11], s[3], s[4]) end
-  local ms = idiv(reset + 999999, 1000000)
-  redis.call('SET', s[1], struct.pack('<ddd', count, s[3], s[4]), 'PX', ms + margin)
-  local rem = s[9] - count
-  if rem < 0 then rem = 0 end
-  local k = 4 + 5 * (i - 1)
-  out[k + 1] = s[6]; out[k + 2] = s[7]; out[k + 3] = rem; out[k + 4] = s[8]; out[k + 5] = reset
+if not single then
+  local charge = out[4] == 1
+  for i = 1, n do
+    local s = st[i]
+    local count = s[2]
+    if charge then count = count + s[5] end
+    finish(i, s[1], count, s[3], s[4], s[6], s[7], s[8], s[9], s[10], s[11])
+  end
 end
 )lua";
 

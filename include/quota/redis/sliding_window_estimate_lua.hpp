@@ -49,11 +49,31 @@ local function muldiv(a, b, c)
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
+local out = {0, sec, ns, 1}
+-- Writes window i's state (after any charge) and its part of the reply.
+local function finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
+  local reset = 0
+  if cur > 0 then reset = W - el + W elseif prev > 0 then reset = W - el end
+  local ms = idiv(reset + 999999, 1000000)
+  redis.call('SET', key, struct.pack('<dddd', cur, prev, lsec, lns), 'PX', ms + margin)
+  local rem = limit - cur - prev + muldiv(prev, el, W)
+  if rem < 0 then rem = 0 end
+  local k = 5 * i - 1
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset
+end
+-- One pass for one window or a batch of independent ones; two for all-or-nothing.
+local single = batch or n == 1
+local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per
 for i = 1, n do
-  local o = 7 + 6 * (i - 1)
-  local cost, limit = tonumber(ARGV[o]), tonumber(ARGV[o + 1])
-  local mode, w, W, per = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-    tonumber(ARGV[o + 5])
+  local o = 6 * i + 1
+  -- Arguments are parsed only when their strings differ from the previous window's.
+  local a0, a1, a2, a3, a4, a5 = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4],
+    ARGV[o + 5]
+  if a0 ~= sc then sc = a0; cost = tonumber(a0) end
+  if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
+    sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
+    limit, mode, w, W, per = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+  end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window estimate', 32)
   if corrupt then return corrupt end
@@ -116,22 +136,22 @@ for i = 1, n do
       end
     end
   end
-  if ok == 0 then all = 0 end
-  st[i] = {key, cur, prev, lsec, lns, cost, ok, reason, retry, limit, W, el}
+  if ok == 0 then out[4] = 0 end
+  if single then
+    if ok == 1 then cur = cur + cost end
+    finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
+  else
+    st[i] = {key, cur, prev, lsec, lns, cost, ok, reason, retry, limit, W, el}
+  end
 end
-local out = {0, sec, ns, all}
-for i = 1, n do
-  local s = st[i]
-  local cur, prev, limit, W, el = s[2], s[3], s[10], s[11], s[12]
-  if all == 1 or (batch and s[7] == 1) then cur = cur + s[6] end
-  local reset = 0
-  if cur > 0 then reset = W - el + W elseif prev > 0 then reset = W - el end
-  local ms = idiv(reset + 999999, 1000000)
-  redis.call('SET', s[1], struct.pack('<dddd', cur, prev, s[4], s[5]), 'PX', ms + margin)
-  local rem = limit - cur - prev + muldiv(prev, el, W)
-  if rem < 0 then rem = 0 end
-  local k = 4 + 5 * (i - 1)
-  out[k + 1] = s[7]; out[k + 2] = s[8]; out[k + 3] = rem; out[k + 4] = s[9]; out[k + 5] = reset
+if not single then
+  local charge = out[4] == 1
+  for i = 1, n do
+    local s = st[i]
+    local cur = s[2]
+    if charge then cur = cur + s[6] end
+    finish(i, s[1], cur, s[3], s[4], s[5], s[7], s[8], s[9], s[10], s[11], s[12])
+  end
 end
 )lua";
 
