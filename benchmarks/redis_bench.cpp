@@ -18,9 +18,14 @@
 // server inflates it) and `server_cpu_us_per_decision` from INFO cpu (the server
 // process's user+sys CPU, so it also counts reading, parsing and replying, but not time
 // spent descheduled). Then:
-//   - p99 at HALF the peak: open-loop, 50 connections, depth 1, each thread paced at its
-//     share of 50 % of the quota d1 rate measured at 50 connections in this run; latency
-//     from each request's SCHEDULED start (no coordinated omission). Target < 1 ms.
+//   - "... loop" rows: quota d1, naive-lua d1, noop-lua d1 and INCR d1 from ONE
+//     event-loop thread driving 50 connections (run_loop, like redis-benchmark), so that
+//     the client's 50 threads do not take the server's CPU on a small machine, and INCR
+//     goes through the same client as the scripts;
+//   - p99 at HALF the peak: open-loop, 50 connections, depth 1, at 50 % of the quota d1
+//     rate measured at 50 connections in this run — from 50 threads through
+//     RedisStore::apply, and from the event-loop client (also at 25 %); latency from each
+//     request's SCHEDULED start (no coordinated omission). Target < 1 ms.
 //   - MEMORY USAGE of one (non-idle) bucket;
 //   - a naive client-side GET-compute-SET limiter under 8 threads on one key, with its
 //     over-admission against the envelope r·T + B.
