@@ -587,8 +587,8 @@ int main(int argc, char** argv) {
     print("noop-lua d1", conns, run(port, conns, seconds, 1, [&](int t, std::mt19937_64& rng) {
             const std::string k = "bench:" + key(rng);
             auto r = conns_naive[static_cast<std::size_t>(t)]->command(
-                {"EVALSHA", noop_sha, "1", k, "", "", "1000", "0", "", "1", "1", "1000000", "1000",
-                 "1", "1000000000", "1000000000"});
+                {"EVALSHA", noop_sha, "1", k, "", "", "1000", "0", "", "1", "1", "1", "1000000",
+                 "1000", "1", "1000000000", "1000000000"});
             return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
           }));
     for (int depth : {1, 16}) {
@@ -632,19 +632,13 @@ int main(int argc, char** argv) {
   const auto params = *quota::redis::LuaTwin<TokenBucket>::params(policy);
   auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
     const std::string k = "bench:" + key(rng);
-    a = {"EVALSHA",
-         quota_sha,
-         "1",
-         k,
-         "",
-         "",
-         "1000",
-         "0",
-         k + "\x1f"
-             "1"
-             "\x1f",
-         "1"};
-    quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, a);
+    const std::string fingerprint = k + "\x1f" + "1" + "\x1f";
+    // Laid out as RedisStore::build does (lua_common.hpp): n, the costs, 1 (one
+    // parameter set), the set.
+    std::vector<std::string> b;
+    quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, b);
+    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", fingerprint, "1", b[0], "1"};
+    a.insert(a.end(), b.begin() + 1, b.end());
   };
   auto is_array = [](const redisReply& r) { return r.type == REDIS_REPLY_ARRAY; };
   auto is_int = [](const redisReply& r) { return r.type == REDIS_REPLY_INTEGER; };

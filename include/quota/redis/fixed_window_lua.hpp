@@ -16,8 +16,8 @@
 // nanoseconds). TTL: the time to the next window start (when the count drops to 0) plus
 // the margin.
 //
-// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, mode, W (mode 1, ns) or s
-// (mode 2, seconds), 0, 0.
+// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, W
+// (mode 1, ns) or s (mode 2, seconds), 0, 0.
 #pragma once
 
 #include <string>
@@ -55,9 +55,9 @@ end
 local single = batch or n == 1
 local sc, sl, smode, sw, cost, limit, mode, w
 for i = 1, n do
-  local o = 6 * i + 1
+  local q = pbase + pstep * (i - 1)
   -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0, a1, a2, a3 = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  local a0, a1, a2, a3 = ARGV[6 + i], ARGV[q], ARGV[q + 1], ARGV[q + 2]
   if a0 ~= sc then sc = a0; cost = tonumber(a0) end
   if a1 ~= sl or a2 ~= smode or a3 ~= sw then
     sl, smode, sw = a1, a2, a3

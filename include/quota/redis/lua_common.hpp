@@ -12,7 +12,13 @@
 //                  decisions: each bucket deducted when it alone allows)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline)
 // ARGV[6]          n
-// ARGV[7+6(i-1)..] 6 per-bucket arguments, the twin's own
+// ARGV[6+i]        bucket i's cost (i = 1..n)
+// ARGV[7+n]        s: 1 when every bucket has the same parameters (sent once), else n
+// ARGV[8+n+5(j-1)..] parameter set j: 5 values, the twin's own; bucket i uses set 1
+//                  when s is 1, else set i. The head sets `pbase` and `pstep` so that
+//                  bucket i's set starts at ARGV[pbase + pstep·(i-1)].
+// (Each value sent costs the server about as much as a GET: a batch of one policy sends
+// its parameters once.)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
 //         (-1 = never), reset_after ns (-1 = never)}.
@@ -53,6 +59,8 @@ local function read_state(key, what, bytes, legacy)
   return raw
 end
 local n = tonumber(ARGV[6])
+local pbase, pstep = 8 + n, 5
+if ARGV[7 + n] == '1' then pstep = 0 end
 local attempt_ttl = tonumber(ARGV[4])
 local batch = attempt_ttl < 0
 if attempt_ttl > 0 then

@@ -165,7 +165,8 @@ struct LuaTwin<TokenBucket> {
     return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
   }
 
-  // Appends the 6 per-bucket arguments.
+  // Appends the 6 per-bucket arguments: the cost, then the 5 parameters (build() sends
+  // the costs first and the parameters once when all buckets share them).
   static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
                           std::vector<std::string>& args) {
     // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
@@ -806,8 +807,21 @@ class RedisStore {
       call.args.push_back("0");
     }
     call.args.push_back(std::move(fingerprint));
-    call.args.push_back(absl::StrCat(reqs.size()));
-    for (auto& a : bucket_args) call.args.push_back(std::move(a));
+    // append_args gave 6 per bucket: the cost, then 5 parameters. Costs go first, then
+    // the parameters once when every bucket has the same (a batch of one policy: the
+    // server parses a fifth of the values), else once per bucket (lua_common.hpp).
+    const std::size_t n = reqs.size();
+    bool shared = true;
+    for (std::size_t i = 1; i < n && shared; ++i) {
+      shared = std::equal(bucket_args.begin() + 6 * i + 1, bucket_args.begin() + 6 * i + 6,
+                          bucket_args.begin() + 1);
+    }
+    call.args.push_back(absl::StrCat(n));
+    for (std::size_t i = 0; i < n; ++i) call.args.push_back(std::move(bucket_args[6 * i]));
+    call.args.push_back(shared ? std::string("1") : absl::StrCat(n));
+    for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
+      for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
+    }
     call.numkeys = absl::StrCat(call.keys.size());
     return call;
   }

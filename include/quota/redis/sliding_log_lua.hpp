@@ -21,7 +21,7 @@
 // is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
 // store rejects W > 9·10^15 ns, ~104 days). Costs and `used` are <= kMaxUnits < 2^44.
 //
-// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, W ns, 0, 0, 0.
+// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, W ns, 0, 0, 0.
 #pragma once
 
 #include <string>
@@ -45,8 +45,8 @@ local function event(raw, key)
   return es, en, ec
 end
 for i = 1, n do
-  local o = 7 + 6 * (i - 1)
-  local cost, limit, w = tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
+  local q = pbase + pstep * (i - 1)
+  local cost, limit, w = tonumber(ARGV[6 + i]), tonumber(ARGV[q]), tonumber(ARGV[q + 1])
   local key = KEYS[i]
   local lkey = key .. '}l'
   local raw, corrupt = read_state(key, 'log', 24)

@@ -17,8 +17,8 @@
 // State: one 32-byte string per key, struct-packed doubles (cur, prev, last seconds,
 // last nanoseconds). TTL: reset_after (both counters 0) plus the margin.
 //
-// Per-bucket ARGV (6): cost (clamped to [0, limit+1]), limit, mode, w (mode 1: W ns;
-// mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
+// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, w
+// (mode 1: W ns; mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
 #pragma once
 
 #include <string>
@@ -65,10 +65,10 @@ end
 local single = batch or n == 1
 local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per
 for i = 1, n do
-  local o = 6 * i + 1
+  local q = pbase + pstep * (i - 1)
   -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0, a1, a2, a3, a4, a5 = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4],
-    ARGV[o + 5]
+  local a0, a1, a2, a3, a4, a5 = ARGV[6 + i], ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3],
+    ARGV[q + 4]
   if a0 ~= sc then sc = a0; cost = tonumber(a0) end
   if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
     sl, smode, sw, sW, sper = a1, a2, a3, a4, a5

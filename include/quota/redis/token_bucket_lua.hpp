@@ -53,8 +53,9 @@
 // ARGV[4]          attempt TTL, ms ('0': no attempt)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline)
 // ARGV[6]          n
-// ARGV[7+6(i-1)..] per bucket: cost (clamped to [0, burst+1]), burst, m, p, g, fill (-1
-//                  when the rate is 0)
+// ARGV[6+i]        bucket i's cost (clamped to [0, burst+1])
+// ARGV[7+n]        1 when all buckets share their parameters (sent once), else n
+// ARGV[8+n+5(j-1)..] parameter set j: burst, m, p, g, fill (-1 when the rate is 0)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
 //         (-1 = never), reset_after ns (-1 = never)}.
@@ -134,11 +135,11 @@ end
 local single = batch or n == 1
 local sc, sb, sm, sp, sg, sf, cost, burst, m, p, g, fill, cap
 for i = 1, n do
-  local o = 6 * i + 1
+  local q = pbase + pstep * (i - 1)
   -- Arguments are parsed only when their strings differ from the previous bucket's (Lua
   -- interns strings: these are pointer comparisons; tonumber is the costly part).
-  local a0, a1, a2, a3, a4, a5 = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4],
-    ARGV[o + 5]
+  local a0, a1, a2, a3, a4, a5 = ARGV[6 + i], ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3],
+    ARGV[q + 4]
   if a1 ~= sb or a2 ~= sm or a3 ~= sp or a4 ~= sg or a5 ~= sf then
     sb, sm, sp, sg, sf = a1, a2, a3, a4, a5
     burst, m, p, g, fill = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
