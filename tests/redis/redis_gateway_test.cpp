@@ -139,8 +139,10 @@ TEST_CASE("redis gateway: a process still on older rules is decided by the newer
 
 TEST_CASE("redis gateway: user and tenant levels are all-or-nothing in one script") {
   GatewayStore store = make_store("gw-levels");
-  RuleRegistry registry(build(
-      spec(1, TokenBucket{.rate = kSlow, .burst = 5}, TokenBucket{.rate = kSlow, .burst = 3})));
+  // The tenant's budget is one-off (rate 0), so server time passing adds nothing to it.
+  const quota::gateway::RulePolicy tenant_policy =
+      TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 5};
+  RuleRegistry registry(build(spec(1, tenant_policy, TokenBucket{.rate = kSlow, .burst = 3})));
   Gateway gw(store, registry);
   // Alice takes her 3 (user level), Bob 2: the tenant (5) is empty.
   CHECK(admit(gw, read("acme", "alice"), 5) == 3);
@@ -152,7 +154,6 @@ TEST_CASE("redis gateway: user and tenant levels are all-or-nothing in one scrip
   CHECK(carol->rule == "tenant");
   // Put 5 units back into the tenant level by hand: Carol's user level, written without
   // a deduction, still holds all 3.
-  const quota::gateway::RulePolicy tenant_policy = TokenBucket{.rate = kSlow, .burst = 5};
   auto refunded = store.refund(tenant_policy, 1, "{acme}read", 5, Nanos{0}, Nanos{0});
   REQUIRE(refunded.ok());
   CHECK(*refunded == 5 * quota::kMicrosPerUnit);
