@@ -80,7 +80,12 @@ class Script {
       cluster_->note_redirect(rd.ask);
       target = cluster_->node(rd.host, rd.port);
       asking = rd.ask;
-      if (!rd.ask) (void)cluster_->refresh();
+      if (!rd.ask) {
+        // The connection goes back first: the refresh leases one of its own, and a
+        // thread holding two at once could wait on another doing the same.
+        { auto returned = std::move(*lease); }
+        (void)cluster_->refresh();
+      }
     }
     return absl::UnavailableError(absl::StrFormat(
         "redis cluster: more than %d redirections for key %s", kMaxRedirects, keys.front()));
