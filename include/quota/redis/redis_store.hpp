@@ -73,7 +73,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -97,6 +96,7 @@
 #include "quota/redis/connection.hpp"
 #include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
+#include "quota/redis/script.hpp"
 #include "quota/redis/sliding_log_lua.hpp"
 #include "quota/redis/sliding_window_estimate_lua.hpp"
 #include "quota/redis/token_bucket_lua.hpp"
@@ -312,7 +312,8 @@ class RedisStore {
   using policy_type = P;
   using Twin = redis::LuaTwin<P>;
 
-  explicit RedisStore(RedisStoreOptions options) : options_(std::move(options)) {
+  explicit RedisStore(RedisStoreOptions options)
+      : options_(std::move(options)), script_(Twin::script(), options_.pool, options_.cluster) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
@@ -514,61 +515,14 @@ class RedisStore {
       return with("EVAL", script);
     }
     std::vector<std::string_view> with(std::string_view cmd, std::string_view script) const {
-      std::vector<std::string_view> v;
-      v.reserve(3 + keys.size() + args.size());
-      v.push_back(cmd);
-      v.push_back(script);
-      v.push_back(numkeys);
-      for (const auto& k : keys) v.push_back(k);
-      for (const auto& a : args) v.push_back(a);
-      return v;
+      return redis::script_argv(cmd, script, numkeys, keys, args);
     }
   };
 
-  // Sends one call: EVALSHA, and on NOSCRIPT once more with EVAL and the script text
-  // (it loads and runs in one command, so a flush in between cannot fail it again). On a
-  // cluster, to the node of the call's slot, following MOVED (map refreshed) and ASK
-  // (ASKING first, map unchanged).
+  // Sends one call (redis::Script: EVALSHA, NOSCRIPT → EVAL once, MOVED / ASK on a
+  // cluster).
   absl::StatusOr<redis::Reply> execute(const Call& call) {
-    std::shared_ptr<redis::ConnectionPool> target = options_.pool;
-    if (options_.cluster != nullptr) {
-      auto pool = options_.cluster->for_slot(redis::key_slot(call.keys.front()));
-      if (!pool.ok()) return pool.status();
-      target = *pool;
-    }
-    bool asking = false;
-    for (int hop = 0; hop <= redis::kMaxRedirects; ++hop) {
-      auto lease = target->acquire();
-      if (!lease.ok()) return lease.status();
-      auto send = [&](const std::vector<std::string_view>& argv) -> absl::StatusOr<redis::Reply> {
-        if (!asking) return (*lease)->command(argv);
-        auto replies = (*lease)->pipeline({{"ASKING"}, argv});
-        if (!replies.ok()) return replies.status();
-        return std::move((*replies)[1]);
-      };
-      auto sha = script_sha(**lease);
-      if (!sha.ok()) return sha.status();
-      auto reply = send(call.argv(*sha));
-      if (!reply.ok()) return reply.status();
-      if (redis::is_error(**reply, "NOSCRIPT")) {
-        reply = send(call.argv_eval(Twin::script()));
-        if (!reply.ok()) return reply.status();
-      }
-      redis::Redirect rd;
-      if (options_.cluster == nullptr || !redis::parse_redirect(**reply, rd)) return reply;
-      options_.cluster->note_redirect(rd.ask);
-      target = options_.cluster->node(rd.host, rd.port);
-      asking = rd.ask;
-      if (!rd.ask) {
-        // The connection goes back first: the refresh leases one of its own, and a
-        // thread holding two at once could wait on another doing the same.
-        { auto returned = std::move(*lease); }
-        (void)options_.cluster->refresh();
-      }
-    }
-    return absl::UnavailableError(
-        absl::StrFormat("redis cluster: more than %d redirections for key %s", redis::kMaxRedirects,
-                        call.keys.front()));
+    return script_.run(call.keys, call.args);
   }
 
   // acquire_batch on a cluster: one script call per slot (see acquire_batch).
@@ -903,31 +857,11 @@ class RedisStore {
     return out;
   }
 
-  absl::StatusOr<std::string> script_sha(redis::Connection& conn) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!sha_.empty()) return sha_;
-    }
-    return load_script(conn);
-  }
-
-  absl::StatusOr<std::string> load_script(redis::Connection& conn) {
-    auto reply = conn.command({"SCRIPT", "LOAD", Twin::script()});
-    if (!reply.ok()) return reply.status();
-    if (auto s = redis::error_status(**reply); !s.ok()) return s;
-    if ((*reply)->type != REDIS_REPLY_STRING) {
-      return absl::UnavailableError("malformed reply to SCRIPT LOAD: not a string");
-    }
-    std::string sha(redis::reply_string(**reply));
-    std::lock_guard<std::mutex> lock(mu_);
-    sha_ = sha;
-    return sha;
-  }
+  absl::StatusOr<std::string> script_sha(redis::Connection& conn) { return script_.sha(conn); }
 
   RedisStoreOptions options_;
+  redis::Script script_;
   absl::Status config_error_;
-  std::mutex mu_;    // std::mutex: see ConnectionPool
-  std::string sha_;  // guarded by mu_
 };
 
 }  // namespace quota

@@ -29,6 +29,22 @@
 
 namespace quota::redis {
 
+// The argv of `<cmd> <script or sha> numkeys keys... args...` (EVAL / EVALSHA), viewing
+// the owned strings.
+inline std::vector<std::string_view> script_argv(std::string_view cmd, std::string_view script,
+                                                 std::string_view numkeys,
+                                                 const std::vector<std::string>& keys,
+                                                 const std::vector<std::string>& args) {
+  std::vector<std::string_view> v;
+  v.reserve(3 + keys.size() + args.size());
+  v.push_back(cmd);
+  v.push_back(script);
+  v.push_back(numkeys);
+  for (const auto& k : keys) v.push_back(k);
+  for (const auto& a : args) v.push_back(a);
+  return v;
+}
+
 class Script {
  public:
   // `pool` for a standalone server, or `cluster`; one of them non-null.
@@ -41,14 +57,7 @@ class Script {
     if (keys.empty()) return absl::InvalidArgumentError("script call without keys");
     const std::string numkeys = absl::StrCat(keys.size());
     auto argv = [&](std::string_view cmd, std::string_view script) {
-      std::vector<std::string_view> v;
-      v.reserve(3 + keys.size() + args.size());
-      v.push_back(cmd);
-      v.push_back(script);
-      v.push_back(numkeys);
-      for (const auto& k : keys) v.push_back(k);
-      for (const auto& a : args) v.push_back(a);
-      return v;
+      return script_argv(cmd, script, numkeys, keys, args);
     };
     std::shared_ptr<ConnectionPool> target = pool_;
     if (cluster_ != nullptr) {
@@ -93,7 +102,8 @@ class Script {
 
   const std::string& text() const { return text_; }
 
- private:
+  // The script's sha, loading it through `conn` (SCRIPT LOAD) on first use. For callers
+  // that pipeline EVALSHAs themselves.
   absl::StatusOr<std::string> sha(Connection& conn) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +121,7 @@ class Script {
     return sha;
   }
 
+ private:
   const std::string text_;
   const std::shared_ptr<ConnectionPool> pool_;
   const std::shared_ptr<ClusterPool> cluster_;
