@@ -110,6 +110,7 @@ end
 )lua";
 
 // The whole script.
-inline const std::string kFixedWindowLua = std::string(kLuaHead) + kFixedWindowLuaBody + kLuaTail;
+inline const std::string kFixedWindowLua =
+    std::string(kLuaMath) + kLuaHead + kFixedWindowLuaBody + kLuaTail;
 
 }  // namespace quota::redis

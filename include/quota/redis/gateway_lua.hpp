@@ -49,23 +49,18 @@
 // Errors:          "QUOTA_CORRUPT ..." (a key's value is not a gateway state of ours).
 #pragma once
 
+#include <string>
+
+#include "quota/redis/lua_common.hpp"
+
 namespace quota::redis {
 
-inline constexpr const char* kGatewayLua = R"lua(
+inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
-  return q, r
-end
 -- C++ '/' (toward zero) for b > 0
 local function tdiv(a, b)
   if a >= 0 then return (idiv(a, b)) end
   return -(idiv(-a, b))
-end
-local function int_in(x, lo, hi)
-  return x == x and x == math.floor(x) and x >= lo and x <= hi
 end
 -- A level L: 1 version, 2 kind, 3 units|limit, 4 per|window, 5 burst|0, 6 m|wu, 7 p,
 -- 8 g, 9 fill, 10 tokens|count, 11 carry over p (reduced), 12 last µs, 13 debt, 14 cap.
@@ -74,19 +69,7 @@ local function capacity(L)
   return L[3]
 end
 local function tb_reach(L, need)
-  local tokens = L[10]
-  if tokens >= need then return 0 end
-  local m, p = L[6], L[7]
-  if m == 0 then return -1 end
-  local a, b = idiv(need - tokens, m)
-  local y = b * p - L[11]
-  if y > 0 then
-    local q, r = idiv(y, m)
-    if r > 0 then q = q + 1 end
-    return a * p + q
-  end
-  local q = idiv(-y, m)
-  return a * p - q
+  return reach(L[10], L[11], need, L[6], L[7])
 end
 local function tb_refill(L, t)
   if t <= L[12] then return end
@@ -328,6 +311,9 @@ for i = 1, n do
 end
 return out
 )lua";
+
+// The whole script.
+inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach + kGatewayLuaBody;
 
 // Attempts shared by every gateway process (GatewayStore::begin_attempt and friends).
 // KEYS[1]: the attempt key (the tenant's slot). ARGV[1]: op 'b' begin, 'f' finish, 'a'

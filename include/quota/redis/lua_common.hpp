@@ -1,6 +1,7 @@
 // quota/redis/lua_common.hpp — the parts every policy's Lua twin shares.
 //
-// Each twin is kLuaHead + its own body + kLuaTail, one script. The shared contract (the
+// Each twin is kLuaMath + kLuaHead + its own body + kLuaTail, one script (the token
+// bucket's also has kLuaReach). The shared contract (the
 // store builds the arguments and parses the reply, redis_store.hpp):
 //
 // KEYS[1..n]       bucket keys (one hash slot: one tenant)
@@ -24,16 +25,18 @@
 //         (-1 = never), reset_after ns (-1 = never)}.
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
-// The head defines idiv (exact floor division of integers below 2^53: the quotient of
-// a floating division is off by at most one, and one correction step fixes it), int_in,
-// replays a stored attempt, reads the time into `sec`, `ns` and sets `n`, `margin`,
-// `st` (per-bucket scratch) and `all`. The body must fill `out` (the reply). The tail
+// The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and sets `n`,
+// `margin`, `st` (per-bucket scratch) and `all`. The body must fill `out` (the reply). The tail
 // stores the attempt's reply and returns `out`.
 #pragma once
 
 namespace quota::redis {
 
-inline constexpr const char* kLuaHead = R"lua(
+// Exact integer arithmetic in Lua doubles, for every script of quota: idiv (floor
+// division and remainder of integers below 2^53: the quotient of a floating division is
+// off by at most one, and one correction step fixes it) and int_in (an exact integer in
+// [lo, hi]).
+inline constexpr const char* kLuaMath = R"lua(
 local floor = math.floor
 local function idiv(a, b)
   local q = floor(a / b)
@@ -44,6 +47,29 @@ end
 local function int_in(x, lo, hi)
   return x == x and x == floor(x) and x >= lo and x <= hi
 end
+)lua";
+
+// The token bucket's time to reach `need` micro-units from `tokens` with the carried
+// remainder c (over p), at m/p micro-units per ns: ceil((need − tokens)·p − c) / m)
+// nanoseconds, split so that no product reaches 2^53 (token_bucket_lua.hpp); 0 when
+// already there, -1 (never) at rate 0. Needs kLuaMath.
+inline constexpr const char* kLuaReach = R"lua(
+local function reach(tokens, c, need, m, p)
+  if tokens >= need then return 0 end
+  if m == 0 then return -1 end
+  local a, b = idiv(need - tokens, m)
+  local y = b * p - c
+  if y > 0 then
+    local q, r = idiv(y, m)
+    if r > 0 then q = q + 1 end
+    return a * p + q
+  end
+  local q = idiv(-y, m)
+  return a * p - q
+end
+)lua";
+
+inline constexpr const char* kLuaHead = R"lua(
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
 -- when it holds anything but `bytes` (or `legacy`, when given) bytes of a twin's state.
 -- Allocates nothing.

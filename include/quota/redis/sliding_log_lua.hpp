@@ -136,6 +136,7 @@ end
 )lua";
 
 // The whole script.
-inline const std::string kSlidingLogLua = std::string(kLuaHead) + kSlidingLogLuaBody + kLuaTail;
+inline const std::string kSlidingLogLua =
+    std::string(kLuaMath) + kLuaHead + kSlidingLogLuaBody + kLuaTail;
 
 }  // namespace quota::redis

@@ -157,6 +157,6 @@ end
 
 // The whole script.
 inline const std::string kSlidingWindowEstimateLua =
-    std::string(kLuaHead) + kSlidingWindowEstimateLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kSlidingWindowEstimateLuaBody + kLuaTail;
 
 }  // namespace quota::redis

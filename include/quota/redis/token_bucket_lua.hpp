@@ -70,19 +70,6 @@ namespace quota::redis {
 
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local pack, unpack = struct.pack, struct.unpack
-local function reach(tokens, c, need, m, p)
-  if tokens >= need then return 0 end
-  if m == 0 then return -1 end
-  local a, b = idiv(need - tokens, m)
-  local y = b * p - c
-  if y > 0 then
-    local q, r = idiv(y, m)
-    if r > 0 then q = q + 1 end
-    return a * p + q
-  end
-  local q = idiv(-y, m)
-  return a * p - q
-end
 local out = {0, sec, ns, 1}
 -- Server time in ms, when the script runs on the server's clock (the key's expiry is on
 -- that clock too); nil in caller-time mode.
@@ -235,6 +222,7 @@ end
 )lua";
 
 // The whole script.
-inline const std::string kTokenBucketLua = std::string(kLuaHead) + kTokenBucketLuaBody + kLuaTail;
+inline const std::string kTokenBucketLua =
+    std::string(kLuaMath) + kLuaReach + kLuaHead + kTokenBucketLuaBody + kLuaTail;
 
 }  // namespace quota::redis
