@@ -68,9 +68,12 @@ concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
   { b.charge(policy, version, key, units, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
 };
 
-// The in-process backend over a store of KeyStates (see the header comment).
-template <class Store>
-requires has_update<Store> && std::same_as<typename Store::policy_type, KeyPolicy>
+// An in-process store of KeyStates (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>).
+template <class S>
+concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_type, KeyPolicy>;
+
+// The in-process backend over such a store (see the header comment).
+template <InProcessKeyStore Store>
 class StoreBackend {
  public:
   explicit StoreBackend(Store& store) : store_(store) {}
@@ -130,6 +133,10 @@ class StoreBackend {
 
   Store& store_;
 };
+
+// What a Gateway can be built on: a backend, or an in-process store of KeyStates.
+template <class S>
+concept GatewayStorage = GatewayBackend<S> || InProcessKeyStore<S>;
 
 namespace detail {
 

@@ -136,9 +136,8 @@ inline bool is_unavailable(const absl::Status& s) {
          s.code() == absl::StatusCode::kResourceExhausted;
 }
 
-template <class Store>
-requires GatewayBackend<Store> ||
-    (has_update<Store>&& std::same_as<typename Store::policy_type, KeyPolicy>)class Gateway {
+template <GatewayStorage Store>
+class Gateway {
  public:
   Gateway(Store& store, RuleRegistry& rules, GatewayOptions options = {})
       : backend_(store),
