@@ -212,6 +212,20 @@ TEST_CASE("the attempt cache is bounded") {
   CHECK(cache.size() == 1);
 }
 
+TEST_CASE("a full attempt cache decides nothing") {
+  RuleRegistry registry(build(basic_spec(1, 1, 2)));
+  quota::LocalStore<KeyPolicy> store;
+  Gateway gw(store, registry, {.attempt_ttl = 10s, .max_attempts = 1});
+  REQUIRE(gw.decide({.who = kRead.who, .route = "read", .attempt_id = "a"}, Nanos{0}).ok());
+  auto full = gw.decide({.who = kRead.who, .route = "read", .attempt_id = "b"}, Nanos{0});
+  CHECK(full.status().code() == absl::StatusCode::kResourceExhausted);
+  // "b" took nothing: one unit of the burst of 2 is still there.
+  auto plain = gw.decide(kRead, Nanos{0});
+  REQUIRE(plain.ok());
+  CHECK(plain->decision.allowed);
+  CHECK(plain->decision.remaining == 0);
+}
+
 TEST_CASE("switching a rule's kind through the registry keeps what was left") {
   RuleRegistry registry(build(basic_spec(1, 1, 50)));
   quota::LocalStore<KeyPolicy> store;

@@ -260,9 +260,11 @@ class Gateway {
         return Result{
             .decision = **replay, .rule = tenant_check(*checks).rule->name, .replayed = true};
       }
-      // An attempt store that cannot answer (shared attempts, Redis down) leaves the
-      // request to the fail mode, unrecorded.
-      if (!replay.ok() && !is_unavailable(replay.status())) return replay.status();
+      // Shared attempts that cannot be reached (Redis down) leave the request to the
+      // fail mode, unrecorded; any other attempt error decides nothing.
+      if (!replay.ok() && !(kSharedAttempts && is_unavailable(replay.status()))) {
+        return replay.status();
+      }
       attempt_open = replay.ok();
     }
 
