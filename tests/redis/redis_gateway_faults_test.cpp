@@ -136,6 +136,13 @@ TEST_CASE("redis gateway fail_closed: a killed Redis answers 503 within the dead
     CHECK(quota::http::answer(r->decision, *policy).status == 503);
     CHECK(took < kDeadline * 3 + 1s);
   }
+  // With an attempt id too: the attempt record cannot be reached either, and the fail
+  // mode decides (503), rather than an error.
+  quota::gateway::Request with_attempt = kCreate;
+  with_attempt.attempt_id = "during-outage";
+  auto attempted = gw.decide(with_attempt, Nanos{0});
+  REQUIRE(attempted.ok());
+  CHECK(attempted->decision.reason == Reason::kUnavailable);
   REQUIRE(quota::testing::redis_script("restart"));
   // The next calls reconnect; the restarted server (no persistence) starts the key anew.
   absl::StatusOr<quota::gateway::Result> back = absl::UnknownError("not tried");
