@@ -118,26 +118,8 @@ class Connection {
   // cannot tell which of the commands ran.
   absl::StatusOr<std::vector<Reply>> pipeline(
       const std::vector<std::vector<std::string_view>>& commands) {
-    if (auto s = ensure_connected(); !s.ok()) return s;
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& args : commands) {
-      to_argv(args, argv, lens);
-      if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
-                                 lens.data()) != REDIS_OK) {
-        return fail("pipeline append");
-      }
-    }
-    std::vector<Reply> replies;
-    replies.reserve(commands.size());
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-      void* raw = nullptr;
-      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
-        return fail("pipeline read");
-      }
-      replies.emplace_back(static_cast<redisReply*>(raw));
-    }
-    return replies;
+    if (auto s = send(commands); !s.ok()) return s;
+    return receive(commands.size());
   }
 
   // Pipelining in two halves, so that one thread can keep several servers busy at once
