@@ -233,6 +233,21 @@ RedisStore<TokenBucket> make_store(std::shared_ptr<quota::redis::ClusterPool> po
 
 const std::string& random_key(std::mt19937_64& rng) { return keys()[rng() % keys().size()]; }
 
+// n items of cost 1, each a key drawn from `from`.
+std::vector<Item> random_items(std::mt19937_64& rng, int n, const std::vector<std::string>& from) {
+  std::vector<Item> items;
+  items.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) items.push_back({from[rng() % from.size()], 1});
+  return items;
+}
+
+// The items acquire_many left undecided (errors), or all n when the call failed.
+std::int64_t many_errors(const absl::StatusOr<std::vector<absl::StatusOr<quota::Decision>>>& r,
+                         int n) {
+  if (!r.ok()) return n;
+  return std::count_if(r->begin(), r->end(), [](const auto& d) { return !d.ok(); });
+}
+
 // args: threads
 void BM_Cluster_Single(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -253,12 +268,7 @@ void BM_Cluster_Many(benchmark::State& state) {
     auto pool = make_pool(threads);
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      std::vector<Item> items;
-      items.reserve(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) items.push_back({random_key(rng), 1});
-      auto r = store.acquire_many(kPolicy, items, Nanos{0});
-      if (!r.ok()) return n;
-      return std::count_if(r->begin(), r->end(), [](const auto& d) { return !d.ok(); });
+      return many_errors(store.acquire_many(kPolicy, random_items(rng, n, keys()), Nanos{0}), n);
     });
   }
 }
@@ -270,10 +280,7 @@ void BM_Cluster_Batch(benchmark::State& state) {
     auto pool = make_pool(threads);
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      std::vector<Item> items;
-      items.reserve(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) items.push_back({random_key(rng), 1});
-      return store.acquire_batch(kPolicy, items, Nanos{0}).ok() ? 0 : n;
+      return store.acquire_batch(kPolicy, random_items(rng, n, keys()), Nanos{0}).ok() ? 0 : n;
     });
   }
 }
@@ -295,13 +302,9 @@ void BM_Cluster_FewTenants(benchmark::State& state) {
     auto pool = make_pool(threads);
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      std::vector<Item> items;
-      items.reserve(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) items.push_back({hot[rng() % hot.size()], 1});
+      const std::vector<Item> items = random_items(rng, n, hot);
       if (batch) return store.acquire_batch(kPolicy, items, Nanos{0}).ok() ? 0 : n;
-      auto r = store.acquire_many(kPolicy, items, Nanos{0});
-      if (!r.ok()) return n;
-      return std::count_if(r->begin(), r->end(), [](const auto& d) { return !d.ok(); });
+      return many_errors(store.acquire_many(kPolicy, items, Nanos{0}), n);
     });
   }
 }
