@@ -169,7 +169,10 @@ TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, al
                     << " ns, PTTL " << pttl << " ms");
     // 10 ms of slack for the time between the script and PTTL on a busy machine.
     REQUIRE(pttl >= need - 10);
-    CHECK(pttl <= need + margin.count());
+    // A kept expiry was set at an earlier write as ceil(time to full then) + 2 margins,
+    // in whole ms on the server's clock, while `need` rounds this write's time to full up
+    // on its own: the two roundings may differ by a millisecond each.
+    CHECK(pttl <= need + margin.count() + 2);
     if (last_pttl >= 0 && pttl < last_pttl) ++kept;  // the expiry did not move
     last_pttl = pttl;
   }
