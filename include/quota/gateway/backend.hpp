@@ -36,12 +36,12 @@
 #include <span>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "quota/decision.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/rules.hpp"
 #include "quota/store/store.hpp"
 #include "quota/units.hpp"
 
@@ -54,8 +54,9 @@ struct LevelCheck {
   bool shadow = false;
 };
 
+// Inline storage for kMaxLevels decisions (rules.hpp): a decision allocates nothing here.
 struct LevelsResult {
-  std::vector<Decision> parts{};  // one per level decided, in order
+  LevelVector<Decision> parts{};  // one per level decided, in order
   Nanos time{0};                  // the backend's time of the decision
 };
 
@@ -81,9 +82,7 @@ class StoreBackend {
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       std::int64_t cost, Nanos now) {
     LevelsResult out{.parts = {}, .time = now};
-    out.parts.reserve(levels.size());
-    std::vector<std::size_t> taken;  // levels deducted so far
-    taken.reserve(levels.size());
+    LevelVector<std::size_t> taken;  // levels deducted so far
     for (std::size_t i = 0; i < levels.size(); ++i) {
       const KeyPolicy kp{.policy = levels[i].policy, .version = version};
       auto d = store_.apply(kp, levels[i].key, now, cost);
@@ -118,7 +117,7 @@ class StoreBackend {
 
  private:
   // Gives `cost` back to the levels in `taken`: exactly what was deducted (capped).
-  void give_back(std::span<const LevelCheck> levels, const std::vector<std::size_t>& taken,
+  void give_back(std::span<const LevelCheck> levels, std::span<const std::size_t> taken,
                  std::uint64_t version, std::int64_t cost, Nanos now) {
     for (std::size_t i : taken) {
       const KeyPolicy kp{.policy = levels[i].policy, .version = version};

@@ -78,6 +78,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -323,16 +324,15 @@ class Gateway {
   }
 
   // Decides every level through the backend (all or nothing) and combines the result.
-  absl::StatusOr<Outcome_> run(std::uint64_t version, const std::vector<Check>& checks,
+  absl::StatusOr<Outcome_> run(std::uint64_t version, std::span<const Check> checks,
                                std::int64_t cost, Nanos now, Deducted* deducted) {
-    std::vector<LevelCheck> levels;
-    levels.reserve(checks.size());
+    LevelVector<LevelCheck> levels;  // inline: no allocation for up to kMaxLevels
     for (const Check& c : checks) {
       levels.push_back({.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow});
     }
     auto result = backend_.decide(levels, version, cost, now);
     if (!result.ok()) return result.status();
-    const std::vector<Decision>& parts = result->parts;
+    const LevelVector<Decision>& parts = result->parts;
     if (parts.empty() || parts.size() > checks.size()) {
       return absl::InternalError(
           absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
@@ -382,7 +382,7 @@ class Gateway {
     return Outcome_{.decision = combined, .rule = tenant.rule->name};
   }
 
-  static const Check& tenant_check(const std::vector<Check>& checks) {
+  static const Check& tenant_check(std::span<const Check> checks) {
     for (const Check& c : checks) {
       if (c.rule->level == Level::kTenant) return c;
     }
@@ -390,7 +390,7 @@ class Gateway {
   }
 
   absl::StatusOr<Outcome_> on_unavailable(std::uint64_t version, const RouteClass& route,
-                                          const std::vector<Check>& checks, std::int64_t cost,
+                                          std::span<const Check> checks, std::int64_t cost,
                                           Nanos now) {
     const Check& tenant = tenant_check(checks);
     const Decision unavailable{.allowed = false,

@@ -47,6 +47,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,14 @@ inline constexpr std::size_t kMaxNameBytes = 64;  // plan, route and rule names
 
 enum class FailMode : std::uint8_t { kClosed = 0, kOpen = 1 };
 enum class Level : std::uint8_t { kUser = 0, kTenant = 1, kGlobal = 2 };
+
+// A request passes at most one rule per level, so at most kMaxLevels budgets. Per-request
+// lists of levels (plan(), the backends' decisions) are LevelVectors: inline up to
+// kMaxLevels entries, so a decision allocates nothing for them (a longer list, which
+// only a direct backend caller can build, spills to the heap and stays correct).
+inline constexpr std::size_t kMaxLevels = 3;
+template <class T>
+using LevelVector = absl::InlinedVector<T, kMaxLevels>;
 
 constexpr std::string_view to_string(Level l) {
   switch (l) {
@@ -305,7 +314,7 @@ class RuleSet {
   // The budgets a request must pass, from the narrowest (user) to the widest (global).
   // InvalidArgument for a malformed identity or an unknown route; NotFound when no
   // tenant-level rule applies (a tenant must have a budget: no rule is not "unlimited").
-  absl::StatusOr<std::vector<Check>> plan(const Identity& who, std::string_view route) const {
+  absl::StatusOr<LevelVector<Check>> plan(const Identity& who, std::string_view route) const {
     if (auto s = check_id(who.tenant, "tenant"); !s.ok()) return s;
     if (auto s = check_name(who.plan, "plan"); !s.ok()) return s;
     if (!who.user.empty()) {
@@ -313,7 +322,7 @@ class RuleSet {
     }
     auto rc = this->route(route);
     if (!rc.ok()) return rc.status();
-    std::vector<Check> checks;
+    LevelVector<Check> checks;
     if (!who.user.empty()) {
       if (const Rule* u = find(Level::kUser, who, route)) {
         checks.push_back({u, user_key(who.tenant, route, who.user)});

@@ -51,6 +51,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -59,10 +60,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -71,6 +75,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "quota/decision.hpp"
+#include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/redis/cluster.hpp"
@@ -281,11 +286,13 @@ class GatewayStore {
   };
   struct Decided {
     Nanos time{0};
-    std::vector<Decision> parts;
+    gateway::LevelVector<Decision> parts;
   };
 
-  // The 8 policy arguments of one level (see gateway_lua.hpp).
-  static absl::StatusOr<std::vector<std::string>> params(const gateway::RulePolicy& policy) {
+  // The 8 policy arguments of one level (see gateway_lua.hpp), or InvalidArgument naming
+  // the bound when the Lua twin cannot decide `policy` exactly.
+  using PolicyArgs = std::array<std::string, 8>;
+  static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
     if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
     const std::int64_t cap = gateway::detail::capacity(policy);
     if (cap > kGatewayMaxCapacity) {
@@ -303,14 +310,14 @@ class GatewayStore {
             "bound is %d ns (~46 days) — raise rate.units or lower burst",
             tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
       }
-      return std::vector<std::string>{"1",
-                                      absl::StrCat(tb->rate.units),
-                                      absl::StrCat(tb->rate.per.count()),
-                                      absl::StrCat(tb->burst),
-                                      absl::StrCat(twin->m),
-                                      absl::StrCat(twin->p),
-                                      absl::StrCat(twin->g),
-                                      absl::StrCat(twin->m > 0 ? twin->fill : 0)};
+      return PolicyArgs{"1",
+                        absl::StrCat(tb->rate.units),
+                        absl::StrCat(tb->rate.per.count()),
+                        absl::StrCat(tb->burst),
+                        absl::StrCat(twin->m),
+                        absl::StrCat(twin->p),
+                        absl::StrCat(twin->g),
+                        absl::StrCat(twin->m > 0 ? twin->fill : 0)};
     }
     const auto& fw = std::get<FixedWindow>(policy);
     const std::int64_t w = fw.window.count();
@@ -320,9 +327,53 @@ class GatewayStore {
           "%d ns (~46 days)",
           w, kGatewayMaxSpanNs));
     }
-    return std::vector<std::string>{
+    return PolicyArgs{
         "2", absl::StrCat(fw.limit), absl::StrCat(w), "0", absl::StrCat(w / 1000), "0", "0", "0"};
   }
+
+  // What identifies a policy's arguments: its kind and parameters (the value, not the
+  // address — a rule set freed and another built at the same address must not hit).
+  using PolicyKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t>;
+  static PolicyKey policy_key(const gateway::RulePolicy& policy) {
+    if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
+      return {policy.index(), tb->rate.units, tb->rate.per.count(), tb->burst};
+    }
+    const auto& fw = std::get<FixedWindow>(policy);
+    return {policy.index(), fw.limit, fw.window.count(), 0};
+  }
+
+  // Appends `policy`'s 8 arguments to `args`. Rule sets are immutable and hold few
+  // distinct policies, so each one's range check and formatting (a gcd, 128-bit
+  // products, 8 strings) is done once and kept: later decisions copy the strings.
+  // Entries are never erased, so a pointer taken under the lock stays valid; past
+  // kMaxCachedPolicies distinct policies (many reloads, each with new parameters) new
+  // ones are checked and formatted per call instead. Errors are not kept: an
+  // out-of-range policy gets params()'s error on every call.
+  absl::Status append_params(const gateway::RulePolicy& policy,
+                             std::vector<std::string>& args) const {
+    const PolicyKey key = policy_key(policy);
+    const PolicyArgs* cached = nullptr;
+    {
+      quota::detail::MutexLock lock(params_mu_);
+      auto it = params_cache_.find(key);
+      if (it != params_cache_.end()) cached = &it->second;
+    }
+    if (cached == nullptr) {
+      auto p = params(policy);
+      if (!p.ok()) return p.status();
+      quota::detail::MutexLock lock(params_mu_);
+      if (params_cache_.size() >= kMaxCachedPolicies) {
+        args.insert(args.end(), std::make_move_iterator(p->begin()),
+                    std::make_move_iterator(p->end()));
+        return absl::OkStatus();
+      }
+      cached = &params_cache_.try_emplace(key, *std::move(p)).first->second;
+    }
+    args.insert(args.end(), cached->begin(), cached->end());
+    return absl::OkStatus();
+  }
+
+  static constexpr std::size_t kMaxCachedPolicies = 4096;
 
   absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
                              std::uint64_t version, std::int64_t units, Nanos now,
@@ -349,9 +400,7 @@ class GatewayStore {
       auto parts = split_key(level.key);
       if (!parts.ok()) return parts.status();
       call.keys.push_back(bucket_key(options_.prefix, *parts));
-      auto p = params(*level.policy);
-      if (!p.ok()) return p.status();
-      for (auto& a : *p) call.args.push_back(std::move(a));
+      if (auto s = append_params(*level.policy, call.args); !s.ok()) return s;
       call.args.push_back(level.shadow ? "1" : "0");
     }
     return call;
@@ -435,9 +484,8 @@ class GatewayStore {
   // deduction in place (under-admission).
   void give_back(std::span<const gateway::LevelCheck> levels,
                  const std::vector<std::pair<std::size_t, std::size_t>>& groups,
-                 const std::vector<std::size_t>& deducted_groups,
-                 const std::vector<Decision>& parts, std::uint64_t version, std::int64_t cost,
-                 Nanos now) {
+                 const std::vector<std::size_t>& deducted_groups, std::span<const Decision> parts,
+                 std::uint64_t version, std::int64_t cost, Nanos now) {
     for (std::size_t g : deducted_groups) {
       std::vector<gateway::LevelCheck> back;
       for (std::size_t i = groups[g].first; i < groups[g].second; ++i) {
@@ -453,6 +501,8 @@ class GatewayStore {
   Script script_;
   Script attempts_;
   absl::Status config_error_;
+  mutable quota::detail::Mutex params_mu_;
+  mutable absl::node_hash_map<PolicyKey, PolicyArgs> params_cache_ ABSL_GUARDED_BY(params_mu_);
 };
 
 static_assert(gateway::GatewayBackend<GatewayStore>);
