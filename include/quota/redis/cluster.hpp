@@ -12,7 +12,15 @@
 //   -MOVED <slot> <host:port>: the slot lives elsewhere now: refresh the map, retry there;
 //   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
 //                              ASKING + the command to that node, once, map unchanged.
-// At most kMaxRedirects redirections per call; then kUnavailable. Batches
+// At most kMaxRedirects redirections per call; then kUnavailable.
+//   -TRYAGAIN:                 a call of several keys met its slot half migrated (some
+//                              of its keys on the source, some on the target), so
+//                              neither node ran it. The script did not run, so it is
+//                              sent again — to the slot's owner in the map, without
+//                              ASKING — after a short backoff, a few times and within
+//                              the command deadline (TryAgainPolicy); then kUnavailable
+//                              naming TRYAGAIN. Retries do not count as redirections.
+// Batches
 // (RedisStore::acquire_many, acquire_batch) group their calls by the node of each slot
 // and send each node's calls in ONE pipelined write (counted by `pipelines()`); the
 // replies that redirect are sent again, grouped the same way, after the map refresh.
@@ -26,13 +34,16 @@
 //   quota::RedisStore<quota::TokenBucket> store(options);
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -95,11 +106,26 @@ inline bool parse_redirect(const redisReply& r, Redirect& out) {
   return true;
 }
 
+// How a call retries -TRYAGAIN (its slot half migrated; the command did not run).
+struct TryAgainPolicy {
+  // Retries after the first -TRYAGAIN; 0: never retried.
+  int retries = 5;
+  // The wait before the first retry, doubled before each further one up to max_backoff.
+  std::chrono::microseconds backoff{500};
+  std::chrono::microseconds max_backoff{std::chrono::milliseconds(20)};
+  // No retry starts after the call has run this long (since its first send): the
+  // connections' command_timeout when 0, and never more than it.
+  std::chrono::microseconds budget{0};
+};
+
 class ClusterPool {
  public:
   // `seed`: any node of the cluster (and the timeouts every node connection uses).
-  ClusterPool(ConnectionConfig seed, std::size_t connections_per_node)
-      : base_(std::move(seed)), per_node_(std::max<std::size_t>(connections_per_node, 1)) {
+  ClusterPool(ConnectionConfig seed, std::size_t connections_per_node,
+              TryAgainPolicy tryagain = TryAgainPolicy{})
+      : base_(std::move(seed)),
+        per_node_(std::max<std::size_t>(connections_per_node, 1)),
+        tryagain_(tryagain) {
     node(base_.host, base_.port);
   }
 
@@ -172,6 +198,34 @@ class ClusterPool {
   }
 
   const ConnectionConfig& config() const { return base_; }
+  const TryAgainPolicy& tryagain_policy() const { return tryagain_; }
+
+  // After a -TRYAGAIN for a call that started at `start` and has been retried `retries`
+  // times: the wait before the next retry, or nullopt when the call must give up (no
+  // retries left, or the wait would end past the budget / command deadline).
+  std::optional<std::chrono::microseconds> tryagain_delay(
+      int retries, std::chrono::steady_clock::time_point start) const {
+    if (retries < 0 || retries >= tryagain_.retries) return std::nullopt;
+    auto delay = std::max(tryagain_.backoff, std::chrono::microseconds(1));
+    for (int i = 0; i < retries && delay < tryagain_.max_backoff; ++i) delay *= 2;
+    delay = std::min(delay, std::max(tryagain_.max_backoff, std::chrono::microseconds(1)));
+    auto limit = base_.command_timeout;
+    if (tryagain_.budget.count() > 0) limit = std::min(limit, tryagain_.budget);
+    if (std::chrono::steady_clock::now() - start + delay > limit) return std::nullopt;
+    return delay;
+  }
+
+  // The error of a call given up on after -TRYAGAIN `reply` (kUnavailable: nothing ran).
+  static absl::Status tryagain_error(const redisReply& reply, int slot, int retries,
+                                     std::chrono::steady_clock::time_point start) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    return absl::UnavailableError(absl::StrFormat(
+        "redis cluster: slot %d is being migrated with the call's keys split between two "
+        "nodes (%s), still after %d retries in %d us; the script did not run",
+        slot, detail::av(reply_string(reply)), retries, us));
+  }
 
   // Redirections followed so far (for tests and monitoring).
   void note_redirect(bool ask) { (ask ? asks_ : moves_).fetch_add(1, std::memory_order_relaxed); }
@@ -180,6 +234,9 @@ class ClusterPool {
   // Pipelined writes of batches to nodes, one per node and round (tests, monitoring).
   void note_pipeline() { pipelines_.fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t pipelines() const { return pipelines_.load(std::memory_order_relaxed); }
+  // -TRYAGAIN replies received (each retried or given up on).
+  void note_tryagain() { tryagains_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t tryagains() const { return tryagains_.load(std::memory_order_relaxed); }
 
  private:
   std::shared_ptr<ConnectionPool> node_locked(const std::string& host, int port) {
@@ -196,7 +253,8 @@ class ClusterPool {
 
   const ConnectionConfig base_;
   const std::size_t per_node_;
-  std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0};
+  const TryAgainPolicy tryagain_;
+  std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0}, tryagains_{0};
   std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
   bool loaded_ = false;
   std::map<std::string, std::shared_ptr<ConnectionPool>> nodes_;

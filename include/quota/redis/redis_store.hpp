@@ -59,7 +59,9 @@
 // in a further round. A script call may declare keys of one slot only, so on a cluster
 // acquire_batch makes one script call per slot (not one per batch). A call of several
 // keys (acquire_all, a call of acquire_batch) that meets its slot half migrated gets
-// -TRYAGAIN: kUnavailable, not retried (the script did not run).
+// -TRYAGAIN (the script did not run): it is sent again after a short backoff, a few
+// times within the command deadline (redis::TryAgainPolicy, set on the ClusterPool),
+// then it is kUnavailable naming TRYAGAIN, with nothing charged.
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared ConnectionPool.
@@ -78,6 +80,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -440,16 +443,25 @@ class RedisStore {
   // before it writes), and all the calls go in one pipelined write. Per-item errors (an
   // invalid key) fail the whole batch with that error; nothing is sent then.
   //
+  //
+  // Results as acquire_many's: the outer status fails the whole batch (an invalid key,
+  // nothing sent; on a standalone server a pool or transport failure: some calls may
+  // have been applied); otherwise each item has its own result, and an item whose
+  // script call failed (an error reply, a corrupt bucket of its call) carries that
+  // call's error.
+  //
   // On a cluster a script may only declare keys of ONE slot (even with Redis 7's
   // `allow-cross-slot-keys` flag, which only lifts the check for keys a script touches
   // without declaring them), so the batch becomes one script call per slot (items of a
   // slot in their order; a repeated key starts the slot's next call), and each node's
   // calls go in one pipelined write (execute_cluster). Decisions come back in the
-  // caller's order. Atomic per script call only; any failing call fails the whole batch
-  // (kUnavailable: the other calls may have been applied).
-  absl::StatusOr<std::vector<Decision>> acquire_batch(const P& policy,
-                                                      std::span<const BatchItem> items, Nanos now) {
-    if (items.empty()) return std::vector<Decision>{};
+  // caller's order. Atomic per script call only; as in acquire_many, a node that fails
+  // (transport, pool, too many redirections, TRYAGAIN past its retries) makes each of
+  // ITS items kUnavailable (they may have been applied, except after TRYAGAIN), and the
+  // other nodes' decisions are returned.
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch(
+      const P& policy, std::span<const BatchItem> items, Nanos now) {
+    if (items.empty()) return std::vector<absl::StatusOr<Decision>>{};
     if (options_.cluster != nullptr) return acquire_batch_cluster(policy, items, now);
     std::vector<std::vector<Request>> chunks(1);
     std::vector<std::string_view> seen;
@@ -475,7 +487,7 @@ class RedisStore {
     for (const Call& c : calls) cmds.push_back(c.argv(*sha));
     auto replies = (*lease)->pipeline(cmds);
     if (!replies.ok()) return replies.status();
-    std::vector<Decision> out;
+    std::vector<absl::StatusOr<Decision>> out;
     out.reserve(items.size());
     for (std::size_t c = 0; c < calls.size(); ++c) {
       redis::Reply retried;
@@ -487,8 +499,10 @@ class RedisStore {
         r = retried.get();
       }
       auto parsed = parse(*r, chunks[c].size(), /*batch=*/true);
-      if (!parsed.ok()) return parsed.status();
-      for (Decision& d : parsed->parts) out.push_back(d);
+      for (std::size_t j = 0; j < chunks[c].size(); ++j) {
+        out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
+                                  : absl::StatusOr<Decision>(parsed.status()));
+      }
     }
     return out;
   }
@@ -526,9 +540,8 @@ class RedisStore {
   }
 
   // acquire_batch on a cluster: one script call per slot (see acquire_batch).
-  absl::StatusOr<std::vector<Decision>> acquire_batch_cluster(const P& policy,
-                                                              std::span<const BatchItem> items,
-                                                              Nanos now) {
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch_cluster(
+      const P& policy, std::span<const BatchItem> items, Nanos now) {
     struct Chunk {
       std::vector<Request> reqs;
       std::vector<std::size_t> items;  // reqs[j] is items[this->items[j]]
@@ -560,13 +573,14 @@ class RedisStore {
       calls.push_back(std::move(*call));
     }
     auto replies = execute_cluster(calls);
-    std::vector<Decision> out(items.size());
+    std::vector<absl::StatusOr<Decision>> out(items.size(), absl::UnknownError("unset"));
     for (std::size_t c = 0; c < calls.size(); ++c) {
-      if (!replies[c].ok()) return replies[c].status();
-      auto parsed = parse(**replies[c], chunks[c].reqs.size(), /*batch=*/true);
-      if (!parsed.ok()) return parsed.status();
+      absl::StatusOr<redis::Outcome> parsed =
+          replies[c].ok() ? parse(**replies[c], chunks[c].reqs.size(), /*batch=*/true)
+                          : absl::StatusOr<redis::Outcome>(replies[c].status());
       for (std::size_t j = 0; j < chunks[c].items.size(); ++j) {
-        out[chunks[c].items[j]] = parsed->parts[j];
+        out[chunks[c].items[j]] = parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
+                                              : absl::StatusOr<Decision>(parsed.status());
       }
     }
     return out;
@@ -579,8 +593,12 @@ class RedisStore {
   // (once per node, with EVAL and the script's text) are sent again in a further round,
   // again one write per node; at most kMaxRedirects redirections per call. A call's
   // position in its node's write keeps the caller's order, so two calls on one key run
-  // in order. Returns one reply or status per call, in call order: a node that fails
-  // (pool, transport) fails only its own calls (kUnavailable: they may have run).
+  // in order. A call answered -TRYAGAIN (several keys, its slot half migrated: it did
+  // not run) goes again to its slot's owner in the map, without ASKING, in a round that
+  // starts after the backoff of the cluster's TryAgainPolicy; past its retries it is
+  // kUnavailable naming TRYAGAIN. Returns one reply or status per call, in call order: a
+  // node that fails (pool, transport) fails only its own calls (kUnavailable: they may
+  // have run).
   std::vector<absl::StatusOr<redis::Reply>> execute_cluster(const std::vector<Call>& calls) {
     redis::ClusterPool& cluster = *options_.cluster;
     std::vector<absl::StatusOr<redis::Reply>> out;
@@ -589,10 +607,13 @@ class RedisStore {
     struct Pending {
       std::size_t call;
       std::shared_ptr<redis::ConnectionPool> target;
-      bool asking = false;  // send ASKING first (after -ASK)
-      bool eval = false;    // EVAL with the script's text (after -NOSCRIPT)
-      int hops = 0;         // redirections followed
+      bool asking = false;   // send ASKING first (after -ASK)
+      bool eval = false;     // EVAL with the script's text (after -NOSCRIPT)
+      int hops = 0;          // redirections followed
+      int retries = 0;       // sent again after -TRYAGAIN
+      bool reroute = false;  // target: the slot's owner in the map (after -TRYAGAIN)
     };
+    const auto start = std::chrono::steady_clock::now();
     std::vector<Pending> pending;
     pending.reserve(calls.size());
     {
@@ -663,6 +684,7 @@ class RedisStore {
       }
       std::vector<Pending> again;
       bool refresh = false;
+      std::chrono::microseconds wait{0};  // before the next round (after -TRYAGAIN)
       for (Group& g : groups) {
         if (!g.lease.has_value()) continue;
         auto replies = (*g.lease)->receive(g.replies);
@@ -678,6 +700,21 @@ class RedisStore {
           redis::Reply& r = (*replies)[k++];
           if (!p.eval && redis::is_error(*r, "NOSCRIPT")) {
             p.eval = true;
+            again.push_back(std::move(p));
+            continue;
+          }
+          if (redis::is_error(*r, "TRYAGAIN")) {
+            cluster.note_tryagain();
+            const auto delay = cluster.tryagain_delay(p.retries, start);
+            if (!delay.has_value()) {
+              out[p.call] = redis::ClusterPool::tryagain_error(
+                  *r, redis::key_slot(calls[p.call].keys.front()), p.retries, start);
+              continue;
+            }
+            ++p.retries;
+            p.reroute = true;
+            p.asking = false;
+            wait = std::max(wait, *delay);
             again.push_back(std::move(p));
             continue;
           }
@@ -703,7 +740,20 @@ class RedisStore {
       }
       groups.clear();  // every lease back before the refresh asks a node
       if (refresh) (void)cluster.refresh();
-      pending = std::move(again);
+      if (wait.count() > 0) std::this_thread::sleep_for(wait);
+      pending.clear();
+      for (Pending& p : again) {
+        if (p.reroute) {
+          p.reroute = false;
+          auto pool = cluster.for_slot(redis::key_slot(calls[p.call].keys.front()));
+          if (!pool.ok()) {
+            out[p.call] = pool.status();
+            continue;
+          }
+          p.target = *pool;
+        }
+        pending.push_back(std::move(p));
+      }
     }
     return out;
   }

@@ -6,17 +6,22 @@
 //   - on `NOSCRIPT` (after a flush, restart or failover) it is sent once more with EVAL
 //     and the script's text, which loads and runs it in one command — only on that error;
 //   - on a cluster, `MOVED` refreshes the slot map and retries on the named node, `ASK`
-//     retries there once after `ASKING` (the map unchanged), at most kMaxRedirects hops.
+//     retries there once after `ASKING` (the map unchanged), at most kMaxRedirects hops;
+//     `TRYAGAIN` (a call of several keys whose slot is half migrated: nothing ran) is
+//     sent again to the slot's owner after a short backoff, as the cluster's
+//     TryAgainPolicy allows, then kUnavailable naming TRYAGAIN (cluster.hpp).
 // Transport failures and deadlines are kUnavailable from the connection; error replies
 // are returned as replies, for the caller to interpret.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -60,14 +65,17 @@ class Script {
       return script_argv(cmd, script, numkeys, keys, args);
     };
     std::shared_ptr<ConnectionPool> target = pool_;
+    const int slot = key_slot(keys.front());
     if (cluster_ != nullptr) {
-      auto pool = cluster_->for_slot(key_slot(keys.front()));
+      auto pool = cluster_->for_slot(slot);
       if (!pool.ok()) return pool.status();
       target = *pool;
     }
     if (target == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
     bool asking = false;
-    for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    const auto start = std::chrono::steady_clock::now();
+    int retries = 0;  // after -TRYAGAIN
+    for (int hop = 0; hop <= kMaxRedirects;) {
       auto lease = target->acquire();
       if (!lease.ok()) return lease.status();
       auto send = [&](const std::vector<std::string_view>& v) -> absl::StatusOr<Reply> {
@@ -84,8 +92,25 @@ class Script {
         reply = send(argv("EVAL", text_));
         if (!reply.ok()) return reply.status();
       }
+      if (cluster_ == nullptr) return reply;
+      if (is_error(**reply, "TRYAGAIN")) {
+        // Nothing ran: send it again to the slot's owner (not with ASKING: the importing
+        // node said TRYAGAIN when it lacks some keys), after a short wait.
+        cluster_->note_tryagain();
+        const auto delay = cluster_->tryagain_delay(retries, start);
+        if (!delay.has_value()) return ClusterPool::tryagain_error(**reply, slot, retries, start);
+        { auto returned = std::move(*lease); }
+        std::this_thread::sleep_for(*delay);
+        ++retries;
+        auto pool = cluster_->for_slot(slot);
+        if (!pool.ok()) return pool.status();
+        target = *pool;
+        asking = false;
+        continue;
+      }
       Redirect rd;
-      if (cluster_ == nullptr || !parse_redirect(**reply, rd)) return reply;
+      if (!parse_redirect(**reply, rd)) return reply;
+      ++hop;
       cluster_->note_redirect(rd.ask);
       target = cluster_->node(rd.host, rd.port);
       asking = rd.ask;
