@@ -251,11 +251,12 @@ class Gateway {
     if (!checks.ok()) return checks.status();
 
     std::string fingerprint;
-    const std::string& tenant_key = tenant_check(*checks).key;
+    const std::string_view tenant_key = tenant_check(*checks).key;
     bool attempt_open = false;
     if (!req.attempt_id.empty()) {
       fingerprint = absl::StrCat(cost);
-      for (const Check& c : *checks) absl::StrAppend(&fingerprint, "|", c.key);
+      for (const Check& c : *checks)
+        absl::StrAppend(&fingerprint, "|", quota::detail::to_absl(c.key));
       auto replay = begin_attempt(tenant_key, req.attempt_id, fingerprint, now);
       if (replay.ok() && replay->has_value()) {
         return Result{
@@ -372,8 +373,9 @@ class Gateway {
       if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
       record(*checks[i].rule, Outcome::kAllowed, cost);
       if (deducted != nullptr) {
-        deducted->levels.push_back(
-            {.key = checks[i].key, .policy = checks[i].rule->policy, .version = version});
+        deducted->levels.push_back({.key = std::string(checks[i].key.view()),
+                                    .policy = checks[i].rule->policy,
+                                    .version = version});
       }
     }
     if (deducted != nullptr) deducted->time = result->time;

@@ -36,12 +36,14 @@
 //   quota::gateway::RuleRegistry registry(*rules);
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -161,10 +163,46 @@ struct Identity {
   std::string_view user = {};  // optional: enables user-level rules
 };
 
+// The longest store key: a user key, "{" tenant "}" route "/" user.
+inline constexpr std::size_t kMaxKeyBytes = 1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
+
+// A store key held inline (no allocation): the concatenation of checked parts, at most
+// kMaxKeyBytes. Reads as a std::string_view.
+class StoreKey {
+ public:
+  StoreKey() = default;
+  // Precondition: the parts total at most kMaxKeyBytes (plan() checks the ids first).
+  StoreKey(std::initializer_list<std::string_view> parts) {
+    for (std::string_view part : parts) {
+      part = part.substr(0, bytes_.size() - size_);  // never past the buffer
+      std::copy(part.begin(), part.end(), bytes_.begin() + size_);
+      size_ += part.size();
+    }
+  }
+
+  // Copies only the bytes in use (the rest of the buffer is never written).
+  StoreKey(const StoreKey& o) : size_(o.size_) {
+    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
+  }
+  StoreKey& operator=(const StoreKey& o) {
+    size_ = o.size_;
+    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
+    return *this;
+  }
+
+  std::string_view view() const { return {bytes_.data(), size_}; }
+  operator std::string_view() const { return view(); }  // NOLINT: reads as a string
+  friend bool operator==(const StoreKey& a, std::string_view b) { return a.view() == b; }
+
+ private:
+  std::array<char, kMaxKeyBytes> bytes_;  // only [0, size_) is ever read
+  std::size_t size_ = 0;
+};
+
 // One budget a request must pass.
 struct Check {
   const Rule* rule = nullptr;
-  std::string key{};
+  StoreKey key{};
 };
 
 namespace detail {
@@ -275,8 +313,7 @@ class RuleSet {
         if (!c.ok()) return c.status();
         rule.counters = *c;
       }
-      auto key = std::make_tuple(static_cast<int>(r.level), scope, r.route);
-      if (!set->rules_.emplace(std::move(key), std::move(rule)).second) {
+      if (!set->rules_.emplace(rule_key(r.level, scope, r.route), std::move(rule)).second) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s: a %s rule for %s on route \"%s\" is already defined", where,
                             to_string(r.level), scope.empty() ? "everyone" : scope, r.route));
@@ -301,14 +338,11 @@ class RuleSet {
 
   // The rule of `level` for this identity and route: the tenant's own, else its plan's;
   // null when there is none.
+  // Allocates nothing when the ids and the route are within their bounds.
   const Rule* find(Level level, const Identity& who, std::string_view route) const {
-    const std::string r(route);
-    if (level == Level::kGlobal) return lookup(level, "", r);
-    if (const Rule* own =
-            lookup(level, absl::StrCat("t:", quota::detail::to_absl(who.tenant)), r)) {
-      return own;
-    }
-    return lookup(level, absl::StrCat("p:", quota::detail::to_absl(who.plan)), r);
+    if (level == Level::kGlobal) return lookup(level, "", "", route);
+    if (const Rule* own = lookup(level, "t:", who.tenant, route)) return own;
+    return lookup(level, "p:", who.plan, route);
   }
 
   // The budgets a request must pass, from the narrowest (user) to the widest (global).
@@ -325,7 +359,7 @@ class RuleSet {
     LevelVector<Check> checks;
     if (!who.user.empty()) {
       if (const Rule* u = find(Level::kUser, who, route)) {
-        checks.push_back({u, user_key(who.tenant, route, who.user)});
+        checks.push_back({u, StoreKey{"{", who.tenant, "}", route, "/", who.user}});
       }
     }
     const Rule* t = find(Level::kTenant, who, route);
@@ -335,9 +369,9 @@ class RuleSet {
                           quota::detail::to_absl(who.tenant), quota::detail::to_absl(who.plan),
                           quota::detail::to_absl(route)));
     }
-    checks.push_back({t, tenant_key(who.tenant, route)});
+    checks.push_back({t, StoreKey{"{", who.tenant, "}", route}});
     if (const Rule* g = find(Level::kGlobal, who, route)) {
-      checks.push_back({g, global_key(route)});
+      checks.push_back({g, StoreKey{"{~global}", route}});
     }
     return checks;
   }
@@ -349,14 +383,33 @@ class RuleSet {
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
   }
 
-  const Rule* lookup(Level level, const std::string& scope, const std::string& route) const {
-    auto it = rules_.find(std::make_tuple(static_cast<int>(level), scope, route));
+  // The rules' map key: "<level digit><scope> <route>" (scope "", "t:<tenant>" or
+  // "p:<plan>"). Unambiguous: no id or name contains a space.
+  static constexpr std::size_t kMaxRuleKeyBytes = 1 + 2 + kMaxIdBytes + 1 + kMaxNameBytes;
+  static std::string rule_key(Level level, std::string_view scope, std::string_view route) {
+    return absl::StrCat(static_cast<int>(level), quota::detail::to_absl(scope), " ",
+                        quota::detail::to_absl(route));
+  }
+
+  // Looks up the rule of (level, kind + id, route), the key built in place: no
+  // allocation on the decision path. An id or route too long for any rule has none.
+  const Rule* lookup(Level level, std::string_view kind, std::string_view id,
+                     std::string_view route) const {
+    if (kind.size() + id.size() > 2 + kMaxIdBytes || route.size() > kMaxNameBytes) return nullptr;
+    std::array<char, kMaxRuleKeyBytes> buf;
+    std::size_t n = 0;
+    buf[n++] = static_cast<char>('0' + static_cast<int>(level));
+    for (std::string_view part : {kind, id, std::string_view(" "), route}) {
+      std::copy(part.begin(), part.end(), buf.begin() + n);
+      n += part.size();
+    }
+    auto it = rules_.find(absl::string_view(buf.data(), n));
     return it == rules_.end() ? nullptr : &it->second;
   }
 
   std::uint64_t version_ = 0;
   absl::flat_hash_map<std::string, RouteClass> routes_;
-  absl::flat_hash_map<std::tuple<int, std::string, std::string>, Rule> rules_;
+  absl::flat_hash_map<std::string, Rule> rules_;
 };
 
 // The current rule set, swapped atomically. Thread-safe.
