@@ -27,6 +27,7 @@ using quota::Reason;
 using quota::TokenBucket;
 using quota::gateway::Gateway;
 using quota::gateway::Level;
+using quota::gateway::LevelCheck;
 using quota::gateway::Request;
 using quota::gateway::RuleRegistry;
 using quota::gateway::RuleSetSpec;
@@ -254,6 +255,25 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     CHECK(w.message().find("whole microseconds") != std::string::npos);
     CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
   }
+  SECTION("a decision under such a rule gets check()'s error every time") {
+    // The store keeps each policy's checked arguments, never its errors.
+    GatewayStore store = make_store("gw-range");
+    const quota::gateway::RulePolicy wide =
+        TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 3'000'000'000};
+    const quota::gateway::RulePolicy fine = TokenBucket{.rate = kSlow, .burst = 10};
+    const absl::Status expected = GatewayStore::check(wide);
+    REQUIRE(expected.code() == absl::StatusCode::kInvalidArgument);
+    for (int i = 0; i < 3; ++i) {
+      const LevelCheck bad[] = {{.policy = &wide, .key = "{acme}read", .shadow = false}};
+      auto r = store.decide(bad, 1, 1, Nanos{0});
+      CHECK(r.status() == expected);
+      const LevelCheck ok[] = {{.policy = &fine, .key = "{acme}read", .shadow = false}};
+      auto d = store.decide(ok, 1, 1, Nanos{0});
+      REQUIRE(d.ok());
+      CHECK(d->parts.back().remaining == 9 - i);
+      CHECK(store.charge(wide, 1, "{acme}read", 1, Nanos{0}).status() == expected);
+    }
+  }
   SECTION("a key holding something else is DataLoss naming it; nothing is decided") {
     GatewayStore store = make_store("gw-corrupt");
     RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
@@ -295,6 +315,37 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     REQUIRE(none.ok());
     CHECK((*none)->integer == -1);  // persists: a one-off budget must not come back
   }
+}
+
+TEST_CASE("redis gateway: each of thousands of distinct policies gets its own arguments") {
+  // More distinct policies than the store keeps formatted (4096): the first ones come
+  // from its cache when used again, the last ones are formatted per call; either way a
+  // fresh key's first decision leaves burst - 1.
+  GatewayStore store = make_store("gw-policies");
+  constexpr int kPolicies = 4200;
+  std::vector<quota::gateway::RulePolicy> policies;
+  for (int i = 0; i < kPolicies; ++i) {
+    if (i % 2 == 0) {
+      policies.push_back(TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10 + i});
+    } else {
+      policies.push_back(FixedWindow{.limit = 10 + i, .window = std::chrono::hours(1)});
+    }
+  }
+  int wrong = 0;
+  auto first_decision = [&](int i, const std::string& key) {
+    const LevelCheck level[] = {{.policy = &policies[i], .key = key, .shadow = false}};
+    auto d = store.decide(level, 1, 1, Nanos{0});
+    if (!d.ok() || d->parts.size() != 1 || !d->parts[0].allowed ||
+        d->parts[0].remaining != 10 + i - 1) {
+      ++wrong;
+    }
+  };
+  for (int i = 0; i < kPolicies; ++i) first_decision(i, "{p}" + std::to_string(i));
+  CHECK(wrong == 0);
+  for (int i : {0, 1, 2, kPolicies - 2, kPolicies - 1}) {
+    first_decision(i, "{q}" + std::to_string(i));
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("redis gateway: an attempt is replayed by another process, never charged twice") {
