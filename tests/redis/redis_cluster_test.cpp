@@ -4,13 +4,17 @@
 // the migration, MOVED after it) with the budget spent exactly once. Batches
 // (acquire_many, acquire_batch): one pipelined write per node (counted by the pool and
 // by the nodes' own read counters), the same decisions as the same requests one by one,
-// and MOVED / ASK during a batch with every decision made exactly once.
+// and MOVED / ASK during a batch with every decision made exactly once; a node that does
+// not answer (CLIENT PAUSE) fails only its own items of a batch, uncharged. -TRYAGAIN (a
+// call of several keys meeting its slot half migrated) is retried until the migration
+// ends, charged once, or given up on after its retries, unavailable, charged nothing.
+// Every test that moves a slot moves it back (support/redis_cluster.hpp: SlotMigration),
+// so the tests sharing the cluster find its slot layout as it was.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -25,6 +29,7 @@
 #include "quota/redis/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/printers.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/seed.hpp"
 
@@ -34,25 +39,12 @@ using quota::RedisStore;
 using quota::TokenBucket;
 using quota::redis::Connection;
 using quota::redis::key_slot;
+using quota::testing::cluster_ports;
+using quota::testing::LoadThreads;
+using quota::testing::node_config;
+using quota::testing::SlotMigration;
 
 namespace {
-
-std::vector<int> cluster_ports() {
-  const char* dir = std::getenv("QUOTA_REDIS_CLUSTER_DIR");
-  REQUIRE(dir != nullptr);
-  std::ifstream in(std::string(dir) + "/ports");
-  std::vector<int> ports;
-  int p = 0;
-  while (in >> p) ports.push_back(p);
-  REQUIRE(ports.size() == 3);
-  return ports;
-}
-
-quota::redis::ConnectionConfig node_config(int port) {
-  auto cfg = quota::testing::redis_config();
-  cfg.port = port;
-  return cfg;
-}
 
 std::string reply_text(Connection& c, std::vector<std::string_view> args) {
   auto r = c.command(args);
@@ -62,19 +54,36 @@ std::string reply_text(Connection& c, std::vector<std::string_view> args) {
   return std::string(quota::redis::reply_string(**r));
 }
 
-// The port of the node serving `slot` (CLUSTER SLOTS from the first node).
+// The port of the node serving `slot`.
 int owner(int slot) {
-  Connection c(node_config(cluster_ports()[0]));
-  auto r = c.command({"CLUSTER", "SLOTS"});
-  REQUIRE(r.ok());
-  for (std::size_t i = 0; i < (*r)->elements; ++i) {
-    const redisReply* range = (*r)->element[i];
-    if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
-      return static_cast<int>(range->element[2]->element[1]->integer);
-    }
-  }
-  FAIL("slot not served");
-  return 0;
+  const int port = quota::testing::slot_owner(slot);
+  REQUIRE(port != 0);
+  return port;
+}
+
+// True when the node at `port` holds the Redis key of `store`'s key `key`.
+bool lives_on(const RedisStore<TokenBucket>& store, const std::string& key, int port) {
+  auto rk = store.redis_key(key);
+  REQUIRE(rk.ok());
+  Connection c(node_config(port));
+  auto exists = c.command({"EXISTS", *rk});
+  REQUIRE(exists.ok());
+  return (*exists)->integer == 1;
+}
+
+// With `load` running for 50 ms: migrates `slot` key by key, 20 ms apart (so that calls
+// meet the slot half migrated: ASK), lets the load run 100 ms more (MOVED, the map
+// refreshed) and stops it. The slot moves back when the result is destroyed.
+std::unique_ptr<SlotMigration> migrate_under_load(LoadThreads& load, int slot, int from_port,
+                                                  int to_port) {
+  std::this_thread::sleep_for(50ms);
+  auto migration = std::make_unique<SlotMigration>(slot, from_port, to_port);
+  REQUIRE(migration->open());
+  while (migration->move_one()) std::this_thread::sleep_for(20ms);
+  REQUIRE(migration->finish());
+  std::this_thread::sleep_for(100ms);
+  load.stop();
+  return migration;
 }
 
 const TokenBucket kOnce{.rate = {.units = 0, .per = 1s}, .burst = 3};
@@ -116,10 +125,7 @@ TEST_CASE("a store on the cluster routes every tenant to its slot's node") {
     auto rk = store.redis_key(key);
     REQUIRE(rk.ok());
     const int port = owner(key_slot(*rk));
-    Connection c(node_config(port));
-    auto exists = c.command({"EXISTS", *rk});
-    REQUIRE(exists.ok());
-    CHECK((*exists)->integer == 1);  // the key lives on the node that serves its slot
+    CHECK(lives_on(store, key, port));  // the key lives on the node that serves its slot
     if (std::find(nodes_used.begin(), nodes_used.end(), port) == nodes_used.end()) {
       nodes_used.push_back(port);
     }
@@ -148,56 +154,20 @@ TEST_CASE("a live slot migration under load: ASK, then MOVED, and the budget spe
   REQUIRE(rk.ok());
   const int slot = key_slot(*rk);
   const int from_port = owner(slot);
-  int to_port = ports[0] == from_port ? ports[1] : ports[0];
-  Connection from(node_config(from_port)), to(node_config(to_port));
-  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
-  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
+  const int to_port = ports[0] == from_port ? ports[1] : ports[0];
   // Warm: every key exists on the source before the migration starts.
   for (const auto& k : keys) REQUIRE(store.apply(budget, k, Nanos{0}, 1).ok());
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> allowed{0}, errors{0}, calls{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      while (!stop.load()) {
-        auto d = store.apply(budget, keys[static_cast<std::size_t>(t)], Nanos{0}, 1);
-        ++calls;
-        if (!d.ok()) {
-          ++errors;
-        } else {
-          allowed += d->allowed;
-        }
-      }
-    });
-  }
-  std::this_thread::sleep_for(50ms);
-  const std::string slot_s = std::to_string(slot);
-  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
-  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
-  // Move the keys one at a time, so that calls meet a half-migrated slot (ASK).
-  for (;;) {
-    auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_s, "1"});
-    REQUIRE(got.ok());
-    if ((*got)->elements == 0) break;
-    const std::string key(quota::redis::reply_string(*(*got)->element[0]));
-    reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"});
-    std::this_thread::sleep_for(20ms);
-  }
-  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
-  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
-  std::this_thread::sleep_for(100ms);  // calls after the migration: MOVED, map refreshed
-  stop = true;
-  for (auto& th : threads) th.join();
+  LoadThreads load(4, [&](int t) {
+    load.tally(store.apply(budget, keys[static_cast<std::size_t>(t)], Nanos{0}, 1));
+  });
+  const auto migration = migrate_under_load(load, slot, from_port, to_port);
+  const std::int64_t allowed = load.allowed(), errors = load.errors(), calls = load.calls();
 
   // Every key now lives on the target, and the store still decides there.
   int verify_allowed = 0;
   for (const auto& k : keys) {
-    auto key = store.redis_key(k);
-    REQUIRE(key.ok());
-    auto exists = to.command({"EXISTS", *key});
-    REQUIRE(exists.ok());
-    CHECK((*exists)->integer == 1);
+    CHECK(lives_on(store, k, to_port));
     auto d = store.apply(budget, k, Nanos{0}, 1);
     REQUIRE(d.ok());
     verify_allowed += d->allowed;
@@ -278,30 +248,16 @@ std::vector<quota::Decision> all_ok(
   return out;
 }
 
-// Moves `slot` with all its keys to the node at `to_port`, and tells every node.
-void migrate_slot(int slot, int to_port) {
+// Moves `slot` with all its keys to the node at `to_port`, and tells every node. The
+// slot moves back when the returned migration is destroyed.
+std::unique_ptr<SlotMigration> migrate_slot(int slot, int to_port) {
   const int from_port = owner(slot);
   REQUIRE(from_port != to_port);
-  Connection from(node_config(from_port)), to(node_config(to_port));
-  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
-  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
-  const std::string slot_s = std::to_string(slot);
-  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
-  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
-  for (;;) {
-    auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_s, "100"});
-    REQUIRE(got.ok());
-    if ((*got)->elements == 0) break;
-    for (std::size_t i = 0; i < (*got)->elements; ++i) {
-      const std::string key(quota::redis::reply_string(*(*got)->element[i]));
-      reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"});
-    }
-  }
-  for (int port : cluster_ports()) {
-    Connection c(node_config(port));
-    reply_text(c, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
-  }
+  auto migration = std::make_unique<SlotMigration>(slot, from_port, to_port);
+  REQUIRE(migration->open());
+  REQUIRE(migration->finish());
   REQUIRE(owner(slot) == to_port);
+  return migration;
 }
 
 }  // namespace
@@ -453,14 +409,14 @@ TEST_CASE("MOVED during a batch (a stale slot map): every decision made exactly 
   items = make_items();
   items.push_back({keys[0], 1});  // the moved slot is surely in the batch
   const auto moves0 = stale->moves();
-  migrate_slot(slot_a, elsewhere(slot_a));
+  const auto moved_a = migrate_slot(slot_a, elsewhere(slot_a));
   compare(items, many(items));
   const auto moves1 = stale->moves();
   CHECK(moves1 > moves0);
 
   items = make_items();
   items.push_back({keys[2], 1});
-  migrate_slot(slot_b, elsewhere(slot_b));
+  const auto moved_b = migrate_slot(slot_b, elsewhere(slot_b));
   compare(items, all_ok(batched.acquire_batch(policy, items, Nanos{0})));
   CHECK(stale->moves() > moves1);
 
@@ -487,55 +443,22 @@ TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision
   const int slot = key_slot(movers[0]);
   const int from_port = owner(slot);
   const int to_port = from_port == ports[0] ? ports[1] : ports[0];
-  Connection from(node_config(from_port)), to(node_config(to_port));
-  const std::string from_id = reply_text(from, {"CLUSTER", "MYID"});
-  const std::string to_id = reply_text(to, {"CLUSTER", "MYID"});
 
-  std::atomic<bool> stop{false};
-  std::atomic<std::int64_t> allowed{0}, errors{0}, batches{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 3; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<Item> items;
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        items.push_back({all[(i + static_cast<std::size_t>(t)) % all.size()], 1});
-      }
-      while (!stop.load()) {
-        auto r = store.acquire_many(budget, items, Nanos{0});
-        ++batches;
-        if (!r.ok()) {
-          errors += static_cast<std::int64_t>(items.size());
-          continue;
-        }
-        for (const auto& d : *r) {
-          if (!d.ok()) {
-            ++errors;
-          } else {
-            allowed += d->allowed;
-          }
-        }
-      }
-    });
+  std::vector<std::vector<Item>> items(3);  // each thread's batch: every key, rotated
+  for (std::size_t t = 0; t < items.size(); ++t) {
+    for (std::size_t i = 0; i < all.size(); ++i) items[t].push_back({all[(i + t) % all.size()], 1});
   }
-  std::this_thread::sleep_for(50ms);
-  const std::string slot_s = std::to_string(slot);
-  reply_text(to, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", from_id});
-  reply_text(from, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", to_id});
-  for (;;) {  // one key at a time, so that batches meet a half-migrated slot (ASK)
-    auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_s, "1"});
-    REQUIRE(got.ok());
-    if ((*got)->elements == 0) break;
-    const std::string key(quota::redis::reply_string(*(*got)->element[0]));
-    reply_text(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"});
-    std::this_thread::sleep_for(20ms);
-  }
-  for (int port : ports) {
-    Connection c(node_config(port));
-    reply_text(c, {"CLUSTER", "SETSLOT", slot_s, "NODE", to_id});
-  }
-  std::this_thread::sleep_for(100ms);  // batches after the migration: MOVED, map refreshed
-  stop = true;
-  for (auto& th : threads) th.join();
+  LoadThreads load(3, [&](int t) {
+    const auto& batch = items[static_cast<std::size_t>(t)];
+    auto r = store.acquire_many(budget, batch, Nanos{0});
+    if (!r.ok()) {
+      load.tally_errors(static_cast<std::int64_t>(batch.size()));
+      return;
+    }
+    for (const auto& d : *r) load.tally(d);
+  });
+  const auto migration = migrate_under_load(load, slot, from_port, to_port);
+  const std::int64_t allowed = load.allowed(), errors = load.errors(), batches = load.calls();
 
   // What is left, with a fresh map: warm (1 per key) + allowed + left = the budget.
   std::int64_t left = 0;
@@ -635,7 +558,7 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
   auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 1);
   auto store = cluster_store(cluster, "lonely");
   REQUIRE(store.apply(kOnce, key, Nanos{0}, 1).ok());  // map loaded: the slot on `first`
-  migrate_slot(key_slot(key), first == ports[0] ? ports[1] : ports[0]);
+  const auto moved = migrate_slot(key_slot(key), first == ports[0] ? ports[1] : ports[0]);
   const auto t0 = std::chrono::steady_clock::now();
   auto d = store.apply(kOnce, key, Nanos{0}, 1);
   const auto took = std::chrono::steady_clock::now() - t0;
@@ -647,93 +570,22 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
 
 namespace {
 
-// Sends one admin command; true when it was answered without an error. No Catch2
-// assertions: it runs on helper threads and in destructors too.
-bool admin(Connection& c, const std::vector<std::string_view>& args) {
-  auto r = c.command(args);
-  return r.ok() && (*r)->type != REDIS_REPLY_ERROR;
+// Opens a migration of `key`'s slot to another node and moves only `key` there, so that
+// the tenant's keys are split between the two nodes (a call of several keys of the
+// tenant gets -TRYAGAIN). The slot is restored when the result is destroyed.
+std::unique_ptr<SlotMigration> split_slot(const RedisStore<TokenBucket>& store,
+                                          const std::string& key) {
+  const auto ports = cluster_ports();
+  const int slot = key_slot(key);
+  const int from_port = owner(slot);
+  auto migration =
+      std::make_unique<SlotMigration>(slot, from_port, from_port == ports[0] ? ports[1] : ports[0]);
+  REQUIRE(migration->open());
+  auto moved = store.redis_key(key);
+  REQUIRE(moved.ok());
+  REQUIRE(migration->move(*moved));
+  return migration;
 }
-
-// A slot migration by hand, left half done: the slot is MIGRATING on its owner and
-// IMPORTING on another node, and `move` migrates single keys. `finish` moves the rest and
-// gives the slot to the target (any thread); `restore` moves it back to where it was.
-// The destructor finishes and restores whatever a failed test left, so the other tests
-// sharing the cluster find it as it was.
-class HalfMigration {
- public:
-  HalfMigration(int slot, int from_port, int to_port)
-      : slot_(std::to_string(slot)), from_port_(from_port), to_port_(to_port) {
-    Connection from(node_config(from_port)), to(node_config(to_port));
-    from_id_ = id_of(from);
-    to_id_ = id_of(to);
-    open_ = admin(to, {"CLUSTER", "SETSLOT", slot_, "IMPORTING", from_id_}) &&
-            admin(from, {"CLUSTER", "SETSLOT", slot_, "MIGRATING", to_id_});
-  }
-  HalfMigration(const HalfMigration&) = delete;
-  HalfMigration& operator=(const HalfMigration&) = delete;
-  ~HalfMigration() {
-    if (!finished_) finish();
-    if (!restored_) restore();
-  }
-
-  bool open() const { return open_; }
-
-  bool move(const std::string& redis_key) {
-    Connection from(node_config(from_port_));
-    return admin(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port_), redis_key, "0", "5000"});
-  }
-
-  bool finish() {
-    finished_ = move_all(from_port_, to_port_, to_id_);
-    return finished_;
-  }
-
-  bool restore() {
-    Connection from(node_config(to_port_)), to(node_config(from_port_));
-    restored_ = admin(to, {"CLUSTER", "SETSLOT", slot_, "IMPORTING", to_id_}) &&
-                admin(from, {"CLUSTER", "SETSLOT", slot_, "MIGRATING", from_id_}) &&
-                move_all(to_port_, from_port_, from_id_);
-    return restored_;
-  }
-
- private:
-  static std::string id_of(Connection& c) {
-    auto r = c.command({"CLUSTER", "MYID"});
-    return r.ok() ? std::string(quota::redis::reply_string(**r)) : std::string();
-  }
-
-  // Every key of the slot from `from` to `to`, then the slot to `to_id` on every node.
-  bool move_all(int from_port, int to_port, const std::string& to_id) {
-    Connection from(node_config(from_port));
-    for (;;) {
-      auto got = from.command({"CLUSTER", "GETKEYSINSLOT", slot_, "100"});
-      if (!got.ok() || (*got)->type != REDIS_REPLY_ARRAY) return false;
-      if ((*got)->elements == 0) break;
-      for (std::size_t i = 0; i < (*got)->elements; ++i) {
-        const std::string key(quota::redis::reply_string(*(*got)->element[i]));
-        if (!admin(from, {"MIGRATE", "127.0.0.1", std::to_string(to_port), key, "0", "5000"})) {
-          return false;
-        }
-      }
-    }
-    bool ok = true;
-    // The target first, then the source, then the others (as redis-cli --cluster does).
-    std::vector<int> order = {to_port, from_port};
-    for (int port : cluster_ports()) {
-      if (port != to_port && port != from_port) order.push_back(port);
-    }
-    for (int port : order) {
-      Connection c(node_config(port));
-      ok = admin(c, {"CLUSTER", "SETSLOT", slot_, "NODE", to_id}) && ok;
-    }
-    return ok;
-  }
-
-  const std::string slot_;
-  const int from_port_, to_port_;
-  std::string from_id_, to_id_;
-  bool open_ = false, finished_ = false, restored_ = false;
-};
 
 // Waits (up to 10 s) until `cluster` has seen more than `n` -TRYAGAIN replies.
 bool wait_tryagains(const quota::redis::ClusterPool& cluster, std::uint64_t n) {
@@ -793,19 +645,14 @@ TEST_CASE(
     INFO(warm.status());
     REQUIRE(warm.ok());
     const int slot = key_slot(keys[0]);
-    const int from_port = owner(slot);
-    const int to_port = from_port == ports[0] ? ports[1] : ports[0];
-    HalfMigration migration(slot, from_port, to_port);
-    REQUIRE(migration.open());
-    auto moved = store.redis_key(keys[0]);
-    REQUIRE(moved.ok());
-    REQUIRE(migration.move(*moved));  // a on the target, b and c on the source
+    const auto migration = split_slot(store, keys[0]);  // a on the target, b and c not
+    const int from_port = migration->from_port(), to_port = migration->to_port();
 
     const auto seen = cluster->tryagains();
     std::atomic<bool> finished{false}, waited{false};
     std::thread finisher([&] {
       waited = wait_tryagains(*cluster, seen + 2);  // the call is retrying
-      finished = migration.finish();
+      finished = migration->finish();
     });
     auto got = call();
     finisher.join();
@@ -819,18 +666,13 @@ TEST_CASE(
       CHECK(d.remaining == 3);  // 5 - warm - this call: charged exactly once
     }
     // The state afterwards, read on the target: each bucket charged twice in all.
-    Connection to(node_config(to_port));
     for (const auto& k : keys) {
-      auto rk = store.redis_key(k);
-      REQUIRE(rk.ok());
-      auto exists = to.command({"EXISTS", *rk});
-      REQUIRE(exists.ok());
-      CHECK((*exists)->integer == 1);
+      CHECK(lives_on(store, k, to_port));
       auto look = store.apply(policy, k, Nanos{0}, 0);  // cost 0: a look
       REQUIRE(look.ok());
       CHECK(look->remaining == 3);
     }
-    REQUIRE(migration.restore());
+    REQUIRE(migration->restore());
     CHECK(owner(slot) == from_port);
   }
 }
@@ -850,13 +692,8 @@ TEST_CASE(
   const auto first = all_ok(store.acquire_batch(kOnce, items, Nanos{0}));
   const int slot = key_slot(keys[0]);
   REQUIRE(key_slot("{half-elsewhere}x") != slot);
-  const int from_port = owner(slot);
-  const int to_port = from_port == ports[0] ? ports[1] : ports[0];
-  HalfMigration migration(slot, from_port, to_port);
-  REQUIRE(migration.open());
-  auto moved = store.redis_key(keys[0]);
-  REQUIRE(moved.ok());
-  REQUIRE(migration.move(*moved));
+  const auto migration = split_slot(store, keys[0]);
+  const int from_port = migration->from_port();
 
   auto seen = cluster->tryagains();
   const auto t0 = std::chrono::steady_clock::now();
@@ -885,12 +722,12 @@ TEST_CASE(
   CHECK(cluster->tryagains() - seen == 4);
 
   // Finish the migration: nothing was charged by the refused calls.
-  REQUIRE(migration.finish());
+  REQUIRE(migration->finish());
   for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
     auto look = store.apply(kOnce, items[i].key, Nanos{0}, 0);  // cost 0: a look
     REQUIRE(look.ok());
     CHECK(look->remaining == first[i].remaining);
   }
-  REQUIRE(migration.restore());
+  REQUIRE(migration->restore());
   CHECK(owner(slot) == from_port);
 }
