@@ -4,9 +4,11 @@
 // single-threaded servers (one limiter per event loop) and in tests. Not thread-safe:
 // every call must come from one thread at a time.
 //
-// Memory: one `absl::flat_hash_map<std::string, P::State>` slot per key (see
-// benchmarks for bytes per key). Bounded by StoreOptions::max_keys with safe idle
-// eviction (quota/store/store.hpp).
+// Memory: one record per key (state, key size, key bytes; 40 bytes for a 10-byte key and
+// a token bucket) plus a 4-byte id in an abseil hash index: about 51 bytes per key at
+// 10^6 keys (quota/detail/keyed_states.hpp, benchmarks/store_bench.cpp). Bounded by
+// StoreOptions::max_keys with safe idle eviction (quota/store/store.hpp). Keys of up to
+// 64 KiB less the state's size; a longer key gets InvalidArgument.
 //
 //   quota::LocalStore<quota::TokenBucket> store;
 //   quota::TokenBucket tb{.rate = {10, std::chrono::seconds(1)}, .burst = 10};

@@ -13,6 +13,8 @@
 // their state. Nothing is evicted in the background: call sweep() from a timer to
 // reclaim memory early.
 //
+// Memory and the key bound are LocalStore's (quota/detail/keyed_states.hpp), per shard.
+//
 // Thread safety: every method may be called from any thread.
 //
 //   quota::ShardedStore<quota::TokenBucket> store({.max_keys = 1'000'000, .shards = 64});
@@ -50,7 +52,7 @@ class ShardedStore {
         shards_(std::make_unique<Shard[]>(std::size_t{1} << shard_bits_)) {
     const std::size_t n = std::size_t{1} << shard_bits_;
     const std::size_t per_shard = (std::max<std::size_t>(options.max_keys, 1) + n - 1) / n;
-    for (std::size_t i = 0; i < n; ++i) shards_[i].states.emplace(per_shard, kInitialSlots);
+    for (std::size_t i = 0; i < n; ++i) shards_[i].states.emplace(per_shard);
   }
 
   absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
@@ -93,9 +95,6 @@ class ShardedStore {
   std::size_t shard_count() const { return std::size_t{1} << shard_bits_; }
 
  private:
-  // Slots reserved per shard at construction (about 1 KiB each for a token bucket).
-  static constexpr std::size_t kInitialSlots = 16;
-
   struct alignas(64) Shard {
     mutable detail::Mutex mu;
     // std::optional only to construct it with the per-shard capacity after the array.

@@ -1,0 +1,188 @@
+// Tests for quota/detail/keyed_states.hpp, the compact key → state table under both
+// in-process stores: random operations (creations, decisions, sweeps that compact the
+// arena, evictions of a full table) against a std::map model, for a policy with a plain
+// state (TokenBucket) and one that owns memory (SlidingLog, so ASan sees every move and
+// destruction in a compaction); keys of every length up to the bound; stable addresses.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "quota/detail/keyed_states.hpp"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/store/local_store.hpp"
+#include "support/printers.hpp"
+#include "support/seed.hpp"
+
+using namespace std::chrono_literals;
+using quota::Nanos;
+using quota::SlidingLog;
+using quota::TokenBucket;
+using quota::detail::key_hash;
+using quota::detail::KeyedStates;
+
+namespace {
+
+// Keys of many lengths: short ones (most), some longer than the first 1 KiB chunk, and
+// one of exactly the bound.
+template <class P>
+std::vector<std::string> key_pool(std::mt19937_64& rng) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 400; ++i) {
+    std::size_t len = rng() % 40;
+    if (i % 50 == 7) len = 1000 + rng() % 3000;
+    std::string k = "k" + std::to_string(i) + ":";
+    while (k.size() < len) k.push_back(static_cast<char>('a' + rng() % 26));
+    keys.push_back(std::move(k));
+  }
+  keys.push_back(std::string(KeyedStates<P>::kMaxKeyBytes, 'x'));
+  keys.push_back("");
+  return keys;
+}
+
+// The reference: a std::map of states, the same transitions, and the store's documented
+// capacity rule (a new key in a full table first forgets the idle keys; if none is idle
+// it is refused).
+template <class P>
+struct Model {
+  std::size_t capacity;
+  std::map<std::string, typename P::State> states;
+
+  std::size_t sweep(const P& p, Nanos now) {
+    std::size_t removed = 0;
+    for (auto it = states.begin(); it != states.end();) {
+      if (p.idle_at(it->second) <= now) {
+        it = states.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    return removed;
+  }
+  typename P::State* find_or_create(const P& p, const std::string& key, Nanos now) {
+    if (auto it = states.find(key); it != states.end()) return &it->second;
+    if (states.size() >= capacity && sweep(p, now) == 0) return nullptr;
+    return &states.emplace(key, p.init(now)).first->second;
+  }
+};
+
+template <class P>
+void run_against_model(const P& policy, std::size_t capacity, std::uint64_t seed) {
+  INFO("seed " << seed << ", capacity " << capacity);
+  std::mt19937_64 rng(seed);
+  const auto keys = key_pool<P>(rng);
+  KeyedStates<P> table(capacity);
+  Model<P> model{capacity, {}};
+  std::int64_t now = 0;
+  for (int op = 0; op < 20'000; ++op) {
+    INFO("op " << op);
+    // Time mostly forward, sometimes back (the policies ignore the past).
+    now += static_cast<std::int64_t>(rng() % 40'000'000);
+    if (rng() % 20 == 0) now -= 100'000'000;
+    const Nanos t{now};
+    if (rng() % 500 == 0) {
+      const std::size_t removed = table.sweep(policy, t);
+      REQUIRE(removed == model.sweep(policy, t));
+      REQUIRE(table.size() == model.states.size());
+      continue;
+    }
+    // A skewed key choice: a few hot keys, a long tail.
+    const std::size_t pick = rng() % 3 == 0 ? rng() % 8 : rng() % keys.size();
+    const std::string& key = keys[pick];
+    const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 3);
+    auto got = table.find_or_create(policy, key, key_hash(key), t);
+    auto* want = model.find_or_create(policy, key, t);
+    REQUIRE(got.ok() == (want != nullptr));
+    if (!got.ok()) {
+      REQUIRE(got.status().code() == absl::StatusCode::kResourceExhausted);
+      REQUIRE(table.size() == model.states.size());
+      continue;
+    }
+    const quota::Decision a = policy.apply(**got, t, cost);
+    const quota::Decision b = policy.apply(*want, t, cost);
+    REQUIRE(a.allowed == b.allowed);
+    REQUIRE(a.remaining == b.remaining);
+    REQUIRE(a.retry_after == b.retry_after);
+    REQUIRE(a.reset_after == b.reset_after);
+    REQUIRE(a.reason == b.reason);
+    REQUIRE(table.size() == model.states.size());
+  }
+  // Everything idle in the end: a sweep empties the table, which then works again.
+  const Nanos later{now + std::int64_t{1'000'000'000'000'000}};
+  REQUIRE(table.sweep(policy, later) == model.sweep(policy, later));
+  REQUIRE(table.size() == 0);
+  REQUIRE(table.find_or_create(policy, keys[0], key_hash(keys[0]), later).ok());
+  REQUIRE(table.size() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("keyed states match a map model through creations, sweeps and evictions",
+          "[keyed_states]") {
+  const std::uint64_t seed = quota::testing::test_seed(20261129);
+  const TokenBucket tb{.rate = {.units = 10, .per = 1s}, .burst = 5};
+  const SlidingLog log{.limit = 4, .window = 1s};
+  for (const std::size_t capacity : {std::size_t{1'000'000}, std::size_t{40}, std::size_t{3}}) {
+    SECTION("token bucket, capacity " + std::to_string(capacity)) {
+      run_against_model(tb, capacity, seed);
+    }
+    SECTION("sliding log (a state that owns memory), capacity " + std::to_string(capacity)) {
+      run_against_model(log, capacity, seed + 1);
+    }
+  }
+}
+
+TEST_CASE("a key longer than the bound is refused with its size and the bound", "[keyed_states]") {
+  const TokenBucket tb{.rate = {.units = 1, .per = 1s}, .burst = 1};
+  KeyedStates<TokenBucket> table(10);
+  const std::string too_long(KeyedStates<TokenBucket>::kMaxKeyBytes + 1, 'k');
+  auto r = table.find_or_create(tb, too_long, key_hash(too_long), Nanos{0});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains(std::to_string(too_long.size())) &&
+                 Catch::Contains(std::to_string(KeyedStates<TokenBucket>::kMaxKeyBytes)));
+  CHECK(table.size() == 0);
+}
+
+TEST_CASE("a state keeps its address while other keys are created", "[keyed_states]") {
+  const TokenBucket tb{.rate = {.units = 1, .per = 1s}, .burst = 100};
+  KeyedStates<TokenBucket> table(1'000'000);
+  auto first = table.find_or_create(tb, "first", key_hash("first"), Nanos{0});
+  REQUIRE(first.ok());
+  REQUIRE(tb.apply(**first, Nanos{0}, 7).allowed);
+  for (int i = 0; i < 50'000; ++i) {
+    const std::string k = "key-" + std::to_string(i);
+    REQUIRE(table.find_or_create(tb, k, key_hash(k), Nanos{0}).ok());
+  }
+  auto again = table.find_or_create(tb, "first", key_hash("first"), Nanos{0});
+  REQUIRE(again.ok());
+  CHECK(*again == *first);
+  CHECK((*first)->tokens == 93'000'000);
+  CHECK(table.size() == 50'001);
+}
+
+TEST_CASE("a moved store keeps its keys and states", "[keyed_states]") {
+  const TokenBucket tb{.rate = {.units = 1, .per = 1s}, .burst = 3};
+  quota::LocalStore<TokenBucket> a;
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(a.apply(tb, "k" + std::to_string(i), Nanos{0}, 1 + i % 3)->allowed);
+  }
+  quota::LocalStore<TokenBucket> b(std::move(a));
+  REQUIRE(b.size() == 1000);
+  for (int i = 0; i < 1000; ++i) {
+    auto d = b.apply(tb, "k" + std::to_string(i), Nanos{0}, 1);
+    REQUIRE(d.ok());
+    CHECK(d->allowed == (i % 3 != 2));  // 3 - (1 + i % 3) tokens were left
+  }
+  CHECK(b.apply(tb, "new", Nanos{0}, 3)->allowed);
+  CHECK(b.size() == 1001);
+}
