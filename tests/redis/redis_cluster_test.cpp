@@ -599,9 +599,8 @@ bool wait_tryagains(const quota::redis::ClusterPool& cluster, std::uint64_t n) {
 
 }  // namespace
 
-TEST_CASE(
-    "a call of several keys that meets its slot half migrated retries TRYAGAIN until "
-    "the migration ends, and is charged once") {
+// A call of several keys that meets its slot half migrated gets TRYAGAIN.
+TEST_CASE("TRYAGAIN (a slot half migrated): retried until the migration ends, charged once") {
   const auto ports = cluster_ports();
   // Retries for up to 1.5 s (the command deadline is 2 s): the migration ends meanwhile.
   auto cluster = std::make_shared<quota::redis::ClusterPool>(
@@ -677,9 +676,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "a call of several keys whose slot stays half migrated gives up after its retries: "
-    "unavailable naming TRYAGAIN, nothing charged") {
+TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothing charged") {
   const auto ports = cluster_ports();
   auto cluster = std::make_shared<quota::redis::ClusterPool>(
       node_config(ports[0]), 2, quota::redis::TryAgainPolicy{.retries = 3, .backoff = 2ms});
