@@ -123,14 +123,16 @@ class KeyedStates {
       next = std::min(next, idle);
       return true;
     });
-    // Record ids changed: rebuild the index at the size it now needs (which also returns
-    // the memory of a table grown for more keys than remain).
+    next_sweep_ = next;
+    const std::size_t removed = before - arena_->live();
+    // Nothing removed: nothing moved, the ids stand. Otherwise rebuild the index at the
+    // size it now needs (which also returns the memory of a table grown for more keys).
+    if (removed == 0) return 0;
     Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
     rebuilt.reserve(arena_->live());
     arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
     index_ = std::move(rebuilt);
-    next_sweep_ = next;
-    return before - index_.size();
+    return removed;
   }
 
   std::size_t size() const { return index_.size(); }
