@@ -560,7 +560,9 @@ int main(int argc, char** argv) {
       print(name.c_str(), conns, run(port, conns, seconds, batch, [&](int, std::mt19937_64& rng) {
               std::vector<Item> items;
               for (int i = 0; i < batch; ++i) items.push_back({key(rng), 1});
-              return store.acquire_batch(policy, items, Nanos{0}).ok();
+              auto r = store.acquire_batch(policy, items, Nanos{0});
+              return r.ok() &&
+                     std::all_of(r->begin(), r->end(), [](const auto& d) { return d.ok(); });
             }));
     }
     // The straightforward script and a script that does nothing, loaded once, one

@@ -241,7 +241,8 @@ std::vector<Item> random_items(std::mt19937_64& rng, int n, const std::vector<st
   return items;
 }
 
-// The items acquire_many left undecided (errors), or all n when the call failed.
+// The items acquire_many or acquire_batch left undecided (errors), or all n when the call
+// failed.
 std::int64_t many_errors(const absl::StatusOr<std::vector<absl::StatusOr<quota::Decision>>>& r,
                          int n) {
   if (!r.ok()) return n;
@@ -280,7 +281,7 @@ void BM_Cluster_Batch(benchmark::State& state) {
     auto pool = make_pool(threads);
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      return store.acquire_batch(kPolicy, random_items(rng, n, keys()), Nanos{0}).ok() ? 0 : n;
+      return many_errors(store.acquire_batch(kPolicy, random_items(rng, n, keys()), Nanos{0}), n);
     });
   }
 }
@@ -303,7 +304,7 @@ void BM_Cluster_FewTenants(benchmark::State& state) {
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
       const std::vector<Item> items = random_items(rng, n, hot);
-      if (batch) return store.acquire_batch(kPolicy, items, Nanos{0}).ok() ? 0 : n;
+      if (batch) return many_errors(store.acquire_batch(kPolicy, items, Nanos{0}), n);
       return many_errors(store.acquire_many(kPolicy, items, Nanos{0}), n);
     });
   }
