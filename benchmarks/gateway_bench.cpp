@@ -46,20 +46,45 @@ void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
   if (void* p = std::aligned_alloc(a, size)) return p;
   throw std::bad_alloc();
 }
+
+template <class Alloc>
+void* no_throw(Alloc alloc) noexcept {
+  try {
+    return alloc();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
 }  // namespace
 
 void* operator new(std::size_t n) { return counted_alloc(n); }
 void* operator new[](std::size_t n) { return counted_alloc(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return no_throw([n] { return counted_alloc(n); });
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return no_throw([n] { return counted_alloc(n); });
+}
 void* operator new(std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
 void* operator new[](std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 

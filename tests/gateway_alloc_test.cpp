@@ -2,11 +2,12 @@
 // (quota/gateway/gateway.hpp, backend.hpp, rules.hpp): the per-request level lists are
 // inline (LevelVector), and keys are built in place.
 //
-// The instrument: this executable replaces the global operator new (and delete) and
-// counts the calls made on the test's own thread while a counting window is open. The
-// replacement is allowed under AddressSanitizer and ThreadSanitizer (they intercept the
-// malloc/free these operators call, so heap checking stays on; only new/delete mismatch
-// reports are lost), so the assertions run under every preset.
+// The instrument: this executable replaces every global operator new and delete (over
+// malloc/free) and counts the allocations made on the test's own thread while a counting
+// window is open. The replacement is allowed under AddressSanitizer and ThreadSanitizer:
+// they intercept the malloc/free underneath, so heap checking stays on (only new/delete
+// mismatch reports are lost); the assertions run under every preset.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -41,13 +42,57 @@ std::int64_t allocations_in(Fn&& fn) {
 
 }  // namespace
 
-// Over-aligned allocations go to the library's operators (nothing here allocates them).
+// Every form of the global operator new and delete is replaced, so that whatever a
+// library allocates with one form and frees with another stays malloc/free underneath:
+// AddressSanitizer checks that pairing (alloc-dealloc-mismatch) and would flag, say,
+// its own nothrow new freed by our delete.
+namespace {
+void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
+  if (t_counting) ++t_allocations;
+  const auto a = static_cast<std::size_t>(al);
+  // aligned_alloc wants a nonzero size that is a multiple of the alignment.
+  const std::size_t size = std::max<std::size_t>((n + a - 1) / a * a, a);
+  if (void* p = std::aligned_alloc(a, size)) return p;
+  throw std::bad_alloc();
+}
+template <class Alloc>
+void* no_throw(Alloc alloc) noexcept {
+  try {
+    return alloc();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+}  // namespace
+
 void* operator new(std::size_t n) { return counted_alloc(n); }
 void* operator new[](std::size_t n) { return counted_alloc(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return no_throw([n] { return counted_alloc(n); });
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return no_throw([n] { return counted_alloc(n); });
+}
+void* operator new(std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
+void* operator new[](std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace std::chrono_literals;
 using quota::Nanos;
