@@ -149,6 +149,22 @@ double server_cpu_seconds(quota::redis::Connection& admin) {
   return total;
 }
 
+// The machine's CPU time from /proc/stat's "cpu" line, in seconds: busy (everything but
+// idle and iowait) and steal (taken by the hypervisor).
+struct MachineCpu {
+  double busy = 0, steal = 0;
+};
+MachineCpu machine_cpu() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  // user nice system idle iowait irq softirq steal
+  return {.busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, .steal = v[7] / hz};
+}
+
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
@@ -166,11 +182,18 @@ struct Result {
   double mean_call_us = 0;
   std::int64_t errors = 0;
   // Open loop only (run_loop with a rate; target_rate is also set for run's paced row):
-  double target_rate = 0;        // requests/s scheduled
-  double send_wait_p99_us = 0;   // due time -> written: queueing behind busy connections
-                                 // and the client's own lateness
-  std::int64_t max_backlog = 0;  // most requests due but not yet sent at one time
-  std::int64_t unfinished = 0;   // unsent or unanswered when the drain gave up
+  double target_rate = 0;          // requests/s scheduled
+  double send_wait_p99_us = 0;     // due time -> written: queueing behind busy connections
+                                   // and the client's own lateness
+  std::int64_t max_backlog = 0;    // most requests due but not yet sent at one time
+  std::int64_t unfinished = 0;     // unsent or unanswered when the drain gave up
+  double client_stall_max_us = 0;  // the loop thread's longest gap beyond its own wait
+                                   // (descheduled or slow), as a cause of the tail; blind
+                                   // while all connections are busy (it then waits 100 ms)
+  // When in the window the tail happened: requests slower than 10 ms, and the first and
+  // last of their due times (ms after the start).
+  std::int64_t slow_10ms = 0;
+  double slow_first_ms = 0, slow_last_ms = 0;
 };
 
 // Runs `threads` threads for `seconds`; each call of `one(thread, rng)` makes
@@ -473,6 +496,10 @@ Result run_loop(int port, int conns, double seconds,
     while (due_at(scheduled) < end) ++scheduled;
   }
   Clock::time_point last_reply = t0;
+  Clock::time_point prev_iteration = t0;
+  std::int64_t slow_count = 0;
+  double slow_first = 0, slow_last = 0;
+  Clock::duration prev_wait{}, max_stall{};
   auto send = [&](Conn& c, Clock::time_point due) {
     make(rng, args);
     argv.clear();
@@ -494,6 +521,8 @@ Result run_loop(int port, int conns, double seconds,
   std::vector<pollfd> fds(cs.size());
   while (true) {
     const auto now = Clock::now();
+    max_stall = std::max(max_stall, now - prev_iteration - prev_wait);
+    prev_iteration = now;
     if (paced && now >= give_up) break;
     // Send what is due, in order, on idle connections.
     for (Conn& c : cs) {
@@ -534,6 +563,7 @@ Result run_loop(int port, int conns, double seconds,
       wait = std::clamp<std::chrono::nanoseconds>(give_up - now, std::chrono::nanoseconds(0), wait);
     }
     const timespec ts{.tv_sec = 0, .tv_nsec = static_cast<long>(wait.count())};
+    prev_wait = std::chrono::duration_cast<Clock::duration>(wait);
     if (::ppoll(fds.data(), fds.size(), &ts, nullptr) < 0) break;
     for (std::size_t i = 0; i < cs.size(); ++i) {
       const short rev = fds[i].revents;
@@ -551,6 +581,12 @@ Result run_loop(int port, int conns, double seconds,
         quota::redis::Reply reply(static_cast<redisReply*>(raw));
         last_reply = Clock::now();
         lat.push_back(us(last_reply - c.due));
+        if (paced && lat.back() > 10'000) {
+          const double at = std::chrono::duration<double, std::milli>(c.due - t0).count();
+          if (slow_count == 0) slow_first = at;
+          slow_last = std::max(slow_last, at);
+          ++slow_count;
+        }
         ++done;
         if (!good(*reply)) ++errors;
         c.busy = false;
@@ -601,6 +637,10 @@ Result run_loop(int port, int conns, double seconds,
     if (!waits.empty()) r.send_wait_p99_us = waits[waits.size() * 99 / 100];
     r.max_backlog = max_backlog;
     r.unfinished = unfinished;
+    r.client_stall_max_us = std::chrono::duration<double, std::micro>(max_stall).count();
+    r.slow_10ms = slow_count;
+    r.slow_first_ms = slow_first;
+    r.slow_last_ms = slow_last;
   }
   return r;
 }
@@ -811,11 +851,44 @@ int main(int argc, char** argv) {
     return at == std::string::npos ? -1.0 : std::atof(info.c_str() + at + 13);
   };
   std::this_thread::sleep_for(3s);
-  // One line per paced row under the table: the schedule kept or not, and the latency
-  // percentiles (from each request's due time); the same figures go to the JSON.
+  // What else happened during a paced row: the machine's CPU (other processes share the
+  // two cores) and the server's own latency monitor (a command or expire cycle that took
+  // >= 2 ms of wall time, e.g. descheduled in the middle).
+  MachineCpu cpu_before;
+  Clock::time_point paced_start;
+  auto paced_begin = [&] {
+    quota::redis::Connection c(config(port));
+    (void)c.command({"CONFIG", "SET", "latency-monitor-threshold", "2"});
+    (void)c.command({"LATENCY", "RESET"});
+    cpu_before = machine_cpu();
+    paced_start = Clock::now();
+  };
+  // Lines under each paced row: the schedule kept or not, the latency percentiles (from
+  // each request's due time) and the circumstances above; the same figures go to the JSON.
   auto paced_detail = [&](const char* how, double percent, const char* peak_row) {
     Row& row = g_rows.back();
     const Result& r = row.r;
+    const MachineCpu cpu_after = machine_cpu();
+    const double wall = std::chrono::duration<double>(Clock::now() - paced_start).count();
+    const double cores = std::max(1U, std::thread::hardware_concurrency());
+    row.extra["machine_busy_fraction"] = (cpu_after.busy - cpu_before.busy) / (wall * cores);
+    row.extra["steal_ms"] = (cpu_after.steal - cpu_before.steal) * 1e3;
+    std::string server_events;
+    {
+      quota::redis::Connection c(config(port));
+      auto l = c.command({"LATENCY", "LATEST"});
+      if (l.ok() && (*l)->type == REDIS_REPLY_ARRAY) {
+        for (std::size_t i = 0; i < (*l)->elements; ++i) {
+          const redisReply* e = (*l)->element[i];
+          if (e->type != REDIS_REPLY_ARRAY || e->elements < 4) continue;
+          const std::string event(e->element[0]->str, e->element[0]->len);
+          const auto max_ms = static_cast<double>(e->element[3]->integer);
+          row.extra["server_latency_max_ms:" + event] = max_ms;
+          server_events += " " + event + " " + num(max_ms) + " ms;";
+        }
+      }
+      (void)c.command({"CONFIG", "SET", "latency-monitor-threshold", "0"});
+    }
     row.extra["expired_keys_during"] = expired_keys();  // (the run reset the stats)
     row.extra["paced_rate_per_s"] = r.target_rate;
     row.extra["target_rate_per_s"] = r.target_rate;
@@ -836,10 +909,22 @@ int main(int argc, char** argv) {
       row.extra["send_wait_p99_us"] = r.send_wait_p99_us;
       row.extra["max_backlog"] = static_cast<double>(r.max_backlog);
       row.extra["unfinished"] = static_cast<double>(r.unfinished);
+      row.extra["client_stall_max_us"] = r.client_stall_max_us;
+      row.extra["slower_than_10ms"] = static_cast<double>(r.slow_10ms);
+      std::printf("    %" PRId64
+                  " requests slower than 10 ms, due between %.0f and %.0f ms into "
+                  "the %.0f ms window\n",
+                  r.slow_10ms, r.slow_first_ms, r.slow_last_ms, 1e3 * std::max(seconds, 3.0));
       std::printf("    due -> sent p99 %.0f us, at most %" PRId64
-                  " requests queued behind busy connections, %" PRId64 " unfinished\n",
-                  r.send_wait_p99_us, r.max_backlog, r.unfinished);
+                  " requests due and unsent, %" PRId64
+                  " unfinished; the loop thread's longest stall %.0f us\n",
+                  r.send_wait_p99_us, r.max_backlog, r.unfinished, r.client_stall_max_us);
     }
+    std::printf(
+        "    machine CPU busy %.0f%% of %.0f cores, steal %.0f ms; server latency "
+        "monitor (>= 2 ms):%s\n",
+        100 * row.extra["machine_busy_fraction"], cores, row.extra["steal_ms"],
+        server_events.empty() ? " none" : server_events.c_str());
     std::fflush(stdout);
   };
   const Row* peak = find_row("quota d1", 50);
@@ -847,6 +932,7 @@ int main(int argc, char** argv) {
     auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 50);
     RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
     const double rate = peak->r.decisions_per_s / 2;
+    paced_begin();
     Result r = run(
         port, 50, std::max(seconds, 3.0), 1,
         [&](int, std::mt19937_64& rng) { return store.apply(policy, key(rng), Nanos{0}, 1).ok(); },
@@ -861,6 +947,7 @@ int main(int argc, char** argv) {
     for (int percent : {50, 25}) {
       const double rate = peak_rate * percent / 100;
       std::this_thread::sleep_for(3s);
+      paced_begin();
       const Result r = run_loop(port, 50, std::max(seconds, 3.0), quota_cmd, is_array, rate);
       const std::string name = "quota d1 loop @" + std::to_string(percent) + "%";
       print(name.c_str(), 50, r);
