@@ -1,6 +1,7 @@
 // Tests that a warmed-up Gateway decides on an in-process store without heap allocation
 // (quota/gateway/gateway.hpp, backend.hpp, rules.hpp): the per-request level lists are
-// inline (LevelVector), and keys are built in place.
+// inline (LevelVector), keys are built in place, and rules are looked up by keys built
+// on the stack; metrics counters are atomics.
 //
 // The instrument: this executable replaces every global operator new and delete (over
 // malloc/free) and counts the allocations made on the test's own thread while a counting
@@ -108,8 +109,10 @@ using quota::gateway::RuleSetSpec;
 namespace {
 
 // Route "read" (cost 1): a tenant rule, and with `three` a user and a global rule, all
-// refilled at 10^6 units/s; the global rule's burst is `global_burst`.
-std::shared_ptr<const RuleSet> rules(bool three, std::int64_t global_burst) {
+// refilled at 10^6 units/s; the global rule's burst is `global_burst`. Counted in
+// `metrics` (per-rule atomic counters, no sink).
+std::shared_ptr<const RuleSet> rules(bool three, std::int64_t global_burst,
+                                     quota::gateway::Metrics& metrics) {
   const TokenBucket fast{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000};
   RuleSetSpec spec{.version = 7, .routes = {{.name = "read", .cost = 1}}, .rules = {}};
   spec.rules.push_back(
@@ -122,7 +125,7 @@ std::shared_ptr<const RuleSet> rules(bool three, std::int64_t global_burst) {
                           .name = "global",
                           .policy = TokenBucket{.rate = fast.rate, .burst = global_burst}});
   }
-  auto set = RuleSet::create(std::move(spec));
+  auto set = RuleSet::create(std::move(spec), &metrics);
   REQUIRE(set.ok());
   return *set;
 }
@@ -131,13 +134,15 @@ struct Counted {
   std::int64_t allocations = 0;
   int allowed = 0;
   int errors = 0;
+  std::uint64_t tenant_allowed = 0;  // the tenant rule's `allowed` counter
 };
 
 // `n` decisions of a warmed-up gateway, `step` ns apart, counted.
 template <class Store>
 Counted steady_decisions(const Request& req, bool three, std::int64_t global_burst,
                          std::int64_t step, int n) {
-  RuleRegistry registry(rules(three, global_burst));
+  quota::gateway::Metrics metrics;
+  RuleRegistry registry(rules(three, global_burst, metrics));
   Store store;
   Gateway<Store> gw(store, registry);
   std::int64_t now = 0;
@@ -157,6 +162,10 @@ Counted steady_decisions(const Request& req, bool three, std::int64_t global_bur
       }
     }
   });
+  const quota::gateway::Rule* tenant = registry.current()->find(Level::kTenant, req.who, "read");
+  REQUIRE(tenant != nullptr);
+  REQUIRE(tenant->counters != nullptr);
+  c.tenant_allowed = tenant->counters->count(quota::gateway::Outcome::kAllowed);
   return c;
 }
 
@@ -191,6 +200,7 @@ TEMPLATE_TEST_CASE("a warmed-up gateway decides without heap allocation", "",
       INFO("tenant " << req->who.tenant.size() << " bytes");
       CHECK(c.errors == 0);
       CHECK(c.allowed == kN);
+      CHECK(c.tenant_allowed >= static_cast<std::uint64_t>(kN));  // metrics were recorded
       CHECK(c.allocations == 0);
     }
     for (const Request* req : {&three, &three_long}) {
@@ -198,6 +208,7 @@ TEMPLATE_TEST_CASE("a warmed-up gateway decides without heap allocation", "",
       INFO("tenant " << req->who.tenant.size() << " bytes");
       CHECK(c.errors == 0);
       CHECK(c.allowed == kN);
+      CHECK(c.tenant_allowed >= static_cast<std::uint64_t>(kN));
       CHECK(c.allocations == 0);
     }
   }

@@ -47,6 +47,10 @@
 // write fails the attempt is simply not replayable (the decision stands).
 // Estimate-then-settle tickets stay in the process that issued them (settle.hpp).
 //
+// Client CPU: each distinct policy (kind and parameters) is range-checked and its 8 Lua
+// arguments formatted once, then kept (up to 4096 policies; past that, per call); a
+// rule outside the range is rejected on every call with the same error.
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
