@@ -264,8 +264,9 @@ class Gateway {
     bool attempt_open = false;
     if (!req.attempt_id.empty()) {
       fingerprint = absl::StrCat(cost);
-      for (const Check& c : *checks)
+      for (const Check& c : *checks) {
         absl::StrAppend(&fingerprint, "|", quota::detail::to_absl(c.key));
+      }
       auto replay = begin_attempt(tenant_key, req.attempt_id, fingerprint, now);
       if (replay.ok() && replay->has_value()) {
         return Result{

@@ -233,17 +233,17 @@ inline absl::Status check_name(std::string_view s, const char* what) {
   return detail::check_token(s, kMaxNameBytes, false, what);
 }
 
-// Store keys (see the header comment). Arguments must already be checked.
+// Store keys (see the header comment), as plan() builds them. Arguments must already be
+// checked.
 inline std::string tenant_key(std::string_view tenant, std::string_view route) {
-  return absl::StrCat("{", quota::detail::to_absl(tenant), "}", quota::detail::to_absl(route));
+  return std::string(StoreKey{"{", tenant, "}", route}.view());
 }
 inline std::string user_key(std::string_view tenant, std::string_view route,
                             std::string_view user) {
-  return absl::StrCat("{", quota::detail::to_absl(tenant), "}", quota::detail::to_absl(route), "/",
-                      quota::detail::to_absl(user));
+  return std::string(StoreKey{"{", tenant, "}", route, "/", user}.view());
 }
 inline std::string global_key(std::string_view route) {
-  return absl::StrCat("{~global}", quota::detail::to_absl(route));
+  return std::string(StoreKey{"{~global}", route}.view());
 }
 
 class RuleSet {
@@ -337,8 +337,7 @@ class RuleSet {
   }
 
   // The rule of `level` for this identity and route: the tenant's own, else its plan's;
-  // null when there is none.
-  // Allocates nothing when the ids and the route are within their bounds.
+  // null when there is none. Allocates nothing.
   const Rule* find(Level level, const Identity& who, std::string_view route) const {
     if (level == Level::kGlobal) return lookup(level, "", "", route);
     if (const Rule* own = lookup(level, "t:", who.tenant, route)) return own;
