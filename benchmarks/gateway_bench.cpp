@@ -27,64 +27,8 @@
 #include "quota/gateway/gateway.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
-
-// ---- allocation counter: every global operator new of this executable -----------------
-
-namespace {
-std::atomic<std::int64_t> g_allocations{0};
-
-void* counted_alloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const auto a = static_cast<std::size_t>(al);
-  // aligned_alloc wants a nonzero size that is a multiple of the alignment.
-  const std::size_t size = std::max<std::size_t>((n + a - 1) / a * a, a);
-  if (void* p = std::aligned_alloc(a, size)) return p;
-  throw std::bad_alloc();
-}
-
-template <class Alloc>
-void* no_throw(Alloc alloc) noexcept {
-  try {
-    return alloc();
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return no_throw([n] { return counted_alloc(n); });
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return no_throw([n] { return counted_alloc(n); });
-}
-void* operator new(std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
-}
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+// Counts allocations (it replaces the global operator new of this executable).
+#include "support/count_new.hpp"
 
 namespace {
 
@@ -143,15 +87,15 @@ void BM_GatewayDecide(benchmark::State& state) {
     if (!gw.decide(req, Nanos{now}).ok()) std::abort();
   }
   std::int64_t denied = 0;
-  const std::int64_t allocs_before = g_allocations.load(std::memory_order_relaxed);
-  for (auto _ : state) {
-    now += 1000;
-    auto r = gw.decide(req, Nanos{now});
-    if (!r.ok()) std::abort();
-    denied += r->decision.allowed ? 0 : 1;
-    benchmark::DoNotOptimize(r);
-  }
-  const std::int64_t allocs = g_allocations.load(std::memory_order_relaxed) - allocs_before;
+  const std::int64_t allocs = quota::testing::allocations_in([&] {
+    for (auto _ : state) {
+      now += 1000;
+      auto r = gw.decide(req, Nanos{now});
+      if (!r.ok()) std::abort();
+      denied += r->decision.allowed ? 0 : 1;
+      benchmark::DoNotOptimize(r);
+    }
+  });
   state.counters["allocs_per_decision"] =
       benchmark::Counter(static_cast<double>(allocs) / static_cast<double>(state.iterations()));
   state.counters["denied"] = static_cast<double>(denied);

@@ -3,11 +3,9 @@
 // inline (LevelVector), keys are built in place, and rules are looked up by keys built
 // on the stack; metrics counters are atomics.
 //
-// The instrument: this executable replaces every global operator new and delete (over
-// malloc/free) and counts the allocations made on the test's own thread while a counting
-// window is open. The replacement is allowed under AddressSanitizer and ThreadSanitizer:
-// they intercept the malloc/free underneath, so heap checking stays on (only new/delete
-// mismatch reports are lost); the assertions run under every preset.
+// The instrument: tests/support/count_new.hpp (replaces every global operator new and
+// delete of this executable and counts this thread's allocations); the assertions run
+// under every preset.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -19,81 +17,9 @@
 #include "quota/gateway/gateway.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
+#include "support/count_new.hpp"
 
-namespace {
-
-thread_local bool t_counting = false;
-thread_local std::int64_t t_allocations = 0;
-
-void* counted_alloc(std::size_t n) {
-  if (t_counting) ++t_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-
-// Counts the allocations `fn` makes on this thread.
-template <class Fn>
-std::int64_t allocations_in(Fn&& fn) {
-  t_allocations = 0;
-  t_counting = true;
-  fn();
-  t_counting = false;
-  return t_allocations;
-}
-
-}  // namespace
-
-// Every form of the global operator new and delete is replaced, so that whatever a
-// library allocates with one form and frees with another stays malloc/free underneath:
-// AddressSanitizer checks that pairing (alloc-dealloc-mismatch) and would flag, say,
-// its own nothrow new freed by our delete.
-namespace {
-void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
-  if (t_counting) ++t_allocations;
-  const auto a = static_cast<std::size_t>(al);
-  // aligned_alloc wants a nonzero size that is a multiple of the alignment.
-  const std::size_t size = std::max<std::size_t>((n + a - 1) / a * a, a);
-  if (void* p = std::aligned_alloc(a, size)) return p;
-  throw std::bad_alloc();
-}
-template <class Alloc>
-void* no_throw(Alloc alloc) noexcept {
-  try {
-    return alloc();
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return no_throw([n] { return counted_alloc(n); });
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return no_throw([n] { return counted_alloc(n); });
-}
-void* operator new(std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
-}
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return no_throw([n, al] { return counted_aligned_alloc(n, al); });
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+using quota::testing::allocations_in;
 
 using namespace std::chrono_literals;
 using quota::Nanos;
