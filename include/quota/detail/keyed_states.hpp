@@ -117,7 +117,7 @@ class KeyedStates {
   std::size_t sweep(const P& policy, Nanos now) {
     Nanos next = kNever;
     const std::size_t before = index_.size();
-    arena_->compact([&](const State& s) {
+    const bool moved = arena_->compact([&](const State& s) {
       const Nanos idle = policy.idle_at(s);
       if (idle <= now) return false;
       next = std::min(next, idle);
@@ -125,9 +125,9 @@ class KeyedStates {
     });
     next_sweep_ = next;
     const std::size_t removed = before - arena_->live();
-    // Nothing removed: nothing moved, the ids stand. Otherwise rebuild the index at the
-    // size it now needs (which also returns the memory of a table grown for more keys).
-    if (removed == 0) return 0;
+    // No record removed or moved: the ids stand. Otherwise rebuild the index at the size
+    // it now needs (which also returns the memory of a table grown for more keys).
+    if (removed == 0 && !moved) return 0;
     Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
     rebuilt.reserve(arena_->live());
     arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
@@ -190,10 +190,11 @@ class KeyedStates {
     }
 
     // Keeps the records for which keep(state) is true, moved towards the front in order;
-    // destroys the others; frees the chunks left empty.
+    // destroys the others; frees the chunks left empty. True when a kept record moved.
     template <class Keep>
-    void compact(Keep&& keep) {
+    bool compact(Keep&& keep) {
       std::size_t wc = 0, woff = 0;  // write cursor; never past the read cursor
+      bool moved = false;
       live_ = 0;
       for (std::size_t rc = 0; rc < chunks_.size(); ++rc) {
         const std::size_t used = chunks_[rc].used;
@@ -216,18 +217,20 @@ class KeyedStates {
           std::byte* src = chunks_[rc].data.get() + (off - bytes);
           if (dst != src) {
             // The two may overlap: move the state out, then the key bytes, then the state in.
-            State moved(std::move(s));
+            State state_out(std::move(s));
             s.~State();
             std::memmove(dst + sizeof(State), src + sizeof(State), bytes - sizeof(State));
-            new (dst) State(std::move(moved));
+            new (dst) State(std::move(state_out));
+            moved = true;
           }
           woff += bytes;
           ++live_;
         }
       }
-      if (chunks_.empty()) return;
+      if (chunks_.empty()) return moved;
       chunks_[wc].used = woff;
       chunks_.resize(woff == 0 && wc == 0 ? 0 : wc + 1);
+      return moved;
     }
 
    private:
