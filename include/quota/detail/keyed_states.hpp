@@ -256,8 +256,8 @@ class KeyedStates {
       return chunks_[id >> kOffsetBits].data.get() +
              (id & ((std::uint32_t{1} << kOffsetBits) - 1)) * kAlign;
     }
-    // Chunks double from kMinChunk to kMaxChunk, so a small store stays small and a large
-    // one wastes at most part of one chunk.
+    // Chunk sizes grow twofold from kMinChunk to kMaxChunk, so a small store stays small and a
+    // large one wastes at most part of one chunk.
     std::size_t next_chunk_bytes(std::size_t record) const {
       const std::size_t grown = kMinChunk << std::min<std::size_t>(chunks_.size(), 6);
       return std::max(std::min(grown, kMaxChunk), std::bit_ceil(record));

@@ -48,8 +48,7 @@ local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, 
   redis.call('SET', key, struct.pack('<ddd', count, lsec, lns), 'PX', ms + margin)
   local rem = limit - count
   if rem < 0 then rem = 0 end
-  local k = 5 * i - 1
-  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset
+  put(out, i, ok, reason, rem, retry, reset)
 end
 -- One pass for one window or a batch of independent ones; two for all-or-nothing.
 local single = batch or n == 1

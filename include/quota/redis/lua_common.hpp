@@ -113,6 +113,11 @@ end
 local margin = tonumber(ARGV[3])
 local st = {}
 local all = 1
+-- Decision i's five reply fields, after the reply's four header fields.
+local function put(out, i, ok, reason, rem, retry, reset)
+  local k = 5 * i - 1
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset
+end
 )lua";
 
 inline constexpr const char* kLuaTail = R"lua(

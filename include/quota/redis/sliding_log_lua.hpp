@@ -130,8 +130,7 @@ for i = 1, n do
   if len > 0 then redis.call('PEXPIRE', lkey, ms) end
   local rem = s[11] - used
   if rem < 0 then rem = 0 end
-  local k = 4 + 5 * (i - 1)
-  out[k + 1] = s[8]; out[k + 2] = s[9]; out[k + 3] = rem; out[k + 4] = s[10]; out[k + 5] = reset
+  put(out, i, s[8], s[9], rem, s[10], reset)
 end
 )lua";
 

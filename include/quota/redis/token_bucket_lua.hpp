@@ -113,9 +113,7 @@ local function finish(i, key, tokens, c, lsec, lns, ok, reason, retry, cap, m, p
   end
   local r = tokens % 1000000
   if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-  local k = 5 * i - 1
-  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000; out[k + 4] = retry
-  out[k + 5] = reset
+  put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
 end
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones; two
 -- for all-or-nothing over several buckets.
