@@ -79,11 +79,14 @@
 
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/client_threads.hpp"
+#include "support/redis_info.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::RedisStore;
 using quota::TokenBucket;
+using quota::bench::loopback;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -118,42 +121,18 @@ bool start_server(Server& s) {
   return static_cast<bool>(in >> s.port);
 }
 
-quota::redis::ConnectionConfig config(int port) {
-  return {.host = "127.0.0.1",
-          .port = port,
-          .connect_timeout = 1s,
-          .command_timeout = 2s,
-          .pool_wait = 5s};
-}
-
-// usec of the script commands since the last CONFIG RESETSTAT.
-std::int64_t server_script_usec(quota::redis::Connection& admin) {
+// usec of the script commands since the last CONFIG RESETSTAT; -1 when INFO fails.
+double server_script_usec(quota::redis::Connection& admin) {
   auto r = admin.command({"INFO", "commandstats"});
   if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) return -1;
-  const std::string info(quota::redis::reply_string(**r));
-  std::int64_t total = 0;
-  // Commands a script calls are counted again under their own names; the script's usec
-  // already includes them, so only the script commands are summed.
-  for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
-    const auto at = info.find(cmd);
-    if (at == std::string::npos) continue;
-    const auto u = info.find("usec=", at);
-    total += std::atoll(info.c_str() + u + 5);
-  }
-  return total;
+  return quota::bench::info_script_usec(std::string(quota::redis::reply_string(**r)));
 }
 
-// The server process's user+sys CPU seconds (INFO cpu).
+// The server process's user+sys CPU seconds (INFO cpu); -1 when INFO fails.
 double server_cpu_seconds(quota::redis::Connection& admin) {
   auto r = admin.command({"INFO", "cpu"});
   if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) return -1;
-  const std::string info(quota::redis::reply_string(**r));
-  double total = 0;
-  for (const char* f : {"used_cpu_sys:", "used_cpu_user:"}) {
-    const auto at = info.find(f);
-    if (at != std::string::npos) total += std::atof(info.c_str() + at + std::strlen(f));
-  }
-  return total;
+  return quota::bench::info_cpu_seconds(std::string(quota::redis::reply_string(**r)));
 }
 
 // The machine's CPU time from /proc/stat's "cpu" line, in seconds: busy (everything but
@@ -188,10 +167,10 @@ std::string load_average() {
   return a + " " + b + " " + c;
 }
 
-struct Result {
+// The latency percentiles per call (quota::bench::Latency: p50_us, p99_us, p90_us,
+// p999_us, max_us) and the rest.
+struct Result : quota::bench::Latency {
   double decisions_per_s = 0;
-  double p50_us = 0, p99_us = 0;
-  double p90_us = 0, p999_us = 0, max_us = 0;
   double server_us_per_decision = 0;      // INFO commandstats (script commands)
   double server_cpu_us_per_decision = 0;  // INFO cpu (the whole server process)
   double calls = 0;
@@ -221,64 +200,27 @@ double thread_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// Runs `threads` threads for `seconds`; each call of `one(thread, rng)` makes
-// `per_call` decisions (returns false on error). Latency per call. With `rate` > 0 the
-// load is open-loop: thread t sends its calls at fixed intervals (threads / rate apart,
-// staggered), and a call's latency counts from its SCHEDULED start, so a slow reply
-// delays nothing that is not also measured (no coordinated omission).
+// Runs `threads` threads for `seconds` (quota::bench::run_threads: closed loop, or open
+// loop at `rate` calls per second with latency from each call's scheduled start); each
+// call of `one(thread, rng)` makes `per_call` decisions (returns false on error).
 Result run(int port, int threads, double seconds, int per_call,
            const std::function<bool(int, std::mt19937_64&)>& one, double rate = 0) {
-  quota::redis::Connection admin(config(port));
+  quota::redis::Connection admin(loopback(port));
   (void)admin.command({"CONFIG", "RESETSTAT"});
   const double cpu0 = server_cpu_seconds(admin);
-  std::vector<std::vector<float>> lat(static_cast<std::size_t>(threads));
-  std::atomic<std::int64_t> calls{0}, errors{0};
-  const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration<double>(seconds);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::mt19937_64 rng(static_cast<std::uint64_t>(t) * 7919 + 1);
-      auto& mine = lat[static_cast<std::size_t>(t)];
-      mine.reserve(1 << 18);
-      const auto interval = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(rate > 0 ? threads / rate : 0));
-      auto next = t0 + interval * t / threads;
-      while (Clock::now() < end) {
-        auto a = Clock::now();
-        if (rate > 0) {
-          std::this_thread::sleep_until(next);
-          a = next;
-          next += interval;
-        }
-        const bool ok = one(t, rng);
-        mine.push_back(std::chrono::duration<float, std::micro>(Clock::now() - a).count());
-        ++calls;
-        if (!ok) ++errors;
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  quota::bench::ThreadsRun measured = quota::bench::run_threads(
+      threads, seconds,
+      [&](int t, std::mt19937_64& rng) -> std::int64_t { return one(t, rng) ? 0 : 1; }, rate);
   const double cpu1 = server_cpu_seconds(admin);
-  std::vector<float> all;
-  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  std::sort(all.begin(), all.end());
   Result r;
-  const double decisions = static_cast<double>(calls.load()) * per_call;
-  r.decisions_per_s = decisions / elapsed;
-  if (!all.empty()) {
-    r.p50_us = all[all.size() / 2];
-    r.p99_us = all[all.size() * 99 / 100];
-    r.p90_us = all[all.size() * 90 / 100];
-    r.p999_us = all[all.size() * 999 / 1000];
-    r.max_us = all.back();
-  }
-  r.server_us_per_decision = static_cast<double>(server_script_usec(admin)) / decisions;
+  const double decisions = static_cast<double>(measured.calls) * per_call;
+  r.decisions_per_s = decisions / measured.elapsed_s;
+  static_cast<quota::bench::Latency&>(r) = quota::bench::latency_of(measured.latency_us);
+  r.server_us_per_decision = server_script_usec(admin) / decisions;
   r.server_cpu_us_per_decision = (cpu1 - cpu0) * 1e6 / decisions;
-  r.calls = static_cast<double>(calls.load());
-  r.mean_call_us = elapsed * 1e6 * threads / std::max(1.0, r.calls);
-  r.errors = errors.load();
+  r.calls = static_cast<double>(measured.calls);
+  r.mean_call_us = measured.elapsed_s * 1e6 * threads / std::max(1.0, r.calls);
+  r.errors = measured.errors;
   return r;
 }
 
@@ -396,7 +338,7 @@ const char* kNoopLua = "return 1";
 // redis-benchmark INCR: requests per second and p50 (its own numbers), server µs per
 // INCR (commandstats) and server CPU per INCR (INFO cpu).
 Result redis_benchmark_incr(int port, int conns, int depth) {
-  quota::redis::Connection admin(config(port));
+  quota::redis::Connection admin(loopback(port));
   (void)admin.command({"CONFIG", "RESETSTAT"});
   const double cpu0 = server_cpu_seconds(admin);
   constexpr int kRequests = 200000;
@@ -458,7 +400,7 @@ bool fell_behind(const Result& r) {
 Result run_loop(int port, int conns, double seconds,
                 const std::function<void(std::mt19937_64&, std::vector<std::string>&)>& make,
                 const std::function<bool(const redisReply&)>& good, double rate = 0) {
-  quota::redis::Connection admin(config(port));
+  quota::redis::Connection admin(loopback(port));
   (void)admin.command({"CONFIG", "RESETSTAT"});
   const double cpu0 = server_cpu_seconds(admin);
   struct Conn {
@@ -671,18 +613,11 @@ Result run_loop(int port, int conns, double seconds,
   const double elapsed = std::chrono::duration<double>((paced ? last_reply : stop) - t0).count();
   const double cpu1 = server_cpu_seconds(admin);
   for (Conn& c : cs) redisFree(c.ctx);
-  std::sort(lat.begin(), lat.end());
   Result r;
   r.decisions_per_s = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
-  if (!lat.empty()) {
-    r.p50_us = lat[lat.size() / 2];
-    r.p99_us = lat[lat.size() * 99 / 100];
-    r.p90_us = lat[lat.size() * 90 / 100];
-    r.p999_us = lat[lat.size() * 999 / 1000];
-    r.max_us = lat.back();
-  }
-  r.server_us_per_decision = static_cast<double>(server_script_usec(admin)) /
-                             static_cast<double>(std::max<std::int64_t>(done, 1));
+  static_cast<quota::bench::Latency&>(r) = quota::bench::latency_of(lat);
+  r.server_us_per_decision =
+      server_script_usec(admin) / static_cast<double>(std::max<std::int64_t>(done, 1));
   if (r.server_us_per_decision == 0)
     r.server_us_per_decision = std::numeric_limits<double>::quiet_NaN();
   r.server_cpu_us_per_decision =
@@ -738,7 +673,7 @@ int main(int argc, char** argv) {
   auto key = [&](std::mt19937_64& rng) -> const std::string& { return keys[rng() % kKeys]; };
   std::string version;
   {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     auto r = c.command({"INFO", "server"});
     if (r.ok() && (*r)->type == REDIS_REPLY_STRING) {
       const std::string info(quota::redis::reply_string(**r));
@@ -754,7 +689,7 @@ int main(int argc, char** argv) {
   std::printf("%-20s %5s %12s %9s %9s %12s %12s %7s\n", "workload", "conns", "decisions/s",
               "p50 us", "p99 us", "server us/d", "server cpu/d", "errors");
   for (int conns : {1, 8, 50}) {
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port),
+    auto pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port),
                                                                static_cast<std::size_t>(conns));
     RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
     print("quota d1", conns, run(port, conns, seconds, 1, [&](int, std::mt19937_64& rng) {
@@ -783,7 +718,7 @@ int main(int argc, char** argv) {
     // EVALSHA per decision.
     std::string sha, noop_sha;
     {
-      quota::redis::Connection c(config(port));
+      quota::redis::Connection c(loopback(port));
       auto r = c.command({"SCRIPT", "LOAD", kNaiveLua});
       if (r.ok() && (*r)->type == REDIS_REPLY_STRING) sha = quota::redis::reply_string(**r);
       r = c.command({"SCRIPT", "LOAD", kNoopLua});
@@ -791,7 +726,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::unique_ptr<quota::redis::Connection>> conns_naive;
     for (int i = 0; i < conns; ++i) {
-      conns_naive.push_back(std::make_unique<quota::redis::Connection>(config(port)));
+      conns_naive.push_back(std::make_unique<quota::redis::Connection>(loopback(port)));
     }
     print("naive-lua d1", conns, run(port, conns, seconds, 1, [&](int t, std::mt19937_64& rng) {
             const std::string k = "naive:" + key(rng);
@@ -837,7 +772,7 @@ int main(int argc, char** argv) {
   // quota script gets exactly the arguments RedisStore::apply sends (server time).
   std::string quota_sha, naive_sha, noop_sha;
   {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     for (auto [text, sha] :
          {std::pair{quota::redis::LuaTwin<TokenBucket>::script().c_str(), &quota_sha},
           std::pair{kNaiveLua, &naive_sha}, std::pair{kNoopLua, &noop_sha}}) {
@@ -849,11 +784,11 @@ int main(int argc, char** argv) {
   auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
     const std::string k = "bench:" + key(rng);
     const std::string fingerprint = k + "\x1f" + "1" + "\x1f";
-    // Laid out as RedisStore::build does (lua_common.hpp): n, the costs, 1 (one
+    // Laid out as RedisStore::build does (lua_common.hpp): n, 1 (one cost), the cost, 1 (one
     // parameter set), the set.
     std::vector<std::string> b;
     quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, b);
-    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", fingerprint, "1", b[0], "1"};
+    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", fingerprint, "1", "1", b[0], "1"};
     a.insert(a.end(), b.begin() + 1, b.end());
   };
   auto is_array = [](const redisReply& r) { return r.type == REDIS_REPLY_ARRAY; };
@@ -910,7 +845,7 @@ int main(int argc, char** argv) {
   // quota's after time to full + 1 s): while many keys expire at once, Redis's active
   // expiry cycle may take up to 25 ms of every 100 ms, which would be the tail measured.
   auto expired_keys = [&] {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     auto r = c.command({"INFO", "stats"});
     if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) return -1.0;
     const std::string info(quota::redis::reply_string(**r));
@@ -926,7 +861,7 @@ int main(int argc, char** argv) {
   double server_wait_before = 0, client_wait_before = 0;
   std::string server_schedstat;  // the server's main thread
   {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     auto r = c.command({"INFO", "server"});
     if (r.ok() && (*r)->type == REDIS_REPLY_STRING) {
       const std::string info(quota::redis::reply_string(**r));
@@ -938,7 +873,7 @@ int main(int argc, char** argv) {
     }
   }
   auto paced_begin = [&] {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     (void)c.command({"CONFIG", "SET", "latency-monitor-threshold", "2"});
     (void)c.command({"LATENCY", "RESET"});
     cpu_before = machine_cpu();
@@ -966,7 +901,7 @@ int main(int argc, char** argv) {
     if (loop) row.extra["client_run_queue_wait_ms"] = client_wait;
     std::string server_events;
     {
-      quota::redis::Connection c(config(port));
+      quota::redis::Connection c(loopback(port));
       auto l = c.command({"LATENCY", "LATEST"});
       if (l.ok() && (*l)->type == REDIS_REPLY_ARRAY) {
         for (std::size_t i = 0; i < (*l)->elements; ++i) {
@@ -1026,7 +961,7 @@ int main(int argc, char** argv) {
   };
   const Row* peak = find_row("quota d1", 50);
   if (peak != nullptr && peak->r.decisions_per_s > 0) {
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 50);
+    auto pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port), 50);
     RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
     const double rate = peak->r.decisions_per_s / 2;
     paced_begin();
@@ -1056,10 +991,10 @@ int main(int argc, char** argv) {
   double memory = -1;
   const std::string mem_key = "bench:{tenant-1}read";
   {
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(config(port), 1);
+    auto pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port), 1);
     RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
     (void)store.apply(policy, "{tenant-1}read", Nanos{0}, 500'000);
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     auto r = c.command({"MEMORY", "USAGE", mem_key});
     auto len = c.command({"STRLEN", mem_key});
     if (r.ok() && (*r)->type == REDIS_REPLY_INTEGER) {
@@ -1079,14 +1014,14 @@ int main(int argc, char** argv) {
   {
     const double rate = 1000, burst = 50;
     std::atomic<std::int64_t> admitted{0};
-    quota::redis::Connection init(config(port));
+    quota::redis::Connection init(loopback(port));
     (void)init.command({"DEL", "naive-client"});
     const auto t0 = Clock::now();
     const auto end = t0 + std::chrono::duration<double>(seconds);
     std::vector<std::thread> threads;
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&] {
-        quota::redis::Connection c(config(port));
+        quota::redis::Connection c(loopback(port));
         while (Clock::now() < end) {
           const double now = std::chrono::duration<double>(Clock::now() - t0).count();
           auto g = c.command({"GET", "naive-client"});

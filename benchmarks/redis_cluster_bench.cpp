@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -37,7 +36,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -45,6 +43,8 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/client_threads.hpp"
+#include "support/redis_info.hpp"
 
 namespace {
 
@@ -52,7 +52,7 @@ using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::RedisStore;
 using quota::TokenBucket;
-using Clock = std::chrono::steady_clock;
+using quota::bench::loopback;
 using Item = RedisStore<TokenBucket>::BatchItem;
 
 double g_seconds = 1.5;
@@ -113,14 +113,6 @@ Cluster& cluster() {
   return c;
 }
 
-quota::redis::ConnectionConfig config(int port) {
-  return {.host = "127.0.0.1",
-          .port = port,
-          .connect_timeout = 1s,
-          .command_timeout = 2s,
-          .pool_wait = 5s};
-}
-
 const std::vector<std::string>& keys() {
   static const std::vector<std::string> k = [] {
     std::vector<std::string> v;
@@ -137,37 +129,29 @@ struct ServerUse {
   double script_us = 0;
 };
 
-double info_field(const std::string& info, const std::string& field) {
-  const auto at = info.find(field);
-  return at == std::string::npos ? 0 : std::atof(info.c_str() + at + field.size());
-}
-
 ServerUse server_use() {
   ServerUse u;
   for (int port : cluster().ports()) {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     auto r = c.command({"INFO", "all"});
     if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) continue;
     const std::string info(quota::redis::reply_string(**r));
-    u.cpu_s += info_field(info, "used_cpu_sys:") + info_field(info, "used_cpu_user:");
-    // A script's usec already includes the commands it calls; count the scripts only.
-    for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
-      const auto at = info.find(cmd);
-      if (at != std::string::npos) u.script_us += info_field(info.substr(at), "usec=");
-    }
+    u.cpu_s += quota::bench::info_cpu_seconds(info);
+    u.script_us += quota::bench::info_script_usec(info);
   }
   return u;
 }
 
 void reset_stats() {
   for (int port : cluster().ports()) {
-    quota::redis::Connection c(config(port));
+    quota::redis::Connection c(loopback(port));
     (void)c.command({"CONFIG", "RESETSTAT"});
   }
 }
 
-// Runs `threads` threads for g_seconds; each call of `one(rng)` makes `per_call`
-// decisions and returns how many of them failed. Reports the counters.
+// Runs `threads` threads for g_seconds (quota::bench::run_threads, closed loop); each
+// call of `one(rng)` makes `per_call` decisions and returns how many of them failed.
+// Reports the counters.
 void run(benchmark::State& state, int threads, int per_call,
          const std::shared_ptr<quota::redis::ClusterPool>& pool,
          const std::function<std::int64_t(std::mt19937_64&)>& one) {
@@ -179,48 +163,25 @@ void run(benchmark::State& state, int threads, int per_call,
   reset_stats();
   const ServerUse before = server_use();
   const auto writes0 = pool->pipelines();
-  std::vector<std::vector<float>> lat(static_cast<std::size_t>(threads));
-  std::atomic<std::int64_t> calls{0}, errors{0};
-  const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration<double>(g_seconds);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937_64 rng(static_cast<std::uint64_t>(t) * 7919 + 1);
-      auto& mine = lat[static_cast<std::size_t>(t)];
-      mine.reserve(1 << 16);
-      std::int64_t n = 0, e = 0;
-      while (Clock::now() < end) {
-        const auto a = Clock::now();
-        e += one(rng);
-        mine.push_back(std::chrono::duration<float, std::micro>(Clock::now() - a).count());
-        ++n;
-      }
-      calls += n;
-      errors += e;
-    });
-  }
-  for (auto& w : workers) w.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  quota::bench::ThreadsRun r = quota::bench::run_threads(
+      threads, g_seconds, [&](int, std::mt19937_64& rng) { return one(rng); }, 0, 1 << 16);
   const ServerUse after = server_use();
-  std::vector<float> all;
-  for (const auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  std::sort(all.begin(), all.end());
-  const double decisions = static_cast<double>(calls.load()) * per_call;
-  state.SetIterationTime(elapsed);
-  state.counters["decisions_per_second"] = decisions / elapsed;
+  const quota::bench::Latency lat = quota::bench::latency_of(r.latency_us);
+  const double decisions = static_cast<double>(r.calls) * per_call;
+  state.SetIterationTime(r.elapsed_s);
+  state.counters["decisions_per_second"] = decisions / r.elapsed_s;
   state.counters["server_cpu_us_per_decision"] = (after.cpu_s - before.cpu_s) * 1e6 / decisions;
   state.counters["server_script_us_per_decision"] = after.script_us / decisions;
-  state.counters["p50_us"] = all.empty() ? 0 : all[all.size() / 2];
-  state.counters["p99_us"] = all.empty() ? 0 : all[all.size() * 99 / 100];
+  state.counters["p50_us"] = lat.p50_us;
+  state.counters["p99_us"] = lat.p99_us;
   state.counters["writes_per_call"] =
-      static_cast<double>(pool->pipelines() - writes0) / static_cast<double>(calls.load());
-  state.counters["errors"] = static_cast<double>(errors.load());
+      static_cast<double>(pool->pipelines() - writes0) / static_cast<double>(r.calls);
+  state.counters["errors"] = static_cast<double>(r.errors);
   state.counters["threads"] = threads;
 }
 
 std::shared_ptr<quota::redis::ClusterPool> make_pool(int threads) {
-  return std::make_shared<quota::redis::ClusterPool>(config(cluster().ports().front()),
+  return std::make_shared<quota::redis::ClusterPool>(loopback(cluster().ports().front()),
                                                      static_cast<std::size_t>(threads));
 }
 
@@ -261,53 +222,44 @@ void BM_Cluster_Single(benchmark::State& state) {
   }
 }
 
-// args: decisions per call, threads
-void BM_Cluster_Many(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  const int threads = static_cast<int>(state.range(1));
+// Runs calls of n decisions of cost 1, keys drawn from `from`, through acquire_batch
+// (`batch`) or acquire_many, on a fresh pool and store.
+void run_items(benchmark::State& state, int n, int threads, bool batch,
+               const std::vector<std::string>& from) {
   for (auto _ : state) {
     auto pool = make_pool(threads);
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      return many_errors(store.acquire_many(kPolicy, random_items(rng, n, keys()), Nanos{0}), n);
+      const std::vector<Item> items = random_items(rng, n, from);
+      if (batch) return many_errors(store.acquire_batch(kPolicy, items, Nanos{0}), n);
+      return many_errors(store.acquire_many(kPolicy, items, Nanos{0}), n);
     });
   }
 }
 
+// args: decisions per call, threads
+void BM_Cluster_Many(benchmark::State& state) {
+  run_items(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), false,
+            keys());
+}
+
 void BM_Cluster_Batch(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  const int threads = static_cast<int>(state.range(1));
-  for (auto _ : state) {
-    auto pool = make_pool(threads);
-    auto store = make_store(pool);
-    run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      return many_errors(store.acquire_batch(kPolicy, random_items(rng, n, keys()), Nanos{0}), n);
-    });
-  }
+  run_items(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), true,
+            keys());
 }
 
 // Few tenants, many routes each: 8 tenants x 16 routes ("{hot-t}route-r"), so a batch
 // has several keys per slot and acquire_batch decides several of them per EVALSHA.
 // args: decisions per call, threads; range(2): 1 = acquire_batch, 0 = acquire_many.
 void BM_Cluster_FewTenants(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  const int threads = static_cast<int>(state.range(1));
-  const bool batch = state.range(2) != 0;
   std::vector<std::string> hot;
   for (int t = 0; t < 8; ++t) {
     for (int r = 0; r < 16; ++r) {
       hot.push_back("{hot-" + std::to_string(t) + "}route-" + std::to_string(r));
     }
   }
-  for (auto _ : state) {
-    auto pool = make_pool(threads);
-    auto store = make_store(pool);
-    run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
-      const std::vector<Item> items = random_items(rng, n, hot);
-      if (batch) return many_errors(store.acquire_batch(kPolicy, items, Nanos{0}), n);
-      return many_errors(store.acquire_many(kPolicy, items, Nanos{0}), n);
-    });
-  }
+  run_items(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+            state.range(2) != 0, hot);
 }
 
 BENCHMARK(BM_Cluster_Single)
@@ -318,18 +270,16 @@ BENCHMARK(BM_Cluster_Single)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Cluster_Many)
-    ->ArgNames({"n", "threads"})
-    ->ArgsProduct({{16, 64}, {1, 8, 32}})
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Cluster_Batch)
-    ->ArgNames({"n", "threads"})
-    ->ArgsProduct({{16, 64}, {1, 8, 32}})
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+// The rows of many/N and batch/N: n 16 and 64, each with 1, 8 and 32 threads.
+void ManyRows(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n", "threads"})
+      ->ArgsProduct({{16, 64}, {1, 8, 32}})
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Cluster_Many)->Apply(ManyRows);
+BENCHMARK(BM_Cluster_Batch)->Apply(ManyRows);
 
 BENCHMARK(BM_Cluster_FewTenants)
     ->ArgNames({"n", "threads", "batch"})

@@ -1,0 +1,46 @@
+// benchmarks/support/redis_info.hpp — what the Redis benchmarks share about their servers:
+// how they connect (loopback, generous timeouts) and what they read from INFO.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "quota/redis/connection.hpp"
+
+namespace quota::bench {
+
+// A connection to a benchmark's redis-server on 127.0.0.1:`port`.
+inline redis::ConnectionConfig loopback(int port) {
+  using namespace std::chrono_literals;
+  return {.host = "127.0.0.1",
+          .port = port,
+          .connect_timeout = 1s,
+          .command_timeout = 2s,
+          .pool_wait = 5s};
+}
+
+// The number after `field` (e.g. "used_cpu_sys:") in INFO text; 0 when absent.
+inline double info_number(const std::string& info, const std::string& field) {
+  const auto at = info.find(field);
+  return at == std::string::npos ? 0 : std::atof(info.c_str() + at + field.size());
+}
+
+// The server process's user + sys CPU seconds, from INFO cpu (or INFO all) text.
+inline double info_cpu_seconds(const std::string& info) {
+  return info_number(info, "used_cpu_sys:") + info_number(info, "used_cpu_user:");
+}
+
+// The usec spent in script commands (EVALSHA, EVAL), from INFO commandstats (or INFO all)
+// text. Commands a script calls are counted again under their own names; the script's
+// usec already includes them, so only the script commands are summed.
+inline double info_script_usec(const std::string& info) {
+  double total = 0;
+  for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
+    const auto at = info.find(cmd);
+    if (at != std::string::npos) total += info_number(info.substr(at), "usec=");
+  }
+  return total;
+}
+
+}  // namespace quota::bench
