@@ -64,6 +64,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "chart.hpp"
+#include "common/flags.hpp"
 #include "quota/lease/leased_limiter.hpp"
 #include "quota/quota.hpp"
 #include "quota/verify/envelope.hpp"
@@ -78,6 +79,11 @@ namespace {
 
 using quota::Nanos;
 using quota::TokenBucket;
+using quota::examples::Flag;
+using quota::examples::flag_integer;
+using quota::examples::flag_real;
+using quota::examples::parse_host_port;
+using quota::examples::read_flag;
 using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------- options
@@ -150,15 +156,6 @@ struct UsageError {
   std::string message;
 };
 
-template <class T>
-bool parse_number(const std::string& s, T* out) {
-  if constexpr (std::is_same_v<T, double>) {
-    return absl::SimpleAtod(s, out);
-  } else {
-    return absl::SimpleAtoi(s, out);
-  }
-}
-
 // Parses argv into `o`. Returns "" on success, else the message for a usage error; sets
 // *help when --help was given.
 std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
@@ -173,62 +170,41 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
       o.progress = false;
       continue;
     }
-    if (arg.rfind("--", 0) != 0) return absl::StrFormat("unexpected argument '%s'", arg);
-    std::string name = arg, value;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) return absl::StrFormat("%s needs a value (see --help)", name);
-      value = argv[++i];
-    }
-    auto integer = [&](std::int64_t* out, std::int64_t lo, std::int64_t hi) -> std::string {
-      std::int64_t v;
-      if (!parse_number(value, &v) || v < lo || v > hi) {
-        return absl::StrFormat("%s expects an integer in [%d, %d], got '%s'", name, lo, hi, value);
-      }
-      *out = v;
-      return "";
-    };
-    auto real = [&](double* out, double lo, double hi) -> std::string {
-      double v;
-      if (!parse_number(value, &v) || !(v >= lo && v <= hi)) {
-        return absl::StrFormat("%s expects a number in [%g, %g], got '%s'", name, lo, hi, value);
-      }
-      *out = v;
-      return "";
-    };
+    Flag flag;
+    if (std::string e = read_flag(argc, argv, i, flag); !e.empty()) return e;
+    const std::string& name = flag.name;
+    const std::string& value = flag.value;
     std::int64_t n = 0;
     std::string err;
     if (name == "--gateways") {
-      err = integer(&n, 1, 256);
+      err = flag_integer(flag, &n, 1, 256);
       o.traffic.gateways = static_cast<int>(n);
     } else if (name == "--tenants") {
-      err = integer(&n, 1, 10000);
+      err = flag_integer(flag, &n, 1, 10000);
       o.traffic.tenants = static_cast<int>(n);
     } else if (name == "--hot-gateways") {
-      err = integer(&n, 1, 256);
+      err = flag_integer(flag, &n, 1, 256);
       o.traffic.hot_gateways = static_cast<int>(n);
     } else if (name == "--hot-share") {
-      err = real(&o.traffic.hot_share, 0, 1);
+      err = flag_real(flag, &o.traffic.hot_share, 0, 1);
     } else if (name == "--shift-every") {
-      err = integer(&o.traffic.shift_every_s, 0, 1'000'000);
+      err = flag_integer(flag, &o.traffic.shift_every_s, 0, 1'000'000);
     } else if (name == "--seconds") {
-      err = integer(&o.traffic.seconds, 1, 86'400);
+      err = flag_integer(flag, &o.traffic.seconds, 1, 86'400);
     } else if (name == "--rate") {
-      err = integer(&o.rate, 1, 100'000'000);
+      err = flag_integer(flag, &o.rate, 1, 100'000'000);
     } else if (name == "--burst") {
-      err = integer(&o.burst, 1, 1'000'000'000);
+      err = flag_integer(flag, &o.burst, 1, 1'000'000'000);
     } else if (name == "--load") {
-      err = real(&o.load, 0, 1000);
+      err = flag_real(flag, &o.load, 0, 1000);
     } else if (name == "--quiet-rate") {
-      err = integer(&o.quiet_rate, 1, 100'000'000);
+      err = flag_integer(flag, &o.quiet_rate, 1, 100'000'000);
     } else if (name == "--quiet-burst") {
-      err = integer(&o.quiet_burst, 1, 1'000'000'000);
+      err = flag_integer(flag, &o.quiet_burst, 1, 1'000'000'000);
     } else if (name == "--quiet-load") {
-      err = real(&o.quiet_load, 0, 1000);
+      err = flag_real(flag, &o.quiet_load, 0, 1000);
     } else if (name == "--tick-ms") {
-      err = integer(&o.tick_ms, 1, 100);
+      err = flag_integer(flag, &o.tick_ms, 1, 100);
     } else if (name == "--seed") {
       std::uint64_t s;
       if (!absl::SimpleAtoi(value, &s))
@@ -249,9 +225,9 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
     } else if (name == "--redis") {
       o.redis = value;
     } else if (name == "--lease-q") {
-      err = integer(&o.lease_q, 1, 1'000'000'000);
+      err = flag_integer(flag, &o.lease_q, 1, 1'000'000'000);
     } else if (name == "--verify-burst") {
-      err = integer(&o.verify_burst, 0, 1'000'000'000);
+      err = flag_integer(flag, &o.verify_burst, 0, 1'000'000'000);
     } else if (name == "--svg") {
       if (value.empty()) return "--svg needs a path";
       o.svg = value;
@@ -446,14 +422,11 @@ using InProcessAuthority = quota::StoreAuthority<quota::ShardedStore, SimClock>;
 // contract exactly. The store decides on the caller's time (simulated), under a per-run
 // key prefix.
 absl::StatusOr<quota::RedisStoreOptions> redis_options(const Options& o, const Tenants& tenants) {
-  const auto colon = o.redis.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(o.redis.substr(colon + 1), &port) ||
-      port <= 0 || port > 65535) {
+  quota::redis::ConnectionConfig cfg;
+  if (!parse_host_port(o.redis, &cfg.host, &cfg.port)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--redis expects HOST:PORT, got '%s'", o.redis));
   }
-  quota::redis::ConnectionConfig cfg{.host = o.redis.substr(0, colon), .port = port};
   cfg.connect_timeout = 500ms;
   cfg.command_timeout = 500ms;
   cfg.pool_wait = 500ms;
@@ -910,14 +883,10 @@ class LocalRedis {
 int main(int argc, char** argv) {
   using namespace gateway_sim;
   Options o;
-  bool help = false;
-  if (std::string err = parse_flags(argc, argv, o, &help); !err.empty()) {
-    std::fprintf(stderr, "gateway_sim: %s\n", err.c_str());
-    return 2;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return 0;
+  if (const int rc =
+          quota::examples::parse_command_line("gateway_sim", kUsage, argc, argv, o, parse_flags);
+      rc >= 0) {
+    return rc;
   }
 #ifdef QUOTA_SIM_HAVE_REDIS
   std::unique_ptr<LocalRedis> local_redis;

@@ -42,6 +42,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flags.hpp"
 #include "quota/clock.hpp"
 #include "quota/http.hpp"
 #include "quota/policy/token_bucket.hpp"
@@ -54,6 +55,10 @@
 namespace {
 
 using namespace std::chrono_literals;
+using quota::examples::Flag;
+using quota::examples::flag_integer;
+using quota::examples::parse_host_port;
+using quota::examples::read_flag;
 
 constexpr const char* kUsage = R"(usage: http_gateway [flags]
 
@@ -128,36 +133,23 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
       *help = true;
       return "";
     }
-    if (arg.rfind("--", 0) != 0) return absl::StrFormat("unexpected argument '%s'", arg);
-    std::string name = arg, value;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) return absl::StrFormat("%s needs a value (see --help)", name);
-      value = argv[++i];
-    }
-    auto integer = [&](std::int64_t* out, std::int64_t lo, std::int64_t hi) -> std::string {
-      std::int64_t v;
-      if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
-        return absl::StrFormat("%s expects an integer in [%d, %d], got '%s'", name, lo, hi, value);
-      }
-      *out = v;
-      return "";
-    };
+    Flag flag;
+    if (std::string e = read_flag(argc, argv, i, flag); !e.empty()) return e;
+    const std::string& name = flag.name;
+    const std::string& value = flag.value;
     std::string err;
     std::int64_t n = 0;
     if (name == "--host") {
       o.host = value;
     } else if (name == "--port") {
-      err = integer(&n, 0, 65535);
+      err = flag_integer(flag, &n, 0, 65535);
       o.port = static_cast<int>(n);
     } else if (name == "--rate") {
-      err = integer(&o.rate, 0, 1'000'000'000);
+      err = flag_integer(flag, &o.rate, 0, 1'000'000'000);
     } else if (name == "--per") {
-      err = integer(&o.per_s, 1, 86'400 * 365);
+      err = flag_integer(flag, &o.per_s, 1, 86'400 * 365);
     } else if (name == "--burst") {
-      err = integer(&o.burst, 1, 1'000'000'000);
+      err = flag_integer(flag, &o.burst, 1, 1'000'000'000);
     } else if (name == "--redis") {
       o.redis = value;
     } else {
@@ -200,14 +192,10 @@ class Objects {
 
 int main(int argc, char** argv) {
   Options o;
-  bool help = false;
-  if (std::string err = parse_flags(argc, argv, o, &help); !err.empty()) {
-    std::fprintf(stderr, "http_gateway: %s\n", err.c_str());
-    return 2;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return 0;
+  if (const int rc =
+          quota::examples::parse_command_line("http_gateway", kUsage, argc, argv, o, parse_flags);
+      rc >= 0) {
+    return rc;
   }
   const quota::TokenBucket policy{.rate = {.units = o.rate, .per = std::chrono::seconds(o.per_s)},
                                   .burst = o.burst};
@@ -226,10 +214,9 @@ int main(int argc, char** argv) {
     budget = std::make_unique<LocalBudget>(policy);
   } else {
 #ifdef QUOTA_HTTP_HAVE_REDIS
-    const auto colon = o.redis.rfind(':');
+    std::string host;
     int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(o.redis.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
+    if (!parse_host_port(o.redis, &host, &port)) {
       std::fprintf(stderr, "http_gateway: --redis expects HOST:PORT, got '%s'\n", o.redis.c_str());
       return 2;
     }
@@ -239,7 +226,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto pool = std::make_shared<quota::redis::ConnectionPool>(
-        quota::redis::ConnectionConfig{.host = o.redis.substr(0, colon), .port = port}, 8);
+        quota::redis::ConnectionConfig{.host = host, .port = port}, 8);
     budget = std::make_unique<RedisBudget>(policy, quota::RedisStoreOptions{.pool = pool});
 #else
     std::fprintf(stderr,
