@@ -247,6 +247,50 @@ TEST_CASE("a key whose state was corrupted by hand is a clear data-loss error, n
   CHECK(fresh->allowed);
 }
 
+TEST_CASE("a corrupt key among several fails the call, and nothing is charged") {
+  // Several buckets are read with one MGET, which answers nil for a key of another type
+  // as for a missing one; a state of the wrong size or out of range is found only after
+  // the buckets before it in a batch were written (the script puts them back).
+  RedisStore<TokenBucket> store(options("corrupt-many"));
+  auto key = store.redis_key("{acme}c");
+  REQUIRE(key.ok());
+  auto fresh = store.redis_key("{acme}new");
+  REQUIRE(fresh.ok());
+  SECTION("another type") { run(store, {"LPUSH", *key, "x"}); }
+  SECTION("wrong size") { run(store, {"SET", *key, "17"}); }
+  SECTION("out of range") { run(store, {"SET", *key, std::string(28, '\xff')}); }
+  // "{acme}a" exists and is charged before "{acme}c" is read; "{acme}new" does not exist.
+  // (Each section runs the test again on the same keys.)
+  for (const char* k : {"{acme}a", "{acme}b"}) run(store, {"DEL", *store.redis_key(k)});
+  REQUIRE(store.apply(kTen, "{acme}a", Nanos{0}, 2).ok());
+  using Item = RedisStore<TokenBucket>::BatchItem;
+  using Req = RedisStore<TokenBucket>::Request;
+  const std::vector<Item> items = {
+      {"{acme}a", 4}, {"{acme}new", 4}, {"{acme}c", 1}, {"{acme}b", 4}};
+  auto got = store.acquire_batch(kTen, items, Nanos{0});
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == items.size());
+  for (const auto& d : *got) {
+    REQUIRE_FALSE(d.ok());
+    CHECK(absl::IsDataLoss(d.status()));
+    CHECK(d.status().message().find(*key) != absl::string_view::npos);
+  }
+  const std::vector<Req> reqs = {
+      {&kTen, "{acme}a", 4}, {&kTen, "{acme}c", 1}, {&kTen, "{acme}b", 4}};
+  auto all = store.acquire_all(reqs, Nanos{0});
+  REQUIRE_FALSE(all.ok());
+  CHECK(absl::IsDataLoss(all.status()));
+  // Nothing was charged, and the new bucket was not created. (A peek: cost 11 > burst.)
+  auto exists = run(store, {"EXISTS", *fresh});
+  CHECK(exists->integer == 0);
+  for (const auto& [good, left] : {std::pair{"{acme}a", 8}, std::pair{"{acme}b", 10}}) {
+    auto d = store.apply(kTen, good, Nanos{0}, 11);
+    REQUIRE(d.ok());
+    CHECK(d->reason == Reason::kCostExceedsBurst);
+    CHECK(d->remaining == left);
+  }
+}
+
 TEST_CASE("after SCRIPT FLUSH the store loads the script again and the decision is not lost") {
   RedisStore<TokenBucket> store(options("noscript"));
   REQUIRE(store.apply(kTen, "{acme}n", Nanos{0}, 4).ok());
@@ -387,10 +431,15 @@ TEST_CASE("acquire_batch decides a batch in one script call exactly as one by on
   RedisStore<TokenBucket> single(options("batch-ref"));
   using Item = RedisStore<TokenBucket>::BatchItem;
   const std::vector<std::string> keys = {"{a}x", "{b}y", "c", "{a}z"};
-  std::vector<Item> items;
-  for (int i = 0; i < 64; ++i) items.push_back({keys[i % keys.size()], 1 + i % 4});
-  for (int round = 0; round < 3; ++round) {
+  std::vector<Item> mixed;  // a cost per bucket
+  std::vector<Item> same;   // one cost, sent once per call
+  for (int i = 0; i < 64; ++i) {
+    mixed.push_back({keys[i % keys.size()], 1 + i % 4});
+    same.push_back({keys[i % keys.size()], 3});
+  }
+  for (int round = 0; round < 6; ++round) {
     const Nanos now{round * 700'000'000LL};
+    const std::vector<Item>& items = round % 2 == 0 ? mixed : same;
     auto got = batched.acquire_batch(kTen, items, now);
     REQUIRE(got.ok());
     REQUIRE(got->size() == items.size());

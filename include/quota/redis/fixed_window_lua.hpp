@@ -56,11 +56,11 @@ local sc, sl, smode, sw, cost, limit, mode, w
 for i = 1, n do
   local q = pbase + pstep * (i - 1)
   -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0, a1, a2, a3 = ARGV[6 + i], ARGV[q], ARGV[q + 1], ARGV[q + 2]
-  if a0 ~= sc then sc = a0; cost = tonumber(a0) end
+  local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
+  if a0 ~= sc then sc = a0; cost = a0 + 0 end
   if a1 ~= sl or a2 ~= smode or a3 ~= sw then
     sl, smode, sw = a1, a2, a3
-    limit, mode, w = tonumber(a1), tonumber(a2), tonumber(a3)
+    limit, mode, w = a1 + 0, a2 + 0, a3 + 0
   end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window', 24)

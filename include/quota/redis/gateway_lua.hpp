@@ -113,7 +113,7 @@ end
 -- Sets L's parameters from the caller's (ARGV from o) and its state to hold `remaining`
 -- micro-units at time t.
 local function with_remaining(L, o, t, remaining)
-  for k = 2, 9 do L[k] = tonumber(ARGV[o + k - 2]) end
+  for k = 2, 9 do L[k] = (ARGV[o + k - 2] + 0) end
   if L[2] == 1 then
     local cap = L[5] * M6
     L[14] = cap
@@ -125,8 +125,8 @@ local function with_remaining(L, o, t, remaining)
   L[12] = t
 end
 local function same_params(L, o)
-  return L[2] == tonumber(ARGV[o]) and L[3] == tonumber(ARGV[o + 1]) and
-    L[4] == tonumber(ARGV[o + 2]) and L[5] == tonumber(ARGV[o + 3])
+  return L[2] == (ARGV[o] + 0) and L[3] == (ARGV[o + 1] + 0) and
+    L[4] == (ARGV[o + 2] + 0) and L[5] == (ARGV[o + 3] + 0)
 end
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
@@ -169,7 +169,7 @@ local function migrate(L, o, version, t)
   if same_params(L, o) then L[1] = version; return end
   local tt = math.max(t, L[12])
   local remaining = observe(L, tt)
-  if remaining < 0 and tonumber(ARGV[o]) == 2 then L[13] = L[13] - remaining end
+  if remaining < 0 and (ARGV[o] + 0) == 2 then L[13] = L[13] - remaining end
   with_remaining(L, o, tt, remaining)
   L[1] = version
   L[13] = math.min(L[13], L[14])
@@ -201,15 +201,15 @@ end
 local t
 if ARGV[1] == '' then
   local now = redis.call('TIME')
-  t = tonumber(now[1]) * M6 + tonumber(now[2])
+  t = (now[1] + 0) * M6 + (now[2] + 0)
 else
-  t = tonumber(ARGV[1])
+  t = ARGV[1] + 0
 end
 local op = ARGV[2]
-local margin = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local version = tonumber(ARGV[5])
-local units = tonumber(ARGV[6])
+local margin = ARGV[3] + 0
+local n = ARGV[4] + 0
+local version = ARGV[5] + 0
+local units = ARGV[6] + 0
 
 if op == 'd' then
   local levels, res = {}, {t, 0}
@@ -280,7 +280,7 @@ for i = 1, n do
       if L[10] == cap then L[11] = 0 end
     else
       local s = tt
-      if spent ~= '' then s = tonumber(spent) end
+      if spent ~= '' then s = (spent + 0) end
       if idiv(s, L[6]) == idiv(L[12], L[6]) then
         local back = math.min(idiv(give, M6), L[10])
         L[10] = L[10] - back

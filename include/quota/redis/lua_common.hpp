@@ -4,7 +4,7 @@
 // bucket's also has kLuaReach). The shared contract (the
 // store builds the arguments and parses the reply, redis_store.hpp):
 //
-// KEYS[1..n]       bucket keys (one hash slot: one tenant)
+// KEYS[1..n]       bucket keys (one hash slot: one tenant; distinct in a batch)
 // KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
 // ARGV[1], ARGV[2] caller time (seconds, nanoseconds in [0, 1e9)), or '' and '' for the
 //                  server's TIME
@@ -13,13 +13,15 @@
 //                  decisions: each bucket deducted when it alone allows)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline)
 // ARGV[6]          n
-// ARGV[6+i]        bucket i's cost (i = 1..n)
-// ARGV[7+n]        s: 1 when every bucket has the same parameters (sent once), else n
-// ARGV[8+n+5(j-1)..] parameter set j: 5 values, the twin's own; bucket i uses set 1
+// ARGV[7]          k: 1 when every bucket has the same cost (sent once), else n
+// ARGV[7+j]        cost j (j = 1..k); bucket i's cost is ARGV[8 + cstep·(i-1)] (the head
+//                  sets `cstep`: 0 when k is 1, else 1)
+// ARGV[8+k]        s: 1 when every bucket has the same parameters (sent once), else n
+// ARGV[9+k+5(j-1)..] parameter set j: 5 values, the twin's own; bucket i uses set 1
 //                  when s is 1, else set i. The head sets `pbase` and `pstep` so that
 //                  bucket i's set starts at ARGV[pbase + pstep·(i-1)].
-// (Each value sent costs the server about as much as a GET: a batch of one policy sends
-// its parameters once.)
+// (Each value sent costs the server about as much as a GET: a batch of one policy and
+// one cost sends both once.)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
 //         (-1 = never), reset_after ns (-1 = never)}.
@@ -32,6 +34,10 @@
 
 namespace quota::redis {
 
+// Numbers from argument strings are read as `s + 0`: Lua 5.1 converts the string with one
+// strtod, where tonumber(s) is a function call that converts it twice (a tenth of a
+// one-bucket call's server time went to tonumber).
+//
 // Exact integer arithmetic in Lua doubles, for every script of quota: idiv (floor
 // division and remainder of integers below 2^53: the quotient of a floating division is
 // off by at most one, and one correction step fixes it) and int_in (an exact integer in
@@ -57,15 +63,23 @@ inline constexpr const char* kLuaReach = R"lua(
 local function reach(tokens, c, need, m, p)
   if tokens >= need then return 0 end
   if m == 0 then return -1 end
-  local a, b = idiv(need - tokens, m)
+  -- idiv inlined (this runs for every decision): x % m is a - floor(a / m) * m, off by at
+  -- most m, corrected in one step; then (x - r) / m is an exact quotient.
+  local d = need - tokens
+  local b = d % m
+  if b < 0 then b = b + m elseif b >= m then b = b - m end
+  local a = (d - b) / m
   local y = b * p - c
   if y > 0 then
-    local q, r = idiv(y, m)
-    if r > 0 then q = q + 1 end
-    return a * p + q
+    local r = y % m
+    if r < 0 then r = r + m elseif r >= m then r = r - m end
+    if r > 0 then return a * p + (y - r) / m + 1 end
+    return a * p + y / m
   end
-  local q = idiv(-y, m)
-  return a * p - q
+  y = -y
+  local r = y % m
+  if r < 0 then r = r + m elseif r >= m then r = r - m end
+  return a * p - (y - r) / m
 end
 )lua";
 
@@ -84,10 +98,12 @@ local function read_state(key, what, bytes, legacy)
   end
   return raw
 end
-local n = tonumber(ARGV[6])
-local pbase, pstep = 8 + n, 5
-if ARGV[7 + n] == '1' then pstep = 0 end
-local attempt_ttl = tonumber(ARGV[4])
+local n = ARGV[6] + 0
+local cstep, k = 1, n
+if ARGV[7] == '1' then cstep, k = 0, 1 end
+local pbase, pstep = 9 + k, 5
+if ARGV[8 + k] == '1' then pstep = 0 end
+local attempt_ttl = ARGV[4] + 0
 local batch = attempt_ttl < 0
 if attempt_ttl > 0 then
   local prev = redis.call('GET', KEYS[n + 1])
@@ -104,13 +120,13 @@ end
 local sec, ns
 if ARGV[1] == '' then
   local t = redis.call('TIME')
-  sec = tonumber(t[1])
-  ns = tonumber(t[2]) * 1000
+  sec = t[1] + 0
+  ns = (t[2] + 0) * 1000
 else
-  sec = tonumber(ARGV[1])
-  ns = tonumber(ARGV[2])
+  sec = ARGV[1] + 0
+  ns = ARGV[2] + 0
 end
-local margin = tonumber(ARGV[3])
+local margin = ARGV[3] + 0
 local st = {}
 local all = 1
 -- Decision i's five reply fields, after the reply's four header fields.

@@ -811,17 +811,23 @@ class RedisStore {
       call.args.push_back("0");
     }
     call.args.push_back(std::move(fingerprint));
-    // append_args gave 6 per bucket: the cost, then 5 parameters. Costs go first, then
-    // the parameters once when every bucket has the same (a batch of one policy: the
-    // server parses a fifth of the values), else once per bucket (lua_common.hpp).
+    // append_args gave 6 per bucket: the cost, then 5 parameters. The costs go first,
+    // once when every bucket has the same, then the parameters, once when every bucket
+    // has the same (a batch of one policy and one cost: the server converts a sixth of
+    // the values), else once per bucket (lua_common.hpp).
     const std::size_t n = reqs.size();
     bool shared = true;
-    for (std::size_t i = 1; i < n && shared; ++i) {
-      shared = std::equal(bucket_args.begin() + 6 * i + 1, bucket_args.begin() + 6 * i + 6,
-                          bucket_args.begin() + 1);
+    bool same_cost = true;
+    for (std::size_t i = 1; i < n; ++i) {
+      shared = shared && std::equal(bucket_args.begin() + 6 * i + 1,
+                                    bucket_args.begin() + 6 * i + 6, bucket_args.begin() + 1);
+      same_cost = same_cost && bucket_args[6 * i] == bucket_args[0];
     }
     call.args.push_back(absl::StrCat(n));
-    for (std::size_t i = 0; i < n; ++i) call.args.push_back(std::move(bucket_args[6 * i]));
+    call.args.push_back(same_cost ? std::string("1") : absl::StrCat(n));
+    for (std::size_t i = 0; i < (same_cost ? 1 : n); ++i) {
+      call.args.push_back(std::move(bucket_args[6 * i]));
+    }
     call.args.push_back(shared ? std::string("1") : absl::StrCat(n));
     for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
       for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));

@@ -46,7 +46,7 @@ local function event(raw, key)
 end
 for i = 1, n do
   local q = pbase + pstep * (i - 1)
-  local cost, limit, w = tonumber(ARGV[6 + i]), tonumber(ARGV[q]), tonumber(ARGV[q + 1])
+  local cost, limit, w = ARGV[8 + cstep * (i - 1)] + 0, ARGV[q] + 0, ARGV[q + 1] + 0
   local key = KEYS[i]
   local lkey = key .. '}l'
   local raw, corrupt = read_state(key, 'log', 24)

@@ -66,12 +66,12 @@ local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per
 for i = 1, n do
   local q = pbase + pstep * (i - 1)
   -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0, a1, a2, a3, a4, a5 = ARGV[6 + i], ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3],
-    ARGV[q + 4]
-  if a0 ~= sc then sc = a0; cost = tonumber(a0) end
+  local a0 = ARGV[8 + cstep * (i - 1)]
+  local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
+  if a0 ~= sc then sc = a0; cost = a0 + 0 end
   if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
     sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
-    limit, mode, w, W, per = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+    limit, mode, w, W, per = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
   end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window estimate', 32)
