@@ -66,6 +66,13 @@ local function reach(tokens, c, need, m, p)
   -- idiv inlined (this runs for every decision): x % m is a - floor(a / m) * m, off by at
   -- most m, corrected in one step; then (x - r) / m is an exact quotient.
   local d = need - tokens
+  if p == 1 and c == 0 then
+    -- ceil(d / m): the general case below with nothing carried (a whole rate per ns)
+    local r = d % m
+    if r < 0 then r = r + m elseif r >= m then r = r - m end
+    if r > 0 then return (d - r) / m + 1 end
+    return d / m
+  end
   local b = d % m
   if b < 0 then b = b + m elseif b >= m then b = b - m end
   local a = (d - b) / m

@@ -780,7 +780,9 @@ class RedisStore {
       if (!params.ok()) return params.status();
       call.keys.push_back(redis::bucket_key(options_.prefix, *parts));
       Twin::append_args(*reqs[i].policy, *params, reqs[i].cost, bucket_args);
-      absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
+      if (!attempt_id.empty()) {
+        absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
+      }
     }
     const bool has_attempt = !attempt_id.empty();
     if (has_attempt) {
@@ -810,7 +812,7 @@ class RedisStore {
     } else {
       call.args.push_back("0");
     }
-    call.args.push_back(std::move(fingerprint));
+    call.args.push_back(std::move(fingerprint));  // empty without an attempt: unused
     // append_args gave 6 per bucket: the cost, then 5 parameters. The costs go first,
     // once when every bucket has the same, then the parameters, once when every bucket
     // has the same (a batch of one policy and one cost: the server converts a sixth of

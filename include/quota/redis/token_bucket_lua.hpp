@@ -161,7 +161,13 @@ for pass = first, 2 do
           return undo(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
         end
       end
-      if g == 1 then c = carry else c = idiv(carry, g) end
+      -- c = floor(carry / g) (carry is stored multiplied by g), the division inlined
+      c = carry
+      if g > 1 then
+        local r = carry % g
+        if r < 0 then r = r + g elseif r >= g then r = r - g end
+        c = (carry - r) / g
+      end
       if tokens >= cap then tokens = cap; c = 0 end
       if c >= p then c = 0 end
     else
