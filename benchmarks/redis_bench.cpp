@@ -81,6 +81,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "support/client_threads.hpp"
 #include "support/redis_info.hpp"
+#include "support/redis_scripts.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -315,25 +316,8 @@ void write_json(const std::string& path, const std::map<std::string, std::string
   out << "\n  ]\n}\n";
 }
 
-// The straightforward token bucket script as commonly published.
-const char* kNaiveLua = R"lua(
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local v = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(v[1]) or burst
-local ts = tonumber(v[2]) or now
-tokens = math.min(burst, tokens + (now - ts) * rate)
-local allowed = 0
-if tokens >= cost then tokens = tokens - cost; allowed = 1 end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000))
-return allowed
-)lua";
-
-const char* kNoopLua = "return 1";
+using quota::bench::kNaiveLua;
+using quota::bench::kNoopLua;
 
 // redis-benchmark INCR: requests per second and p50 (its own numbers), server µs per
 // INCR (commandstats) and server CPU per INCR (INFO cpu).
@@ -783,12 +767,11 @@ int main(int argc, char** argv) {
   const auto params = *quota::redis::LuaTwin<TokenBucket>::params(policy);
   auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
     const std::string k = "bench:" + key(rng);
-    const std::string fingerprint = k + "\x1f" + "1" + "\x1f";
-    // Laid out as RedisStore::build does (lua_common.hpp): n, 1 (one cost), the cost, 1 (one
-    // parameter set), the set.
+    // Laid out as RedisStore::build does (lua_common.hpp): server time, margin, no attempt
+    // (and no fingerprint), n, 1 (one cost), the cost, 1 (one parameter set), the set.
     std::vector<std::string> b;
     quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, b);
-    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", fingerprint, "1", "1", b[0], "1"};
+    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", "", "1", "1", b[0], "1"};
     a.insert(a.end(), b.begin() + 1, b.end());
   };
   auto is_array = [](const redisReply& r) { return r.type == REDIS_REPLY_ARRAY; };

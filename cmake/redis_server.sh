@@ -7,7 +7,9 @@
 #                                                 (fault tests, after killing it)
 #   bash cmake/redis_server.sh stop    <dir>   — stop it (SIGTERM, then SIGKILL)
 #
-# QUOTA_REDIS_EXTRA adds redis-server arguments (cmake/redis_cluster.sh: cluster mode).
+# QUOTA_REDIS_EXTRA adds redis-server arguments (cmake/redis_cluster.sh: cluster mode);
+# QUOTA_REDIS_WRAPPER runs redis-server under a command (redis_instructions_bench:
+# valgrind), which then gets 30 s instead of 5 to answer.
 # A port is free when a server we started there answers with OUR directory: another
 # server already on the port would answer with its own, and a bind failure leaves no
 # process behind. No persistence (--save '', no AOF): the data lives in memory only.
@@ -18,10 +20,22 @@ dir=${2:?usage: redis_server.sh start|restart|stop <dir>}
 launch() {  # launch <port>: 0 when our server answers on <port>
   local port=$1
   rm -f "$dir/redis.pid"
-  redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
-    --dir "$dir" --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-    --protected-mode no ${QUOTA_REDIS_EXTRA:-} >/dev/null 2>&1 || return 1
-  for _ in $(seq 1 100); do
+  local args=(--port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir"
+    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --protected-mode no)
+  local tries=100
+  if [ -n "${QUOTA_REDIS_WRAPPER:-}" ]; then
+    # In the background rather than daemonized: a tool like valgrind answers for the
+    # process it started, not for a forked child.
+    # shellcheck disable=SC2086
+    ${QUOTA_REDIS_WRAPPER} redis-server "${args[@]}" --daemonize no \
+      ${QUOTA_REDIS_EXTRA:-} </dev/null >/dev/null 2>&1 &
+    tries=600
+  else
+    # shellcheck disable=SC2086
+    redis-server "${args[@]}" --daemonize yes ${QUOTA_REDIS_EXTRA:-} >/dev/null 2>&1 ||
+      return 1
+  fi
+  for _ in $(seq 1 "$tries"); do
     if [ -s "$dir/redis.pid" ] && ! kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
       return 1  # it exited: most likely the port was taken
     fi

@@ -1,0 +1,292 @@
+// redis_instructions_bench — what one decision costs the Redis server, counted in
+// instructions rather than timed.
+//
+// On a shared machine the server's CPU time per decision (redis_bench) moves by a factor
+// of two from run to run. This program runs redis-server under valgrind's callgrind
+// instead, which counts the instructions the server executes while it handles requests
+// (`--toggle-collect=processInputBuffer`: reading the request, running the command or
+// script, building the reply; not the event loop, the timers or the socket writes). The
+// count does not depend on the machine's load, so two workloads compare as a ratio of
+// instructions per decision. Workloads, each over 1,000 keys that exist and are busy
+// (every key is written three times first, so that its TTL has been renewed and later
+// writes keep it, as they mostly do under load):
+//   quota d1       RedisStore<TokenBucket>::apply, one EVALSHA per decision
+//   quota b16/b64  acquire_batch: 16 / 64 decisions in one EVALSHA
+//   naive-lua d1   the straightforward published script (redis_bench's kNaiveLua)
+//   noop-lua d1    EVALSHA of `return 1` with one key and the same three arguments
+//   INCR d1        the ceiling of any one-round-trip design
+// The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
+// the straightforward script's", as naive-lua's instructions per decision over quota
+// b16's; the same for d1 is reported beside it.
+//
+// Run (release build; needs valgrind, else it says so and exits 0):
+//   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
+// `--benchmark_out=FILE` (what `bash cmake/run.sh bench` passes) also names the JSON
+// file; other --benchmark_* arguments are ignored.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quota/policy/token_bucket.hpp"
+#include "quota/redis/connection.hpp"
+#include "quota/redis/redis_store.hpp"
+#include "support/redis_info.hpp"
+#include "support/redis_scripts.hpp"
+
+using namespace std::chrono_literals;
+using quota::Nanos;
+using quota::RedisStore;
+using quota::TokenBucket;
+
+namespace {
+
+std::string source_dir() {
+  std::string f = __FILE__;
+  return f.substr(0, f.rfind("/benchmarks/"));
+}
+
+// A redis-server under callgrind, started and stopped through cmake/redis_server.sh
+// (QUOTA_REDIS_WRAPPER puts valgrind in front of redis-server).
+struct CallgrindServer {
+  std::string dir;
+  int port = 0;
+  long pid = 0;
+
+  bool start() {
+    dir = "/tmp/quota-redis-instr-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string wrapper =
+        "valgrind --tool=callgrind --toggle-collect=processInputBuffer "
+        "--callgrind-out-file=" +
+        dir + "/callgrind.out.%p";
+    ::setenv("QUOTA_REDIS_WRAPPER", wrapper.c_str(), 1);
+    const std::string cmd =
+        "bash '" + source_dir() + "/cmake/redis_server.sh' start '" + dir + "' >/dev/null";
+    const bool ok = std::system(cmd.c_str()) == 0;
+    ::unsetenv("QUOTA_REDIS_WRAPPER");
+    if (!ok) return false;
+    std::ifstream(dir + "/port") >> port;
+    std::ifstream(dir + "/redis.pid") >> pid;
+    return port > 0 && pid > 0;
+  }
+
+  ~CallgrindServer() {
+    if (dir.empty()) return;
+    const std::string cmd =
+        "bash '" + source_dir() + "/cmake/redis_server.sh' stop '" + dir + "' >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not stop redis-server\n");
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  bool control(const char* what) const {
+    const std::string cmd =
+        "callgrind_control " + std::string(what) + " " + std::to_string(pid) + " >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0;
+  }
+
+  // Instructions counted since the last zero: dumps them and reads the dump's total.
+  long long instructions() const {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
+        std::filesystem::remove(e.path());
+      }
+    }
+    if (!control("-d")) return -1;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().filename().string().rfind("callgrind.out.", 0) != 0) continue;
+      std::ifstream in(e.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        for (const char* head : {"summary: ", "totals: "}) {
+          if (line.rfind(head, 0) == 0) return std::atoll(line.c_str() + std::strlen(head));
+        }
+      }
+    }
+    return -1;
+  }
+};
+
+struct Row {
+  std::string name;
+  long long calls = 0;
+  int decisions_per_call = 1;
+  double per_call = 0;
+  double per_decision() const { return per_call / decisions_per_call; }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long long calls = 2000;  // per single-decision row; batches make calls / 8
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--calls" && i + 1 < argc) {
+      calls = std::atoll(argv[++i]);
+    } else if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a.rfind("--benchmark_out=", 0) == 0) {
+      json_path = a.substr(16);
+    } else if (a.rfind("--benchmark_", 0) != 0) {
+      std::fprintf(stderr, "usage: %s [--calls N] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (calls < 100) calls = 100;
+  if (std::system("command -v valgrind >/dev/null 2>&1 && command -v callgrind_control "
+                  ">/dev/null 2>&1") != 0) {
+    std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
+    return 0;
+  }
+  CallgrindServer server;
+  if (!server.start()) {
+    std::fprintf(stderr,
+                 "redis_instructions_bench: could not start redis-server under "
+                 "callgrind\n");
+    return 1;
+  }
+  const quota::redis::ConnectionConfig cfg = [&] {
+    auto c = quota::bench::loopback(server.port);
+    c.command_timeout = 30s;  // the server runs ~50x slower under valgrind
+    return c;
+  }();
+  auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, 1);
+  // A margin of 10 minutes keeps every key alive through the run (valgrind is slow):
+  // what is measured is the busy bucket, as in redis_bench, not creation.
+  RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:", .ttl_margin = 600s});
+  const TokenBucket policy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
+  quota::redis::Connection conn(cfg);
+  std::string naive_sha, noop_sha;
+  for (auto [text, sha] : {std::pair{quota::bench::kNaiveLua, &naive_sha},
+                           std::pair{quota::bench::kNoopLua, &noop_sha}}) {
+    auto r = conn.command({"SCRIPT", "LOAD", text});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
+      std::fprintf(stderr, "SCRIPT LOAD failed\n");
+      return 1;
+    }
+    *sha = quota::redis::reply_string(**r);
+  }
+  constexpr int kKeys = 1'000;
+  auto key = [](std::uint64_t i) { return "{tenant-" + std::to_string(i % kKeys) + "}read"; };
+  using Item = RedisStore<TokenBucket>::BatchItem;
+  int errors = 0;
+  // One decision (or batch) with a random key from `rng`.
+  const std::function<bool(std::mt19937_64&, int)> quota_call = [&](std::mt19937_64& rng,
+                                                                    int batch) {
+    if (batch == 1) return store.apply(policy, key(rng()), Nanos{0}, 1).ok();
+    std::vector<std::string> names;
+    for (int j = 0; j < batch; ++j) names.push_back(key(rng()));
+    std::vector<Item> items;
+    for (const auto& n : names) items.push_back({n, 1});
+    auto r = store.acquire_batch(policy, items, Nanos{0});
+    if (!r.ok()) return false;
+    for (const auto& d : *r) {
+      if (!d.ok()) return false;
+    }
+    return true;
+  };
+  // The naive script's own TTL is burst / rate (1 s at redis_bench's policy); a rate of
+  // 1,000/s keeps its keys for 1,000 s here. Its arithmetic does not depend on the values.
+  auto script_call = [&](const std::string& sha, std::mt19937_64& rng) {
+    const std::string k = "naive:" + key(rng());
+    auto r = conn.command({"EVALSHA", sha, "1", k, "1000", "1000000", "1"});
+    return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
+  };
+  auto incr_call = [&](std::mt19937_64& rng) {
+    auto r = conn.command({"INCR", "incr:" + key(rng())});
+    return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
+  };
+
+  // Every key busy: three writes each (the quota keys in batches of 50), the naive
+  // script's once (its TTL is never renewed by a later write).
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int first = 0; first < kKeys; first += 50) {
+      std::vector<std::string> names;
+      for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
+      std::vector<Item> items;
+      for (const auto& n : names) items.push_back({n, 1});
+      errors += !store.acquire_batch(policy, items, Nanos{0}).ok();
+    }
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    auto r = conn.command({"EVALSHA", naive_sha, "1", "naive:" + key(i), "1000", "1000000", "1"});
+    errors += !r.ok();
+  }
+
+  std::vector<Row> rows;
+  auto measure = [&](const std::string& name, int per_call, long long n,
+                     const std::function<bool(std::mt19937_64&)>& one) {
+    std::mt19937_64 rng(2);
+    for (int i = 0; i < 20; ++i) errors += !one(rng);  // the script loaded, buffers grown
+    if (!server.control("-z")) {
+      ++errors;
+      return;
+    }
+    for (long long i = 0; i < n; ++i) errors += !one(rng);
+    const long long ir = server.instructions();
+    if (ir < 0) {
+      ++errors;
+      return;
+    }
+    Row row{.name = name, .calls = n, .decisions_per_call = per_call};
+    row.per_call = static_cast<double>(ir) / static_cast<double>(n);
+    rows.push_back(row);
+    std::printf("%-14s %6lld calls  %10.0f instructions/call  %9.0f /decision\n", name.c_str(), n,
+                row.per_call, row.per_decision());
+    std::fflush(stdout);
+  };
+  std::printf("redis_instructions_bench: redis-server under callgrind on port %d, %d keys\n",
+              server.port, kKeys);
+  measure("quota d1", 1, calls, [&](std::mt19937_64& r) { return quota_call(r, 1); });
+  measure("quota b16", 16, calls / 8, [&](std::mt19937_64& r) { return quota_call(r, 16); });
+  measure("quota b64", 64, calls / 32, [&](std::mt19937_64& r) { return quota_call(r, 64); });
+  measure("naive-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(naive_sha, r); });
+  measure("noop-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(noop_sha, r); });
+  measure("INCR d1", 1, calls, incr_call);
+
+  auto find = [&](const std::string& name) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.name == name) return &r;
+    }
+    return nullptr;
+  };
+  const Row* naive = find("naive-lua d1");
+  const Row* b16 = find("quota b16");
+  const Row* d1 = find("quota d1");
+  const double b16_ratio = naive && b16 ? naive->per_decision() / b16->per_decision() : 0;
+  const double d1_ratio = naive && d1 ? naive->per_decision() / d1->per_decision() : 0;
+  std::printf(
+      "decisions per Redis core (by instructions) vs the straightforward script: "
+      "b16 %.2fx (target >= 2: %s), d1 %.2fx; errors %d\n",
+      b16_ratio, b16_ratio >= 2 ? "met" : "not met", d1_ratio, errors);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << "{\n  \"context\": {\"tool\": \"callgrind --toggle-collect=processInputBuffer\", "
+           "\"keys\": "
+        << kKeys << ", \"errors\": " << errors << "},\n  \"benchmarks\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out << (i ? "," : "") << "\n    {\"name\": \"" << r.name
+          << "\", \"run_type\": \"iteration\", \"iterations\": " << r.calls
+          << ", \"instructions_per_call\": " << r.per_call
+          << ", \"instructions_per_decision\": " << r.per_decision() << "}";
+    }
+    out << "\n  ],\n  \"targets\": [\n    {\"name\": \"b16_per_core_vs_naive_instructions\", "
+           "\"value\": "
+        << b16_ratio << ", \"target\": 2, \"met\": " << (b16_ratio >= 2 ? "true" : "false")
+        << "},\n    {\"name\": \"d1_per_core_vs_naive_instructions\", \"value\": " << d1_ratio
+        << "}\n  ]\n}\n";
+  }
+  return errors == 0 ? 0 : 1;
+}
