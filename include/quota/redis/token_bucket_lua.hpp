@@ -90,8 +90,17 @@ local MAXOFF = 4294967295
 local raws
 if n == 1 then
   raws = {redis.pcall('GET', KEYS[1])}
-else
+elseif n <= 4000 then
   raws = redis.call('MGET', unpack(KEYS, 1, n))
+else
+  -- in slices: Lua unpacks at most about 8,000 values onto its stack
+  raws = {}
+  for lo = 1, n, 4000 do
+    local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
+    for j = 1, #part do raws[lo + j - 1] = part[j] end
+  end
+end
+if n > 1 then
   for i = 1, n do
     if not raws[i] then
       local _, corrupt = read_state(KEYS[i], 'bucket', 28, 32)
