@@ -11,7 +11,7 @@
 // ARGV[3]          TTL margin, ms
 // ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
 //                  decisions: each bucket deducted when it alone allows)
-// ARGV[5]          attempt fingerprint (keys and costs; no newline)
+// ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
 // ARGV[6]          n
 // ARGV[7]          k: 1 when every bucket has the same cost (sent once), else n
 // ARGV[7+j]        cost j (j = 1..k); bucket i's cost is ARGV[8 + cstep·(i-1)] (the head
@@ -63,7 +63,7 @@ inline constexpr const char* kLuaReach = R"lua(
 local function reach(tokens, c, need, m, p)
   if tokens >= need then return 0 end
   if m == 0 then return -1 end
-  -- idiv inlined (this runs for every decision): x % m is a - floor(a / m) * m, off by at
+  -- idiv inlined (this runs for every decision): x % m is x - floor(x / m) * m, off by at
   -- most m, corrected in one step; then (x - r) / m is an exact quotient.
   local d = need - tokens
   if p == 1 and c == 0 then

@@ -57,7 +57,7 @@
 // ARGV[1], ARGV[2] caller time (seconds, nanoseconds), or '' and '' for the server's TIME
 // ARGV[3]          TTL margin, ms
 // ARGV[4]          attempt TTL, ms ('0': no attempt)
-// ARGV[5]          attempt fingerprint (keys and costs; no newline)
+// ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
 // ARGV[6]          n
 // ARGV[7]          k: 1 when all buckets have the same cost (sent once), else n
 // ARGV[7+j]        cost j (clamped to [0, burst+1])
