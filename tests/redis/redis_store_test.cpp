@@ -291,6 +291,47 @@ TEST_CASE("a corrupt key among several fails the call, and nothing is charged") 
   }
 }
 
+TEMPLATE_TEST_CASE("a corrupt window among several fails the batch, and nothing is charged", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  // A batch writes each window as it decides it: the script puts back the windows written
+  // before the corrupt one.
+  RedisStore<TestType> store(
+      options(std::string("corrupt-win-") + std::to_string(sizeof(typename TestType::State))));
+  const TestType ten{.limit = 10, .window = std::chrono::hours(1)};
+  auto key = store.redis_key("{acme}c");
+  REQUIRE(key.ok());
+  auto fresh = store.redis_key("{acme}new");
+  REQUIRE(fresh.ok());
+  auto lease = store.options().pool->acquire();
+  REQUIRE(lease.ok());
+  auto cmd = [&](std::vector<std::string_view> args) {
+    auto r = (*lease)->command(args);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  SECTION("another type") { cmd({"LPUSH", *key, "x"}); }
+  SECTION("wrong size") { cmd({"SET", *key, "17"}); }
+  for (const char* k : {"{acme}a", "{acme}b"}) cmd({"DEL", *store.redis_key(k)});
+  REQUIRE(store.apply(ten, "{acme}a", Nanos{0}, 2).ok());
+  using Item = typename RedisStore<TestType>::BatchItem;
+  const std::vector<Item> items = {
+      {"{acme}a", 4}, {"{acme}new", 4}, {"{acme}c", 1}, {"{acme}b", 4}};
+  auto got = store.acquire_batch(ten, items, Nanos{0});
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == items.size());
+  for (const auto& d : *got) {
+    REQUIRE_FALSE(d.ok());
+    CHECK(absl::IsDataLoss(d.status()));
+  }
+  CHECK(cmd({"EXISTS", *fresh})->integer == 0);
+  for (const auto& [good, left] : {std::pair{"{acme}a", 8}, std::pair{"{acme}b", 10}}) {
+    auto d = store.apply(ten, good, Nanos{0}, 11);  // a peek: cost 11 > limit
+    REQUIRE(d.ok());
+    CHECK(d->reason == Reason::kCostExceedsBurst);
+    CHECK(d->remaining == left);
+  }
+}
+
 TEST_CASE("after SCRIPT FLUSH the store loads the script again and the decision is not lost") {
   RedisStore<TokenBucket> store(options("noscript"));
   REQUIRE(store.apply(kTen, "{acme}n", Nanos{0}, 4).ok());

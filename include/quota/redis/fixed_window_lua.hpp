@@ -40,6 +40,7 @@ local function to_next(mode, w, s1, n1)
   return (w - r) * 1000000000 - n1
 end
 local out = {0, sec, ns, 1}
+seen = {}
 -- Writes window i's state (after any charge) and its part of the reply.
 local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
   local reset = 0
@@ -64,13 +65,14 @@ for i = 1, n do
   end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window', 24)
-  if corrupt then return corrupt end
+  if corrupt then return fail(corrupt) end
+  seen[i] = raw or false
   local count, lsec, lns
   if raw then
     count, lsec, lns = struct.unpack('<ddd', raw)
     if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -1e12, 1e12) and
             int_in(lns, 0, 999999999)) then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+      return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
     end
   else
     count, lsec, lns = 0, sec, ns
@@ -93,6 +95,7 @@ for i = 1, n do
   if single then
     if ok == 1 then count = count + cost end
     finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
+    nwritten = i
   else
     st[i] = {key, count, lsec, lns, cost, ok, reason, retry, limit, mode, w}
   end

@@ -28,7 +28,8 @@
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
 // The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and sets `n`,
-// `margin`, `st` (per-bucket scratch) and `all`. The body must fill `out` (the reply). The tail
+// `margin`, `st` (per-bucket scratch), `all`, and `seen`, `nwritten` and `fail` (a failed
+// batch charges nothing). The body must fill `out` (the reply). The tail
 // stores the attempt's reply and returns `out`.
 #pragma once
 
@@ -136,6 +137,18 @@ end
 local margin = ARGV[3] + 0
 local st = {}
 local all = 1
+-- A batch writes each bucket as soon as it is decided. A corrupt state found after some
+-- were written fails the call, and `fail` first puts those back as they were read, so
+-- that a failed call charges nothing: a twin keeps `seen[i]` (bucket i's state as read,
+-- false when the key was missing; the twin creates the table) and `nwritten` (buckets
+-- 1..nwritten written).
+local seen, nwritten = nil, 0
+local function fail(err)
+  for j = 1, nwritten do
+    if seen[j] then redis.call('SET', KEYS[j], seen[j], 'KEEPTTL') else redis.call('DEL', KEYS[j]) end
+  end
+  return err
+end
 -- Decision i's five reply fields, after the reply's four header fields.
 local function put(out, i, ok, reason, rem, retry, reset)
   local k = 5 * i - 1

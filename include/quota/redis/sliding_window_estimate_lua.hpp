@@ -50,6 +50,7 @@ local function muldiv(a, b, c)
   return q
 end
 local out = {0, sec, ns, 1}
+seen = {}
 -- Writes window i's state (after any charge) and its part of the reply.
 local function finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
   local reset = 0
@@ -75,13 +76,14 @@ for i = 1, n do
   end
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window estimate', 32)
-  if corrupt then return corrupt end
+  if corrupt then return fail(corrupt) end
+  seen[i] = raw or false
   local cur, prev, lsec, lns
   if raw then
     cur, prev, lsec, lns = struct.unpack('<dddd', raw)
     if not (int_in(cur, 0, 4503599627370495) and int_in(prev, 0, 4503599627370495) and
             int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+      return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
     end
   else
     cur, prev, lsec, lns = 0, 0, sec, ns
@@ -139,6 +141,7 @@ for i = 1, n do
   if single then
     if ok == 1 then cur = cur + cost end
     finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
+    nwritten = i
   else
     st[i] = {key, cur, prev, lsec, lns, cost, ok, reason, retry, limit, W, el}
   end

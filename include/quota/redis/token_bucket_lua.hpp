@@ -108,16 +108,7 @@ if n > 1 then
     end
   end
 end
--- A corrupt state found after some buckets of a batch were written: every bucket goes
--- back to the state it had (MGET's), and the call is the error, so that it charges
--- nothing.
-local written = 0
-local function undo(err)
-  for j = 1, written do
-    if raws[j] then redis.call('SET', KEYS[j], raws[j], 'KEEPTTL') else redis.call('DEL', KEYS[j]) end
-  end
-  return err
-end
+seen = raws
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones, each
 -- deducted when it alone allows. All-or-nothing over several buckets takes two: the first
 -- decides every bucket and writes none (out[4]: all allowed), the second decides each
@@ -153,13 +144,13 @@ for pass = first, 2 do
       local len = #raw
       if len ~= 28 and (len ~= 32 or type(raw) ~= 'string') then
         local _, corrupt = read_state(key, 'bucket', 28, 32)
-        return undo(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
+        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
       if len == 28 then
         local off
         tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
         if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
-          return undo(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
         end
         if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
       else
@@ -167,7 +158,7 @@ for pass = first, 2 do
         tokens, carry, lsec, lns = sunpack('<dddd', raw)
         if not (int_in(tokens, 0, 9007199254740991) and int_in(carry, 0, 9007199254740991) and
                 int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
-          return undo(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
         end
       end
       -- c = floor(carry / g) (carry is stored multiplied by g), the division inlined
@@ -253,7 +244,7 @@ for pass = first, 2 do
       else
         redis.call('SET', key, v, 'KEEPTTL')
       end
-      written = i
+      nwritten = i
       local r = tokens % 1000000
       if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
       put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
