@@ -3,9 +3,12 @@
 // bounds, corrupted state, NOSCRIPT recovery, idempotent attempts (with a lost reply),
 // hierarchical all-or-nothing checks and pipelined batches.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -247,61 +250,50 @@ TEST_CASE("a key whose state was corrupted by hand is a clear data-loss error, n
   CHECK(fresh->allowed);
 }
 
-TEST_CASE("a corrupt key among several fails the call, and nothing is charged") {
-  // Several buckets are read with one MGET, which answers nil for a key of another type
-  // as for a missing one; a state of the wrong size or out of range is found only after
-  // the buckets before it in a batch were written (the script puts them back).
-  RedisStore<TokenBucket> store(options("corrupt-many"));
-  auto key = store.redis_key("{acme}c");
-  REQUIRE(key.ok());
-  auto fresh = store.redis_key("{acme}new");
-  REQUIRE(fresh.ok());
-  SECTION("another type") { run(store, {"LPUSH", *key, "x"}); }
-  SECTION("wrong size") { run(store, {"SET", *key, "17"}); }
-  SECTION("out of range") { run(store, {"SET", *key, std::string(28, '\xff')}); }
-  // "{acme}a" exists and is charged before "{acme}c" is read; "{acme}new" does not exist.
-  // (Each section runs the test again on the same keys.)
-  for (const char* k : {"{acme}a", "{acme}b"}) run(store, {"DEL", *store.redis_key(k)});
-  REQUIRE(store.apply(kTen, "{acme}a", Nanos{0}, 2).ok());
-  using Item = RedisStore<TokenBucket>::BatchItem;
-  using Req = RedisStore<TokenBucket>::Request;
-  const std::vector<Item> items = {
-      {"{acme}a", 4}, {"{acme}new", 4}, {"{acme}c", 1}, {"{acme}b", 4}};
-  auto got = store.acquire_batch(kTen, items, Nanos{0});
-  REQUIRE(got.ok());
-  REQUIRE(got->size() == items.size());
-  for (const auto& d : *got) {
-    REQUIRE_FALSE(d.ok());
-    CHECK(absl::IsDataLoss(d.status()));
-    CHECK(d.status().message().find(*key) != absl::string_view::npos);
-  }
-  const std::vector<Req> reqs = {
-      {&kTen, "{acme}a", 4}, {&kTen, "{acme}c", 1}, {&kTen, "{acme}b", 4}};
-  auto all = store.acquire_all(reqs, Nanos{0});
-  REQUIRE_FALSE(all.ok());
-  CHECK(absl::IsDataLoss(all.status()));
-  // Nothing was charged, and the new bucket was not created. (A peek: cost 11 > burst.)
-  auto exists = run(store, {"EXISTS", *fresh});
-  CHECK(exists->integer == 0);
-  for (const auto& [good, left] : {std::pair{"{acme}a", 8}, std::pair{"{acme}b", 10}}) {
-    auto d = store.apply(kTen, good, Nanos{0}, 11);
-    REQUIRE(d.ok());
-    CHECK(d->reason == Reason::kCostExceedsBurst);
-    CHECK(d->remaining == left);
-  }
-}
+namespace {
 
-TEMPLATE_TEST_CASE("a corrupt window among several fails the batch, and nothing is charged", "",
-                   quota::FixedWindow, quota::SlidingWindowEstimate) {
-  // A batch writes each window as it decides it: the script puts back the windows written
-  // before the corrupt one.
-  RedisStore<TestType> store(
-      options(std::string("corrupt-win-") + std::to_string(sizeof(typename TestType::State))));
-  const TestType ten{.limit = 10, .window = std::chrono::hours(1)};
-  auto key = store.redis_key("{acme}c");
-  REQUIRE(key.ok());
-  auto fresh = store.redis_key("{acme}new");
-  REQUIRE(fresh.ok());
+// Each policy with a budget of 10, and the size of its twin's packed state (a corrupt
+// state of that size is only found out of range).
+template <class P>
+struct TenOf;
+template <>
+struct TenOf<TokenBucket> {
+  static constexpr const char* name = "token-bucket";
+  static constexpr std::size_t bytes = 28;
+  static TokenBucket policy() { return {.rate = {.units = 1, .per = 600s}, .burst = 10}; }
+};
+template <class W, std::size_t Bytes>
+struct TenOfWindow {
+  static constexpr std::size_t bytes = Bytes;
+  static W policy() { return {.limit = 10, .window = 1h}; }
+};
+template <>
+struct TenOf<quota::FixedWindow> : TenOfWindow<quota::FixedWindow, 24> {
+  static constexpr const char* name = "fixed-window";
+};
+template <>
+struct TenOf<quota::SlidingWindowEstimate> : TenOfWindow<quota::SlidingWindowEstimate, 32> {
+  static constexpr const char* name = "window-estimate";
+};
+template <>
+struct TenOf<quota::SlidingLog> : TenOfWindow<quota::SlidingLog, 24> {
+  static constexpr const char* name = "sliding-log";
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is charged", "",
+                   TokenBucket, quota::FixedWindow, quota::SlidingWindowEstimate,
+                   quota::SlidingLog) {
+  // The token bucket reads a batch's states with one MGET, which answers nil for a key of
+  // another type as for a missing one; the twins that write each bucket as they decide it
+  // find a state of the wrong size or out of range only after the buckets before it were
+  // written (the script puts them back); the sliding log finds a malformed event after
+  // the expired events of the buckets before it were counted (it trims them only when
+  // the whole call succeeds).
+  using Ten = TenOf<TestType>;
+  const TestType ten = Ten::policy();
+  RedisStore<TestType> store(options(std::string("corrupt-many-") + Ten::name));
   auto lease = store.options().pool->acquire();
   REQUIRE(lease.ok());
   auto cmd = [&](std::vector<std::string_view> args) {
@@ -309,26 +301,59 @@ TEMPLATE_TEST_CASE("a corrupt window among several fails the batch, and nothing 
     REQUIRE(r.ok());
     return std::move(*r);
   };
+  auto key = store.redis_key("{acme}c");
+  REQUIRE(key.ok());
+  auto fresh = store.redis_key("{acme}new");
+  REQUIRE(fresh.ok());
+  const std::string events = *key + "}l";  // the sliding log's event list
+  // Each section runs the test again on the same keys.
+  for (const char* k : {"{acme}a", "{acme}b", "{acme}c"}) {
+    const std::string rk = *store.redis_key(k);
+    cmd({"DEL", rk, rk + "}l"});
+  }
   SECTION("another type") { cmd({"LPUSH", *key, "x"}); }
   SECTION("wrong size") { cmd({"SET", *key, "17"}); }
-  for (const char* k : {"{acme}a", "{acme}b"}) cmd({"DEL", *store.redis_key(k)});
-  REQUIRE(store.apply(ten, "{acme}a", Nanos{0}, 2).ok());
+  SECTION("out of range") { cmd({"SET", *key, std::string(Ten::bytes, '\xff')}); }
+  if constexpr (std::is_same_v<TestType, quota::SlidingLog>) {
+    SECTION("a malformed event") { cmd({"RPUSH", events, "x"}); }
+  }
+  // "{acme}a" was charged at 0 and 30 min; at t (past the window: the sliding log's first
+  // event has left) it is decided before "{acme}c" is read. "{acme}new" does not exist.
+  // The expected state comes from the C++ policy.
+  const Nanos t = 1h + 1s;
+  auto model = ten.init(Nanos{0});
+  for (const auto& [when, cost] : {std::pair{Nanos{0}, 2}, std::pair{Nanos{30min}, 3}}) {
+    REQUIRE(store.apply(ten, "{acme}a", when, cost).ok());
+    ten.apply(model, when, cost);
+  }
   using Item = typename RedisStore<TestType>::BatchItem;
+  using Req = typename RedisStore<TestType>::Request;
   const std::vector<Item> items = {
       {"{acme}a", 4}, {"{acme}new", 4}, {"{acme}c", 1}, {"{acme}b", 4}};
-  auto got = store.acquire_batch(ten, items, Nanos{0});
+  auto got = store.acquire_batch(ten, items, t);
   REQUIRE(got.ok());
   REQUIRE(got->size() == items.size());
   for (const auto& d : *got) {
     REQUIRE_FALSE(d.ok());
     CHECK(absl::IsDataLoss(d.status()));
+    CHECK(d.status().message().find(*key) != absl::string_view::npos);
   }
-  CHECK(cmd({"EXISTS", *fresh})->integer == 0);
-  for (const auto& [good, left] : {std::pair{"{acme}a", 8}, std::pair{"{acme}b", 10}}) {
-    auto d = store.apply(ten, good, Nanos{0}, 11);  // a peek: cost 11 > limit
+  const std::vector<Req> reqs = {{&ten, "{acme}a", 4}, {&ten, "{acme}c", 1}, {&ten, "{acme}b", 4}};
+  auto all = store.acquire_all(reqs, t);
+  REQUIRE_FALSE(all.ok());
+  CHECK(absl::IsDataLoss(all.status()));
+  // Nothing was charged or trimmed, and the new bucket was not created. (A peek: cost 11
+  // is over the budget.)
+  CHECK(cmd({"EXISTS", *fresh, *fresh + "}l"})->integer == 0);
+  auto untouched = ten.init(t);
+  for (const auto& [good, expected] : {std::pair{"{acme}a", ten.apply(model, t, 11)},
+                                       std::pair{"{acme}b", ten.apply(untouched, t, 11)}}) {
+    INFO(good);
+    auto d = store.apply(ten, good, t, 11);
     REQUIRE(d.ok());
     CHECK(d->reason == Reason::kCostExceedsBurst);
-    CHECK(d->remaining == left);
+    CHECK(d->remaining == expected.remaining);
+    CHECK(d->reset_after == expected.reset_after);
   }
 }
 

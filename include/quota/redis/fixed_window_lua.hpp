@@ -53,6 +53,8 @@ local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, 
 end
 -- One pass for one window or a batch of independent ones; two for all-or-nothing.
 local single = batch or n == 1
+local st -- all-or-nothing: each window's decision, until all are known
+if not single then st = {} end
 local sc, sl, smode, sw, cost, limit, mode, w
 for i = 1, n do
   local q = pbase + pstep * (i - 1)

@@ -27,10 +27,10 @@
 //         (-1 = never), reset_after ns (-1 = never)}.
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
-// The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and sets `n`,
-// `margin`, `st` (per-bucket scratch), `all`, and `seen`, `nwritten` and `fail` (a failed
-// batch charges nothing). The body must fill `out` (the reply). The tail
-// stores the attempt's reply and returns `out`.
+// The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and
+// sets `n`, `margin`, `all`, and `seen`, `nwritten` and `fail` (a failed batch charges
+// nothing). The body must fill `out` (the reply); a body that decides in two passes keeps
+// its own scratch table. The tail stores the attempt's reply and returns `out`.
 #pragma once
 
 namespace quota::redis {
@@ -135,7 +135,6 @@ else
   ns = ARGV[2] + 0
 end
 local margin = ARGV[3] + 0
-local st = {}
 local all = 1
 -- A batch writes each bucket as soon as it is decided. A corrupt state found after some
 -- were written fails the call, and `fail` first puts those back as they were read, so

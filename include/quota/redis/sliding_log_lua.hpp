@@ -11,11 +11,13 @@
 //   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
 //                    nanoseconds, cost). No valid bucket key ends in '}', so the list
 //                    never collides with another bucket.
-// Expired events are popped from the head (amortized O(1)); a denial scans from the
-// head until the excess is covered (O(events that must leave)). At most `limit` events
-// are live. Both keys expire at reset_after (every event has left) plus the margin.
-// (The list key is derived inside the script rather than passed in KEYS; it is in the
-// same slot, which is what Redis Cluster checks.)
+// Expired events are trimmed from the head (amortized O(1)); a denial scans from the
+// first live event until the excess is covered (O(events that must leave)). At most
+// `limit` events are live. The first pass over the buckets only reads (a corrupt bucket
+// fails the call before anything is written); the second writes. Both keys expire at
+// reset_after (every event has left) plus the margin. (The list key is derived inside
+// the script rather than passed in KEYS; it is in the same slot, which is what Redis
+// Cluster checks.)
 //
 // Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event
 // is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
@@ -44,6 +46,7 @@ local function event(raw, key)
   end
   return es, en, ec
 end
+local st = {} -- each bucket's decision: the first pass reads and decides, the second writes
 for i = 1, n do
   local q = pbase + pstep * (i - 1)
   local cost, limit, w = ARGV[8 + cstep * (i - 1)] + 0, ARGV[q] + 0, ARGV[q + 1] + 0
@@ -66,16 +69,25 @@ for i = 1, n do
     return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ' is not a quota event list')
   end
   if sec > lsec or (sec == lsec and ns > lns) then lsec, lns = sec, ns end
-  while len > 0 do
-    local es, en, ec = event(redis.call('LINDEX', lkey, 0))
-    if es == nil then
-      return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
+  -- The first `drop` events have left the window. They are only counted here and trimmed
+  -- in the second pass: a later bucket of this call may be corrupt, and a failed call
+  -- changes nothing. Read in growing chunks: usually none or one has left.
+  local drop, step, live = 0, 1, false
+  while not live and drop < len do
+    local chunk = redis.call('LRANGE', lkey, drop, drop + step - 1)
+    if #chunk == 0 then break end
+    for j = 1, #chunk do
+      local es, en, ec = event(chunk[j])
+      if es == nil then
+        return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
+      end
+      if age(lsec, lns, es, en, w) < w then live = true; break end
+      drop = drop + 1
+      used = used - ec
     end
-    if age(lsec, lns, es, en, w) < w then break end
-    redis.call('LPOP', lkey)
-    len = len - 1
-    used = used - ec
+    if step < 256 then step = step * 8 end
   end
+  len = len - drop
   if used < 0 or (len == 0 and used ~= 0) then
     return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used does not match the events')
   end
@@ -88,7 +100,7 @@ for i = 1, n do
     ok = 1; reason = 0
   else
     local excess = used + cost - limit
-    local acc, from = 0, 0
+    local acc, from = 0, drop
     while retry == 0 do
       local chunk = redis.call('LRANGE', lkey, from, from + 63)
       if #chunk == 0 then
@@ -109,12 +121,13 @@ for i = 1, n do
     end
   end
   if ok == 0 then all = 0 end
-  st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w}
+  st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w, drop}
 end
 local out = {0, sec, ns, all}
 for i = 1, n do
   local s = st[i]
   local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
+  if s[13] > 0 then redis.call('LTRIM', lkey, s[13], -1) end
   if all == 1 or (batch and s[8] == 1) then
     redis.call('RPUSH', lkey, struct.pack('<ddd', lsec, lns, s[7]))
     used = used + s[7]

@@ -63,6 +63,8 @@ local function finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W,
 end
 -- One pass for one window or a batch of independent ones; two for all-or-nothing.
 local single = batch or n == 1
+local st -- all-or-nothing: each window's decision, until all are known
+if not single then st = {} end
 local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per
 for i = 1, n do
   local q = pbase + pstep * (i - 1)
