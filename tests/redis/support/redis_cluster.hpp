@@ -75,6 +75,46 @@ inline int slot_owner(int slot) {
   return 0;
 }
 
+// Every node's view of `slot`, for failure messages: per node, the owner it names and
+// its own line of CLUSTER NODES when that marks the slot migrating or importing
+// ("[slot->-id]", "[slot-<-id]"), and how many of the slot's keys it holds.
+inline std::string slot_report(int slot) {
+  std::string out;
+  const std::string marker = "[" + std::to_string(slot) + "-";
+  for (int port : cluster_ports()) {
+    redis::Connection c(node_config(port));
+    out += "\n  node " + std::to_string(port) + ":";
+    auto slots = c.command({"CLUSTER", "SLOTS"});
+    if (slots.ok() && (*slots)->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t i = 0; i < (*slots)->elements; ++i) {
+        const redisReply* range = (*slots)->element[i];
+        if (range->element[0]->integer <= slot && slot <= range->element[1]->integer) {
+          out += " owner " + std::to_string(range->element[2]->element[1]->integer);
+        }
+      }
+    }
+    auto nodes = c.command({"CLUSTER", "NODES"});
+    if (nodes.ok() && (*nodes)->type == REDIS_REPLY_STRING) {
+      const std::string text(redis::reply_string(**nodes));
+      std::size_t at = 0;
+      while (at < text.size()) {
+        std::size_t end = text.find('\n', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(at, end - at);
+        if (line.find("myself") != std::string::npos && line.find(marker) != std::string::npos) {
+          out += " open: " + line.substr(line.find(marker));
+        }
+        at = end + 1;
+      }
+    }
+    auto keys = c.command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
+    if (keys.ok() && (*keys)->type == REDIS_REPLY_INTEGER) {
+      out += ", " + std::to_string((*keys)->integer) + " keys";
+    }
+  }
+  return out;
+}
+
 // One slot's migration from its owner to another node, step by step.
 class SlotMigration {
  public:
