@@ -74,6 +74,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -85,6 +86,7 @@
 #include "support/client_threads.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
+#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -94,36 +96,6 @@ using quota::bench::loopback;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string source_dir() {
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/benchmarks/"));
-}
-
-struct Server {
-  int port = 0;
-  std::string dir;  // non-empty when we started it
-  ~Server() {
-    if (!dir.empty()) {
-      const std::string cmd =
-          "bash '" + source_dir() + "/cmake/redis_server.sh' stop '" + dir + "' >/dev/null 2>&1";
-      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not stop redis-server\n");
-    }
-  }
-};
-
-bool start_server(Server& s) {
-  if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr) {
-    s.port = std::atoi(p);
-    return s.port > 0;
-  }
-  s.dir = "/tmp/quota-redis-bench-" + std::to_string(::getpid());
-  const std::string cmd =
-      "bash '" + source_dir() + "/cmake/redis_server.sh' start '" + s.dir + "' >/dev/null";
-  if (std::system(cmd.c_str()) != 0) return false;
-  std::ifstream in(s.dir + "/port");
-  return static_cast<bool>(in >> s.port);
-}
 
 // usec of the script commands since the last CONFIG RESETSTAT; -1 when INFO fails.
 double server_script_usec(quota::redis::Connection& admin) {
@@ -671,12 +643,15 @@ int main(int argc, char** argv) {
     if (a == "--json" && i + 1 < argc) json = argv[++i];
     if (a.rfind("--benchmark_out=", 0) == 0) json = a.substr(std::strlen("--benchmark_out="));
   }
-  Server server;
-  if (!start_server(server)) {
+  // The server at QUOTA_REDIS_PORT, or one of our own for this run.
+  const char* env_port = std::getenv("QUOTA_REDIS_PORT");
+  std::optional<quota::bench::ScratchServer> server;
+  if (env_port == nullptr) server.emplace(quota::bench::scratch_dir("quota-redis-bench"));
+  const int port = env_port != nullptr ? std::atoi(env_port) : server->port();
+  if (port <= 0) {
     std::fprintf(stderr, "redis_bench: no redis-server (set QUOTA_REDIS_PORT or install it)\n");
     return 1;
   }
-  const int port = server.port;
   const std::string load_start = load_average();
   const TokenBucket policy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
   constexpr int kKeys = 10'000;

@@ -23,8 +23,6 @@
 //   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
 // `--benchmark_out=FILE` (what `bash cmake/run.sh bench` passes) also names the JSON
 // file; other --benchmark_* arguments are ignored.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +40,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
+#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -50,60 +49,35 @@ using quota::TokenBucket;
 
 namespace {
 
-std::string source_dir() {
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/benchmarks/"));
-}
-
-// A redis-server under callgrind, started and stopped through cmake/redis_server.sh
-// (QUOTA_REDIS_WRAPPER puts valgrind in front of redis-server).
+// A redis-server under callgrind (a ScratchServer with valgrind as its wrapper), which
+// writes its dumps to the server's directory `dir`.
 struct CallgrindServer {
-  std::string dir;
-  int port = 0;
-  long pid = 0;
+  explicit CallgrindServer(const std::string& dir)
+      : server(dir,
+               "valgrind --tool=callgrind --toggle-collect=processInputBuffer "
+               "--callgrind-out-file=" +
+                   dir + "/callgrind.out.%p") {}
 
-  bool start() {
-    dir = "/tmp/quota-redis-instr-" + std::to_string(::getpid());
-    std::filesystem::create_directories(dir);
-    const std::string wrapper =
-        "valgrind --tool=callgrind --toggle-collect=processInputBuffer "
-        "--callgrind-out-file=" +
-        dir + "/callgrind.out.%p";
-    ::setenv("QUOTA_REDIS_WRAPPER", wrapper.c_str(), 1);
-    const std::string cmd =
-        "bash '" + source_dir() + "/cmake/redis_server.sh' start '" + dir + "' >/dev/null";
-    const bool ok = std::system(cmd.c_str()) == 0;
-    ::unsetenv("QUOTA_REDIS_WRAPPER");
-    if (!ok) return false;
-    std::ifstream(dir + "/port") >> port;
-    std::ifstream(dir + "/redis.pid") >> pid;
-    return port > 0 && pid > 0;
-  }
+  quota::bench::ScratchServer server;
 
-  ~CallgrindServer() {
-    if (dir.empty()) return;
-    const std::string cmd =
-        "bash '" + source_dir() + "/cmake/redis_server.sh' stop '" + dir + "' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not stop redis-server\n");
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
+  bool started() const { return server.started() && server.pid() > 0; }
+  int port() const { return server.port(); }
 
   bool control(const char* what) const {
-    const std::string cmd =
-        "callgrind_control " + std::string(what) + " " + std::to_string(pid) + " >/dev/null 2>&1";
+    const std::string cmd = "callgrind_control " + std::string(what) + " " +
+                            std::to_string(server.pid()) + " >/dev/null 2>&1";
     return std::system(cmd.c_str()) == 0;
   }
 
   // Instructions counted since the last zero: dumps them and reads the dump's total.
   long long instructions() const {
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
       if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
         std::filesystem::remove(e.path());
       }
     }
     if (!control("-d")) return -1;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
       if (e.path().filename().string().rfind("callgrind.out.", 0) != 0) continue;
       std::ifstream in(e.path());
       std::string line;
@@ -149,15 +123,15 @@ int main(int argc, char** argv) {
     std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
     return 0;
   }
-  CallgrindServer server;
-  if (!server.start()) {
+  const CallgrindServer server(quota::bench::scratch_dir("quota-redis-instr"));
+  if (!server.started()) {
     std::fprintf(stderr,
                  "redis_instructions_bench: could not start redis-server under "
                  "callgrind\n");
     return 1;
   }
   const quota::redis::ConnectionConfig cfg = [&] {
-    auto c = quota::bench::loopback(server.port);
+    auto c = quota::bench::loopback(server.port());
     c.command_timeout = 30s;  // the server runs ~50x slower under valgrind
     return c;
   }();
@@ -247,7 +221,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   std::printf("redis_instructions_bench: redis-server under callgrind on port %d, %d keys\n",
-              server.port, kKeys);
+              server.port(), kKeys);
   measure("quota d1", 1, calls, [&](std::mt19937_64& r) { return quota_call(r, 1); });
   measure("quota b16", 16, calls / 8, [&](std::mt19937_64& r) { return quota_call(r, 16); });
   measure("quota b64", 64, calls / 32, [&](std::mt19937_64& r) { return quota_call(r, 64); });
