@@ -51,6 +51,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/connection.hpp"
@@ -59,6 +60,12 @@ namespace quota::redis {
 
 inline constexpr int kClusterSlots = 16384;
 inline constexpr int kMaxRedirects = 5;
+
+// The payload (absl::Status::SetPayload) that marks an error after which the call
+// certainly did not run on the server (TRYAGAIN given up on), so that it may be sent
+// again without charging twice. See not_run().
+inline constexpr char kNotRunPayload[] = "quota.redis/not-run";
+inline bool not_run(const absl::Status& s) { return s.GetPayload(kNotRunPayload).has_value(); }
 
 // CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster uses.
 inline std::uint16_t crc16(std::string_view data) {
@@ -221,10 +228,12 @@ class ClusterPool {
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
                         std::chrono::steady_clock::now() - start)
                         .count();
-    return absl::UnavailableError(absl::StrFormat(
+    absl::Status s = absl::UnavailableError(absl::StrFormat(
         "redis cluster: slot %d is being migrated with the call's keys split between two "
         "nodes (%s), still after %d retries in %d us; the script did not run",
         slot, detail::av(reply_string(reply)), retries, us));
+    s.SetPayload(kNotRunPayload, absl::Cord("TRYAGAIN"));
+    return s;
   }
 
   // Redirections followed so far (for tests and monitoring).

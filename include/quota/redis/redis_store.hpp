@@ -68,13 +68,17 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -307,6 +311,14 @@ struct RedisStoreOptions {
   // its slot, following MOVED and ASK. (Last and default-initialized, so that designated
   // initializers that skip it stay warning-free.)
   std::shared_ptr<redis::ClusterPool> cluster = nullptr;
+  // Coalescing, for a gateway with many threads: while `coalesce_calls` of apply()'s
+  // script calls are in flight, further apply() calls wait and are then decided
+  // together, up to `coalesce` per script call (independent decisions, as acquire_batch:
+  // each deducted when it alone allows). Each caller still gets its own decision; a
+  // lone caller goes at once. 0 or 1: off (one script call per apply). See
+  // RedisStore::apply.
+  int coalesce = 0;
+  int coalesce_calls = 2;
 };
 
 template <Policy P>
@@ -322,18 +334,50 @@ class RedisStore {
           absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
     } else if (auto s = redis::detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
+    } else if (options_.coalesce < 0 || options_.coalesce > kMaxCoalesce) {
+      config_error_ = absl::InvalidArgumentError(absl::StrFormat(
+          "RedisStoreOptions: coalesce=%d, must be in [0, %d]", options_.coalesce, kMaxCoalesce));
+    } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
+      config_error_ = absl::InvalidArgumentError(absl::StrFormat(
+          "RedisStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     }
+    if (options_.coalesce > 1) coalescer_ = std::make_unique<Coalescer>();
   }
 
   // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
   static absl::Status check(const P& policy) { return Twin::params(policy).status(); }
 
-  // StateStore: one decision, one round trip.
+  // The most decisions one coalesced script call takes (RedisStoreOptions::coalesce).
+  static constexpr int kMaxCoalesce = 4096;
+
+  // StateStore: one decision, one round trip. With RedisStoreOptions::coalesce, a call
+  // made while `coalesce_calls` coalesced calls are in flight waits for one of them to
+  // return and then goes with the calls that waited with it (the oldest first, at most
+  // `coalesce`), in one script call, as acquire_batch decides a batch: each decision
+  // independent, exactly as if made alone at the script's time. In caller-time mode only
+  // calls with the same `now` go together. A key or policy the store rejects fails its
+  // own call before it waits. A corrupt bucket fails the script call it is in and
+  // charges nothing (lua_common.hpp); each caller of that call is then decided alone, so
+  // that only the corrupt bucket's caller gets the error (likewise for a TRYAGAIN given
+  // up on, on a cluster). A transport failure fails every caller of the call
+  // (kUnavailable: their decisions may have been applied), as it would each alone.
   absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
                                  std::int64_t cost) {
+    if (coalescer_ != nullptr) return apply_coalesced(policy, key, now, cost);
     auto r = acquire(policy, key, now, cost);
     if (!r.ok()) return r.status();
     return r->decision;
+  }
+
+  // Coalescing counters (RedisStoreOptions::coalesce): script calls made for apply()
+  // and the decisions they carried (decisions / calls: the mean batch).
+  struct CoalesceStats {
+    std::uint64_t calls = 0, decisions = 0;
+  };
+  CoalesceStats coalesce_stats() const {
+    if (coalescer_ == nullptr) return {};
+    return {coalescer_->calls.load(std::memory_order_relaxed),
+            coalescer_->decisions.load(std::memory_order_relaxed)};
   }
 
   // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
@@ -461,50 +505,10 @@ class RedisStore {
   // other nodes' decisions are returned.
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch(
       const P& policy, std::span<const BatchItem> items, Nanos now) {
-    if (items.empty()) return std::vector<absl::StatusOr<Decision>>{};
-    if (options_.cluster != nullptr) return acquire_batch_cluster(policy, items, now);
-    std::vector<std::vector<Request>> chunks(1);
-    std::vector<std::string_view> seen;
-    for (const BatchItem& item : items) {
-      if (std::find(seen.begin(), seen.end(), item.key) != seen.end()) {
-        chunks.emplace_back();
-        seen.clear();
-      }
-      seen.push_back(item.key);
-      chunks.back().push_back(Request{&policy, item.key, item.cost});
-    }
-    std::vector<Call> calls;
-    for (const auto& chunk : chunks) {
-      auto call = build(chunk, now, {}, /*batch=*/true);
-      if (!call.ok()) return call.status();
-      calls.push_back(std::move(*call));
-    }
-    auto lease = options_.pool->acquire();
-    if (!lease.ok()) return lease.status();
-    auto sha = script_sha(**lease);
-    if (!sha.ok()) return sha.status();
-    std::vector<std::vector<std::string_view>> cmds;
-    for (const Call& c : calls) cmds.push_back(c.argv(*sha));
-    auto replies = (*lease)->pipeline(cmds);
-    if (!replies.ok()) return replies.status();
-    std::vector<absl::StatusOr<Decision>> out;
-    out.reserve(items.size());
-    for (std::size_t c = 0; c < calls.size(); ++c) {
-      redis::Reply retried;
-      const redisReply* r = (*replies)[c].get();
-      if (redis::is_error(*r, "NOSCRIPT")) {
-        auto again = (*lease)->command(calls[c].argv_eval(Twin::script()));
-        if (!again.ok()) return again.status();
-        retried = std::move(*again);
-        r = retried.get();
-      }
-      auto parsed = parse(*r, chunks[c].size(), /*batch=*/true);
-      for (std::size_t j = 0; j < chunks[c].size(); ++j) {
-        out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
-                                  : absl::StatusOr<Decision>(parsed.status()));
-      }
-    }
-    return out;
+    std::vector<Request> reqs;
+    reqs.reserve(items.size());
+    for (const BatchItem& item : items) reqs.push_back(Request{&policy, item.key, item.cost});
+    return decide_batch(reqs, now);
   }
 
   const RedisStoreOptions& options() const { return options_; }
@@ -539,9 +543,58 @@ class RedisStore {
     return script_.run(call.keys, call.args);
   }
 
+  // acquire_batch over requests that may each have their own policy.
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> decide_batch(std::span<const Request> reqs,
+                                                                     Nanos now) {
+    if (reqs.empty()) return std::vector<absl::StatusOr<Decision>>{};
+    if (options_.cluster != nullptr) return acquire_batch_cluster(reqs, now);
+    std::vector<std::vector<Request>> chunks(1);
+    std::vector<std::string_view> seen;
+    for (const Request& req : reqs) {
+      if (std::find(seen.begin(), seen.end(), req.key) != seen.end()) {
+        chunks.emplace_back();
+        seen.clear();
+      }
+      seen.push_back(req.key);
+      chunks.back().push_back(req);
+    }
+    std::vector<Call> calls;
+    for (const auto& chunk : chunks) {
+      auto call = build(chunk, now, {}, /*batch=*/true);
+      if (!call.ok()) return call.status();
+      calls.push_back(std::move(*call));
+    }
+    auto lease = options_.pool->acquire();
+    if (!lease.ok()) return lease.status();
+    auto sha = script_sha(**lease);
+    if (!sha.ok()) return sha.status();
+    std::vector<std::vector<std::string_view>> cmds;
+    for (const Call& c : calls) cmds.push_back(c.argv(*sha));
+    auto replies = (*lease)->pipeline(cmds);
+    if (!replies.ok()) return replies.status();
+    std::vector<absl::StatusOr<Decision>> out;
+    out.reserve(reqs.size());
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      redis::Reply retried;
+      const redisReply* r = (*replies)[c].get();
+      if (redis::is_error(*r, "NOSCRIPT")) {
+        auto again = (*lease)->command(calls[c].argv_eval(Twin::script()));
+        if (!again.ok()) return again.status();
+        retried = std::move(*again);
+        r = retried.get();
+      }
+      auto parsed = parse(*r, chunks[c].size(), /*batch=*/true);
+      for (std::size_t j = 0; j < chunks[c].size(); ++j) {
+        out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
+                                  : absl::StatusOr<Decision>(parsed.status()));
+      }
+    }
+    return out;
+  }
+
   // acquire_batch on a cluster: one script call per slot (see acquire_batch).
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch_cluster(
-      const P& policy, std::span<const BatchItem> items, Nanos now) {
+      std::span<const Request> items, Nanos now) {
     struct Chunk {
       std::vector<Request> reqs;
       std::vector<std::size_t> items;  // reqs[j] is items[this->items[j]]
@@ -562,7 +615,7 @@ class RedisStore {
         open[slot] = chunks.size() - 1;
       }
       Chunk& chunk = chunks[open[slot]];
-      chunk.reqs.push_back(Request{&policy, items[i].key, items[i].cost});
+      chunk.reqs.push_back(items[i]);
       chunk.items.push_back(i);
     }
     std::vector<Call> calls;
@@ -917,9 +970,100 @@ class RedisStore {
 
   absl::StatusOr<std::string> script_sha(redis::Connection& conn) { return script_.sha(conn); }
 
+  // Coalescing (apply). A caller waits on its own condition variable; the one that
+  // takes a batch (the "leader") decides it and wakes each of its callers, then the
+  // oldest caller still waiting, which leads the next batch.
+  struct Waiter {
+    Waiter(Request r, Nanos t) : req(r), now(t) {}
+    Request req;
+    Nanos now;
+    absl::StatusOr<Decision> result = absl::UnknownError("coalesced call not decided");
+    bool done = false;  // guarded by Coalescer::mu
+    std::condition_variable cv;
+  };
+  struct Coalescer {
+    std::mutex mu;              // std::mutex: see ConnectionPool
+    std::deque<Waiter*> queue;  // guarded by mu
+    int leaders = 0;            // script calls in flight; guarded by mu
+    std::atomic<std::uint64_t> calls{0}, decisions{0};
+  };
+
+  absl::StatusOr<Decision> apply_coalesced(const P& policy, std::string_view key, Nanos now,
+                                           std::int64_t cost) {
+    // What would fail the whole batch fails this call alone, before it waits.
+    if (!config_error_.ok()) return config_error_;
+    if (auto parts = redis::split_key(key); !parts.ok()) return parts.status();
+    if (auto params = Twin::params(policy); !params.ok()) return params.status();
+    Coalescer& co = *coalescer_;
+    Waiter self(Request{&policy, key, cost}, now);
+    std::unique_lock<std::mutex> lock(co.mu);
+    co.queue.push_back(&self);
+    while (!self.done) {
+      if (co.leaders >= options_.coalesce_calls || co.queue.empty()) {
+        self.cv.wait(lock);
+        continue;
+      }
+      // Lead: the oldest waiting calls (in caller-time mode, those at the oldest's time).
+      std::vector<Waiter*> batch;
+      const Nanos t = co.queue.front()->now;
+      const bool any_time = options_.time == redis::TimeSource::kServer;
+      for (auto it = co.queue.begin();
+           it != co.queue.end() && batch.size() < static_cast<std::size_t>(options_.coalesce);) {
+        if (any_time || (*it)->now == t) {
+          batch.push_back(*it);
+          it = co.queue.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      ++co.leaders;
+      lock.unlock();
+      decide_coalesced(batch, t);
+      lock.lock();
+      --co.leaders;
+      for (Waiter* w : batch) {
+        w->done = true;
+        if (w != &self) w->cv.notify_one();
+      }
+      if (!co.queue.empty()) co.queue.front()->cv.notify_one();
+    }
+    return std::move(self.result);
+  }
+
+  // Decides a coalesced batch in one script call; sets each waiter's result.
+  void decide_coalesced(const std::vector<Waiter*>& batch, Nanos now) {
+    std::vector<Request> reqs;
+    reqs.reserve(batch.size());
+    for (const Waiter* w : batch) reqs.push_back(w->req);
+    coalescer_->calls.fetch_add(1, std::memory_order_relaxed);
+    coalescer_->decisions.fetch_add(batch.size(), std::memory_order_relaxed);
+    auto got = reqs.size() == 1 ? single(reqs[0], now) : decide_batch(reqs, now);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      absl::StatusOr<Decision> r =
+          got.ok() ? std::move((*got)[i]) : absl::StatusOr<Decision>(got.status());
+      // Nothing of that script call was charged: decide this one alone.
+      if (reqs.size() > 1 && !r.ok() &&
+          (absl::IsDataLoss(r.status()) || redis::not_run(r.status()))) {
+        auto alone = single(reqs[i], now);
+        r = alone.ok() ? std::move((*alone)[0]) : absl::StatusOr<Decision>(alone.status());
+      }
+      batch[i]->result = std::move(r);
+    }
+  }
+
+  // One decision, shaped as decide_batch's result.
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> single(const Request& req, Nanos now) {
+    auto r = acquire_all(std::span<const Request>(&req, 1), now);
+    std::vector<absl::StatusOr<Decision>> out;
+    out.push_back(r.ok() ? absl::StatusOr<Decision>(r->decision)
+                         : absl::StatusOr<Decision>(r.status()));
+    return out;
+  }
+
   RedisStoreOptions options_;
   redis::Script script_;
   absl::Status config_error_;
+  std::unique_ptr<Coalescer> coalescer_;  // with RedisStoreOptions::coalesce > 1
 };
 
 }  // namespace quota
