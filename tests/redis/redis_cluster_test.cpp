@@ -732,3 +732,58 @@ TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothi
   REQUIRE(migration->restore());
   CHECK(owner(slot) == from_port);
 }
+
+// Coalescing on a cluster: a coalesced call is acquire_batch's (one script call per
+// slot); two keys of a slot half migrated in one call get -TRYAGAIN, and once it is given
+// up on (nothing ran) each caller is decided alone, which -ASK serves.
+TEST_CASE("coalesced calls on a slot half migrated are decided alone after TRYAGAIN") {
+  const auto ports = cluster_ports();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(
+      node_config(ports[0]), 2, quota::redis::TryAgainPolicy{.retries = 0});
+  quota::RedisStoreOptions opts;
+  opts.prefix = quota::testing::unique_prefix("coalesce-half");
+  opts.time = quota::redis::TimeSource::kCaller;
+  opts.cluster = cluster;
+  opts.coalesce = 16;
+  opts.coalesce_calls = 1;
+  RedisStore<TokenBucket> store(opts);
+  const std::vector<std::string> keys = {"{co-half}a", "{co-half}b", "{co-half}c"};
+  for (const auto& k : keys) {  // one at a time: each alone, all on the slot's owner
+    auto d = store.apply(kOnce, k, Nanos{0}, 1);
+    REQUIRE(d.ok());
+    CHECK(d->remaining == 2);
+  }
+  const int slot = key_slot(keys[0]);
+  const auto migration = split_slot(store, keys[0]);  // a on the target, b and c not
+  // c's call is held by a pause of the source node while a's and b's wait; then they go
+  // together, in one script call with a split slot.
+  Connection admin(node_config(migration->from_port()));
+  REQUIRE(admin.command({"CLIENT", "PAUSE", "300", "ALL"}).ok());
+  const auto tryagains = cluster->tryagains();
+  std::vector<absl::StatusOr<quota::Decision>> got(keys.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { got[2] = store.apply(kOnce, keys[2], Nanos{0}, 1); });
+  while (store.coalesce_stats().calls < 1) std::this_thread::yield();
+  for (std::size_t i : {std::size_t{0}, std::size_t{1}}) {
+    threads.emplace_back([&, i] { got[i] = store.apply(kOnce, keys[i], Nanos{0}, 1); });
+  }
+  for (auto& th : threads) th.join();
+  const auto stats = store.coalesce_stats();
+  INFO("script calls " << stats.calls << ", decisions " << stats.decisions << "; slot " << slot
+                       << slot_report(slot));
+  CHECK(stats.calls == 3 + 2);  // three alone, then c alone, then a and b together
+  CHECK(cluster->tryagains() - tryagains == 1);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    INFO(keys[i] << ": " << got[i].status());
+    REQUIRE(got[i].ok());
+    CHECK(got[i]->allowed);
+    CHECK(got[i]->remaining == 1);  // charged once more each
+  }
+  REQUIRE(migration->finish());
+  for (const auto& k : keys) {
+    auto look = store.apply(kOnce, k, Nanos{0}, 0);  // cost 0: a look
+    REQUIRE(look.ok());
+    CHECK(look->remaining == 1);
+  }
+  REQUIRE(migration->restore());
+}

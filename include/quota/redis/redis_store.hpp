@@ -370,14 +370,16 @@ class RedisStore {
   }
 
   // Coalescing counters (RedisStoreOptions::coalesce): script calls made for apply()
-  // and the decisions they carried (decisions / calls: the mean batch).
+  // and the decisions they carried (decisions / calls: the mean batch), and the calls
+  // waiting now.
   struct CoalesceStats {
-    std::uint64_t calls = 0, decisions = 0;
+    std::uint64_t calls = 0, decisions = 0, waiting = 0;
   };
   CoalesceStats coalesce_stats() const {
     if (coalescer_ == nullptr) return {};
+    std::lock_guard<std::mutex> lock(coalescer_->mu);
     return {coalescer_->calls.load(std::memory_order_relaxed),
-            coalescer_->decisions.load(std::memory_order_relaxed)};
+            coalescer_->decisions.load(std::memory_order_relaxed), coalescer_->queue.size()};
   }
 
   // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
