@@ -70,7 +70,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -972,21 +971,28 @@ class RedisStore {
 
   absl::StatusOr<std::string> script_sha(redis::Connection& conn) { return script_.sha(conn); }
 
-  // Coalescing (apply). A caller waits on its own condition variable; the one that
-  // takes a batch (the "leader") decides it and wakes each of its callers, then the
-  // oldest caller still waiting, which leads the next batch.
+  // Coalescing (apply). Each caller waits on its own wake-up counter (an atomic wait, no
+  // mutex held, so a woken caller does not then queue for the mutex its waker holds). The
+  // caller that takes a batch (the "leader") decides it, marks each of its callers done
+  // and, with the mutex released, wakes them and the oldest caller still waiting, which
+  // leads the next batch. Waiters are shared: a waker may still touch one whose caller
+  // has already returned.
   struct Waiter {
     Waiter(Request r, Nanos t) : req(r), now(t) {}
     Request req;
     Nanos now;
     absl::StatusOr<Decision> result = absl::UnknownError("coalesced call not decided");
-    bool done = false;  // guarded by Coalescer::mu
-    std::condition_variable cv;
+    bool done = false;  // guarded by Coalescer::mu; `result` is set before
+    std::atomic<std::uint32_t> wake{0};
+    void signal() {
+      wake.fetch_add(1, std::memory_order_release);
+      wake.notify_one();
+    }
   };
   struct Coalescer {
-    std::mutex mu;              // std::mutex: see ConnectionPool
-    std::deque<Waiter*> queue;  // guarded by mu
-    int leaders = 0;            // script calls in flight; guarded by mu
+    std::mutex mu;                              // std::mutex: see ConnectionPool
+    std::deque<std::shared_ptr<Waiter>> queue;  // guarded by mu
+    int leaders = 0;                            // script calls in flight; guarded by mu
     std::atomic<std::uint64_t> calls{0}, decisions{0};
   };
 
@@ -997,22 +1003,25 @@ class RedisStore {
     if (auto parts = redis::split_key(key); !parts.ok()) return parts.status();
     if (auto params = Twin::params(policy); !params.ok()) return params.status();
     Coalescer& co = *coalescer_;
-    Waiter self(Request{&policy, key, cost}, now);
+    const auto self = std::make_shared<Waiter>(Request{&policy, key, cost}, now);
     std::unique_lock<std::mutex> lock(co.mu);
-    co.queue.push_back(&self);
-    while (!self.done) {
+    co.queue.push_back(self);
+    while (!self->done) {
       if (co.leaders >= options_.coalesce_calls || co.queue.empty()) {
-        self.cv.wait(lock);
+        const std::uint32_t seen = self->wake.load(std::memory_order_acquire);
+        lock.unlock();
+        self->wake.wait(seen, std::memory_order_acquire);
+        lock.lock();
         continue;
       }
       // Lead: the oldest waiting calls (in caller-time mode, those at the oldest's time).
-      std::vector<Waiter*> batch;
+      std::vector<std::shared_ptr<Waiter>> batch;
       const Nanos t = co.queue.front()->now;
       const bool any_time = options_.time == redis::TimeSource::kServer;
       for (auto it = co.queue.begin();
            it != co.queue.end() && batch.size() < static_cast<std::size_t>(options_.coalesce);) {
         if (any_time || (*it)->now == t) {
-          batch.push_back(*it);
+          batch.push_back(std::move(*it));
           it = co.queue.erase(it);
         } else {
           ++it;
@@ -1023,20 +1032,23 @@ class RedisStore {
       decide_coalesced(batch, t);
       lock.lock();
       --co.leaders;
-      for (Waiter* w : batch) {
-        w->done = true;
-        if (w != &self) w->cv.notify_one();
+      for (const auto& w : batch) w->done = true;
+      std::shared_ptr<Waiter> next = co.queue.empty() ? nullptr : co.queue.front();
+      lock.unlock();
+      for (const auto& w : batch) {
+        if (w != self) w->signal();
       }
-      if (!co.queue.empty()) co.queue.front()->cv.notify_one();
+      if (next != nullptr) next->signal();
+      lock.lock();
     }
-    return std::move(self.result);
+    return std::move(self->result);
   }
 
   // Decides a coalesced batch in one script call; sets each waiter's result.
-  void decide_coalesced(const std::vector<Waiter*>& batch, Nanos now) {
+  void decide_coalesced(const std::vector<std::shared_ptr<Waiter>>& batch, Nanos now) {
     std::vector<Request> reqs;
     reqs.reserve(batch.size());
-    for (const Waiter* w : batch) reqs.push_back(w->req);
+    for (const auto& w : batch) reqs.push_back(w->req);
     coalescer_->calls.fetch_add(1, std::memory_order_relaxed);
     coalescer_->decisions.fetch_add(batch.size(), std::memory_order_relaxed);
     auto got = reqs.size() == 1 ? single(reqs[0], now) : decide_batch(reqs, now);
