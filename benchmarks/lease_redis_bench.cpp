@@ -8,13 +8,13 @@
 //
 // Uses the redis-server at 127.0.0.1:$QUOTA_REDIS_PORT if set; otherwise starts one on a
 // free loopback port with cmake/redis_server.sh and stops it at exit.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +28,7 @@
 #include "quota/redis/lease_authority.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "quota/verify/envelope.hpp"
+#include "support/redis_server.hpp"
 
 namespace {
 
@@ -40,44 +41,27 @@ constexpr auto kRunFor = 2s;
 const TokenBucket kCentral{.rate = {.units = 1'000'000, .per = 1s}, .burst = 10'000};
 constexpr std::int64_t kQMax = 2'000;
 
-class RedisServer {
- public:
-  RedisServer() {
+// The server at QUOTA_REDIS_PORT, or a throw-away one (support/redis_server.hpp),
+// started on first use and stopped at exit.
+int server_port() {
+  static const int port = [] {
     if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr && *p != '\0') {
-      port_ = std::atoi(p);
-      return;
+      return std::atoi(p);
     }
-    const auto root = std::filesystem::path(__FILE__).parent_path().parent_path();
-    script_ = (root / "cmake" / "redis_server.sh").string();
-    dir_ = (std::filesystem::temp_directory_path() /
-            ("quota-bench-redis-" + std::to_string(::getpid())))
-               .string();
-    if (std::system(("bash '" + script_ + "' start '" + dir_ + "' >/dev/null").c_str()) != 0) {
+    static quota::bench::ScratchServer scratch(quota::bench::scratch_dir("quota-bench-redis"));
+    if (!scratch.started()) {
       std::fprintf(stderr, "could not start redis-server (set QUOTA_REDIS_PORT to use one)\n");
       std::exit(2);
     }
-    std::ifstream(dir_ + "/port") >> port_;
-  }
-  ~RedisServer() {
-    if (!script_.empty())
-      std::system(("bash '" + script_ + "' stop '" + dir_ + "' >/dev/null").c_str());
-  }
-  int port() const { return port_; }
-
- private:
-  std::string script_, dir_;
-  int port_ = 0;
-};
-
-RedisServer& server() {
-  static RedisServer s;
-  return s;
+    return scratch.port();
+  }();
+  return port;
 }
 
 std::shared_ptr<quota::RedisStore<TokenBucket>> make_store(const std::string& prefix) {
   auto pool = std::make_shared<quota::redis::ConnectionPool>(
       quota::redis::ConnectionConfig{.host = "127.0.0.1",
-                                     .port = server().port(),
+                                     .port = server_port(),
                                      .connect_timeout = 100ms,
                                      .command_timeout = 100ms,
                                      .pool_wait = 1s},
