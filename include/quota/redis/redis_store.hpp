@@ -45,7 +45,8 @@
 // buckets of one tenant, all allow or nothing is deducted), `acquire_many` (a pipelined
 // batch: one EVALSHA per decision, all in one write; one write per node on a cluster)
 // and `acquire_batch` (independent decisions, many per EVALSHA; one EVALSHA per slot on
-// a cluster).
+// a cluster). With RedisStoreOptions::coalesce, concurrent `apply` calls from many
+// threads are decided together the same way, each exactly as if alone (see apply).
 //
 // Durability. The store keeps what Redis keeps: a server restarted without persistence
 // (or a failover that loses writes) recreates buckets full — an extra burst per key.
