@@ -251,7 +251,7 @@ void print(const char* name, int conns, const Result& r) {
   record(name, conns, r);
 }
 
-// The coalescing store of the "coalesced" rows: up to 64 decisions per script call, two
+// The coalescing store of the "coalesced" rows: up to 64 decisions per round trip, two
 // calls in flight.
 quota::RedisStoreOptions coalesced_options(std::shared_ptr<quota::redis::ConnectionPool> pool) {
   quota::RedisStoreOptions o{.pool = std::move(pool), .prefix = "bench:"};
@@ -702,11 +702,11 @@ int main(int argc, char** argv) {
               return coalescing.apply(policy, key(rng), Nanos{0}, 1).ok();
             }));
       const auto stats = coalescing.coalesce_stats();
-      g_rows.back().extra["decisions_per_script_call"] =
+      g_rows.back().extra["decisions_per_round_trip"] =
           static_cast<double>(stats.decisions) /
-          std::max<double>(1, static_cast<double>(stats.calls));
-      std::printf("  (%.1f decisions per script call)\n",
-                  g_rows.back().extra["decisions_per_script_call"]);
+          std::max<double>(1, static_cast<double>(stats.round_trips));
+      std::printf("  (%.1f decisions per round trip)\n",
+                  g_rows.back().extra["decisions_per_round_trip"]);
     }
     using Item = RedisStore<TokenBucket>::BatchItem;
     for (int depth : {16}) {
@@ -1025,9 +1025,9 @@ int main(int argc, char** argv) {
     r.target_rate = rate;
     print("quota d1 coalesced @50%", 50, r);
     const auto stats = store.coalesce_stats();
-    g_rows.back().extra["decisions_per_script_call"] =
+    g_rows.back().extra["decisions_per_round_trip"] =
         static_cast<double>(stats.decisions) /
-        std::max<double>(1, static_cast<double>(stats.calls));
+        std::max<double>(1, static_cast<double>(stats.round_trips));
     paced_detail("50 client THREADS through a coalescing RedisStore::apply", 50,
                  "quota d1 coalesced (50 threads)");
   }

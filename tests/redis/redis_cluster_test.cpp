@@ -763,15 +763,15 @@ TEST_CASE("coalesced calls on a slot half migrated are decided alone after TRYAG
   std::vector<absl::StatusOr<quota::Decision>> got(keys.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   threads.emplace_back([&] { got[2] = store.apply(kOnce, keys[2], Nanos{0}, 1); });
-  while (store.coalesce_stats().calls < 1) std::this_thread::yield();
+  while (store.coalesce_stats().round_trips < 1) std::this_thread::yield();
   for (std::size_t i : {std::size_t{0}, std::size_t{1}}) {
     threads.emplace_back([&, i] { got[i] = store.apply(kOnce, keys[i], Nanos{0}, 1); });
   }
   for (auto& th : threads) th.join();
   const auto stats = store.coalesce_stats();
-  INFO("script calls " << stats.calls << ", decisions " << stats.decisions << "; slot " << slot
-                       << slot_report(slot));
-  CHECK(stats.calls == 3 + 2);  // three alone, then c alone, then a and b together
+  INFO("round trips " << stats.round_trips << ", decisions " << stats.decisions << "; slot " << slot
+                      << slot_report(slot));
+  CHECK(stats.round_trips == 3 + 2);  // three alone, then c alone, then a and b together
   CHECK(cluster->tryagains() - tryagains == 1);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     INFO(keys[i] << ": " << got[i].status());

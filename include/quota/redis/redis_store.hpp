@@ -312,8 +312,8 @@ struct RedisStoreOptions {
   // initializers that skip it stay warning-free.)
   std::shared_ptr<redis::ClusterPool> cluster = nullptr;
   // Coalescing, for a gateway with many threads: while `coalesce_calls` of apply()'s
-  // script calls are in flight, further apply() calls wait and are then decided
-  // together, up to `coalesce` per script call (independent decisions, as acquire_batch:
+  // round trips are in flight, further apply() calls wait and are then decided
+  // together, up to `coalesce` per round trip (independent decisions, as acquire_batch:
   // each deducted when it alone allows). Each caller still gets its own decision; a
   // lone caller goes at once. 0 or 1: off (one script call per apply). See
   // RedisStore::apply.
@@ -347,15 +347,16 @@ class RedisStore {
   // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
   static absl::Status check(const P& policy) { return Twin::params(policy).status(); }
 
-  // The most decisions one coalesced script call takes (RedisStoreOptions::coalesce).
+  // The most decisions one coalesced round trip takes (RedisStoreOptions::coalesce).
   static constexpr int kMaxCoalesce = 4096;
 
   // StateStore: one decision, one round trip. With RedisStoreOptions::coalesce, a call
-  // made while `coalesce_calls` coalesced calls are in flight waits for one of them to
-  // return and then goes with the calls that waited with it (the oldest first, at most
-  // `coalesce`), in one script call, as acquire_batch decides a batch: each decision
-  // independent, exactly as if made alone at the script's time. In caller-time mode only
-  // calls with the same `now` go together. A key or policy the store rejects fails its
+  // made while `coalesce_calls` coalesced round trips are in flight waits for one of them
+  // to return and then goes with the calls that waited with it (the oldest first, at
+  // most `coalesce`), in one round trip, as acquire_batch decides a batch: each decision
+  // independent, exactly as if made alone, in the order the calls arrived. That is one
+  // script call (per slot, on a cluster), split where a key repeats or, in caller-time
+  // mode, where the time changes. A key or policy the store rejects fails its
   // own call before it waits. A corrupt bucket fails the script call it is in and
   // charges nothing (lua_common.hpp); each caller of that call is then decided alone, so
   // that only the corrupt bucket's caller gets the error (likewise for a TRYAGAIN given
@@ -369,16 +370,16 @@ class RedisStore {
     return r->decision;
   }
 
-  // Coalescing counters (RedisStoreOptions::coalesce): script calls made for apply()
-  // and the decisions they carried (decisions / calls: the mean batch), and the calls
-  // waiting now.
+  // Coalescing counters (RedisStoreOptions::coalesce): the round trips made for apply()
+  // (each one pipelined write, usually of one script call) and the decisions they
+  // carried (decisions / round_trips: the mean batch), and the calls waiting now.
   struct CoalesceStats {
-    std::uint64_t calls = 0, decisions = 0, waiting = 0;
+    std::uint64_t round_trips = 0, decisions = 0, waiting = 0;
   };
   CoalesceStats coalesce_stats() const {
     if (coalescer_ == nullptr) return {};
     std::lock_guard<std::mutex> lock(coalescer_->mu);
-    return {coalescer_->calls.load(std::memory_order_relaxed),
+    return {coalescer_->round_trips.load(std::memory_order_relaxed),
             coalescer_->decisions.load(std::memory_order_relaxed), coalescer_->queue.size()};
   }
 
@@ -545,24 +546,30 @@ class RedisStore {
     return script_.run(call.keys, call.args);
   }
 
-  // acquire_batch over requests that may each have their own policy.
-  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> decide_batch(std::span<const Request> reqs,
-                                                                     Nanos now) {
+  // acquire_batch over requests that may each have their own policy and, in caller-time
+  // mode, their own time (`times[i]` for reqs[i]; empty: `now` for all): a change of
+  // time starts a new script call, as a repeated key does.
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> decide_batch(
+      std::span<const Request> reqs, Nanos now, std::span<const Nanos> times = {}) {
     if (reqs.empty()) return std::vector<absl::StatusOr<Decision>>{};
-    if (options_.cluster != nullptr) return acquire_batch_cluster(reqs, now);
+    auto time_of = [&](std::size_t i) { return times.empty() ? now : times[i]; };
+    if (options_.cluster != nullptr) return acquire_batch_cluster(reqs, time_of);
     std::vector<std::vector<Request>> chunks(1);
+    std::vector<Nanos> chunk_time = {time_of(0)};
     std::vector<std::string_view> seen;
-    for (const Request& req : reqs) {
-      if (std::find(seen.begin(), seen.end(), req.key) != seen.end()) {
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (std::find(seen.begin(), seen.end(), reqs[i].key) != seen.end() ||
+          time_of(i) != chunk_time.back()) {
         chunks.emplace_back();
+        chunk_time.push_back(time_of(i));
         seen.clear();
       }
-      seen.push_back(req.key);
-      chunks.back().push_back(req);
+      seen.push_back(reqs[i].key);
+      chunks.back().push_back(reqs[i]);
     }
     std::vector<Call> calls;
-    for (const auto& chunk : chunks) {
-      auto call = build(chunk, now, {}, /*batch=*/true);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      auto call = build(chunks[c], chunk_time[c], {}, /*batch=*/true);
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
     }
@@ -595,25 +602,29 @@ class RedisStore {
   }
 
   // acquire_batch on a cluster: one script call per slot (see acquire_batch).
+  // `time_of(i)`: item i's time.
+  template <class TimeOf>
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch_cluster(
-      std::span<const Request> items, Nanos now) {
+      std::span<const Request> items, const TimeOf& time_of) {
     struct Chunk {
+      Nanos time;
       std::vector<Request> reqs;
       std::vector<std::size_t> items;  // reqs[j] is items[this->items[j]]
     };
     std::vector<Chunk> chunks;
-    std::map<int, std::size_t> open;  // slot -> its chunk taking items
+    // (slot, time) -> its chunk taking items
+    std::map<std::pair<int, std::int64_t>, std::size_t> open;
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto parts = redis::split_key(items[i].key);
       if (!parts.ok()) return parts.status();
-      const int slot = redis::key_slot(parts->tag);
+      const std::pair<int, std::int64_t> slot{redis::key_slot(parts->tag), time_of(i).count()};
       auto it = open.find(slot);
       const bool repeats =
           it != open.end() &&
           std::any_of(chunks[it->second].reqs.begin(), chunks[it->second].reqs.end(),
                       [&](const Request& r) { return r.key == items[i].key; });
       if (it == open.end() || repeats) {
-        chunks.emplace_back();
+        chunks.push_back(Chunk{.time = time_of(i), .reqs = {}, .items = {}});
         open[slot] = chunks.size() - 1;
       }
       Chunk& chunk = chunks[open[slot]];
@@ -623,7 +634,7 @@ class RedisStore {
     std::vector<Call> calls;
     calls.reserve(chunks.size());
     for (const Chunk& chunk : chunks) {
-      auto call = build(chunk.reqs, now, {}, /*batch=*/true);
+      auto call = build(chunk.reqs, chunk.time, {}, /*batch=*/true);
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
     }
@@ -994,7 +1005,7 @@ class RedisStore {
     std::mutex mu;                              // std::mutex: see ConnectionPool
     std::deque<std::shared_ptr<Waiter>> queue;  // guarded by mu
     int leaders = 0;                            // script calls in flight; guarded by mu
-    std::atomic<std::uint64_t> calls{0}, decisions{0};
+    std::atomic<std::uint64_t> round_trips{0}, decisions{0};
   };
 
   absl::StatusOr<Decision> apply_coalesced(const P& policy, std::string_view key, Nanos now,
@@ -1015,22 +1026,16 @@ class RedisStore {
         lock.lock();
         continue;
       }
-      // Lead: the oldest waiting calls (in caller-time mode, those at the oldest's time).
-      std::vector<std::shared_ptr<Waiter>> batch;
-      const Nanos t = co.queue.front()->now;
-      const bool any_time = options_.time == redis::TimeSource::kServer;
-      for (auto it = co.queue.begin();
-           it != co.queue.end() && batch.size() < static_cast<std::size_t>(options_.coalesce);) {
-        if (any_time || (*it)->now == t) {
-          batch.push_back(std::move(*it));
-          it = co.queue.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      // Lead: the oldest waiting calls.
+      const std::size_t take =
+          std::min(co.queue.size(), static_cast<std::size_t>(options_.coalesce));
+      std::vector<std::shared_ptr<Waiter>> batch(
+          std::make_move_iterator(co.queue.begin()),
+          std::make_move_iterator(co.queue.begin() + static_cast<std::ptrdiff_t>(take)));
+      co.queue.erase(co.queue.begin(), co.queue.begin() + static_cast<std::ptrdiff_t>(take));
       ++co.leaders;
       lock.unlock();
-      decide_coalesced(batch, t);
+      decide_coalesced(batch);
       lock.lock();
       --co.leaders;
       for (const auto& w : batch) w->done = true;
@@ -1045,21 +1050,28 @@ class RedisStore {
     return std::move(self->result);
   }
 
-  // Decides a coalesced batch in one script call; sets each waiter's result.
-  void decide_coalesced(const std::vector<std::shared_ptr<Waiter>>& batch, Nanos now) {
+  // Decides a coalesced batch in one pipelined write (one script call per time, in
+  // caller-time mode; one per slot on a cluster); sets each waiter's result.
+  void decide_coalesced(const std::vector<std::shared_ptr<Waiter>>& batch) {
     std::vector<Request> reqs;
+    std::vector<Nanos> times;
     reqs.reserve(batch.size());
-    for (const auto& w : batch) reqs.push_back(w->req);
-    coalescer_->calls.fetch_add(1, std::memory_order_relaxed);
+    times.reserve(batch.size());
+    for (const auto& w : batch) {
+      reqs.push_back(w->req);
+      // The server's clock decides: the callers' times would only split the batch.
+      times.push_back(options_.time == redis::TimeSource::kServer ? Nanos{0} : w->now);
+    }
+    coalescer_->round_trips.fetch_add(1, std::memory_order_relaxed);
     coalescer_->decisions.fetch_add(batch.size(), std::memory_order_relaxed);
-    auto got = reqs.size() == 1 ? single(reqs[0], now) : decide_batch(reqs, now);
+    auto got = reqs.size() == 1 ? single(reqs[0], times[0]) : decide_batch(reqs, Nanos{0}, times);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       absl::StatusOr<Decision> r =
           got.ok() ? std::move((*got)[i]) : absl::StatusOr<Decision>(got.status());
       // Nothing of that script call was charged: decide this one alone.
       if (reqs.size() > 1 && !r.ok() &&
           (absl::IsDataLoss(r.status()) || redis::not_run(r.status()))) {
-        auto alone = single(reqs[i], now);
+        auto alone = single(reqs[i], times[i]);
         r = alone.ok() ? std::move((*alone)[0]) : absl::StatusOr<Decision>(alone.status());
       }
       batch[i]->result = std::move(r);
