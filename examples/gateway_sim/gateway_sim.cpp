@@ -12,7 +12,10 @@
 //                promises r·T + B + G·q_max, with far fewer authority round trips;
 //   redis        the shared Redis store (with --redis HOST:PORT), deciding on the
 //                simulated time (TimeSource::kCaller) rounded down to its tick;
-//   redis-leases leases whose authority is that Redis store (with --redis).
+//   redis-leases leases whose authority is that Redis store (with --redis);
+//   redis-coalesced  the Redis store with coalescing (RedisStoreOptions::coalesce): the
+//                gateways' concurrent decisions of one tick go together in one script
+//                call, each decided as if alone (with --redis).
 //
 // Gateways are threads. They move through simulated time in lock-step ticks (--tick-ms):
 // each gateway decides its requests of one tick, stamped with their own simulated time,
@@ -131,12 +134,14 @@ Flags (--flag VALUE or --flag=VALUE):
                      within one tick the gateways race each other
   --seed N           traffic seed (default 1)
   --strategies LIST  comma-separated, from local-full, local-split, shared, leases,
-                     redis, redis-leases (default: local-full,local-split,shared,leases,
-                     plus redis,redis-leases with --redis)
+                     redis, redis-leases, redis-coalesced (default: local-full,
+                     local-split,shared,leases, plus redis,redis-leases,redis-coalesced
+                     with --redis)
   --lease-q Q        leases: the largest grant a gateway holds, units (default 50,
                      at most the tenant's burst); they promise r*T + B + G*Q
-  --redis HOST:PORT  also run the shared Redis store at HOST:PORT, directly (redis)
-                     and as the authority of leases (redis-leases)
+  --redis HOST:PORT  also run the shared Redis store at HOST:PORT, directly (redis),
+                     as the authority of leases (redis-leases) and coalescing the
+                     gateways' calls (redis-coalesced)
   --redis local      the same against a throw-away redis-server this run starts on a
                      free loopback port (redis-server must be on PATH) and stops
   --verify-burst B   check the hot tenant against r*T + B with this B instead of its
@@ -147,7 +152,8 @@ Flags (--flag VALUE or --flag=VALUE):
   --help             this text
 
 Requests are reads (cost 1) or, one in ten, creates (cost 5).
-Exit status: 0 ok; 1 a strategy broke the envelope it promises (shared, redis:
+Exit status: 0 ok; 1 a strategy broke the envelope it promises (shared, redis,
+redis-coalesced:
 r*T + B; leases, redis-leases: r*T + B + G*Q);
 2 bad flags; 3 the run failed (e.g. Redis unreachable).
 )";
@@ -214,10 +220,10 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
       o.strategies = absl::StrSplit(value, ',', absl::SkipEmpty());
       for (const auto& s : o.strategies) {
         if (s != "local-full" && s != "local-split" && s != "shared" && s != "leases" &&
-            s != "redis" && s != "redis-leases") {
+            s != "redis" && s != "redis-leases" && s != "redis-coalesced") {
           return absl::StrFormat(
               "unknown strategy '%s' (known: local-full, local-split, shared, leases, redis, "
-              "redis-leases)",
+              "redis-leases, redis-coalesced)",
               s);
         }
       }
@@ -245,9 +251,10 @@ std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
     if (!o.redis.empty()) {
       o.strategies.push_back("redis");
       o.strategies.push_back("redis-leases");
+      o.strategies.push_back("redis-coalesced");
     }
   }
-  for (const char* r : {"redis", "redis-leases"}) {
+  for (const char* r : {"redis", "redis-leases", "redis-coalesced"}) {
     if (std::find(o.strategies.begin(), o.strategies.end(), r) != o.strategies.end() &&
         o.redis.empty()) {
       return absl::StrFormat("strategy '%s' needs --redis HOST:PORT", r);
@@ -453,17 +460,30 @@ absl::StatusOr<quota::RedisStoreOptions> redis_options(const Options& o, const T
 // on ITS wall clock (time to full + a 1 s margin); the simulation runs faster than real
 // time, so an active bucket does not expire early here — and if one did, the verifier
 // would report the extra burst.
+//
+// Coalescing (redis-coalesced): the gateways' calls that wait while one is in flight go
+// together in one script call; all of a tick's calls carry the same time, so they may.
 class RedisStrategy : public Strategy {
  public:
   static absl::StatusOr<std::unique_ptr<RedisStrategy>> create(const Options& o,
-                                                               const Tenants& tenants) {
+                                                               const Tenants& tenants,
+                                                               bool coalesce) {
     auto opts = redis_options(o, tenants);
     if (!opts.ok()) return opts.status();
+    if (coalesce) {
+      opts->coalesce = std::max(2, o.traffic.gateways);
+    }
     return std::unique_ptr<RedisStrategy>(
         new RedisStrategy(tenants, std::move(*opts), o.tick_ms * 1'000'000));
   }
-  std::string name() const override { return "redis"; }
+  std::string name() const override { return coalesce_ ? "redis-coalesced" : "redis"; }
+  // (coalesce_: RedisStoreOptions::coalesce > 1, as create() sets it for redis-coalesced.)
   std::int64_t allowance(std::uint32_t) const override { return 0; }
+  std::string note(std::int64_t) const override {
+    if (!coalesce_) return "";
+    const auto stats = store_.coalesce_stats();
+    return absl::StrFormat("%d round trips for %d decisions", stats.round_trips, stats.decisions);
+  }
   // Time is rounded down to the start of its lock-step tick. The script decides a request
   // stamped earlier than its bucket's stored time at the stored time, but reports the
   // stamp it was given (redis::Outcome::time), so with exact stamps a gateway that lost
@@ -471,15 +491,20 @@ class RedisStrategy : public Strategy {
   // tick, and ticks separated by the barrier, every decision happens at its logged time.
   absl::StatusOr<Outcome> decide(int, std::uint32_t tenant, Nanos now, std::int64_t cost) override {
     const Nanos at{now.count() / tick_ns_ * tick_ns_};
-    auto r = store_.acquire(tenants_.contract[tenant], tenants_.keys[tenant], at, cost);
-    if (!r.ok()) return r.status();
-    return Outcome{r->decision.allowed, at.count()};
+    // apply: the path that coalesces (acquire, with an outcome, goes alone).
+    auto d = store_.apply(tenants_.contract[tenant], tenants_.keys[tenant], at, cost);
+    if (!d.ok()) return d.status();
+    return Outcome{d->allowed, at.count()};
   }
 
  private:
   RedisStrategy(const Tenants& tenants, quota::RedisStoreOptions opts, std::int64_t tick_ns)
-      : tenants_(tenants), store_(std::move(opts)), tick_ns_(tick_ns) {}
+      : tenants_(tenants),
+        coalesce_(opts.coalesce > 1),
+        store_(std::move(opts)),
+        tick_ns_(tick_ns) {}
   const Tenants& tenants_;
+  const bool coalesce_;
   quota::RedisStore<TokenBucket> store_;
   std::int64_t tick_ns_;
 };
@@ -575,7 +600,7 @@ RunResult run(Strategy& strategy, const std::vector<std::vector<Request>>& traff
     std::this_thread::sleep_for(100ms);
     if (tty) {
       const double sim_s = static_cast<double>(ticks_done.load()) * tick_ns / 1e9;
-      std::fprintf(stderr, "\r  %-12s %3.0f%%  (%.1f of %lld simulated seconds)",
+      std::fprintf(stderr, "\r  %-15s %3.0f%%  (%.1f of %lld simulated seconds)",
                    strategy.name().c_str(), 100.0 * ticks_done.load() / ticks,
                    std::min(sim_s, double(o.traffic.seconds)),
                    static_cast<long long>(o.traffic.seconds));
@@ -586,7 +611,7 @@ RunResult run(Strategy& strategy, const std::vector<std::vector<Request>>& traff
   RunResult result;
   result.wall_s = std::chrono::duration<double>(end - start).count();
   if (o.progress) {
-    std::fprintf(stderr, "%s  %-12s done: %.2f s wall%s\n", tty ? "\r" : "",
+    std::fprintf(stderr, "%s  %-15s done: %.2f s wall%s\n", tty ? "\r" : "",
                  strategy.name().c_str(), result.wall_s, tty ? "                         " : "");
   }
   result.errors = errors.load();
@@ -634,9 +659,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> make_strategy(const std::string& name,
         "when it was configured)");
 #endif
   }
-  if (name == "redis") {
+  if (name == "redis" || name == "redis-coalesced") {
 #ifdef QUOTA_SIM_HAVE_REDIS
-    auto r = RedisStrategy::create(o, tenants);
+    auto r = RedisStrategy::create(o, tenants, name == "redis-coalesced");
     if (!r.ok()) {
       return absl::Status(r.status().code(),
                           absl::StrCat("--redis ", o.redis, ": ", r.status().message()));
@@ -798,6 +823,7 @@ const char* color_of(const std::string& name) {
   if (name == "redis") return "#1f77b4";
   if (name == "leases") return "#9467bd";
   if (name == "redis-leases") return "#17becf";
+  if (name == "redis-coalesced") return "#e377c2";
   return "#8c564b";
 }
 
@@ -974,9 +1000,9 @@ int main(int argc, char** argv) {
   }
 
   // ------------------------------------------------------------------------- the table
-  std::printf("\n%-12s %14s %14s %13s %13s %13s %13s\n", "strategy", "hot admitted", "contract",
+  std::printf("\n%-15s %14s %14s %13s %13s %13s %13s\n", "strategy", "hot admitted", "contract",
               "worst excess", "false", "quiet", "decisions/s");
-  std::printf("%-12s %14s %14s %13s %13s %13s %13s\n", "", "units/s", "r/s, B", "over rT+B",
+  std::printf("%-15s %14s %14s %13s %13s %13s %13s\n", "", "units/s", "r/s, B", "over rT+B",
               "denials", "denials", "");
   int exit_code = 0;
   for (const Row& row : rows) {
@@ -986,7 +1012,7 @@ int main(int argc, char** argv) {
       false_denied += row.a.tenants[t].false_denied;
       if (t > 0) quiet_denied += row.a.tenants[t].denied;
     }
-    std::printf("%-12s %14.1f %14s %13s %13s %13s %13s\n", row.name.c_str(),
+    std::printf("%-15s %14.1f %14s %13s %13s %13s %13s\n", row.name.c_str(),
                 static_cast<double>(hot.admitted_units) / static_cast<double>(tc.seconds),
                 absl::StrFormat("%d, %d", o.rate, o.burst).c_str(),
                 format_units(hot.report.excess_micro()).c_str(), with_commas(false_denied).c_str(),
@@ -998,11 +1024,11 @@ int main(int argc, char** argv) {
     const TenantStats& hot = row.a.tenants[0];
     const auto& w = hot.report.witness;
     if (w.empty) {
-      std::printf("%-12s hot tenant: nothing admitted\n", row.name.c_str());
+      std::printf("%-15s hot tenant: nothing admitted\n", row.name.c_str());
     } else {
       const double span_s = static_cast<double>(w.last_time_ns - w.first_time_ns) / 1e9;
       std::printf(
-          "%-12s hot tenant %s: worst interval [%.3f s, %.3f s] admitted %s units vs "
+          "%-15s hot tenant %s: worst interval [%.3f s, %.3f s] admitted %s units vs "
           "r*T + B = %.1f\n",
           row.name.c_str(), hot.report.holds() ? "within r*T + B" : "OVER r*T + B",
           static_cast<double>(w.first_time_ns) / 1e9, static_cast<double>(w.last_time_ns) / 1e9,
@@ -1021,16 +1047,16 @@ int main(int argc, char** argv) {
       errors += row.a.tenants[t].errors;
     }
     if (quiet_over > 0) {
-      std::printf("%-12s %d quiet tenant(s) OVER their r*T + B\n", row.name.c_str(), quiet_over);
+      std::printf("%-15s %d quiet tenant(s) OVER their r*T + B\n", row.name.c_str(), quiet_over);
     }
     if (row.allowance[0] > 0) {
-      std::printf("%-12s promises r*T + B + %lld (holders x q_max): hot excess %s %s %lld\n",
+      std::printf("%-15s promises r*T + B + %lld (holders x q_max): hot excess %s %s %lld\n",
                   row.name.c_str(), static_cast<long long>(row.allowance[0]),
                   format_units(hot.report.excess_micro()).c_str(),
                   hot.report.excess_micro() <= quota::to_micro(row.allowance[0]) ? "<=" : ">",
                   static_cast<long long>(row.allowance[0]));
     }
-    if (!row.note.empty()) std::printf("%-12s %s\n", row.name.c_str(), row.note.c_str());
+    if (!row.note.empty()) std::printf("%-15s %s\n", row.name.c_str(), row.note.c_str());
     if (errors > 0) {
       std::printf("%-12s %lld decisions FAILED (no answer), first: %s\n", row.name.c_str(),
                   static_cast<long long>(errors), row.run.first_error.c_str());
