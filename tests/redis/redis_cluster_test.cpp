@@ -755,10 +755,11 @@ TEST_CASE("coalesced calls on a slot half migrated are decided alone after TRYAG
   }
   const int slot = key_slot(keys[0]);
   const auto migration = split_slot(store, keys[0]);  // a on the target, b and c not
-  // c's call is held by a pause of the source node while a's and b's wait; then they go
+  // c's call is held by a pause of the source node until a's and b's wait; then they go
   // together, in one script call with a split slot.
   Connection admin(node_config(migration->from_port()));
-  REQUIRE(admin.command({"CLIENT", "PAUSE", "300", "ALL"}).ok());
+  // (WRITE: scripts wait, CLIENT UNPAUSE does not.)
+  REQUIRE(admin.command({"CLIENT", "PAUSE", "1500", "WRITE"}).ok());
   const auto tryagains = cluster->tryagains();
   std::vector<absl::StatusOr<quota::Decision>> got(keys.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
@@ -767,7 +768,14 @@ TEST_CASE("coalesced calls on a slot half migrated are decided alone after TRYAG
   for (std::size_t i : {std::size_t{0}, std::size_t{1}}) {
     threads.emplace_back([&, i] { got[i] = store.apply(kOnce, keys[i], Nanos{0}, 1); });
   }
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (store.coalesce_stats().waiting < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  const bool both_waited = store.coalesce_stats().waiting == 2;
+  REQUIRE(admin.command({"CLIENT", "UNPAUSE"}).ok());
   for (auto& th : threads) th.join();
+  REQUIRE(both_waited);  // (else the pause ended before they both waited)
   const auto stats = store.coalesce_stats();
   INFO("round trips " << stats.round_trips << ", decisions " << stats.decisions << "; slot " << slot
                       << slot_report(slot));

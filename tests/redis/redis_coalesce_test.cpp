@@ -68,6 +68,17 @@ std::vector<quota::SlidingLog> variants() {
   return window_variants<quota::SlidingLog>();
 }
 
+// Waits (up to 1 s) until `n` calls of `store` wait; true if they did.
+template <class P>
+bool wait_for_waiting(const RedisStore<P>& store, std::uint64_t n) {
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (store.coalesce_stats().waiting < n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("coalesced apply: threads sharing one budget admit exactly it, several per call") {
@@ -192,8 +203,8 @@ TEMPLATE_TEST_CASE("coalesced decisions are the C++ policy's, one by one", "", T
 }
 
 TEST_CASE("a corrupt bucket in a coalesced call fails its own caller only") {
-  // The server is paused while the first call is in flight, so that the next five wait
-  // and then go together in one script call, with the corrupt bucket among them.
+  // The server is paused while the first call is in flight, until the next five wait;
+  // then they go together in one script call, with the corrupt bucket among them.
   const TokenBucket ten{.rate = {.units = 1, .per = 1s}, .burst = 10};
   RedisStore<TokenBucket> store(coalescing("coalesce-corrupt", 16, 1, TimeSource::kCaller));
   auto bad = store.redis_key("{bad}x");
@@ -202,7 +213,8 @@ TEST_CASE("a corrupt bucket in a coalesced call fails its own caller only") {
   auto lease = admin->acquire();
   REQUIRE(lease.ok());
   REQUIRE((*lease)->command({"SET", *bad, "17"}).ok());
-  REQUIRE((*lease)->command({"CLIENT", "PAUSE", "400", "ALL"}).ok());
+  // WRITE: scripts wait, CLIENT UNPAUSE does not.
+  REQUIRE((*lease)->command({"CLIENT", "PAUSE", "1500", "WRITE"}).ok());
 
   const std::vector<std::string> keys = {"{t0}a", "{t1}a", "{t2}a", "{bad}x", "{t3}a", "{t4}a"};
   std::vector<absl::StatusOr<Decision>> got(keys.size(), absl::UnknownError("not run"));
@@ -214,7 +226,10 @@ TEST_CASE("a corrupt bucket in a coalesced call fails its own caller only") {
     threads.emplace_back(
         [&, i] { got[i] = store.apply(ten, keys[i], Nanos{0}, static_cast<std::int64_t>(i)); });
   }
+  const bool all_waited = wait_for_waiting(store, keys.size() - 1);
+  REQUIRE((*lease)->command({"CLIENT", "UNPAUSE"}).ok());
   for (auto& th : threads) th.join();
+  REQUIRE(all_waited);  // (else the pause ended before they all waited)
 
   const auto stats = store.coalesce_stats();
   INFO("round trips " << stats.round_trips << ", decisions " << stats.decisions);
