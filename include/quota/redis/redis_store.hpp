@@ -1004,7 +1004,7 @@ class RedisStore {
   struct Coalescer {
     std::mutex mu;                              // std::mutex: see ConnectionPool
     std::deque<std::shared_ptr<Waiter>> queue;  // guarded by mu
-    int leaders = 0;                            // script calls in flight; guarded by mu
+    int leaders = 0;                            // round trips in flight; guarded by mu
     std::atomic<std::uint64_t> round_trips{0}, decisions{0};
   };
 
