@@ -260,6 +260,11 @@ quota::RedisStoreOptions coalesced_options(std::shared_ptr<quota::redis::Connect
   return o;
 }
 
+// The mean number of decisions a coalescing store's round trips carried.
+double per_round_trip(const RedisStore<TokenBucket>::CoalesceStats& s) {
+  return static_cast<double>(s.decisions) / std::max<double>(1, static_cast<double>(s.round_trips));
+}
+
 struct Target {
   std::string name, what;
   double value = 0, bound = 0;
@@ -701,10 +706,7 @@ int main(int argc, char** argv) {
             run(port, conns, seconds, 1, [&](int, std::mt19937_64& rng) {
               return coalescing.apply(policy, key(rng), Nanos{0}, 1).ok();
             }));
-      const auto stats = coalescing.coalesce_stats();
-      g_rows.back().extra["decisions_per_round_trip"] =
-          static_cast<double>(stats.decisions) /
-          std::max<double>(1, static_cast<double>(stats.round_trips));
+      g_rows.back().extra["decisions_per_round_trip"] = per_round_trip(coalescing.coalesce_stats());
       std::printf("  (%.1f decisions per round trip)\n",
                   g_rows.back().extra["decisions_per_round_trip"]);
     }
@@ -997,10 +999,13 @@ int main(int argc, char** argv) {
     std::printf(", the slowest %.2fx\n", speed.slowest_ratio);
     std::fflush(stdout);
   };
-  const Row* peak = find_row("quota d1", 50);
-  if (peak != nullptr && peak->r.decisions_per_s > 0) {
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port), 50);
-    RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:"});
+  // Open loop from 50 threads through RedisStore::apply with `opts`, at half the peak of
+  // the row `peak_row` (50 connections).
+  auto paced_threads = [&](const std::string& peak_row, const quota::RedisStoreOptions& opts,
+                           const char* name, const char* how) {
+    const Row* peak = find_row(peak_row, 50);
+    if (peak == nullptr || peak->r.decisions_per_s <= 0) return;
+    RedisStore<TokenBucket> store(opts);
     const double rate = peak->r.decisions_per_s / 2;
     paced_begin();
     Result r = run(
@@ -1008,29 +1013,21 @@ int main(int argc, char** argv) {
         [&](int, std::mt19937_64& rng) { return store.apply(policy, key(rng), Nanos{0}, 1).ok(); },
         rate);
     r.target_rate = rate;
-    print("quota d1 @50%", 50, r);
-    paced_detail("50 client THREADS through RedisStore::apply", 50, "quota d1 (50 threads)");
-  }
-  if (const Row* cp = find_row("quota d1 coalesced", 50);
-      cp != nullptr && cp->r.decisions_per_s > 0) {
-    auto pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port), 50);
-    RedisStore<TokenBucket> store(coalesced_options(pool));
-    const double rate = cp->r.decisions_per_s / 2;
-    std::this_thread::sleep_for(3s);
-    paced_begin();
-    Result r = run(
-        port, 50, std::max(seconds, 3.0), 1,
-        [&](int, std::mt19937_64& rng) { return store.apply(policy, key(rng), Nanos{0}, 1).ok(); },
-        rate);
-    r.target_rate = rate;
-    print("quota d1 coalesced @50%", 50, r);
-    const auto stats = store.coalesce_stats();
-    g_rows.back().extra["decisions_per_round_trip"] =
-        static_cast<double>(stats.decisions) /
-        std::max<double>(1, static_cast<double>(stats.round_trips));
-    paced_detail("50 client THREADS through a coalescing RedisStore::apply", 50,
-                 "quota d1 coalesced (50 threads)");
-  }
+    print(name, 50, r);
+    if (opts.coalesce > 1) {
+      g_rows.back().extra["decisions_per_round_trip"] = per_round_trip(store.coalesce_stats());
+    }
+    paced_detail(how, 50, (peak_row + " (50 threads)").c_str());
+  };
+  paced_threads("quota d1",
+                {.pool = std::make_shared<quota::redis::ConnectionPool>(loopback(port), 50),
+                 .prefix = "bench:"},
+                "quota d1 @50%", "50 client THREADS through RedisStore::apply");
+  std::this_thread::sleep_for(3s);
+  paced_threads(
+      "quota d1 coalesced",
+      coalesced_options(std::make_shared<quota::redis::ConnectionPool>(loopback(port), 50)),
+      "quota d1 coalesced @50%", "50 client THREADS through a coalescing RedisStore::apply");
   if (const Row* lp = find_row("quota d1 loop", 50); lp != nullptr && lp->r.decisions_per_s > 0) {
     const double peak_rate = lp->r.decisions_per_s;
     // 50 % is the target's load; 25 % shows how the tail depends on the headroom.
