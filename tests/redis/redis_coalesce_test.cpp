@@ -19,6 +19,7 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/policy_variants.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 #include "support/seed.hpp"
@@ -40,32 +41,6 @@ RedisStoreOptions coalescing(const std::string& test, int coalesce, int calls, T
   o.coalesce = coalesce;
   o.coalesce_calls = calls;
   return o;
-}
-
-// Three parameter sets of each policy (a coalesced call may mix them).
-template <class P>
-std::vector<P> variants();
-template <>
-std::vector<TokenBucket> variants() {
-  return {TokenBucket{.rate = {.units = 5, .per = 1s}, .burst = 6},
-          TokenBucket{.rate = {.units = 1, .per = 3s}, .burst = 4},
-          TokenBucket{.rate = {.units = 7, .per = 2s}, .burst = 9}};
-}
-template <class W>
-std::vector<W> window_variants() {
-  return {W{.limit = 5, .window = 1s}, W{.limit = 3, .window = 500ms}, W{.limit = 8, .window = 2s}};
-}
-template <>
-std::vector<quota::FixedWindow> variants() {
-  return window_variants<quota::FixedWindow>();
-}
-template <>
-std::vector<quota::SlidingWindowEstimate> variants() {
-  return window_variants<quota::SlidingWindowEstimate>();
-}
-template <>
-std::vector<quota::SlidingLog> variants() {
-  return window_variants<quota::SlidingLog>();
 }
 
 // Waits (up to 1 s) until `n` calls of `store` wait; true if they did.
@@ -144,7 +119,7 @@ TEMPLATE_TEST_CASE("coalesced decisions are the C++ policy's, one by one", "", T
   // C++ policy's on its own copy of the state.
   const auto seed = quota::testing::test_seed(20261130);
   INFO("seed " << seed);
-  const std::vector<TestType> policies = variants<TestType>();
+  const std::vector<TestType> policies = quota::testing::policy_variants<TestType>();
   RedisStore<TestType> store(coalescing(std::string("coalesce-exact-") + typeid(TestType).name(),
                                         16, 1, TimeSource::kCaller));
   constexpr int kThreads = 6, kSteps = 150;

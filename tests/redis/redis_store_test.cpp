@@ -2,12 +2,15 @@
 // store as a Limiter's store, keys and hash tags, TTLs and bytes per key, parameter
 // bounds, corrupted state, NOSCRIPT recovery, idempotent attempts (with a lost reply),
 // hierarchical all-or-nothing checks and pipelined batches.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/lossy_proxy.hpp"
+#include "support/policy_variants.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 #include "support/seed.hpp"
@@ -440,6 +444,66 @@ TEST_CASE("a hierarchical check deducts from every bucket or from none") {
   CHECK(tenant->remaining == 7);
   const std::vector<Req> cross = {{&tenant_wide, "{acme}", 1}, {&route, "{other}create", 1}};
   CHECK(absl::IsInvalidArgument(store.acquire_all(cross, Nanos{0}).status()));
+}
+
+TEMPLATE_TEST_CASE("all-or-nothing checks match the C++ policies: every bucket deducted or none",
+                   "", TokenBucket, quota::FixedWindow, quota::SlidingWindowEstimate,
+                   quota::SlidingLog) {
+  // Random checks over one, two or three buckets of one tenant, each with its own
+  // parameters, at nondecreasing times (caller time). The model: each bucket's C++ policy
+  // decides on a copy of its state; when all allow, the copies are kept (all deducted);
+  // else none is (the next decision refills over the whole gap, which is the same as
+  // refilling now and then, as time never goes back here).
+  const auto seed = quota::testing::test_seed(20261201);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto policies = quota::testing::policy_variants<TestType>();
+  RedisStore<TestType> store(options(std::string("all-or-none-") + typeid(TestType).name()));
+  const std::string keys[3] = {"{aon}a", "{aon}b", "{aon}c"};
+  std::optional<typename TestType::State> model[3];
+  Nanos now{1'000'000'000'000};
+  int all_allowed = 0, some_denied = 0;
+  for (int step = 0; step < 600; ++step) {
+    now += Nanos{static_cast<std::int64_t>(rng() % 300'000'000)};
+    std::vector<std::size_t> which = {0, 1, 2};
+    std::shuffle(which.begin(), which.end(), rng);
+    which.resize(1 + rng() % 3);
+    std::vector<typename RedisStore<TestType>::Request> reqs;
+    std::vector<typename TestType::State> copies;
+    std::vector<Decision> want;
+    bool all = true;
+    for (std::size_t b : which) {
+      const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 3);
+      reqs.push_back({&policies[b], keys[b], cost});
+      if (!model[b]) model[b] = policies[b].init(now);
+      copies.push_back(*model[b]);
+      want.push_back(policies[b].apply(copies.back(), now, cost));
+      all = all && want.back().allowed;
+    }
+    INFO("step " << step << ": " << which.size() << " buckets");
+    auto got = store.acquire_all(reqs, now);
+    REQUIRE(got.ok());
+    REQUIRE(got->parts.size() == which.size());
+    REQUIRE(got->decision.allowed == all);
+    for (std::size_t j = 0; j < which.size(); ++j) {
+      INFO("bucket " << keys[which[j]]);
+      if (all) {
+        CHECK(got->parts[j] == want[j]);
+      } else if (!want[j].allowed) {
+        CHECK_FALSE(got->parts[j].allowed);
+        CHECK(got->parts[j].reason == want[j].reason);
+        CHECK(got->parts[j].retry_after == want[j].retry_after);
+      }
+    }
+    if (all) {
+      for (std::size_t j = 0; j < which.size(); ++j) model[which[j]] = copies[j];
+      ++all_allowed;
+    } else {
+      ++some_denied;
+    }
+  }
+  CHECK(all_allowed > 50);
+  CHECK(some_denied > 50);
 }
 
 TEST_CASE("acquire_many pipelines a batch with the same decisions as one by one") {

@@ -1,0 +1,46 @@
+// tests/redis/support/policy_variants.hpp — small parameter sets of each policy, for
+// tests that mix several in one call (coalesced batches, all-or-nothing checks).
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
+#include "quota/policy/token_bucket.hpp"
+
+namespace quota::testing {
+
+// Three parameter sets of policy P, with budgets of 3 to 9 units (so that random costs
+// of 1 to 3 meet denials often).
+template <class P>
+std::vector<P> policy_variants();
+
+template <>
+inline std::vector<TokenBucket> policy_variants() {
+  using namespace std::chrono_literals;
+  return {TokenBucket{.rate = {.units = 5, .per = 1s}, .burst = 6},
+          TokenBucket{.rate = {.units = 1, .per = 3s}, .burst = 4},
+          TokenBucket{.rate = {.units = 7, .per = 2s}, .burst = 9}};
+}
+
+template <class W>
+std::vector<W> window_policy_variants() {
+  using namespace std::chrono_literals;
+  return {W{.limit = 5, .window = 1s}, W{.limit = 3, .window = 500ms}, W{.limit = 8, .window = 2s}};
+}
+template <>
+inline std::vector<FixedWindow> policy_variants() {
+  return window_policy_variants<FixedWindow>();
+}
+template <>
+inline std::vector<SlidingWindowEstimate> policy_variants() {
+  return window_policy_variants<SlidingWindowEstimate>();
+}
+template <>
+inline std::vector<SlidingLog> policy_variants() {
+  return window_policy_variants<SlidingLog>();
+}
+
+}  // namespace quota::testing
