@@ -194,9 +194,10 @@ TEST_CASE("a corrupt bucket in a coalesced call fails its own caller only") {
   const std::vector<std::string> keys = {"{t0}a", "{t1}a", "{t2}a", "{bad}x", "{t3}a", "{t4}a"};
   std::vector<absl::StatusOr<Decision>> got(keys.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
-  threads.emplace_back([&] { got[0] = store.apply(ten, keys[0], Nanos{0}, 2); });
   // The first call is the one in flight (held by the pause) before the others start.
-  while (store.coalesce_stats().round_trips < 1) std::this_thread::yield();
+  const auto before = store.coalesce_stats().round_trips;
+  threads.emplace_back([&] { got[0] = store.apply(ten, keys[0], Nanos{0}, 2); });
+  while (store.coalesce_stats().round_trips == before) std::this_thread::yield();
   for (std::size_t i = 1; i < keys.size(); ++i) {
     threads.emplace_back(
         [&, i] { got[i] = store.apply(ten, keys[i], Nanos{0}, static_cast<std::int64_t>(i)); });
