@@ -40,7 +40,8 @@ local function to_next(mode, w, s1, n1)
   return (w - r) * 1000000000 - n1
 end
 local out = {0, sec, ns, 1}
-seen = {}
+-- (Only a batch of several writes a window before a later one is read.)
+if batch and n > 1 then seen = {} end
 -- Writes window i's state (after any charge) and its part of the reply.
 local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
   local reset = 0
@@ -68,7 +69,7 @@ for i = 1, n do
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window', 24)
   if corrupt then return fail(corrupt) end
-  seen[i] = raw or false
+  if seen then seen[i] = raw or false end
   local count, lsec, lns
   if raw then
     count, lsec, lns = struct.unpack('<ddd', raw)

@@ -1064,7 +1064,7 @@ class RedisStore {
     }
     coalescer_->round_trips.fetch_add(1, std::memory_order_relaxed);
     coalescer_->decisions.fetch_add(batch.size(), std::memory_order_relaxed);
-    auto got = reqs.size() == 1 ? single(reqs[0], times[0]) : decide_batch(reqs, Nanos{0}, times);
+    auto got = decide_batch(reqs, Nanos{0}, times);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       absl::StatusOr<Decision> r =
           got.ok() ? std::move((*got)[i]) : absl::StatusOr<Decision>(got.status());

@@ -50,7 +50,8 @@ local function muldiv(a, b, c)
   return q
 end
 local out = {0, sec, ns, 1}
-seen = {}
+-- (Only a batch of several writes a window before a later one is read.)
+if batch and n > 1 then seen = {} end
 -- Writes window i's state (after any charge) and its part of the reply.
 local function finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
   local reset = 0
@@ -79,7 +80,7 @@ for i = 1, n do
   local key = KEYS[i]
   local raw, corrupt = read_state(key, 'window estimate', 32)
   if corrupt then return fail(corrupt) end
-  seen[i] = raw or false
+  if seen then seen[i] = raw or false end
   local cur, prev, lsec, lns
   if raw then
     cur, prev, lsec, lns = struct.unpack('<dddd', raw)
