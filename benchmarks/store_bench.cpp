@@ -91,6 +91,23 @@ void BM_FlatHashMapLookup_1M(benchmark::State& state) {
 }
 BENCHMARK(BM_FlatHashMapLookup_1M);
 
+// The same lookup followed by the token-bucket transition the stores run (time advancing
+// 1 µs per decision as in BM_RandomKeys_1M): what a decision costs with no store
+// overhead at all, so the stores' ratio splits into the policy's share and the store's.
+void BM_FlatHashMapLookupAndPolicy_1M(benchmark::State& state) {
+  absl::flat_hash_map<std::string, TokenBucket::State> map;
+  for (const auto& k : keys()) map.try_emplace(k, kPolicy.init(Nanos{0}));
+  const auto& seq = sequence();
+  std::size_t i = 0;
+  std::int64_t now = 0;
+  for (auto _ : state) {
+    now += 1000;
+    auto it = map.find(keys()[seq[i++ & (seq.size() - 1)]]);
+    benchmark::DoNotOptimize(kPolicy.apply(it->second, Nanos{now}, 1));
+  }
+}
+BENCHMARK(BM_FlatHashMapLookupAndPolicy_1M);
+
 // ---- stores ------------------------------------------------------------------------
 
 template <template <quota::Policy> class Store>
