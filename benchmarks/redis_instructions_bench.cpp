@@ -12,6 +12,8 @@
 // writes keep it, as they mostly do under load):
 //   quota d1       RedisStore<TokenBucket>::apply, one EVALSHA per decision
 //   quota b16/b64  acquire_batch: 16 / 64 decisions in one EVALSHA
+//   fixed d1/b16   the same for RedisStore<FixedWindow> (1-hour windows, never full)
+//   estimate d1/b16  the same for RedisStore<SlidingWindowEstimate>
 //   naive-lua d1   the straightforward published script (redis_bench's kNaiveLua)
 //   noop-lua d1    EVALSHA of `return 1` with one key and the same three arguments
 //   INCR d1        the ceiling of any one-round-trip design
@@ -33,8 +35,11 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/redis_store.hpp"
@@ -43,8 +48,10 @@
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
+using quota::FixedWindow;
 using quota::Nanos;
 using quota::RedisStore;
+using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 
 namespace {
@@ -140,6 +147,12 @@ int main(int argc, char** argv) {
   // what is measured is the busy bucket, as in redis_bench, not creation.
   RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:", .ttl_margin = 600s});
   const TokenBucket policy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
+  // The window policies: hour-long windows that never fill (a busy key within its window).
+  RedisStore<FixedWindow> fixed_store({.pool = pool, .prefix = "bfw:", .ttl_margin = 600s});
+  const FixedWindow fixed{.limit = 1'000'000'000, .window = 1h};
+  RedisStore<SlidingWindowEstimate> estimate_store(
+      {.pool = pool, .prefix = "bsw:", .ttl_margin = 600s});
+  const SlidingWindowEstimate estimate{.limit = 1'000'000'000, .window = 1h};
   quota::redis::Connection conn(cfg);
   std::string naive_sha, noop_sha;
   for (auto [text, sha] : {std::pair{quota::bench::kNaiveLua, &naive_sha},
@@ -155,21 +168,22 @@ int main(int argc, char** argv) {
   auto key = [](std::uint64_t i) { return "{tenant-" + std::to_string(i % kKeys) + "}read"; };
   using Item = RedisStore<TokenBucket>::BatchItem;
   int errors = 0;
-  // One decision (or batch) with a random key from `rng`.
-  const std::function<bool(std::mt19937_64&, int)> quota_call = [&](std::mt19937_64& rng,
-                                                                    int batch) {
-    if (batch == 1) return store.apply(policy, key(rng()), Nanos{0}, 1).ok();
+  // One decision (or batch) of store `st` with policy `pol` and a random key from `rng`.
+  auto call = [&](auto& st, const auto& pol, std::mt19937_64& rng, int batch) {
+    if (batch == 1) return st.apply(pol, key(rng()), Nanos{0}, 1).ok();
     std::vector<std::string> names;
     for (int j = 0; j < batch; ++j) names.push_back(key(rng()));
-    std::vector<Item> items;
+    std::vector<typename std::remove_reference_t<decltype(st)>::BatchItem> items;
     for (const auto& n : names) items.push_back({n, 1});
-    auto r = store.acquire_batch(policy, items, Nanos{0});
+    auto r = st.acquire_batch(pol, items, Nanos{0});
     if (!r.ok()) return false;
     for (const auto& d : *r) {
       if (!d.ok()) return false;
     }
     return true;
   };
+  const std::function<bool(std::mt19937_64&, int)> quota_call =
+      [&](std::mt19937_64& rng, int batch) { return call(store, policy, rng, batch); };
   // The naive script's own TTL is burst / rate (1 s at redis_bench's policy); a rate of
   // 1,000/s keeps its keys for 1,000 s here. Its arithmetic does not depend on the values.
   auto script_call = [&](const std::string& sha, std::mt19937_64& rng) {
@@ -191,6 +205,14 @@ int main(int argc, char** argv) {
       std::vector<Item> items;
       for (const auto& n : names) items.push_back({n, 1});
       errors += !store.acquire_batch(policy, items, Nanos{0}).ok();
+      std::vector<RedisStore<FixedWindow>::BatchItem> fixed_items;
+      std::vector<RedisStore<SlidingWindowEstimate>::BatchItem> estimate_items;
+      for (const auto& n : names) {
+        fixed_items.push_back({n, 1});
+        estimate_items.push_back({n, 1});
+      }
+      errors += !fixed_store.acquire_batch(fixed, fixed_items, Nanos{0}).ok();
+      errors += !estimate_store.acquire_batch(estimate, estimate_items, Nanos{0}).ok();
     }
   }
   for (int i = 0; i < kKeys; ++i) {
@@ -225,6 +247,13 @@ int main(int argc, char** argv) {
   measure("quota d1", 1, calls, [&](std::mt19937_64& r) { return quota_call(r, 1); });
   measure("quota b16", 16, calls / 8, [&](std::mt19937_64& r) { return quota_call(r, 16); });
   measure("quota b64", 64, calls / 32, [&](std::mt19937_64& r) { return quota_call(r, 64); });
+  measure("fixed d1", 1, calls, [&](std::mt19937_64& r) { return call(fixed_store, fixed, r, 1); });
+  measure("fixed b16", 16, calls / 8,
+          [&](std::mt19937_64& r) { return call(fixed_store, fixed, r, 16); });
+  measure("estimate d1", 1, calls,
+          [&](std::mt19937_64& r) { return call(estimate_store, estimate, r, 1); });
+  measure("estimate b16", 16, calls / 8,
+          [&](std::mt19937_64& r) { return call(estimate_store, estimate, r, 16); });
   measure("naive-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(naive_sha, r); });
   measure("noop-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(noop_sha, r); });
   measure("INCR d1", 1, calls, incr_call);
