@@ -69,11 +69,9 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -100,6 +98,7 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/cluster.hpp"
+#include "quota/redis/coalescer.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
@@ -341,7 +340,9 @@ class RedisStore {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "RedisStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     }
-    if (options_.coalesce > 1) coalescer_ = std::make_unique<Coalescer>();
+    if (options_.coalesce > 1) {
+      coalescer_ = std::make_unique<Coalescer>(options_.coalesce, options_.coalesce_calls);
+    }
   }
 
   // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
@@ -373,14 +374,9 @@ class RedisStore {
   // Coalescing counters (RedisStoreOptions::coalesce): the round trips made for apply()
   // (each one pipelined write, usually of one script call) and the decisions they
   // carried (decisions / round_trips: the mean batch), and the calls waiting now.
-  struct CoalesceStats {
-    std::uint64_t round_trips = 0, decisions = 0, waiting = 0;
-  };
+  using CoalesceStats = redis::CoalesceStats;
   CoalesceStats coalesce_stats() const {
-    if (coalescer_ == nullptr) return {};
-    std::lock_guard<std::mutex> lock(coalescer_->mu);
-    return {coalescer_->round_trips.load(std::memory_order_relaxed),
-            coalescer_->decisions.load(std::memory_order_relaxed), coalescer_->queue.size()};
+    return coalescer_ == nullptr ? CoalesceStats{} : coalescer_->stats();
   }
 
   // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
@@ -983,30 +979,12 @@ class RedisStore {
 
   absl::StatusOr<std::string> script_sha(redis::Connection& conn) { return script_.sha(conn); }
 
-  // Coalescing (apply). Each caller waits on its own wake-up counter (an atomic wait, no
-  // mutex held, so a woken caller does not then queue for the mutex its waker holds). The
-  // caller that takes a batch (the "leader") decides it, marks each of its callers done
-  // and, with the mutex released, wakes them and the oldest caller still waiting, which
-  // leads the next batch. Waiters are shared: a waker may still touch one whose caller
-  // has already returned.
-  struct Waiter {
-    Waiter(Request r, Nanos t) : req(r), now(t) {}
+  // Coalescing (apply): a caller's request and time, decided with others'.
+  struct Job {
     Request req;
     Nanos now;
-    absl::StatusOr<Decision> result = absl::UnknownError("coalesced call not decided");
-    bool done = false;  // guarded by Coalescer::mu; `result` is set before
-    std::atomic<std::uint32_t> wake{0};
-    void signal() {
-      wake.fetch_add(1, std::memory_order_release);
-      wake.notify_one();
-    }
   };
-  struct Coalescer {
-    std::mutex mu;                              // std::mutex: see ConnectionPool
-    std::deque<std::shared_ptr<Waiter>> queue;  // guarded by mu
-    int leaders = 0;                            // round trips in flight; guarded by mu
-    std::atomic<std::uint64_t> round_trips{0}, decisions{0};
-  };
+  using Coalescer = redis::Coalescer<Job, absl::StatusOr<Decision>>;
 
   absl::StatusOr<Decision> apply_coalesced(const P& policy, std::string_view key, Nanos now,
                                            std::int64_t cost) {
@@ -1014,56 +992,25 @@ class RedisStore {
     if (!config_error_.ok()) return config_error_;
     if (auto parts = redis::split_key(key); !parts.ok()) return parts.status();
     if (auto params = Twin::params(policy); !params.ok()) return params.status();
-    Coalescer& co = *coalescer_;
-    const auto self = std::make_shared<Waiter>(Request{&policy, key, cost}, now);
-    std::unique_lock<std::mutex> lock(co.mu);
-    co.queue.push_back(self);
-    while (!self->done) {
-      if (co.leaders >= options_.coalesce_calls || co.queue.empty()) {
-        const std::uint32_t seen = self->wake.load(std::memory_order_acquire);
-        lock.unlock();
-        self->wake.wait(seen, std::memory_order_acquire);
-        lock.lock();
-        continue;
-      }
-      // Lead: the oldest waiting calls.
-      const std::size_t take =
-          std::min(co.queue.size(), static_cast<std::size_t>(options_.coalesce));
-      std::vector<std::shared_ptr<Waiter>> batch(
-          std::make_move_iterator(co.queue.begin()),
-          std::make_move_iterator(co.queue.begin() + static_cast<std::ptrdiff_t>(take)));
-      co.queue.erase(co.queue.begin(), co.queue.begin() + static_cast<std::ptrdiff_t>(take));
-      ++co.leaders;
-      lock.unlock();
-      decide_coalesced(batch);
-      lock.lock();
-      --co.leaders;
-      for (const auto& w : batch) w->done = true;
-      std::shared_ptr<Waiter> next = co.queue.empty() ? nullptr : co.queue.front();
-      lock.unlock();
-      for (const auto& w : batch) {
-        if (w != self) w->signal();
-      }
-      if (next != nullptr) next->signal();
-      lock.lock();
-    }
-    return std::move(self->result);
+    return coalescer_->run(
+        Job{Request{&policy, key, cost}, now},
+        [this](const std::vector<const Job*>& jobs) { return decide_coalesced(jobs); });
   }
 
   // Decides a coalesced batch in one pipelined write (one script call per time, in
-  // caller-time mode; one per slot on a cluster); sets each waiter's result.
-  void decide_coalesced(const std::vector<std::shared_ptr<Waiter>>& batch) {
+  // caller-time mode; one per slot on a cluster): one result per job.
+  std::vector<absl::StatusOr<Decision>> decide_coalesced(const std::vector<const Job*>& batch) {
     std::vector<Request> reqs;
     std::vector<Nanos> times;
     reqs.reserve(batch.size());
     times.reserve(batch.size());
-    for (const auto& w : batch) {
-      reqs.push_back(w->req);
+    for (const Job* j : batch) {
+      reqs.push_back(j->req);
       // The server's clock decides: the callers' times would only split the batch.
-      times.push_back(options_.time == redis::TimeSource::kServer ? Nanos{0} : w->now);
+      times.push_back(options_.time == redis::TimeSource::kServer ? Nanos{0} : j->now);
     }
-    coalescer_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    coalescer_->decisions.fetch_add(batch.size(), std::memory_order_relaxed);
+    std::vector<absl::StatusOr<Decision>> out;
+    out.reserve(batch.size());
     auto got = decide_batch(reqs, Nanos{0}, times);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       absl::StatusOr<Decision> r =
@@ -1074,8 +1021,9 @@ class RedisStore {
         auto alone = single(reqs[i], times[i]);
         r = alone.ok() ? std::move((*alone)[0]) : absl::StatusOr<Decision>(alone.status());
       }
-      batch[i]->result = std::move(r);
+      out.push_back(std::move(r));
     }
+    return out;
   }
 
   // One decision, shaped as decide_batch's result.
