@@ -84,6 +84,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/client_threads.hpp"
+#include "support/json_out.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
 #include "support/redis_server.hpp"
@@ -273,21 +274,8 @@ struct Target {
   bool met() const { return valid && (at_most ? value <= bound : value >= bound); }
 };
 
-std::string json_escape(const std::string& in) {
-  std::string out;
-  for (char c : in) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+using quota::bench::json_escape;
+using quota::bench::json_number;
 
 void write_json(const std::string& path, const std::map<std::string, std::string>& context,
                 const std::vector<Target>& targets) {
@@ -305,16 +293,18 @@ void write_json(const std::string& path, const std::map<std::string, std::string
     out << (first ? "\n" : ",\n") << "    {\"name\": \"" << json_escape(row.name)
         << "\", \"run_name\": \"" << json_escape(row.name)
         << "\", \"run_type\": \"iteration\", \"repetitions\": 1, \"threads\": " << row.conns
-        << ", \"iterations\": " << num(r.calls) << ", \"real_time\": " << num(r.mean_call_us)
-        << ", \"cpu_time\": " << num(r.mean_call_us) << ", \"time_unit\": \"us\""
-        << ", \"connections\": " << row.conns << ", \"decisions_per_s\": " << num(r.decisions_per_s)
-        << ", \"p50_us\": " << num(r.p50_us) << ", \"p90_us\": " << num(r.p90_us)
-        << ", \"p99_us\": " << num(r.p99_us) << ", \"p999_us\": " << num(r.p999_us)
-        << ", \"max_us\": " << num(r.max_us)
-        << ", \"server_us_per_decision\": " << num(r.server_us_per_decision)
-        << ", \"server_cpu_us_per_decision\": " << num(r.server_cpu_us_per_decision)
+        << ", \"iterations\": " << json_number(r.calls)
+        << ", \"real_time\": " << json_number(r.mean_call_us)
+        << ", \"cpu_time\": " << json_number(r.mean_call_us) << ", \"time_unit\": \"us\""
+        << ", \"connections\": " << row.conns
+        << ", \"decisions_per_s\": " << json_number(r.decisions_per_s)
+        << ", \"p50_us\": " << json_number(r.p50_us) << ", \"p90_us\": " << json_number(r.p90_us)
+        << ", \"p99_us\": " << json_number(r.p99_us) << ", \"p999_us\": " << json_number(r.p999_us)
+        << ", \"max_us\": " << json_number(r.max_us)
+        << ", \"server_us_per_decision\": " << json_number(r.server_us_per_decision)
+        << ", \"server_cpu_us_per_decision\": " << json_number(r.server_cpu_us_per_decision)
         << ", \"errors\": " << r.errors;
-    for (const auto& [k, v] : row.extra) out << ", \"" << k << "\": " << num(v);
+    for (const auto& [k, v] : row.extra) out << ", \"" << k << "\": " << json_number(v);
     out << "}";
     first = false;
   }
@@ -322,8 +312,9 @@ void write_json(const std::string& path, const std::map<std::string, std::string
   first = true;
   for (const Target& t : targets) {
     out << (first ? "\n" : ",\n") << "    {\"name\": \"" << json_escape(t.name)
-        << "\", \"what\": \"" << json_escape(t.what) << "\", \"value\": " << num(t.value)
-        << ", \"bound\": " << num(t.bound) << ", \"at_most\": " << (t.at_most ? "true" : "false")
+        << "\", \"what\": \"" << json_escape(t.what) << "\", \"value\": " << json_number(t.value)
+        << ", \"bound\": " << json_number(t.bound)
+        << ", \"at_most\": " << (t.at_most ? "true" : "false")
         << ", \"valid\": " << (t.valid ? "true" : "false")
         << ", \"met\": " << (t.met() ? "true" : "false") << "}";
     first = false;
@@ -931,7 +922,7 @@ int main(int argc, char** argv) {
           const std::string event(e->element[0]->str, e->element[0]->len);
           const auto max_ms = static_cast<double>(e->element[3]->integer);
           row.extra["server_latency_max_ms:" + event] = max_ms;
-          server_events += " " + event + " " + num(max_ms) + " ms;";
+          server_events += " " + event + " " + json_number(max_ms) + " ms;";
         }
       }
       (void)c.command({"CONFIG", "SET", "latency-monitor-threshold", "0"});

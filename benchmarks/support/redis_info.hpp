@@ -43,4 +43,15 @@ inline double info_script_usec(const std::string& info) {
   return total;
 }
 
+// The calls of script commands (EVALSHA, EVAL), from INFO commandstats (or INFO all) text:
+// round trips that ran a script (the commands a script calls are not counted).
+inline double info_script_calls(const std::string& info) {
+  double total = 0;
+  for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
+    const auto at = info.find(cmd);
+    if (at != std::string::npos) total += info_number(info.substr(at), "calls=");
+  }
+  return total;
+}
+
 }  // namespace quota::bench
