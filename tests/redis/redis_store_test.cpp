@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <random>
 #include <string>
@@ -256,31 +257,34 @@ TEST_CASE("a key whose state was corrupted by hand is a clear data-loss error, n
 
 namespace {
 
-// Each policy with a budget of 10, and the size of its twin's packed state (a corrupt
-// state of that size is only found out of range).
+// Each policy with a budget of 10, and the sizes of its twin's packed state (a corrupt
+// state of such a size is only found out of range): `bytes` the current form, `legacy`
+// the earlier form still read (0: none).
 template <class P>
 struct TenOf;
 template <>
 struct TenOf<TokenBucket> {
   static constexpr const char* name = "token-bucket";
   static constexpr std::size_t bytes = 28;
+  static constexpr std::size_t legacy = 32;
   static TokenBucket policy() { return {.rate = {.units = 1, .per = 600s}, .burst = 10}; }
 };
-template <class W, std::size_t Bytes>
+template <class W, std::size_t Bytes, std::size_t Legacy>
 struct TenOfWindow {
   static constexpr std::size_t bytes = Bytes;
+  static constexpr std::size_t legacy = Legacy;
   static W policy() { return {.limit = 10, .window = 1h}; }
 };
 template <>
-struct TenOf<quota::FixedWindow> : TenOfWindow<quota::FixedWindow, 24> {
+struct TenOf<quota::FixedWindow> : TenOfWindow<quota::FixedWindow, 12, 24> {
   static constexpr const char* name = "fixed-window";
 };
 template <>
-struct TenOf<quota::SlidingWindowEstimate> : TenOfWindow<quota::SlidingWindowEstimate, 32> {
+struct TenOf<quota::SlidingWindowEstimate> : TenOfWindow<quota::SlidingWindowEstimate, 21, 32> {
   static constexpr const char* name = "window-estimate";
 };
 template <>
-struct TenOf<quota::SlidingLog> : TenOfWindow<quota::SlidingLog, 24> {
+struct TenOf<quota::SlidingLog> : TenOfWindow<quota::SlidingLog, 24, 0> {
   static constexpr const char* name = "sliding-log";
 };
 
@@ -318,6 +322,17 @@ TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is c
   SECTION("another type") { cmd({"LPUSH", *key, "x"}); }
   SECTION("wrong size") { cmd({"SET", *key, "17"}); }
   SECTION("out of range") { cmd({"SET", *key, std::string(Ten::bytes, '\xff')}); }
+  if constexpr (Ten::legacy != 0) {
+    SECTION("out of range, the earlier form") {
+      cmd({"SET", *key, std::string(Ten::legacy, '\xff')});
+    }
+  }
+  if constexpr (std::is_same_v<TestType, quota::FixedWindow>) {
+    // the wide form, for counts of 2^24 and more: a count of 2^56 - 1
+    SECTION("out of range, the wide form") {
+      cmd({"SET", *key, std::string(7, '\xff') + std::string(9, '\0')});
+    }
+  }
   if constexpr (std::is_same_v<TestType, quota::SlidingLog>) {
     SECTION("a malformed event") { cmd({"RPUSH", events, "x"}); }
   }
@@ -359,6 +374,250 @@ TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is c
     CHECK(d->remaining == expected.remaining);
     CHECK(d->reset_after == expected.reset_after);
   }
+}
+
+namespace {
+
+// Runs one command on a store's server.
+template <class S>
+quota::redis::Reply run_in(S& store, std::vector<std::string_view> args) {
+  auto lease = store.options().pool->acquire();
+  REQUIRE(lease.ok());
+  auto r = (*lease)->command(args);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+// A window policy's state in the earlier form of its Lua twin (doubles): the fixed
+// window's (count, seconds, nanoseconds), the estimate's (cur, prev, seconds,
+// nanoseconds), written by a script as the earlier twins did.
+void set_legacy(RedisStore<quota::FixedWindow>& store, const std::string& key,
+                const quota::FixedWindow::State& st) {
+  const std::string c = std::to_string(st.count), sec = std::to_string(st.last / 1'000'000'000),
+                    ns = std::to_string(st.last % 1'000'000'000);
+  run_in(store, {"EVAL",
+                 "redis.call('SET', KEYS[1], struct.pack('<ddd', ARGV[1] + 0, ARGV[2] + 0, "
+                 "ARGV[3] + 0), 'PX', 3600000)",
+                 "1", key, c, sec, ns});
+}
+void set_legacy(RedisStore<quota::SlidingWindowEstimate>& store, const std::string& key,
+                const quota::SlidingWindowEstimate::State& st) {
+  const std::string c = std::to_string(st.cur), p = std::to_string(st.prev),
+                    sec = std::to_string(st.last / 1'000'000'000),
+                    ns = std::to_string(st.last % 1'000'000'000);
+  run_in(store, {"EVAL",
+                 "redis.call('SET', KEYS[1], struct.pack('<dddd', ARGV[1] + 0, ARGV[2] + 0, "
+                 "ARGV[3] + 0, ARGV[4] + 0), 'PX', 3600000)",
+                 "1", key, c, p, sec, ns});
+}
+
+quota::FixedWindow::State random_state(std::mt19937_64& rng, const quota::FixedWindow& p,
+                                       std::int64_t last) {
+  return {.count = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(p.limit + 1)),
+          .last = last};
+}
+quota::SlidingWindowEstimate::State random_state(std::mt19937_64& rng,
+                                                 const quota::SlidingWindowEstimate& p,
+                                                 std::int64_t last) {
+  const auto bound = static_cast<std::uint64_t>(p.limit + 1);
+  return {.cur = static_cast<std::int64_t>(rng() % bound),
+          .prev = static_cast<std::int64_t>(rng() % bound),
+          .last = last};
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("window states written by earlier versions (doubles) are still read", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  // A deployed Redis holds states in the earlier form: each is read, decided on exactly as
+  // the C++ policy decides from the same state, and rewritten in the current, smaller form.
+  const auto seed = quota::testing::test_seed(20261202);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  using Ten = TenOf<TestType>;
+  RedisStore<TestType> store(options(std::string("legacy-") + Ten::name));
+  const Nanos windows[] = {Nanos{1'000'000}, 250ms, 1s, 60s, 1h};
+  int allowed = 0, denied = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const TestType p{.limit = 1 + static_cast<std::int64_t>(rng() % 20),
+                     .window = windows[rng() % std::size(windows)]};
+    const std::int64_t w = p.window.count();
+    const std::int64_t last = static_cast<std::int64_t>(rng() >> 4);  // [0, 2^60)
+    auto state = random_state(rng, p, last);
+    const std::string route = "{acme}old" + std::to_string(trial);
+    auto key = store.redis_key(route);
+    REQUIRE(key.ok());
+    set_legacy(store, *key, state);
+    REQUIRE(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::legacy));
+    // The first request at the stored time, in the same window or a later one, or earlier
+    // (backwards time); then two more.
+    std::int64_t now = last;
+    for (int i = 0; i < 3; ++i) {
+      switch (rng() % 4) {
+        case 0:
+          now += static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(w / 3 + 1));
+          break;
+        case 1:
+          now += w + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(w));
+          break;
+        case 2:
+          now -= static_cast<std::int64_t>(rng() % 1'000'000'000);
+          break;
+        default:
+          break;
+      }
+      now = std::max<std::int64_t>(now, 0);
+      const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 6);
+      const Decision expected = p.apply(state, Nanos{now}, cost);
+      auto got = store.apply(p, route, Nanos{now}, cost);
+      INFO("trial " << trial << " request " << i << " limit " << p.limit << " window " << w
+                    << " last " << last << " now " << now << " cost " << cost);
+      REQUIRE(got.ok());
+      CHECK(*got == expected);
+      (expected.allowed ? allowed : denied) += 1;
+      CHECK(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::bytes));
+    }
+  }
+  CHECK(allowed > 20);
+  CHECK(denied > 20);
+}
+
+TEMPLATE_TEST_CASE("a window key takes fewer bytes than in the earlier form (MEMORY USAGE)", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  using Ten = TenOf<TestType>;
+  RedisStore<TestType> store(options(std::string("memory-") + Ten::name, TimeSource::kServer));
+  const TestType p = Ten::policy();
+  auto d = store.apply(p, "{acme}mem-new", Nanos{0}, 3);
+  REQUIRE(d.ok());
+  REQUIRE(d->allowed);
+  auto key = store.redis_key("{acme}mem-new");
+  auto old_key = store.redis_key("{acme}mem-old");  // a key of the same length
+  REQUIRE(key.ok());
+  REQUIRE(old_key.ok());
+  REQUIRE(key->size() == old_key->size());
+  // The same decision's state in the earlier form (counted 3 at 10 s), with a TTL too.
+  auto state = p.init(Nanos{10s});
+  REQUIRE(p.apply(state, Nanos{10s}, 3).allowed);
+  set_legacy(store, *old_key, state);
+  const long long now_bytes = run_in(store, {"MEMORY", "USAGE", *key})->integer;
+  const long long old_bytes = run_in(store, {"MEMORY", "USAGE", *old_key})->integer;
+  std::printf("MEMORY USAGE of one %s key (key of %zu bytes): %lld bytes (earlier form: %lld)\n",
+              Ten::name, key->size(), now_bytes, old_bytes);
+  INFO(Ten::name << ": " << now_bytes << " bytes, earlier form " << old_bytes);
+  CHECK(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::bytes));
+  CHECK(now_bytes > 0);
+  CHECK(now_bytes < old_bytes);
+}
+
+TEMPLATE_TEST_CASE("a busy window key never expires before reset_after plus the margin", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  // Server time and windows of 50 ms: the requests of the loop cross many windows. Later
+  // writes in a window keep the TTL set by its first (KEEPTTL), and so does the
+  // estimate's first write of a window that counts nothing (only prev left: the TTL of the
+  // window before still covers it); after each write the key's TTL still covers
+  // reset_after (rounded up to ms) plus the margin, and is no longer. Half of the
+  // requests cost more than the limit (counted nothing).
+  const auto seed = quota::testing::test_seed(20261203);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  using Ten = TenOf<TestType>;
+  auto opts = options(std::string("ttl-busy-") + Ten::name, TimeSource::kServer);
+  opts.ttl_margin = std::chrono::milliseconds(100);
+  RedisStore<TestType> store(opts);
+  const TestType p{.limit = 1'000'000, .window = 50ms};
+  auto key = store.redis_key("{acme}busy");
+  REQUIRE(key.ok());
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + 5s;
+  int windows = 0, requests = 0;
+  std::optional<Decision> before;
+  Clock::time_point before_at;
+  while (windows < 8 && Clock::now() < deadline) {
+    const bool counts = rng() % 2 == 0;
+    const auto at = Clock::now();
+    auto d = store.apply(p, "{acme}busy", Nanos{0}, counts ? 1 : p.limit + 1);
+    REQUIRE(d.ok());
+    REQUIRE(d->allowed == counts);
+    const long long pttl = run_in(store, {"PTTL", *key})->integer;
+    const long long need =
+        std::chrono::ceil<std::chrono::milliseconds>(d->reset_after).count() + 100;
+    INFO("request " << requests << " reset_after " << d->reset_after.count() << " ns, PTTL " << pttl
+                    << " ms");
+    // 10 ms of slack for the time between the script and PTTL on a busy machine; 3 ms for
+    // the roundings to whole ms of the write that set the TTL and of this one.
+    REQUIRE(pttl >= need - 10);
+    CHECK(pttl <= need + 3);
+    // The time to the next window start grows only at a new window (the requests come
+    // much less than a window apart: a slower pair is not compared).
+    const Nanos to_next = d->reset_after % p.window;
+    if (before && at - before_at < 20ms && before->reset_after > Nanos{0} &&
+        d->reset_after > Nanos{0}) {
+      if (to_next > before->reset_after % p.window) {
+        ++windows;
+      } else if constexpr (std::is_same_v<TestType, quota::FixedWindow>) {
+        // the same window: the count went on (the key lived)
+        CHECK(d->remaining == before->remaining - (counts ? 1 : 0));
+      }
+    }
+    before = *d;
+    before_at = at;
+    ++requests;
+  }
+  INFO(requests << " requests");
+  CHECK(windows >= 4);
+}
+
+TEMPLATE_TEST_CASE("a window key's TTL is kept within its window and set again when unknown", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  // Two stores on the same keys with different margins: a write in the window keeps the
+  // TTL the other set (KEEPTTL), which is how it shows.
+  using Ten = TenOf<TestType>;
+  auto opts = options(std::string("ttl-kept-") + Ten::name, TimeSource::kServer);
+  opts.ttl_margin = 5s;
+  RedisStore<TestType> long_margin(opts);
+  opts.ttl_margin = 100ms;
+  RedisStore<TestType> short_margin(opts);
+  const TestType p{.limit = 100, .window = 1h};
+  auto key = long_margin.redis_key("{acme}kept");
+  REQUIRE(key.ok());
+  auto need = [](const Decision& d, std::chrono::milliseconds margin) {
+    return std::chrono::ceil<std::chrono::milliseconds>(d.reset_after).count() + margin.count();
+  };
+  // (Retried when the hour turns between the two writes.)
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    run_in(long_margin, {"DEL", *key});
+    auto a = long_margin.apply(p, "{acme}kept", Nanos{0}, 1);
+    REQUIRE(a.ok());
+    auto b = short_margin.apply(p, "{acme}kept", Nanos{0}, 1);
+    REQUIRE(b.ok());
+    if (b->reset_after > a->reset_after) continue;
+    CHECK(b->remaining == 98);
+    const long long pttl = run_in(long_margin, {"PTTL", *key})->integer;
+    INFO("PTTL " << pttl << " ms, reset_after " << b->reset_after.count() << " ns");
+    CHECK(pttl >= need(*b, 5s) - 10);  // the first write's TTL, kept
+    break;
+  }
+  // A key written with nothing counted has only the margin as its TTL, and is not marked:
+  // the next write that counts sets the TTL again.
+  auto fresh = long_margin.redis_key("{acme}unmarked");
+  REQUIRE(fresh.ok());
+  run_in(long_margin, {"DEL", *fresh});
+  auto none = short_margin.apply(p, "{acme}unmarked", Nanos{0}, 101);
+  REQUIRE(none.ok());
+  CHECK(none->reason == Reason::kCostExceedsBurst);
+  CHECK(run_in(long_margin, {"PTTL", *fresh})->integer <= 100);
+  auto counted = long_margin.apply(p, "{acme}unmarked", Nanos{0}, 1);
+  REQUIRE(counted.ok());
+  CHECK(run_in(long_margin, {"PTTL", *fresh})->integer >= need(*counted, 5s) - 10);
+  // A state of the earlier form is not marked either.
+  auto old_key = long_margin.redis_key("{acme}old-ttl");
+  REQUIRE(old_key.ok());
+  auto legacy = p.init(Nanos{0});
+  set_legacy(short_margin, *old_key, legacy);
+  run_in(long_margin, {"PEXPIRE", *old_key, "50"});
+  auto renewed = long_margin.apply(p, "{acme}old-ttl", Nanos{0}, 1);
+  REQUIRE(renewed.ok());
+  CHECK(run_in(long_margin, {"PTTL", *old_key})->integer >= need(*renewed, 5s) - 10);
 }
 
 TEST_CASE("after SCRIPT FLUSH the store loads the script again and the decision is not lost") {

@@ -12,9 +12,35 @@
 //           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns.
 // Every value stays below 2^53: counts are <= limit < 2^53, durations <= 9·10^15 ns.
 //
-// State: one 24-byte string per key, struct-packed doubles (count, last seconds, last
-// nanoseconds). TTL: the time to the next window start (when the count drops to 0) plus
-// the margin.
+// State: one string per key, struct-packed little-endian integers: the count, the last
+// time's seconds and nanoseconds (the nanoseconds plus 10^9 when the key's TTL is known to
+// cover its window, below). 12 bytes ('<I3i5I4') while the count is below 2^24, else 16
+// ('<I7i5I4', count < 2^53): 12 bytes keep the value in jemalloc's 32-byte class (an
+// embedded string takes 16 + 3 + len + 1 bytes; the earlier 24-byte state of three doubles
+// needed 48): MEMORY USAGE 88 instead of 104 bytes with a 19-byte key. Every field is
+// checked in range on read. The 24-byte state of earlier versions ('<ddd') is still read
+// (and rewritten in the new form).
+//
+// TTL (set in the same script): the time to the next window start (when the count drops
+// to 0), rounded up to ms, plus the margin. Once the key has expired past its window's end
+// it is the same as a fresh key, so the TTL only has to last until then. A write that
+// sets a TTL while the count is above 0 (on the server's clock) marks the state ("TTL
+// known": nanoseconds + 10^9); a later write in the same window (the count still above 0)
+// keeps that TTL (SET ... KEEPTTL: no expiry to compute, parse and propagate), which ends
+// at the window's end plus the margin of the write that set it — what a new TTL would
+// be. A new window, a count of 0 or an unmarked state sets the TTL again. In caller-time
+// mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
+//
+// Cost: as the token bucket's twin (token_bucket_lua.hpp): several windows' states are
+// read with one MGET; one pass per window (advance, decide, count, write) for one window
+// and for acquire_batch's independent decisions, with no per-window function call or
+// table; two passes only for the all-or-nothing check over several windows; divisions
+// inlined (a corrected `%`); arguments converted only when they differ from the previous
+// window's.
+//
+// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
+// another type is found before any write; a state of the wrong size or out of range,
+// found after some windows of a batch were written, puts those back as they were.
 //
 // Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, W
 // (mode 1, ns) or s (mode 2, seconds), 0, 0.
@@ -27,90 +53,166 @@
 namespace quota::redis {
 
 inline constexpr const char* kFixedWindowLuaBody = R"lua(
-local function same_window(mode, w, s1, n1, s2, n2)
-  if mode == 1 then return s1 == s2 and idiv(n1, w) == idiv(n2, w) end
-  return idiv(s1, w) == idiv(s2, w)
-end
-local function to_next(mode, w, s1, n1)
-  if mode == 1 then
-    local _, r = idiv(n1, w)
-    return w - r
-  end
-  local _, r = idiv(s1, w)
-  return (w - r) * 1000000000 - n1
-end
+local pack, sunpack = struct.pack, struct.unpack
 local out = {0, sec, ns, 1}
--- (Only a batch of several writes a window before a later one is read.)
-if batch and n > 1 then seen = {} end
--- Writes window i's state (after any charge) and its part of the reply.
-local function finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
-  local reset = 0
-  if count > 0 then reset = to_next(mode, w, lsec, lns) end
-  local ms = idiv(reset + 999999, 1000000)
-  redis.call('SET', key, struct.pack('<ddd', count, lsec, lns), 'PX', ms + margin)
-  local rem = limit - count
-  if rem < 0 then rem = 0 end
-  put(out, i, ok, reason, rem, retry, reset)
-end
--- One pass for one window or a batch of independent ones; two for all-or-nothing.
-local single = batch or n == 1
-local st -- all-or-nothing: each window's decision, until all are known
-if not single then st = {} end
-local sc, sl, smode, sw, cost, limit, mode, w
-for i = 1, n do
-  local q = pbase + pstep * (i - 1)
-  -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
-  if a0 ~= sc then sc = a0; cost = a0 + 0 end
-  if a1 ~= sl or a2 ~= smode or a3 ~= sw then
-    sl, smode, sw = a1, a2, a3
-    limit, mode, w = a1 + 0, a2 + 0, a3 + 0
-  end
-  local key = KEYS[i]
-  local raw, corrupt = read_state(key, 'window', 24)
-  if corrupt then return fail(corrupt) end
-  if seen then seen[i] = raw or false end
-  local count, lsec, lns
-  if raw then
-    count, lsec, lns = struct.unpack('<ddd', raw)
-    if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -1e12, 1e12) and
-            int_in(lns, 0, 999999999)) then
-      return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-    end
-  else
-    count, lsec, lns = 0, sec, ns
-  end
-  if sec > lsec or (sec == lsec and ns > lns) then
-    if not same_window(mode, w, sec, ns, lsec, lns) then count = 0 end
-    lsec, lns = sec, ns
-  end
-  local ok, reason, retry = 0, 1, 0
-  if cost < 1 then
-    reason = 3; retry = -1
-  elseif cost > limit then
-    reason = 2; retry = -1
-  elseif cost <= limit - count then
-    ok = 1; reason = 0
-  else
-    retry = to_next(mode, w, lsec, lns)
-  end
-  if ok == 0 then out[4] = 0 end
-  if single then
-    if ok == 1 then count = count + cost end
-    finish(i, key, count, lsec, lns, ok, reason, retry, limit, mode, w)
-    nwritten = i
-  else
-    st[i] = {key, count, lsec, lns, cost, ok, reason, retry, limit, mode, w}
+-- The script runs on the server's clock (the key's expiry is on that clock too).
+local server = ARGV[1] == ''
+-- The states, read at once: one MGET for several windows (the keys of one call are
+-- distinct). MGET answers nil also for a key holding another type, so each such key is
+-- looked at again (read_state) before anything is written.
+local raws
+if n == 1 then
+  raws = {redis.pcall('GET', KEYS[1])}
+elseif n <= 4000 then
+  raws = redis.call('MGET', unpack(KEYS, 1, n))
+else
+  -- in slices: Lua unpacks at most about 8,000 values onto its stack
+  raws = {}
+  for lo = 1, n, 4000 do
+    local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
+    for j = 1, #part do raws[lo + j - 1] = part[j] end
   end
 end
-if not single then
-  local charge = out[4] == 1
+if n > 1 then
   for i = 1, n do
-    local s = st[i]
-    local count = s[2]
-    if charge then count = count + s[5] end
-    finish(i, s[1], count, s[3], s[4], s[6], s[7], s[8], s[9], s[10], s[11])
+    if not raws[i] then
+      local _, corrupt = read_state(KEYS[i], 'window', 12, 24)
+      if corrupt then return corrupt end
+    end
   end
+end
+seen = raws
+-- One pass (advance, decide, count, write) for one window or a batch of independent ones,
+-- each counted when it alone allows. All-or-nothing over several windows takes two: the
+-- first decides every window and writes none (out[4]: all allowed), the second decides
+-- each again from the same state and time (the same outcome), counting only when all
+-- allow, and writes.
+local deduct = true
+local first = 2
+if not batch and n > 1 then first = 1 end
+-- `start`: this call's window for the current parameters (mode 1: its first nanosecond
+-- within second `sec`; mode 2: its first second).
+local sc, sl, smode, sw, cost, limit, mode, w, start
+for pass = first, 2 do
+  local write = pass == 2
+  for i = 1, n do
+    local q = pbase + pstep * (i - 1)
+    -- Arguments are parsed only when their strings differ from the previous window's.
+    local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
+    if a0 ~= sc then sc = a0; cost = a0 + 0 end
+    if a1 ~= sl or a2 ~= smode or a3 ~= sw then
+      sl, smode, sw = a1, a2, a3
+      limit, mode, w = a1 + 0, a2 + 0, a3 + 0
+      -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
+      local x = ns
+      if mode ~= 1 then x = sec end
+      local r = x % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      start = x - r
+    end
+    local key = KEYS[i]
+    local raw = raws[i]
+    local count, lsec, lns
+    -- the key's TTL is known to cover the end of the window of `lsec, lns`
+    local known = false
+    if raw then
+      -- (read_state, inlined: an error reply is a table, whose # is 0)
+      local len = #raw
+      if len == 12 or len == 16 then
+        local t
+        if len == 12 then
+          count, lsec, t = sunpack('<I3i5I4', raw)
+        else
+          count, lsec, t = sunpack('<I7i5I4', raw)
+        end
+        if count > 9007199254740991 or t > 1999999999 then
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+        end
+        lns = t
+        if t >= 1000000000 then known = true; lns = t - 1000000000 end
+      elseif len == 24 and type(raw) == 'string' then
+        -- the 24-byte state of earlier versions (three doubles)
+        count, lsec, lns = sunpack('<ddd', raw)
+        if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -549755813888, 549755813887) and
+                int_in(lns, 0, 999999999)) then
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+        end
+      else
+        local _, corrupt = read_state(key, 'window', 12, 24)
+        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
+      end
+    else
+      count, lsec, lns = 0, sec, ns
+    end
+    if sec > lsec or (sec == lsec and ns > lns) then
+      local same
+      if mode == 1 then
+        if sec == lsec then
+          local r = lns % w
+          if r < 0 then r = r + w elseif r >= w then r = r - w end
+          same = lns - r == start
+        end
+      else
+        local r = lsec % w
+        if r < 0 then r = r + w elseif r >= w then r = r - w end
+        same = lsec - r == start
+      end
+      if not same then count = 0; known = false end
+      lsec, lns = sec, ns
+    end
+    -- the time from the last time to the next window start
+    local to_next
+    if mode == 1 then
+      local r = lns % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      to_next = w - r
+    else
+      local r = lsec % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      to_next = (w - r) * 1000000000 - lns
+    end
+    local ok, reason, retry = 0, 1, 0
+    if cost < 1 then
+      reason = 3; retry = -1
+    elseif cost > limit then
+      reason = 2; retry = -1
+    elseif cost <= limit - count then
+      ok = 1; reason = 0
+    else
+      retry = to_next
+    end
+    if ok == 0 then out[4] = 0 end
+    if write then
+      if ok == 1 and deduct then count = count + cost end
+      local reset = 0
+      if count > 0 then reset = to_next end
+      -- Keep the TTL while it is known to cover this window (the count was above 0 in it
+      -- and still is); else set it, and mark it known when the count is above 0.
+      local keep = server and known and count > 0
+      local t = lns
+      if server and count > 0 then t = lns + 1000000000 end
+      local v
+      if count < 16777216 then
+        v = pack('<I3i5I4', count, lsec, t)
+      else
+        v = pack('<I7i5I4', count, lsec, t)
+      end
+      if keep then
+        redis.call('SET', key, v, 'KEEPTTL')
+      else
+        -- ceil(reset / 10^6) ms, the remainder corrected as above
+        local x = reset + 999999
+        local r = x % 1000000
+        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+        redis.call('SET', key, v, 'PX', (x - r) / 1000000 + margin)
+      end
+      nwritten = i
+      local rem = limit - count
+      if rem < 0 then rem = 0 end
+      put(out, i, ok, reason, rem, retry, reset)
+    end
+  end
+  deduct = out[4] == 1
 end
 )lua";
 

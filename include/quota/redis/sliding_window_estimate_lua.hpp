@@ -14,8 +14,38 @@
 // estimate corrected with those exact comparisons. The store rejects W >= 2^52 ns
 // (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
 //
-// State: one 32-byte string per key, struct-packed doubles (cur, prev, last seconds,
-// last nanoseconds). TTL: reset_after (both counters 0) plus the margin.
+// State: one 21-byte string per key, struct-packed little-endian integers ('<I6I6i5I4':
+// cur, prev (< 2^48), the last time's seconds and nanoseconds — the nanoseconds plus
+// 10^9 when the key's TTL is known to cover its counters, below). 21 bytes keep the value
+// in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes; the
+// earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead of 120 bytes
+// with a 19-byte key. Every field is checked in range on read. The 32-byte state of
+// earlier versions ('<dddd') is still read (and rewritten in the new form).
+//
+// TTL (set in the same script): reset_after (until both counters are 0: the end of the
+// window after the current one when cur > 0, of the current one when only prev > 0),
+// rounded up to ms, plus the margin. Once past that the key is the same as a fresh one, so
+// the TTL only has to last until then. With `span` = 2, 1 or 0 as above (the number of
+// windows, counted from the start of the last time's window, that the counters need), a
+// write that sets a TTL while span > 0 (on the server's clock) marks the state ("TTL
+// known": nanoseconds + 10^9): the expiry reaches the end of that span plus the margin.
+// A later write, d windows on, keeps that TTL (SET ... KEEPTTL: no expiry to compute,
+// parse and propagate) while its own span still ends no later (d + span <= the span
+// marked, span > 0): every write of a busy key within its window, and the first of the
+// next window when only prev is left; else it sets the TTL again. An idle key is never
+// extended: it expires at the end of its span plus the margin. In caller-time mode the
+// expiry is not on the caller's clock: every write sets the TTL, unmarked.
+//
+// Cost: as the token bucket's twin (token_bucket_lua.hpp): several windows' states are
+// read with one MGET; one pass per window for one window and for acquire_batch's
+// independent decisions, with no per-window table; two passes only for the
+// all-or-nothing check over several windows; the products of `le` and `muldiv` are
+// formed as one number when they are below 2^53 (2^52 for muldiv), as two limbs only
+// beyond.
+//
+// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
+// another type is found before any write; a state of the wrong size or out of range,
+// found after some windows of a batch were written, puts those back as they were.
 //
 // Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, w
 // (mode 1: W ns; mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
@@ -28,8 +58,11 @@
 namespace quota::redis {
 
 inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
+local pack, sunpack = struct.pack, struct.unpack
 local T26 = 67108864
 local T52 = 4503599627370496
+local T53 = 9007199254740992
+-- a·b as two limbs H·2^52 + L, for a, b < 2^52
 local function mul(a, b)
   local a1, a0 = idiv(a, T26)
   local b1, b0 = idiv(b, T26)
@@ -37,126 +70,212 @@ local function mul(a, b)
   local c, l = idiv(m0 * T26 + a0 * b0, T52)
   return a1 * b1 + m1 + c, l
 end
+-- a·b <= c·d for a, b, c, d in [0, 2^52). A product whose double is below 2^53 is exact
+-- (a true product of 2^53 or more never rounds below it).
 local function le(a, b, c, d)
+  local x, y = a * b, c * d
+  if x < T53 and y < T53 then return x <= y end
   local h1, l1 = mul(a, b)
   local h2, l2 = mul(c, d)
   return h1 < h2 or (h1 == h2 and l1 <= l2)
 end
+-- floor(a·b / c) for a, b in [0, 2^52), c in (0, 2^52)
 local function muldiv(a, b, c)
-  local q = math.floor(a * b / c)
+  local x = a * b
+  if x < T52 then
+    -- exact, and q·c <= x + c < 2^53 is exact: the floating quotient is off by at most one
+    local q = floor(x / c)
+    local r = x - q * c
+    if r < 0 then q = q - 1 elseif r >= c then q = q + 1 end
+    return q
+  end
+  local q = floor(x / c)
   if q < 0 then q = 0 end
   while q > 0 and not le(q, c, a, b) do q = q - 1 end
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
 local out = {0, sec, ns, 1}
--- (Only a batch of several writes a window before a later one is read.)
-if batch and n > 1 then seen = {} end
--- Writes window i's state (after any charge) and its part of the reply.
-local function finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
-  local reset = 0
-  if cur > 0 then reset = W - el + W elseif prev > 0 then reset = W - el end
-  local ms = idiv(reset + 999999, 1000000)
-  redis.call('SET', key, struct.pack('<dddd', cur, prev, lsec, lns), 'PX', ms + margin)
-  local rem = limit - cur - prev + muldiv(prev, el, W)
-  if rem < 0 then rem = 0 end
-  put(out, i, ok, reason, rem, retry, reset)
+-- The script runs on the server's clock (the key's expiry is on that clock too).
+local server = ARGV[1] == ''
+-- The states, read at once: one MGET for several windows (the keys of one call are
+-- distinct). MGET answers nil also for a key holding another type, so each such key is
+-- looked at again (read_state) before anything is written.
+local raws
+if n == 1 then
+  raws = {redis.pcall('GET', KEYS[1])}
+elseif n <= 4000 then
+  raws = redis.call('MGET', unpack(KEYS, 1, n))
+else
+  -- in slices: Lua unpacks at most about 8,000 values onto its stack
+  raws = {}
+  for lo = 1, n, 4000 do
+    local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
+    for j = 1, #part do raws[lo + j - 1] = part[j] end
+  end
 end
--- One pass for one window or a batch of independent ones; two for all-or-nothing.
-local single = batch or n == 1
-local st -- all-or-nothing: each window's decision, until all are known
-if not single then st = {} end
-local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per
-for i = 1, n do
-  local q = pbase + pstep * (i - 1)
-  -- Arguments are parsed only when their strings differ from the previous window's.
-  local a0 = ARGV[8 + cstep * (i - 1)]
-  local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-  if a0 ~= sc then sc = a0; cost = a0 + 0 end
-  if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
-    sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
-    limit, mode, w, W, per = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
-  end
-  local key = KEYS[i]
-  local raw, corrupt = read_state(key, 'window estimate', 32)
-  if corrupt then return fail(corrupt) end
-  if seen then seen[i] = raw or false end
-  local cur, prev, lsec, lns
-  if raw then
-    cur, prev, lsec, lns = struct.unpack('<dddd', raw)
-    if not (int_in(cur, 0, 4503599627370495) and int_in(prev, 0, 4503599627370495) and
-            int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
-      return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+if n > 1 then
+  for i = 1, n do
+    if not raws[i] then
+      local _, corrupt = read_state(KEYS[i], 'window estimate', 21, 32)
+      if corrupt then return corrupt end
     end
-  else
-    cur, prev, lsec, lns = 0, 0, sec, ns
   end
-  if sec > lsec or (sec == lsec and ns > lns) then
-    local d
-    if mode == 1 then
-      local dsec = sec - lsec
-      if dsec >= 2 then d = 2 else d = dsec * per + (idiv(ns, w) - idiv(lns, w)) end
-    else
-      d = idiv(sec, w) - idiv(lsec, w)
+end
+seen = raws
+-- One pass (advance, decide, count, write) for one window or a batch of independent ones,
+-- each counted when it alone allows. All-or-nothing over several windows takes two: the
+-- first decides every window and writes none (out[4]: all allowed), the second decides
+-- each again from the same state and time (the same outcome), counting only when all
+-- allow, and writes.
+local deduct = true
+local first = 2
+if not batch and n > 1 then first = 1 end
+-- `idx`: this call's window for the current parameters (mode 1: its index within second
+-- `sec`; mode 2: its index).
+local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per, idx
+for pass = first, 2 do
+  local write = pass == 2
+  for i = 1, n do
+    local q = pbase + pstep * (i - 1)
+    -- Arguments are parsed only when their strings differ from the previous window's.
+    local a0 = ARGV[8 + cstep * (i - 1)]
+    local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
+    if a0 ~= sc then sc = a0; cost = a0 + 0 end
+    if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
+      sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
+      limit, mode, w, W, per = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+      -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
+      local x = ns
+      if mode ~= 1 then x = sec end
+      local r = x % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      idx = (x - r) / w
     end
-    if d == 1 then
-      prev = cur; cur = 0
-    elseif d ~= 0 then
-      prev = 0; cur = 0
-    end
-    lsec, lns = sec, ns
-  end
-  local el
-  if mode == 1 then
-    local _, r = idiv(lns, w)
-    el = r
-  else
-    local _, r = idiv(lsec, w)
-    el = r * 1000000000 + lns
-  end
-  local ok, reason, retry = 0, 1, 0
-  if cost < 1 then
-    reason = 3; retry = -1
-  elseif cost > limit then
-    reason = 2; retry = -1
-  elseif cur + cost <= limit and le(prev, W - el, limit - cur - cost, W) then
-    ok = 1; reason = 0
-  else
-    local spare = limit - cur - cost
-    local to_next = W - el
-    retry = nil
-    if spare >= 0 and prev > 0 then
-      local mw = muldiv(spare, W, prev)
-      if mw >= 1 then retry = W - mw - el end
-    end
-    if retry == nil then
-      if cur == 0 then
-        retry = to_next
-      elseif limit - cost >= cur then
-        retry = to_next
+    local key = KEYS[i]
+    local raw = raws[i]
+    local cur, prev, lsec, lns
+    -- the windows the key's TTL is known to cover (from the start of the last time's)
+    local known = 0
+    if raw then
+      -- (read_state, inlined: an error reply is a table, whose # is 0)
+      local len = #raw
+      if len == 21 then
+        local t
+        cur, prev, lsec, t = sunpack('<I6I6i5I4', raw)
+        if t > 1999999999 then
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+        end
+        lns = t
+        if t >= 1000000000 then
+          lns = t - 1000000000
+          if cur > 0 then known = 2 elseif prev > 0 then known = 1 end
+        end
+      elseif len == 32 and type(raw) == 'string' then
+        -- the 32-byte state of earlier versions (four doubles)
+        cur, prev, lsec, lns = sunpack('<dddd', raw)
+        if not (int_in(cur, 0, 281474976710655) and int_in(prev, 0, 281474976710655) and
+                int_in(lsec, -549755813888, 549755813887) and int_in(lns, 0, 999999999)) then
+          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
+        end
       else
-        local mw = muldiv(limit - cost, W, cur)
-        if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
+        local _, corrupt = read_state(key, 'window estimate', 21, 32)
+        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
+      end
+    else
+      cur, prev, lsec, lns = 0, 0, sec, ns
+    end
+    -- d: windows advanced (2 standing for 2 or more)
+    local d = 0
+    if sec > lsec or (sec == lsec and ns > lns) then
+      if mode == 1 then
+        local dsec = sec - lsec
+        if dsec >= 2 then
+          d = 2
+        else
+          local r = lns % w
+          if r < 0 then r = r + w elseif r >= w then r = r - w end
+          d = dsec * per + idx - (lns - r) / w
+        end
+      else
+        local r = lsec % w
+        if r < 0 then r = r + w elseif r >= w then r = r - w end
+        d = idx - (lsec - r) / w
+      end
+      if d == 1 then
+        prev = cur; cur = 0
+      elseif d ~= 0 then
+        prev = 0; cur = 0
+      end
+      lsec, lns = sec, ns
+    end
+    -- el: the last time's offset in its window
+    local el
+    if mode == 1 then
+      local r = lns % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      el = r
+    else
+      local r = lsec % w
+      if r < 0 then r = r + w elseif r >= w then r = r - w end
+      el = r * 1000000000 + lns
+    end
+    local ok, reason, retry = 0, 1, 0
+    if cost < 1 then
+      reason = 3; retry = -1
+    elseif cost > limit then
+      reason = 2; retry = -1
+    elseif cur + cost <= limit and le(prev, W - el, limit - cur - cost, W) then
+      ok = 1; reason = 0
+    else
+      local spare = limit - cur - cost
+      local to_next = W - el
+      retry = nil
+      if spare >= 0 and prev > 0 then
+        local mw = muldiv(spare, W, prev)
+        if mw >= 1 then retry = W - mw - el end
+      end
+      if retry == nil then
+        if cur == 0 then
+          retry = to_next
+        elseif limit - cost >= cur then
+          retry = to_next
+        else
+          local mw = muldiv(limit - cost, W, cur)
+          if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
+        end
       end
     end
+    if ok == 0 then out[4] = 0 end
+    if write then
+      if ok == 1 and deduct then cur = cur + cost end
+      local reset, span = 0, 0
+      if cur > 0 then
+        reset = W - el + W; span = 2
+      elseif prev > 0 then
+        reset = W - el; span = 1
+      end
+      -- Keep the TTL while the windows it is known to cover include this span; else set
+      -- it, and mark it known when the span is not empty.
+      local t = lns
+      if server and span > 0 then t = lns + 1000000000 end
+      local v = pack('<I6I6i5I4', cur, prev, lsec, t)
+      if server and span > 0 and d + span <= known then
+        redis.call('SET', key, v, 'KEEPTTL')
+      else
+        -- ceil(reset / 10^6) ms, the remainder corrected as above
+        local x = reset + 999999
+        local r = x % 1000000
+        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+        redis.call('SET', key, v, 'PX', (x - r) / 1000000 + margin)
+      end
+      nwritten = i
+      local rem = limit - cur - prev + muldiv(prev, el, W)
+      if rem < 0 then rem = 0 end
+      put(out, i, ok, reason, rem, retry, reset)
+    end
   end
-  if ok == 0 then out[4] = 0 end
-  if single then
-    if ok == 1 then cur = cur + cost end
-    finish(i, key, cur, prev, lsec, lns, ok, reason, retry, limit, W, el)
-    nwritten = i
-  else
-    st[i] = {key, cur, prev, lsec, lns, cost, ok, reason, retry, limit, W, el}
-  end
-end
-if not single then
-  local charge = out[4] == 1
-  for i = 1, n do
-    local s = st[i]
-    local cur = s[2]
-    if charge then cur = cur + s[6] end
-    finish(i, s[1], cur, s[3], s[4], s[5], s[7], s[8], s[9], s[10], s[11], s[12])
-  end
+  deduct = out[4] == 1
 end
 )lua";
 
