@@ -2,10 +2,12 @@
 // user and tenant levels share its slot and are decided in one script on its node; the
 // global level lives on another node than the tenants below, and its
 // denial gives the tenant's deduction back across nodes. Exact counts, server time.
+// Coalesced calls (GatewayStoreOptions::coalesce) that meet a slot moved under them.
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -14,6 +16,7 @@
 #include "quota/redis/gateway_store.hpp"
 #include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -117,4 +120,88 @@ TEST_CASE("redis cluster gateway: levels across nodes, exact counts, rule change
   }
   CHECK(t2 == 5);
   CHECK(t3 == 10);
+}
+
+TEST_CASE("redis cluster gateway: coalesced calls follow a slot moved under them, charged once") {
+  using quota::testing::cluster_ports;
+  using quota::testing::node_config;
+  const auto ports = cluster_ports();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(node_config(ports[0]), 2);
+  quota::redis::GatewayStoreOptions opts{.pool = nullptr,
+                                         .prefix = quota::testing::unique_prefix("gw-co-moved"),
+                                         .time = quota::redis::TimeSource::kServer,
+                                         .ttl_margin = std::chrono::milliseconds(1000),
+                                         .cluster = cluster};
+  opts.coalesce = 16;
+  opts.coalesce_calls = 1;
+  GatewayStore store(opts);
+  const quota::gateway::RulePolicy ten = TokenBucket{.rate = kSlow, .burst = 10};
+  auto decide = [&](const std::string& key, std::int64_t cost) {
+    const quota::gateway::LevelCheck level[] = {{.policy = &ten, .key = key, .shadow = false}};
+    return store.decide(level, 1, cost, Nanos{0});
+  };
+  // The tenant whose slot moves (from its owner to a second node), and one on the third
+  // node, whose call holds the others back while that node is paused.
+  const std::string moving = "co-moved";
+  const int slot = quota::redis::key_slot("{" + moving + "}");
+  const int from = quota::testing::slot_owner(slot);
+  const int to = from == ports[0] ? ports[1] : ports[0];
+  std::string holder;
+  for (int i = 0; holder.empty() && i < 1000; ++i) {
+    const std::string t = "holder-" + std::to_string(i);
+    const int owner = quota::testing::slot_owner(quota::redis::key_slot("{" + t + "}"));
+    if (owner != from && owner != to) holder = t;
+  }
+  REQUIRE_FALSE(holder.empty());
+  const std::vector<std::string> keys = {"{" + holder + "}h", "{" + moving + "}a",
+                                         "{" + moving + "}b", "{" + moving + "}c",
+                                         "{" + moving + "}d"};
+  for (const auto& k : keys) {  // each once, alone: the store's slot map is now cached
+    auto d = decide(k, 1);
+    REQUIRE(d.ok());
+    CHECK(d->parts[0].remaining == 9);
+  }
+  quota::testing::SlotMigration migration(slot, from, to);
+  REQUIRE(migration.open());
+  REQUIRE(migration.finish());  // the slot is on `to`; the store still thinks `from`
+
+  quota::redis::Connection admin(
+      node_config(quota::testing::slot_owner(quota::redis::key_slot("{" + holder + "}"))));
+  // (WRITE: scripts wait, CLIENT UNPAUSE does not.)
+  REQUIRE(admin.command({"CLIENT", "PAUSE", "1500", "WRITE"}).ok());
+  const auto moves = cluster->moves();
+  const auto before = store.coalesce_stats().round_trips;
+  std::vector<absl::StatusOr<quota::gateway::LevelsResult>> got(keys.size(),
+                                                                absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { got[0] = decide(keys[0], 2); });
+  while (store.coalesce_stats().round_trips == before) std::this_thread::yield();
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = decide(keys[i], 2); });
+  }
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (store.coalesce_stats().waiting < keys.size() - 1 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  const bool all_waited = store.coalesce_stats().waiting == keys.size() - 1;
+  REQUIRE(admin.command({"CLIENT", "UNPAUSE"}).ok());
+  for (auto& th : threads) th.join();
+  REQUIRE(all_waited);  // (else the pause ended before they all waited)
+  const auto stats = store.coalesce_stats();
+  INFO("round trips " << stats.round_trips - before << ", MOVED " << cluster->moves() - moves
+                      << "; slot " << slot << quota::testing::slot_report(slot));
+  // The holder alone, then the four together: one write to the old owner, four MOVED,
+  // each call then sent alone (the first refreshes the map).
+  CHECK(stats.round_trips - before == 2);
+  CHECK(cluster->moves() - moves >= 1);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    INFO(keys[i] << ": " << got[i].status());
+    REQUIRE(got[i].ok());
+    CHECK(got[i]->parts[0].allowed);
+    CHECK(got[i]->parts[0].remaining == 7);
+    auto look = decide(keys[i], 11);  // over the burst: shows what is left, charges nothing
+    REQUIRE(look.ok());
+    CHECK(look->parts[0].remaining == 7);
+  }
 }

@@ -47,6 +47,13 @@
 // write fails the attempt is simply not replayable (the decision stands).
 // Estimate-then-settle tickets stay in the process that issued them (settle.hpp).
 //
+// Coalescing (GatewayStoreOptions::coalesce), for a gateway with many threads: the
+// store's script calls made while `coalesce_calls` round trips are in flight wait, then
+// go together in one pipelined write (Script::run_many; one per node on a cluster). Each
+// is still its own atomic script call, decided exactly as alone; a call the server did
+// not run (NOSCRIPT, MOVED, ASK, TRYAGAIN) is sent again alone. coalesce_stats() counts
+// round trips and the calls they carried.
+//
 // Client CPU: each distinct policy (kind and parameters) is range-checked and its 8 Lua
 // arguments formatted once, then kept (up to 4096 policies; past that, per call); a
 // rule outside the range is rejected on every call with the same error.
@@ -83,6 +90,7 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/redis/cluster.hpp"
+#include "quota/redis/coalescer.hpp"
 #include "quota/redis/connection.hpp"
 #include "quota/redis/gateway_lua.hpp"
 #include "quota/redis/keys.hpp"
@@ -109,7 +117,18 @@ struct GatewayStoreOptions {
   std::shared_ptr<ClusterPool> cluster = nullptr;
   // How long an attempt stays "pending" if its process never records the decision.
   std::chrono::milliseconds attempt_pending{std::chrono::seconds(5)};
+  // Coalescing, for a gateway with many threads: while `coalesce_calls` round trips of
+  // this store's script calls are in flight, further calls wait and then go together, up
+  // to `coalesce` in one pipelined write (per node, on a cluster). Each call is still its
+  // own script call, atomic and decided exactly as alone; what they share is the round
+  // trip (the system calls on both sides and the client's wait). A lone call goes at
+  // once. 0 or 1: off.
+  int coalesce = 0;
+  int coalesce_calls = 2;
 };
+
+// The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
+inline constexpr int kGatewayMaxCoalesce = 4096;
 
 class GatewayStore {
  public:
@@ -122,7 +141,23 @@ class GatewayStore {
           absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
     } else if (auto s = detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
+    } else if (options_.coalesce < 0 || options_.coalesce > kGatewayMaxCoalesce) {
+      config_error_ = absl::InvalidArgumentError(
+          absl::StrFormat("GatewayStoreOptions: coalesce=%d, must be in [0, %d]", options_.coalesce,
+                          kGatewayMaxCoalesce));
+    } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
+      config_error_ = absl::InvalidArgumentError(absl::StrFormat(
+          "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     }
+    if (config_error_.ok() && options_.coalesce > 1) {
+      coalescer_ = std::make_unique<CallCoalescer>(options_.coalesce, options_.coalesce_calls);
+    }
+  }
+
+  // Coalescing counters (GatewayStoreOptions::coalesce): round trips, the script calls
+  // they carried, the calls waiting now. All zero without coalescing.
+  CoalesceStats coalesce_stats() const {
+    return coalescer_ == nullptr ? CoalesceStats{} : coalescer_->stats();
   }
 
   // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
@@ -152,7 +187,7 @@ class GatewayStore {
       const auto [begin, end] = groups[g];
       auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, "");
       if (!call.ok()) return call.status();
-      auto reply = script_.run(call->keys, call->args);
+      auto reply = run_script(*call);
       absl::StatusOr<Decided> decided =
           reply.ok() ? parse_decide(**reply, end - begin) : absl::StatusOr<Decided>(reply.status());
       if (!decided.ok()) {
@@ -288,6 +323,19 @@ class GatewayStore {
     std::vector<std::string> keys;
     std::vector<std::string> args;
   };
+
+  // One script call: alone, or with other threads' calls in one round trip
+  // (GatewayStoreOptions::coalesce). The caller's Call outlives the wait.
+  using CallCoalescer = Coalescer<const Call*, absl::StatusOr<Reply>>;
+  absl::StatusOr<Reply> run_script(const Call& call) {
+    if (coalescer_ == nullptr) return script_.run(call.keys, call.args);
+    return coalescer_->run(&call, [this](const std::vector<const Call* const*>& jobs) {
+      std::vector<Script::Call> calls;
+      calls.reserve(jobs.size());
+      for (const Call* const* c : jobs) calls.push_back({&(*c)->keys, &(*c)->args});
+      return script_.run_many(calls);
+    });
+  }
   struct Decided {
     Nanos time{0};
     gateway::LevelVector<Decision> parts;
@@ -466,7 +514,7 @@ class GatewayStore {
     auto call =
         build(std::span<const gateway::LevelCheck>(&level, 1), op, version, units, now, spent_at);
     if (!call.ok()) return call.status();
-    auto reply = script_.run(call->keys, call->args);
+    auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
     const redisReply& r = **reply;
     if (r.type == REDIS_REPLY_ERROR) return script_error(r);
@@ -497,7 +545,7 @@ class GatewayStore {
       }
       if (back.empty()) continue;
       auto call = build(back, 'r', version, cost, now, "");
-      if (call.ok()) (void)script_.run(call->keys, call->args);
+      if (call.ok()) (void)run_script(*call);
     }
   }
 
@@ -507,6 +555,7 @@ class GatewayStore {
   absl::Status config_error_;
   mutable quota::detail::Mutex params_mu_;
   mutable absl::node_hash_map<PolicyKey, PolicyArgs> params_cache_ ABSL_GUARDED_BY(params_mu_);
+  std::unique_ptr<CallCoalescer> coalescer_;  // with GatewayStoreOptions::coalesce > 1
 };
 
 static_assert(gateway::GatewayBackend<GatewayStore>);

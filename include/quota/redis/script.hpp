@@ -11,14 +11,18 @@
 //     sent again to the slot's owner after a short backoff, as the cluster's
 //     TryAgainPolicy allows, then kUnavailable naming TRYAGAIN (cluster.hpp).
 // Transport failures and deadlines are kUnavailable from the connection; error replies
-// are returned as replies, for the caller to interpret.
+// are returned as replies, for the caller to interpret. `Script::run_many(calls)` sends
+// several calls in one pipelined write per server, each then followed up as `run` would.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -123,6 +127,94 @@ class Script {
     }
     return absl::UnavailableError(absl::StrFormat(
         "redis cluster: more than %d redirections for key %s", kMaxRedirects, keys.front()));
+  }
+
+  // A script call's keys and arguments, viewed: they must outlive run_many.
+  struct Call {
+    const std::vector<std::string>* keys;
+    const std::vector<std::string>* args;
+  };
+
+  // Several calls in one pipelined write per server (per node, on a cluster: one after
+  // the other), each as `run` would run it: a call whose reply says the script did not
+  // run there (NOSCRIPT; on a cluster MOVED, ASK or TRYAGAIN) is then sent alone with
+  // `run`. A transport failure fails every call of that write (kUnavailable: the caller
+  // cannot tell which ran). One result per call, in order.
+  std::vector<absl::StatusOr<Reply>> run_many(std::span<const Call> calls) {
+    std::vector<absl::StatusOr<Reply>> out;
+    out.reserve(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      out.emplace_back(absl::UnknownError("script call not sent"));
+    }
+    // The calls per server, in order.
+    std::vector<std::pair<std::shared_ptr<ConnectionPool>, std::vector<std::size_t>>> writes;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].keys->empty()) {
+        out[i] = absl::InvalidArgumentError("script call without keys");
+        continue;
+      }
+      std::shared_ptr<ConnectionPool> target = pool_;
+      if (cluster_ != nullptr) {
+        auto pool = cluster_->for_slot(key_slot(calls[i].keys->front()));
+        if (!pool.ok()) {
+          out[i] = pool.status();
+          continue;
+        }
+        target = *pool;
+      }
+      if (target == nullptr) {
+        out[i] = absl::InvalidArgumentError("script: no pool and no cluster");
+        continue;
+      }
+      auto w = std::find_if(writes.begin(), writes.end(),
+                            [&](const auto& x) { return x.first == target; });
+      if (w == writes.end()) w = writes.insert(writes.end(), {target, {}});
+      w->second.push_back(i);
+    }
+    for (const auto& [target, idx] : writes) {
+      std::vector<std::size_t> alone;
+      {
+        auto lease = target->acquire();
+        auto fail_all = [&](const absl::Status& s) {
+          for (std::size_t i : idx) out[i] = s;
+        };
+        if (!lease.ok()) {
+          fail_all(lease.status());
+          continue;
+        }
+        auto sha = this->sha(**lease);
+        if (!sha.ok()) {
+          fail_all(sha.status());
+          continue;
+        }
+        std::vector<std::string> numkeys;
+        numkeys.reserve(idx.size());
+        std::vector<std::vector<std::string_view>> cmds;
+        cmds.reserve(idx.size());
+        for (std::size_t i : idx) {
+          numkeys.push_back(absl::StrCat(calls[i].keys->size()));
+          cmds.push_back(
+              script_argv("EVALSHA", *sha, numkeys.back(), *calls[i].keys, *calls[i].args));
+        }
+        auto replies = (*lease)->pipeline(cmds);
+        if (!replies.ok()) {
+          fail_all(replies.status());
+          continue;
+        }
+        for (std::size_t j = 0; j < idx.size(); ++j) {
+          Reply& r = (*replies)[j];
+          Redirect rd;
+          if (is_error(*r, "NOSCRIPT") ||
+              (cluster_ != nullptr && (is_error(*r, "TRYAGAIN") || parse_redirect(*r, rd)))) {
+            alone.push_back(idx[j]);
+          } else {
+            out[idx[j]] = std::move(r);
+          }
+        }
+      }  // the connection goes back before `run` leases one
+      for (std::size_t i : alone) out[i] = run(*calls[i].keys, *calls[i].args);
+    }
+    return out;
   }
 
   const std::string& text() const { return text_; }
