@@ -13,7 +13,10 @@
 //                   key (one key shared by every tenant);
 //   gw 1 level hot  one tenant only, limited to 10,000 units/s (burst 1,000), so demand
 //                   exceeds it: admitted and denied decisions mixed (the admitted fraction
-//                   is reported).
+//                   is reported);
+//   gw 1 level co,  the first two with GatewayStoreOptions::coalesce = 64 (8 and 50
+//   gw 3 levels co  threads): script calls made while two round trips are in flight go
+//                   together in one pipelined write; calls_per_round_trip is reported.
 // 1, 8 and 50 threads (the hot tenant: 8 and 50), each row `--seconds` long (default 2),
 // closed loop. Per row: decisions per second, p50 and p99 latency per decision, server µs
 // per decision from INFO commandstats (usec of EVALSHA/EVAL: time inside the scripts,
@@ -351,6 +354,20 @@ int main(int argc, char** argv) {
     o.ttl_margin = 60s;
     return o;
   };
+  auto coalesced = [&](const char* prefix) {
+    GatewayStoreOptions o = options(prefix);
+    o.coalesce = 64;
+    o.coalesce_calls = 2;
+    return o;
+  };
+  auto per_round_trip = [](const GatewayStore& store,
+                           std::vector<std::pair<std::string, double>>& out) {
+    const auto st = store.coalesce_stats();
+    out.emplace_back("calls_per_round_trip",
+                     st.round_trips == 0
+                         ? 0.0
+                         : static_cast<double>(st.decisions) / static_cast<double>(st.round_trips));
+  };
   const std::vector<Workload> workloads = {
       {.name = "gw 1 level",
        .shape = Shape::kOneLevel,
@@ -364,6 +381,18 @@ int main(int argc, char** argv) {
        .shape = Shape::kHot,
        .threads = {8, 50},
        .options = options("hot")},
+      // The same with GatewayStoreOptions::coalesce: script calls of threads that find two
+      // round trips in flight go together, up to 64 in one pipelined write.
+      {.name = "gw 1 level co",
+       .shape = Shape::kOneLevel,
+       .threads = {8, 50},
+       .options = coalesced("l1c"),
+       .counters = per_round_trip},
+      {.name = "gw 3 levels co",
+       .shape = Shape::kThreeLevels,
+       .threads = {8, 50},
+       .options = coalesced("l3c"),
+       .counters = per_round_trip},
   };
 
   const Ids ids;
