@@ -17,6 +17,10 @@
 //   naive-lua d1   the straightforward published script (redis_bench's kNaiveLua)
 //   noop-lua d1    EVALSHA of `return 1` with one key and the same three arguments
 //   INCR d1        the ceiling of any one-round-trip design
+//   gateway 1lvl   GatewayStore::decide, the tenant level only (one script call)
+//   gateway 3lvl   GatewayStore::decide, user + tenant + global levels: two script calls
+//                  per decision (the tenant's slot with two levels, then the global key);
+//                  per_call is per decision (halve it for per script call)
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it.
@@ -42,6 +46,7 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/connection.hpp"
+#include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
@@ -219,6 +224,27 @@ int main(int argc, char** argv) {
     auto r = conn.command({"EVALSHA", naive_sha, "1", "naive:" + key(i), "1000", "1000000", "1"});
     errors += !r.ok();
   }
+  // The gateway (GatewayStore::decide): generous token buckets, every key written three
+  // times first (1 level: "{tenant-i}read"; 3 levels: its user "{tenant-i}read/u", the
+  // tenant key and the one global key "{~global}read").
+  quota::redis::GatewayStore gw_store({.pool = pool, .prefix = "bgw:", .ttl_margin = 600s});
+  const quota::gateway::RulePolicy gw_policy = policy;
+  auto gw_call = [&](std::uint64_t x, int levels) {
+    const std::string tenant = key(x);
+    const std::string user = tenant + "/u";
+    std::vector<quota::gateway::LevelCheck> checks;
+    if (levels == 3) checks.push_back({.policy = &gw_policy, .key = user});
+    checks.push_back({.policy = &gw_policy, .key = tenant});
+    if (levels == 3) checks.push_back({.policy = &gw_policy, .key = "{~global}read"});
+    auto r = gw_store.decide(checks, 1, 1, Nanos{0});
+    return r.ok() && r->parts.size() == checks.size() && r->parts.back().allowed;
+  };
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int i = 0; i < kKeys; ++i) {
+      errors += !gw_call(static_cast<std::uint64_t>(i), 1);
+      errors += !gw_call(static_cast<std::uint64_t>(i), 3);
+    }
+  }
 
   std::vector<Row> rows;
   auto measure = [&](const std::string& name, int per_call, long long n,
@@ -257,6 +283,8 @@ int main(int argc, char** argv) {
   measure("naive-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(naive_sha, r); });
   measure("noop-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(noop_sha, r); });
   measure("INCR d1", 1, calls, incr_call);
+  measure("gateway 1lvl", 1, calls, [&](std::mt19937_64& r) { return gw_call(r(), 1); });
+  measure("gateway 3lvl", 1, calls / 2, [&](std::mt19937_64& r) { return gw_call(r(), 3); });
 
   auto find = [&](const std::string& name) -> const Row* {
     for (const Row& r : rows) {
