@@ -6,8 +6,9 @@
 //
 //   bash cmake/run.sh bench          # or:
 //   build/release/benchmarks/store_bench --benchmark_format=json
-//   build/release/benchmarks/store_bench --benchmark_repetitions=12 \
-//       --benchmark_min_time=0.05 --benchmark_report_aggregates_only=true   # the README's
+// The README's table (the "_min" rows, see `least` below):
+//   build/release/benchmarks/store_bench --benchmark_repetitions=12
+//       --benchmark_min_time=0.05 --benchmark_report_aggregates_only=true
 //
 // Counters: bytes_per_key = heap bytes the store holds per key (table slack included),
 // measured with mallinfo2 around filling 10^6 keys; record_bytes = one key's record in
