@@ -25,23 +25,47 @@
 // from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
 // most 4·10^15 ns. Refill and time-to-reach are split as in token_bucket_lua.hpp.
 //
-// State: one string of 13 struct-packed doubles (104 bytes) per key: version, kind
-// (1 token bucket, 2 fixed window), the parameters that wrote it (units|limit,
-// per|window ns, burst|0, m|window µs, p, g, fill ns), the policy state (tokens|count,
-// carry over rate.per, last µs) and debt (micro-units). TTL: the key's idle time (when
-// its state equals a fresh one) plus a margin; none while it holds debt, or for a rate-0
-// bucket that is not full (a one-off budget must not come back).
+// State: one string of 72 bytes per key, struct-packed little-endian integers
+// ('<I7BI4I7I7I7I7i7I7i7I7I4'): the version; the kind (1 token bucket, 2 fixed window);
+// the parameters that wrote it — capacity (burst|limit, units), m|window µs, p|0, g|0,
+// fill ns|0 (the token bucket's rate.units·10^6 / rate.per reduced by g = their gcd, and
+// its time to fill: these identify the rate exactly, as rate.units and rate.per do, and
+// are what the refill needs); the policy state — tokens|count, the carried remainder over
+// p, the last time µs; the debt (micro-units); the key's expiry as last set, ms after the
+// last time (0: unknown). Every value an exact integer, checked on reading (out of range:
+// QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte class (the 104-byte state
+// of 13 doubles of earlier versions needed 112); that earlier state is still read (and
+// rewritten in the new form).
+//
+// TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
+// while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
+// come back). A new key gets exactly that; later writes keep the key's TTL (SET ...
+// KEEPTTL: no expiry to compute, parse and propagate) while the expiry set last still
+// covers idle time + margin with 10 ms to spare. When it does not, they set idle time +
+// margin, one margin more when the expiry fell short by less than a margin (a busy key,
+// re-armed about once per margin; a key whose idle time grew more keeps exactly what it
+// needs). The expiry is known only on the server's clock: in caller-time mode every
+// write sets the TTL.
+//
+// Cost (server instructions, callgrind: benchmarks/redis_instructions_bench.cpp). One
+// argument per level: the policy as 33 packed bytes ('<BI4I7I7I7I7': kind, capacity,
+// m|window µs, p, g, fill), built and kept once per policy by the C++ side, unpacked only
+// when it differs from the previous level's (Lua interns strings: a pointer comparison);
+// the shadow flags of all levels in one argument. Several levels' states are read with
+// one MGET. No table or closure per level: a level's state lives in locals (a call
+// with several levels keeps the levels it has not written yet in one flat table);
+// divisions are inlined as corrected `%`.
 //
 // KEYS[1..n]       the keys (one hash slot)
 // ARGV[1]          time in µs, or '' for the server's TIME
 // ARGV[2]          op: 'd', 'r' or 'c'
 // ARGV[3]          TTL margin, ms (>= 1)
-// ARGV[4]          n
-// ARGV[5]          the caller's rule-set version
-// ARGV[6]          units: the cost ('d'), units to give back ('r') or to charge ('c')
-// ARGV[7]          'r': the time the units were spent, µs; '' = the key's own latest time
-// ARGV[8+9(i-1)..] per key, the caller's policy: kind, units|limit, per|window ns,
-//                  burst|0, m|window µs, p|0, g|0, fill|0, shadow (1/0)
+// ARGV[4]          the caller's rule-set version
+// ARGV[5]          units: the cost ('d'), units to give back ('r') or to charge ('c')
+// ARGV[6]          'r': the time the units were spent, µs; '' = the key's own latest time
+// ARGV[7]          'd': the levels' shadow flags, one character each ('1' shadow, '0' not)
+// ARGV[7+i]        level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
+//                  µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
 // Reply 'd':       {time µs, levels decided, then per level decided: allowed, reason,
 //                   remaining, retry_after ns (-1 never), reset_after ns (-1 never),
 //                   version used}
@@ -57,259 +81,346 @@ namespace quota::redis {
 
 inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
--- C++ '/' (toward zero) for b > 0
-local function tdiv(a, b)
-  if a >= 0 then return (idiv(a, b)) end
-  return -(idiv(-a, b))
+local MAXOFF = 4294967295
+local sunpack, spack = struct.unpack, struct.pack
+-- floor(a / b) of exact integers, b > 0: a % b is a - floor(a / b) * b, off by at most b
+-- (a rounded quotient), corrected in one step; then (a - r) / b is an exact quotient.
+local function fdiv(a, b)
+  local r = a % b
+  if r < 0 then r = r + b elseif r >= b then r = r - b end
+  return (a - r) / b
 end
--- A level L: 1 version, 2 kind, 3 units|limit, 4 per|window, 5 burst|0, 6 m|wu, 7 p,
--- 8 g, 9 fill, 10 tokens|count, 11 carry over p (reduced), 12 last µs, 13 debt, 14 cap.
-local function capacity(L)
-  if L[2] == 1 then return L[5] end
-  return L[3]
-end
-local function tb_reach(L, need)
-  return reach(L[10], L[11], need, L[6], L[7])
-end
-local function tb_refill(L, t)
-  if t <= L[12] then return end
-  local dt = t - L[12]
-  L[12] = t
-  local cap, tokens, m, p = L[14], L[10], L[6], L[7]
-  if tokens >= cap or m == 0 then return end
-  if dt > idiv(2 * L[9], 1000) then L[10] = cap; L[11] = 0; return end
-  local q, r = idiv(dt * 1000, p)
-  local w, c2 = idiv(m * r + L[11], p)
-  local whole = m * q + w
-  if whole >= cap - tokens then L[10] = cap; L[11] = 0 else L[10] = tokens + whole; L[11] = c2 end
-end
-local function fw_next(L)
-  local wu = L[6]
-  return ((idiv(L[12], wu) + 1) * wu - L[12]) * 1000
-end
-local function fw_advance(L, t)
-  if t <= L[12] then return end
-  local wu = L[6]
-  if idiv(t, wu) ~= idiv(L[12], wu) then L[10] = 0 end
-  L[12] = t
-end
-local function observe(L, t)
-  if L[2] == 1 then tb_refill(L, t); return L[10] end
-  fw_advance(L, t)
-  return (L[3] - L[10]) * M6
-end
-local function pay_debt(L)
-  local debt = L[13]
-  if debt <= 0 then return end
-  if L[2] == 1 then
-    local pay = math.min(math.max(L[10], 0), debt)
-    L[10] = L[10] - pay; L[13] = debt - pay
-    return
+-- A state of earlier versions: 13 doubles (version, kind, units|limit, per|window ns,
+-- burst|0, m|window µs, p, g, fill, tokens|count, carry over rate.per, last µs, debt).
+-- Returns its fields in the current order (the carry over p), or nil and what is wrong.
+local function legacy(raw)
+  local v = {sunpack('<ddddddddddddd', raw)}
+  for k = 1, 13 do
+    if not int_in(v[k], -9007199254740991, 9007199254740991) then
+      return nil, 'field ' .. k .. ' is not an exact integer'
+    end
   end
-  local pay = math.min(L[3] - L[10], idiv(debt + M6 - 1, M6))
-  L[10] = L[10] + pay
-  L[13] = math.max(0, debt - pay * M6)
-end
--- Sets L's parameters from the caller's (ARGV from o) and its state to hold `remaining`
--- micro-units at time t.
-local function with_remaining(L, o, t, remaining)
-  for k = 2, 9 do L[k] = (ARGV[o + k - 2] + 0) end
-  if L[2] == 1 then
-    local cap = L[5] * M6
-    L[14] = cap
-    L[10] = math.max(-cap, math.min(remaining, cap)); L[11] = 0
+  local kind, cap, c, ok = v[2], v[3], 0, false
+  if kind == 1 then
+    cap = v[5]
+    ok = cap >= 1 and v[6] >= 0 and v[7] >= 1 and v[8] >= 1 and v[10] >= -cap * 1000000 and
+      v[10] <= cap * 1000000 and v[11] >= 0 and v[11] < v[4]
+    if ok then c = fdiv(v[11], v[8]) end
   else
-    L[14] = L[3] * M6
-    L[10] = L[3] - math.max(0, math.min(idiv(remaining, M6), L[3])); L[11] = 0
+    ok = kind == 2 and cap >= 1 and v[6] >= 1 and v[10] >= 0 and v[10] <= cap
   end
-  L[12] = t
-end
-local function same_params(L, o)
-  return L[2] == (ARGV[o] + 0) and L[3] == (ARGV[o + 1] + 0) and
-    L[4] == (ARGV[o + 2] + 0) and L[5] == (ARGV[o + 3] + 0)
+  if not ok or v[13] < 0 or v[13] > cap * 1000000 then return nil, 'field out of range' end
+  return v[1], kind, cap, v[6], v[7], v[8], v[9], v[10], c, v[12], v[13]
 end
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
--- Reads key i: the stored level, or a fresh one under the caller's parameters.
-local function load(i, o, version, t)
-  local key = KEYS[i]
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' then return nil, corrupt(key, 'wrong type') end
-  local L = {}
-  if not raw then
-    L[1] = version; L[13] = 0
-    with_remaining(L, o, t, 0)
-    if L[2] == 1 then L[10] = L[14] else L[10] = 0 end
-    return L
-  end
-  if #raw ~= 104 then return nil, corrupt(key, #raw .. ' bytes, expected 104') end
-  local v = {struct.unpack('<ddddddddddddd', raw)}
-  for k = 1, 13 do
-    if not int_in(v[k], -9007199254740991, 9007199254740991) then
-      return nil, corrupt(key, 'field ' .. k .. ' is not an exact integer')
-    end
-    L[k] = v[k]
-  end
-  local ok
-  if L[2] == 1 then
-    L[14] = L[5] * M6
-    ok = L[5] >= 1 and L[6] >= 0 and L[7] >= 1 and L[8] >= 1 and L[10] >= -L[14] and
-      L[10] <= L[14] and L[11] >= 0 and L[11] < L[4]
-    L[11] = idiv(L[11], L[8])
-  else
-    L[14] = L[3] * M6
-    ok = L[2] == 2 and L[3] >= 1 and L[6] >= 1 and L[10] >= 0 and L[10] <= L[3]
-  end
-  if not ok or L[13] < 0 or L[13] > L[14] then return nil, corrupt(key, 'field out of range') end
-  return L
-end
-local function migrate(L, o, version, t)
-  if L[1] > version then return end
-  if same_params(L, o) then L[1] = version; return end
-  local tt = math.max(t, L[12])
-  local remaining = observe(L, tt)
-  if remaining < 0 and (ARGV[o] + 0) == 2 then L[13] = L[13] - remaining end
-  with_remaining(L, o, tt, remaining)
-  L[1] = version
-  L[13] = math.min(L[13], L[14])
-end
-local function store(key, L, t, margin)
-  local carry = L[11]
-  if L[2] == 1 then carry = carry * L[8] end
-  local v = struct.pack('<ddddddddddddd', L[1], L[2], L[3], L[4], L[5], L[6], L[7], L[8], L[9],
-    L[10], carry, L[12], L[13])
-  -- Time from t until the state equals a fresh one, ns (L[12] >= t here); nil: never.
-  local d = nil
-  if L[13] <= 0 then
-    if L[2] == 1 then
-      local r = tb_reach(L, L[14])
-      if r >= 0 then d = (L[12] - t) * 1000 + r end
-    elseif L[10] == 0 then
-      d = (L[12] - t) * 1000
-    else
-      d = (L[12] - t) * 1000 + fw_next(L)
-    end
-  end
-  if d == nil then
-    redis.call('SET', key, v)
-  else
-    redis.call('SET', key, v, 'PX', idiv(d + 999999, M6) + margin)
-  end
-end
 
-local t
+local t, now_ms
 if ARGV[1] == '' then
   local now = redis.call('TIME')
-  t = (now[1] + 0) * M6 + (now[2] + 0)
+  local sec, us = now[1] + 0, now[2] + 0
+  t = sec * M6 + us
+  now_ms = sec * 1000 + (us - us % 1000) / 1000
 else
   t = ARGV[1] + 0
 end
 local op = ARGV[2]
-local margin = ARGV[3] + 0
-local n = ARGV[4] + 0
-local version = ARGV[5] + 0
-local units = ARGV[6] + 0
-
-if op == 'd' then
-  local levels, res = {}, {t, 0}
-  local stop, denied = n, false
-  for i = 1, n do
-    local o = 8 + 9 * (i - 1)
-    local L, err = load(i, o, version, t)
-    if err then return err end
-    migrate(L, o, version, t)
-    if L[13] > 0 then observe(L, math.max(t, L[12])); pay_debt(L) end
-    local ok, reason, retry, took = 0, 1, 0, 0
-    if L[2] == 1 then
-      tb_refill(L, t)
-      if units < 1 then reason = 3; retry = -1
-      elseif units > L[5] then reason = 2; retry = -1
-      else
-        local need = units * M6
-        if need <= L[10] then L[10] = L[10] - need; ok = 1; reason = 0; took = need
-        else retry = tb_reach(L, need) end
-      end
-    else
-      fw_advance(L, t)
-      if units < 1 then reason = 3; retry = -1
-      elseif units > L[3] then reason = 2; retry = -1
-      elseif units <= L[3] - L[10] then L[10] = L[10] + units; ok = 1; reason = 0; took = units
-      else retry = fw_next(L) end
-    end
-    local rem, reset
-    if L[2] == 1 then
-      rem = tdiv(L[10], M6); reset = tb_reach(L, L[14])
-    else
-      rem = math.max(0, L[3] - L[10])
-      if L[10] == 0 then reset = 0 else reset = fw_next(L) end
-    end
-    local k = 2 + 6 * (i - 1)
-    res[k + 1] = ok; res[k + 2] = reason; res[k + 3] = rem; res[k + 4] = retry
-    res[k + 5] = reset; res[k + 6] = L[1]
-    res[2] = i
-    levels[i] = {L, ok, took}
-    if ok == 0 and ARGV[o + 8] ~= '1' then denied = true; stop = i; break end
-  end
-  for i = 1, stop do
-    local L, ok, took = levels[i][1], levels[i][2], levels[i][3]
-    if denied and i < stop and ok == 1 then L[10] = L[10] + (L[2] == 1 and took or -took) end
-    store(KEYS[i], L, t, margin)
-  end
-  return res
+if op ~= 'd' and op ~= 'r' and op ~= 'c' then
+  return redis.error_reply('QUOTA_BAD_OP ' .. tostring(op))
 end
-
-local spent = ARGV[7]
-local out = {t}
+local decide = op == 'd'
+local margin, version, units = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0
+local n = #KEYS
+-- Several levels' states are read at once (MGET answers nil also for a key of another
+-- type, so each nil is looked at again before anything is written).
+local raws
+if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS)) end
+local res
+if decide then res = {t, 0} else res = {t} end
+-- 'd' with several levels: the levels decided and not written yet, 14 values each. All
+-- are written once the last level is decided, without their deduction when it denied.
+local W
+-- The caller's policy of the level (ARGV[7+i]), unpacked when it differs from the
+-- previous level's.
+local spol, pkind, pcap, pm, pp, pg, pfill
 for i = 1, n do
-  local o = 8 + 9 * (i - 1)
-  local L, err = load(i, o, version, t)
-  if err then return err end
-  local tt = math.max(t, L[12])
-  observe(L, tt)
-  local cap, cu = L[14], capacity(L)
-  local value = 0
-  if op == 'r' then
-    local give = math.min(units, 3 * cu + 2) * M6
-    local to_debt = math.min(L[13], give)
-    L[13] = L[13] - to_debt; give = give - to_debt
-    local given = 0
-    if L[2] == 1 then
-      given = math.min(give, cap - L[10])
-      L[10] = L[10] + given
-      if L[10] == cap then L[11] = 0 end
+  local key = KEYS[i]
+  local pol = ARGV[7 + i]
+  if pol ~= spol then
+    spol = pol
+    pkind, pcap, pm, pp, pg, pfill = sunpack('<BI4I7I7I7I7', pol)
+  end
+  local raw
+  if raws then raw = raws[i] end
+  if not raw then raw = redis.pcall('GET', key) end
+  -- The level's state: the stored one, or a fresh one under the caller's policy. capM:
+  -- capacity in micro-units; tok: tokens (micro-units) | the window's count; c: the
+  -- carried remainder over p; expiry: the key's expiry (server ms) as last set, 0 unknown.
+  local ver, kind, cap, m, p, g, fill, tok, c, last, debt, off
+  local capM, expiry = 0, 0
+  if not raw then
+    ver, kind, cap, m, p, g, fill, c, last, debt = version, pkind, pcap, pm, pp, pg, pfill, 0, t, 0
+    capM = cap * M6
+    if kind == 1 then tok = capM else tok = 0 end
+  else
+    local len = #raw
+    if len == 72 then
+      ver, kind, cap, m, p, g, fill, tok, c, last, debt, off =
+        sunpack('<I7BI4I7I7I7I7i7I7i7I7I4', raw)
+      capM = cap * M6
+      local ok = ver <= 9007199254740991 and cap >= 1 and cap <= 2000000000 and
+        last >= -9007199254740991 and last <= 9007199254740991 and debt <= capM and
+        m <= 9007199254740991
+      if kind == 1 then
+        ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991 and
+          fill <= 9007199254740991 and tok >= -capM and tok <= capM and c < p
+      else
+        ok = ok and kind == 2 and m >= 1 and tok >= 0 and tok <= cap and c == 0
+      end
+      if not ok then return corrupt(key, 'field out of range') end
+      if off > 0 then expiry = fdiv(last, 1000) + off end
+    elseif type(raw) ~= 'string' then
+      return corrupt(key, 'wrong type')
+    elseif len == 104 then
+      ver, kind, cap, m, p, g, fill, tok, c, last, debt = legacy(raw)
+      if not ver then return corrupt(key, kind) end
+      capM = cap * M6
     else
-      local s = tt
-      if spent ~= '' then s = (spent + 0) end
-      if idiv(s, L[6]) == idiv(L[12], L[6]) then
-        local back = math.min(idiv(give, M6), L[10])
-        L[10] = L[10] - back
+      return corrupt(key, len .. ' bytes, expected 72')
+    end
+  end
+  -- Brought to t under its own parameters (every operation first does that: a conversion
+  -- observes the old state at max(t, last), debt is paid from the budget present then).
+  if t > last then
+    if kind == 1 then
+      if tok < capM and m > 0 then
+        local x = (t - last) * 1000
+        -- past twice the time to fill, full (also from the deepest debt); x may be
+        -- rounded there, never below 2 * fill
+        if x > 2 * fill then
+          tok = capM; c = 0
+        else
+          -- floor((m·x + c) / p), split as x = q·p + r: m·q + floor((m·r + c) / p)
+          local whole, c2
+          if p == 1 then
+            whole, c2 = m * x, 0
+          else
+            local r = x % p
+            if r < 0 then r = r + p elseif r >= p then r = r - p end
+            local y = m * r + c
+            c2 = y % p
+            if c2 < 0 then c2 = c2 + p elseif c2 >= p then c2 = c2 - p end
+            whole = m * ((x - r) / p) + (y - c2) / p
+          end
+          if whole >= capM - tok then tok = capM; c = 0 else tok = tok + whole; c = c2 end
+        end
+      end
+    elseif fdiv(t, m) ~= fdiv(last, m) then
+      tok = 0
+    end
+    last = t
+  end
+  local ok, took, denied = 0, 0, false
+  if decide then
+    -- migrate: a state of a newer version is kept; of the same parameters, versioned;
+    -- else converted to the caller's policy (key_state.hpp).
+    if ver <= version then
+      if kind == pkind and cap == pcap and m == pm and p == pp and g == pg then
+        ver = version
+      else
+        local remaining = tok
+        if kind == 2 then remaining = (cap - tok) * M6 end
+        if remaining < 0 and pkind == 2 then debt = debt - remaining end
+        ver, kind, cap, m, p, g, fill, c = version, pkind, pcap, pm, pp, pg, pfill, 0
+        capM = cap * M6
+        if kind == 1 then
+          if remaining > capM then tok = capM elseif remaining < -capM then tok = -capM else tok = remaining end
+        else
+          local u = fdiv(remaining, M6)
+          if u > cap then u = cap elseif u < 0 then u = 0 end
+          tok = cap - u
+        end
+        if debt > capM then debt = capM end
+      end
+    end
+    if debt > 0 then
+      if kind == 1 then
+        local pay = tok
+        if pay < 0 then pay = 0 end
+        if pay > debt then pay = debt end
+        tok = tok - pay
+        debt = debt - pay
+      else
+        local pay = cap - tok
+        local owed = fdiv(debt + M6 - 1, M6)
+        if owed < pay then pay = owed end
+        tok = tok + pay
+        debt = debt - pay * M6
+        if debt < 0 then debt = 0 end
+      end
+    end
+    local reason, retry, rem = 1, 0, 0
+    if units < 1 then
+      reason = 3; retry = -1
+    elseif units > cap then
+      reason = 2; retry = -1
+    elseif kind == 1 then
+      local need = units * M6
+      if need <= tok then tok = tok - need; ok = 1; reason = 0; took = need
+      else retry = reach(tok, c, need, m, p) end
+    elseif units <= cap - tok then
+      tok = tok + units; ok = 1; reason = 0; took = units
+    else
+      retry = ((fdiv(last, m) + 1) * m - last) * 1000
+    end
+    if kind == 1 then
+      -- tokens / 10^6 toward zero
+      local a = tok
+      if a < 0 then a = -a end
+      local r = a % M6
+      if r < 0 then r = r + M6 elseif r >= M6 then r = r - M6 end
+      rem = (a - r) / M6
+      if tok < 0 then rem = -rem end
+    elseif tok < cap then
+      rem = cap - tok
+    end
+    local k = 6 * i - 4
+    res[2] = i
+    res[k + 1] = ok; res[k + 2] = reason; res[k + 3] = rem; res[k + 4] = retry
+    res[k + 6] = ver
+    denied = ok == 0 and string.byte(ARGV[7], i) ~= 49
+  elseif op == 'r' then
+    local give = units
+    if give > 3 * cap + 2 then give = 3 * cap + 2 end
+    give = give * M6
+    local to_debt = debt
+    if to_debt > give then to_debt = give end
+    debt = debt - to_debt
+    give = give - to_debt
+    local given = 0
+    if kind == 1 then
+      given = capM - tok
+      if given > give then given = give end
+      tok = tok + given
+      if tok == capM then c = 0 end
+    else
+      local s = last
+      if ARGV[6] ~= '' then s = ARGV[6] + 0 end
+      if fdiv(s, m) == fdiv(last, m) then
+        local back = fdiv(give, M6)
+        if back > tok then back = tok end
+        tok = tok - back
         given = back * M6
       end
     end
-    value = given + to_debt
-  elseif op == 'c' then
-    local u = math.min(units, 2 * cu + 1) * M6
-    if L[2] == 1 then
-      local before = math.max(0, -L[10])
-      local after = math.max(L[10] - u, -cap)
-      L[10] = after
-      if after >= cap then L[11] = 0 end
-      value = math.max(0, -after) - before
-    else
-      local before = L[13]
-      L[13] = before + u
-      pay_debt(L)
-      L[13] = math.min(cap, L[13])
-      value = L[13] - math.min(before, L[13])
-    end
+    res[i + 1] = given + to_debt
   else
-    return redis.error_reply('QUOTA_BAD_OP ' .. tostring(op))
+    local u = units
+    if u > 2 * cap + 1 then u = 2 * cap + 1 end
+    u = u * M6
+    local value = 0
+    if kind == 1 then
+      local before = -tok
+      if before < 0 then before = 0 end
+      local after = tok - u
+      if after < -capM then after = -capM end
+      tok = after
+      if after >= capM then c = 0 end
+      -- (after >= 0 only when nothing was owed before)
+      if after < 0 then value = -after - before end
+    else
+      local before = debt
+      debt = before + u
+      local pay = cap - tok
+      local owed = fdiv(debt + M6 - 1, M6)
+      if owed < pay then pay = owed end
+      tok = tok + pay
+      debt = debt - pay * M6
+      if debt < 0 then debt = 0 end
+      if debt > capM then debt = capM end
+      if before < debt then value = debt - before end
+    end
+    res[i + 1] = value
   end
-  out[i + 1] = value
-  store(KEYS[i], L, t, margin)
+  -- Time from `last` until the state equals a fresh one, ns (-1: never): reset_after.
+  local reset = 0
+  if kind == 1 then
+    if tok < capM then reset = reach(tok, c, capM, m, p) end
+  elseif tok ~= 0 then
+    reset = ((fdiv(last, m) + 1) * m - last) * 1000
+  end
+  if decide then res[6 * i + 1] = reset end
+  if decide and i < n and not denied then
+    if not W then W = {} end
+    local b = 14 * (i - 1)
+    W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5], W[b + 6], W[b + 7] =
+      ver, kind, cap, m, p, g, fill
+    W[b + 8], W[b + 9], W[b + 10], W[b + 11], W[b + 12], W[b + 13], W[b + 14] =
+      tok, c, last, debt, expiry, took, reset
+  else
+    -- Writes this level, then ('d') the ones decided before it.
+    local lo = i
+    if decide then lo = 1 end
+    for j = i, lo, -1 do
+      if j < i then
+        local b = 14 * (j - 1)
+        ver, kind, cap, m, p, g, fill = W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5],
+          W[b + 6], W[b + 7]
+        tok, c, last, debt, expiry, took, reset = W[b + 8], W[b + 9], W[b + 10], W[b + 11],
+          W[b + 12], W[b + 13], W[b + 14]
+        capM = cap * M6
+        if denied and took > 0 then
+          if kind == 1 then
+            tok = tok + took
+            reset = 0
+            if tok < capM then reset = reach(tok, c, capM, m, p) end
+          else
+            tok = tok - took
+            reset = 0
+            if tok ~= 0 then reset = ((fdiv(last, m) + 1) * m - last) * 1000 end
+          end
+        end
+      end
+      -- The TTL: none while the state holds debt or never becomes fresh (reset -1); else
+      -- the one set earlier while it still covers idle time + margin with 10 ms to spare
+      -- (KEEPTTL); else (PX) idle time + margin, one margin more for a key whose expiry
+      -- fell short by less than a margin (busy). `o`: the expiry as stored, ms after last.
+      local px, keep, o = nil, false, 0
+      if debt <= 0 and reset >= 0 then
+        local x = (last - t) * 1000 + reset + 999999
+        local r = x % M6
+        if r < 0 then r = r + M6 elseif r >= M6 then r = r - M6 end
+        local ttl = (x - r) / M6 + margin
+        if now_ms then
+          local base = fdiv(last, 1000)
+          if expiry >= now_ms + ttl + 10 then
+            o = expiry - base
+            keep = o >= 1 and o <= MAXOFF
+          end
+          if not keep then
+            px = ttl
+            if expiry >= now_ms + ttl - margin then px = ttl + margin end
+            o = now_ms + px - base
+            if o < 1 or o > MAXOFF then o = 0 end
+          end
+        else
+          px = ttl
+        end
+      end
+      local v = spack('<I7BI4I7I7I7I7i7I7i7I7I4', ver, kind, cap, m, p, g, fill, tok, c, last, debt, o)
+      if keep then
+        redis.call('SET', KEYS[j], v, 'KEEPTTL')
+      elseif px then
+        redis.call('SET', KEYS[j], v, 'PX', px)
+      else
+        redis.call('SET', KEYS[j], v)
+      end
+    end
+    if decide then return res end
+  end
 end
-return out
+return res
 )lua";
 
 // The whole script.

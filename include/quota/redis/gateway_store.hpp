@@ -54,9 +54,9 @@
 // not run (NOSCRIPT, MOVED, ASK, TRYAGAIN) is sent again alone. coalesce_stats() counts
 // round trips and the calls they carried.
 //
-// Client CPU: each distinct policy (kind and parameters) is range-checked and its 8 Lua
-// arguments formatted once, then kept (up to 4096 policies; past that, per call); a
-// rule outside the range is rejected on every call with the same error.
+// Client CPU: each distinct policy (kind and parameters) is range-checked and its Lua
+// argument (33 packed bytes) built once, then kept (up to 4096 policies; past that, per
+// call); a rule outside the range is rejected on every call with the same error.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -341,9 +341,24 @@ class GatewayStore {
     gateway::LevelVector<Decision> parts;
   };
 
-  // The 8 policy arguments of one level (see gateway_lua.hpp), or InvalidArgument naming
-  // the bound when the Lua twin cannot decide `policy` exactly.
-  using PolicyArgs = std::array<std::string, 8>;
+  // A policy's one script argument (see gateway_lua.hpp): 33 bytes, little-endian
+  // '<BI4I7I7I7I7' (kind, burst|limit, m|window µs, p|0, g|0, fill ns|0), or
+  // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
+  using PolicyArgs = std::string;
+  static constexpr std::size_t kPolicyArgBytes = 33;
+  static PolicyArgs pack_policy(int kind, std::int64_t capacity, std::int64_t m, std::int64_t p,
+                                std::int64_t g, std::int64_t fill) {
+    PolicyArgs out;
+    out.reserve(kPolicyArgBytes);
+    auto put = [&out](std::int64_t v, int bytes) {
+      const auto u = static_cast<std::uint64_t>(v);
+      for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+    };
+    put(kind, 1);
+    put(capacity, 4);
+    for (std::int64_t v : {m, p, g, fill}) put(v, 7);
+    return out;
+  }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
     if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
     const std::int64_t cap = gateway::detail::capacity(policy);
@@ -362,14 +377,10 @@ class GatewayStore {
             "bound is %d ns (~46 days) — raise rate.units or lower burst",
             tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
       }
-      return PolicyArgs{"1",
-                        absl::StrCat(tb->rate.units),
-                        absl::StrCat(tb->rate.per.count()),
-                        absl::StrCat(tb->burst),
-                        absl::StrCat(twin->m),
-                        absl::StrCat(twin->p),
-                        absl::StrCat(twin->g),
-                        absl::StrCat(twin->m > 0 ? twin->fill : 0)};
+      // Rate 0: m 0, p 1, g 1 whatever rate.per (it refills nothing; converting between
+      // two such buckets of one burst changes nothing, so they decide alike).
+      if (twin->m == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
+      return pack_policy(1, tb->burst, twin->m, twin->p, twin->g, twin->fill);
     }
     const auto& fw = std::get<FixedWindow>(policy);
     const std::int64_t w = fw.window.count();
@@ -379,8 +390,7 @@ class GatewayStore {
           "%d ns (~46 days)",
           w, kGatewayMaxSpanNs));
     }
-    return PolicyArgs{
-        "2", absl::StrCat(fw.limit), absl::StrCat(w), "0", absl::StrCat(w / 1000), "0", "0", "0"};
+    return pack_policy(2, fw.limit, w / 1000, 0, 0, 0);
   }
 
   // What identifies a policy's arguments: its kind and parameters (the value, not the
@@ -394,13 +404,13 @@ class GatewayStore {
     return {policy.index(), fw.limit, fw.window.count(), 0};
   }
 
-  // Appends `policy`'s 8 arguments to `args`. Rule sets are immutable and hold few
-  // distinct policies, so each one's range check and formatting (a gcd, 128-bit
-  // products, 8 strings) is done once and kept: later decisions copy the strings.
-  // Entries are never erased, so a pointer taken under the lock stays valid; past
-  // kMaxCachedPolicies distinct policies (many reloads, each with new parameters) new
-  // ones are checked and formatted per call instead. Errors are not kept: an
-  // out-of-range policy gets params()'s error on every call.
+  // Appends `policy`'s argument to `args`. Rule sets are immutable and hold few distinct
+  // policies, so each one's range check and packing (a gcd, 128-bit products) is done
+  // once and kept: later decisions copy the 33 bytes. Entries are never erased, so a
+  // pointer taken under the lock stays valid; past kMaxCachedPolicies distinct policies
+  // (many reloads, each with new parameters) new ones are checked and packed per call
+  // instead. Errors are not kept: an out-of-range policy gets params()'s error on every
+  // call.
   absl::Status append_params(const gateway::RulePolicy& policy,
                              std::vector<std::string>& args) const {
     const PolicyKey key = policy_key(policy);
@@ -415,13 +425,12 @@ class GatewayStore {
       if (!p.ok()) return p.status();
       quota::detail::MutexLock lock(params_mu_);
       if (params_cache_.size() >= kMaxCachedPolicies) {
-        args.insert(args.end(), std::make_move_iterator(p->begin()),
-                    std::make_move_iterator(p->end()));
+        args.push_back(*std::move(p));
         return absl::OkStatus();
       }
       cached = &params_cache_.try_emplace(key, *std::move(p)).first->second;
     }
-    args.insert(args.end(), cached->begin(), cached->end());
+    args.push_back(*cached);
     return absl::OkStatus();
   }
 
@@ -436,7 +445,8 @@ class GatewayStore {
           "rule-set version %d: the Redis gateway store keeps versions below 2^53", version));
     }
     Call call;
-    call.args.reserve(7 + 9 * levels.size());
+    call.keys.reserve(levels.size());
+    call.args.reserve(7 + levels.size());
     if (options_.time == TimeSource::kCaller) {
       call.args.push_back(absl::StrCat(quota::detail::floor_div(now.count(), 1000)));
     } else {
@@ -444,16 +454,18 @@ class GatewayStore {
     }
     call.args.emplace_back(1, op);
     call.args.push_back(absl::StrCat(std::max<std::int64_t>(options_.ttl_margin.count(), 1)));
-    call.args.push_back(absl::StrCat(levels.size()));
     call.args.push_back(absl::StrCat(version));
     call.args.push_back(absl::StrCat(std::clamp<std::int64_t>(units, 0, kMaxUnits)));
     call.args.emplace_back(spent_at);
+    std::string& shadow = call.args.emplace_back();
+    if (op == 'd') {
+      for (const gateway::LevelCheck& level : levels) shadow.push_back(level.shadow ? '1' : '0');
+    }
     for (const gateway::LevelCheck& level : levels) {
       auto parts = split_key(level.key);
       if (!parts.ok()) return parts.status();
       call.keys.push_back(bucket_key(options_.prefix, *parts));
       if (auto s = append_params(*level.policy, call.args); !s.ok()) return s;
-      call.args.push_back(level.shadow ? "1" : "0");
     }
     return call;
   }
