@@ -3,12 +3,16 @@
 // converted in Redis without a burst and versioned; a process still on older rules never
 // rolls a key back; user + tenant levels all-or-nothing in one script; the global level
 // given back when it denies; shadow mode; estimate-then-settle; many threads on one
-// budget; bad rules, corrupted keys and TTLs.
+// budget; bad rules, corrupted keys and TTLs; states of the earlier form; memory; kept
+// TTLs.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -19,9 +23,11 @@
 #include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
+#include "support/seed.hpp"
 
 using namespace std::chrono_literals;
 using quota::FixedWindow;
+using quota::MicroUnits;
 using quota::Nanos;
 using quota::Reason;
 using quota::TokenBucket;
@@ -403,4 +409,201 @@ TEST_CASE("redis gateway: an attempt is replayed by another process, never charg
     CHECK_FALSE(decided->replayed);
     CHECK(decided->decision.remaining == 7);
   }
+}
+
+namespace {
+
+// Runs one command on the test server.
+quota::redis::Reply admin(const std::vector<std::string>& argv) {
+  static auto pool = quota::testing::redis_pool(1);
+  auto lease = pool->acquire();
+  REQUIRE(lease.ok());
+  auto r = (*lease)->command(std::vector<std::string_view>(argv.begin(), argv.end()));
+  REQUIRE(r.ok());
+  return *std::move(r);
+}
+
+// Writes `key` as the gateway twin of earlier versions did: 13 doubles (version, kind,
+// units|limit, per|window ns, burst|0, m|window µs, p, g, fill, tokens|count, carry over
+// rate.per, last µs, debt).
+void set_legacy(const std::string& key, const std::vector<std::int64_t>& fields) {
+  REQUIRE(fields.size() == 13);
+  std::vector<std::string> argv = {
+      "EVAL",
+      "redis.call('SET', KEYS[1], struct.pack('<ddddddddddddd', ARGV[1] + 0, ARGV[2] + 0, "
+      "ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0, "
+      "ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0, ARGV[13] + 0))",
+      "1", key};
+  for (std::int64_t f : fields) argv.push_back(std::to_string(f));
+  admin(argv);
+  REQUIRE(admin({"STRLEN", key})->integer == 104);
+}
+
+void check_same(const quota::Decision& local, const quota::Decision& redis) {
+  CHECK(local.allowed == redis.allowed);
+  CHECK(local.reason == redis.reason);
+  CHECK(local.remaining == redis.remaining);
+  CHECK(local.retry_after == redis.retry_after);
+  CHECK(local.reset_after == redis.reset_after);
+  CHECK(local.version == redis.version);
+}
+
+}  // namespace
+
+TEST_CASE("redis gateway: a state written by earlier versions (13 doubles) is still read") {
+  // A deployed Redis holds states in the earlier form: the next decision, refund or
+  // charge continues from it exactly as the in-process KeyState does, and rewrites it in
+  // the current, smaller form.
+  using quota::gateway::KeyPolicy;
+  using quota::gateway::KeyState;
+  GatewayStore store({.pool = quota::testing::redis_pool(2),
+                      .prefix = quota::testing::unique_prefix("gw-legacy"),
+                      .time = quota::redis::TimeSource::kCaller,
+                      .ttl_margin = 1h});
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const quota::gateway::RulePolicy fw = FixedWindow{.limit = 10, .window = 1s};
+  auto decide = [&](const quota::gateway::RulePolicy& policy, std::uint64_t version,
+                    const std::string& route, KeyState& local, std::int64_t now_us,
+                    std::int64_t cost) {
+    const Nanos now{now_us * 1000};
+    const quota::Decision expected = KeyPolicy{&policy, version}.apply(local, now, cost);
+    const LevelCheck level[] = {{.policy = &policy, .key = route, .shadow = false}};
+    auto got = store.decide(level, version, cost, now);
+    REQUIRE(got.ok());
+    REQUIRE(got->parts.size() == 1);
+    check_same(expected, got->parts[0]);
+    return expected;
+  };
+  SECTION("a token bucket with a carried fraction") {
+    // 3.5 units at 5 s and a carry of 7 over p = 1000 (7·10^6 over rate.per): rate 1/s is
+    // m/p = 1/1000 micro-units per ns with g = 10^6; 10 s to fill.
+    auto key = store.redis_key("{acme}tb");
+    REQUIRE(key.ok());
+    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 3'500'000,
+                      7'000'000, 5'000'000, 0});
+    KeyState local{
+        .version = 1,
+        .idle_at = 0,
+        .policy = tb,
+        .state = TokenBucket::State{.tokens = 3'500'000, .carry = 7'000'000, .last = 5'000'000'000},
+        .debt = 0};
+    const quota::Decision first = decide(tb, 1, "{acme}tb", local, 5'500'000, 1);
+    CHECK(first.remaining == 3);
+    // The carry counts: 7 units to full less 7 ns.
+    CHECK(first.reset_after == Nanos{7'000'000'000 - 7});
+    CHECK(admin({"STRLEN", *key})->integer == 72);
+    decide(tb, 1, "{acme}tb", local, 6'200'013, 2);
+    // A charge and a refund continue from it too.
+    const MicroUnits charged = quota::gateway::charge(local, 9, Nanos{6'300'000'000});
+    auto c = store.charge(tb, 1, "{acme}tb", 9, Nanos{6'300'000'000});
+    REQUIRE(c.ok());
+    CHECK(*c == charged);
+    decide(tb, 1, "{acme}tb", local, 6'400'000, 1);
+  }
+  SECTION("a fixed window with debt, then converted to a token bucket") {
+    auto key = store.redis_key("{acme}fw");
+    REQUIRE(key.ok());
+    // Count 4 at 5.2 s (window [5 s, 6 s)) with 2.5 units of debt.
+    set_legacy(*key, {1, 2, 10, 1'000'000'000, 0, 1'000'000, 0, 0, 0, 4, 0, 5'200'000, 2'500'000});
+    KeyState local{.version = 1,
+                   .idle_at = 0,
+                   .policy = fw,
+                   .state = FixedWindow::State{.count = 4, .last = 5'200'000'000},
+                   .debt = 2'500'000};
+    const quota::Decision first = decide(fw, 1, "{acme}fw", local, 5'300'000, 1);
+    CHECK(first.remaining == 2);  // 4 + 3 (the debt, rounded up) + 1
+    const MicroUnits back =
+        quota::gateway::refund(local, 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
+    auto r = store.refund(fw, 1, "{acme}fw", 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
+    REQUIRE(r.ok());
+    CHECK(*r == back);
+    CHECK(back == 1'000'000);
+    // A rule change: the window's remaining becomes the bucket's tokens.
+    decide(tb, 2, "{acme}fw", local, 5'500'000, 1);
+    decide(tb, 2, "{acme}fw", local, 7'000'001, 3);
+  }
+  SECTION("an earlier state out of range is still QUOTA_CORRUPT naming the key") {
+    auto key = store.redis_key("{acme}bad");
+    REQUIRE(key.ok());
+    // tokens 11 units in a bucket of 10
+    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 11'000'000, 0,
+                      5'000'000, 0});
+    const LevelCheck level[] = {{.policy = &tb, .key = "{acme}bad", .shadow = false}};
+    auto got = store.decide(level, 1, 1, Nanos{6'000'000'000});
+    CHECK(got.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(got.status().message().find(*key) != std::string::npos);
+    CHECK(admin({"STRLEN", *key})->integer == 104);  // nothing written
+  }
+}
+
+TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORRUPT") {
+  GatewayStore store = make_store("gw-corrupt72");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = kSlow, .burst = 10};
+  auto key = store.redis_key("{acme}read");
+  REQUIRE(key.ok());
+  const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
+  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  REQUIRE(admin({"STRLEN", *key})->integer == 72);
+  SECTION("all bits set") { admin({"SET", *key, std::string(72, '\xff')}); }
+  SECTION("kind 3") {
+    auto v = admin({"GET", *key});
+    std::string s(v->str, v->len);
+    s[7] = 3;
+    admin({"SET", *key, s});
+  }
+  auto d = store.decide(level, 1, 1, Nanos{0});
+  CHECK(d.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(d.status().message().find(*key) != std::string::npos);
+}
+
+TEST_CASE("redis gateway: a key takes fewer bytes than in the earlier form (MEMORY USAGE)") {
+  GatewayStore store = make_store("gw-memory");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
+  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  auto key = store.redis_key("{acme}read");
+  auto old_key = store.redis_key("{acme}reax");  // as long
+  REQUIRE(key.ok());
+  REQUIRE(old_key.ok());
+  // The same state in the earlier form, with a TTL too.
+  set_legacy(*old_key,
+             {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 9'000'000, 0, 5, 0});
+  admin({"PEXPIRE", *old_key, "60000"});
+  const long long now_bytes = admin({"MEMORY", "USAGE", *key})->integer;
+  const long long old_bytes = admin({"MEMORY", "USAGE", *old_key})->integer;
+  std::printf(
+      "MEMORY USAGE of one gateway key (key of %zu bytes): %lld bytes (earlier form: %lld)\n",
+      key->size(), now_bytes, old_bytes);
+  CHECK(now_bytes < old_bytes);
+}
+
+TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
+  // The twin keeps a key's TTL (SET KEEPTTL) while the expiry it set last still covers
+  // the idle time + margin, and sets one margin more when a busy key's fell short.
+  GatewayStore store = make_store("gw-ttl-kept");
+  const quota::gateway::RulePolicy tb =
+      TokenBucket{.rate = {.units = 1000, .per = 1s}, .burst = 1000};  // full in 1 s
+  const std::int64_t margin = store.options().ttl_margin.count();
+  auto key = store.redis_key("{acme}kept");
+  REQUIRE(key.ok());
+  std::mt19937_64 rng(quota::testing::test_seed(20261130));
+  int kept = 0;
+  long long last_pttl = -1;
+  for (int i = 0; i < 300; ++i) {
+    const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
+    const LevelCheck level[] = {{.policy = &tb, .key = "{acme}kept", .shadow = false}};
+    auto d = store.decide(level, 1, cost, Nanos{0});
+    REQUIRE(d.ok());
+    const long long pttl = admin({"PTTL", *key})->integer;
+    const long long need =
+        std::chrono::ceil<std::chrono::milliseconds>(d->parts[0].reset_after).count() + margin;
+    INFO("request " << i << " cost " << cost << " reset_after " << d->parts[0].reset_after.count()
+                    << " ns, PTTL " << pttl << " ms");
+    // 10 ms of slack for the time between the script and PTTL on a busy machine.
+    REQUIRE(pttl >= need - 10);
+    CHECK(pttl <= need + margin + 2);
+    if (last_pttl >= 0 && pttl < last_pttl) ++kept;  // the expiry did not move
+    last_pttl = pttl;
+  }
+  CHECK(kept > 0);
 }
