@@ -13,7 +13,10 @@
 //   quota d1       RedisStore<TokenBucket>::apply, one EVALSHA per decision
 //   quota b16/b64  acquire_batch: 16 / 64 decisions in one EVALSHA
 //   fixed d1/b16   the same for RedisStore<FixedWindow> (1-hour windows, never full)
-//   estimate d1/b16  the same for RedisStore<SlidingWindowEstimate>
+//   estimate d1/b16  the same for RedisStore<SlidingWindowEstimate> (prev = 0: the keys'
+//                  first window)
+//   est-prev d1/b16  the estimate in a key's second window (prev > 0: its previous
+//                  window counted 1,000, written in caller-time mode an hour back)
 //   naive-lua d1   the straightforward published script (redis_bench's kNaiveLua)
 //   noop-lua d1    EVALSHA of `return 1` with one key and the same three arguments
 //   INCR d1        the ceiling of any one-round-trip design
@@ -158,6 +161,12 @@ int main(int argc, char** argv) {
   RedisStore<SlidingWindowEstimate> estimate_store(
       {.pool = pool, .prefix = "bsw:", .ttl_margin = 600s});
   const SlidingWindowEstimate estimate{.limit = 1'000'000'000, .window = 1h};
+  RedisStore<SlidingWindowEstimate> prev_store(
+      {.pool = pool, .prefix = "bsp:", .ttl_margin = 600s});
+  RedisStore<SlidingWindowEstimate> prev_setup({.pool = pool,
+                                                .prefix = "bsp:",
+                                                .time = quota::redis::TimeSource::kCaller,
+                                                .ttl_margin = 600s});
   quota::redis::Connection conn(cfg);
   std::string naive_sha, noop_sha;
   for (auto [text, sha] : {std::pair{quota::bench::kNaiveLua, &naive_sha},
@@ -220,6 +229,31 @@ int main(int argc, char** argv) {
       errors += !estimate_store.acquire_batch(estimate, estimate_items, Nanos{0}).ok();
     }
   }
+  {
+    // The est-prev keys: 1,000 counted an hour before the server's time (the previous
+    // window), then three writes each at the server's time, as above.
+    auto t = conn.command({"TIME"});
+    if (!t.ok() || (*t)->type != REDIS_REPLY_ARRAY || (*t)->elements != 2) {
+      std::fprintf(stderr, "TIME failed\n");
+      return 1;
+    }
+    const std::int64_t server_ns =
+        std::atoll(std::string(quota::redis::reply_string(*(*t)->element[0])).c_str()) *
+            1'000'000'000 +
+        std::atoll(std::string(quota::redis::reply_string(*(*t)->element[1])).c_str()) * 1'000;
+    for (int pass = 0; pass < 4; ++pass) {
+      for (int first = 0; first < kKeys; first += 50) {
+        std::vector<RedisStore<SlidingWindowEstimate>::BatchItem> items;
+        std::vector<std::string> names;
+        for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
+        for (const auto& n : names) items.push_back({n, pass == 0 ? 1000 : 1});
+        errors += !(pass == 0 ? prev_setup.acquire_batch(estimate, items,
+                                                         Nanos{server_ns} - std::chrono::hours(1))
+                              : prev_store.acquire_batch(estimate, items, Nanos{0}))
+                       .ok();
+      }
+    }
+  }
   for (int i = 0; i < kKeys; ++i) {
     auto r = conn.command({"EVALSHA", naive_sha, "1", "naive:" + key(i), "1000", "1000000", "1"});
     errors += !r.ok();
@@ -280,6 +314,10 @@ int main(int argc, char** argv) {
           [&](std::mt19937_64& r) { return call(estimate_store, estimate, r, 1); });
   measure("estimate b16", 16, calls / 8,
           [&](std::mt19937_64& r) { return call(estimate_store, estimate, r, 16); });
+  measure("est-prev d1", 1, calls,
+          [&](std::mt19937_64& r) { return call(prev_store, estimate, r, 1); });
+  measure("est-prev b16", 16, calls / 8,
+          [&](std::mt19937_64& r) { return call(prev_store, estimate, r, 16); });
   measure("naive-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(naive_sha, r); });
   measure("noop-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(noop_sha, r); });
   measure("INCR d1", 1, calls, incr_call);

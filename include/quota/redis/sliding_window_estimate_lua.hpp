@@ -71,10 +71,12 @@ local function mul(a, b)
   return a1 * b1 + m1 + c, l
 end
 -- a·b <= c·d for a, b, c, d in [0, 2^52). A product whose double is below 2^53 is exact
--- (a true product of 2^53 or more never rounds below it).
+-- (a true product of 2^53 or more never rounds below it), and below any product whose
+-- double is not.
 local function le(a, b, c, d)
   local x, y = a * b, c * d
-  if x < T53 and y < T53 then return x <= y end
+  if x < T53 then return y >= T53 or x <= y end
+  if y < T53 then return false end
   local h1, l1 = mul(a, b)
   local h2, l2 = mul(c, d)
   return h1 < h2 or (h1 == h2 and l1 <= l2)
@@ -220,12 +222,24 @@ for pass = first, 2 do
       if r < 0 then r = r + w elseif r >= w then r = r - w end
       el = r * 1000000000 + lns
     end
+    -- (cur + cost)·W + prev·(W − el) <= limit·W, le's products inlined
+    local fits = cost >= 1 and cur + cost <= limit
+    if fits and prev > 0 then
+      local x, y = prev * (W - el), (limit - cur - cost) * W
+      if x < T53 then
+        fits = y >= T53 or x <= y
+      elseif y < T53 then
+        fits = false
+      else
+        fits = le(prev, W - el, limit - cur - cost, W)
+      end
+    end
     local ok, reason, retry = 0, 1, 0
     if cost < 1 then
       reason = 3; retry = -1
     elseif cost > limit then
       reason = 2; retry = -1
-    elseif cur + cost <= limit and le(prev, W - el, limit - cur - cost, W) then
+    elseif fits then
       ok = 1; reason = 0
     else
       local spare = limit - cur - cost
@@ -270,7 +284,20 @@ for pass = first, 2 do
         redis.call('SET', key, v, 'PX', (x - r) / 1000000 + margin)
       end
       nwritten = i
-      local rem = limit - cur - prev + muldiv(prev, el, W)
+      -- limit − cur − prev + floor(prev·el / W), muldiv's first case inlined
+      local rem = limit - cur
+      if prev > 0 then
+        local x = prev * el
+        local f
+        if x < T52 then
+          f = floor(x / W)
+          local r = x - f * W
+          if r < 0 then f = f - 1 elseif r >= W then f = f + 1 end
+        else
+          f = muldiv(prev, el, W)
+        end
+        rem = rem - prev + f
+      end
       if rem < 0 then rem = 0 end
       put(out, i, ok, reason, rem, retry, reset)
     end
