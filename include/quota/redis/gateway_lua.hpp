@@ -26,16 +26,19 @@
 // most 4·10^15 ns. Refill and time-to-reach are split as in token_bucket_lua.hpp.
 //
 // State: one string of 72 bytes per key, struct-packed little-endian integers
-// ('<I7BI4I7I7I7I7i7I7i7I7I4'): the version; the kind (1 token bucket, 2 fixed window);
-// the parameters that wrote it — capacity (burst|limit, units), m|window µs, p|0, g|0,
-// fill ns|0 (the token bucket's rate.units·10^6 / rate.per reduced by g = their gcd, and
+// ('<I7i7I7i7I7I4c33'): the version; the policy state — tokens (micro-units) | the
+// window's count, the carried remainder over p, the last time µs; the debt (micro-units);
+// the key's expiry as last set, ms after the last time (0: unknown); then the parameters
+// that wrote it, exactly as the policy argument that carried them ('<BI4I7I7I7I7': kind
+// 1 token bucket | 2 fixed window, capacity (burst|limit, units), m|window µs, p|0, g|0,
+// fill ns|0 — a token bucket's rate.units·10^6 / rate.per reduced by g = their gcd, and
 // its time to fill: these identify the rate exactly, as rate.units and rate.per do, and
-// are what the refill needs); the policy state — tokens|count, the carried remainder over
-// p, the last time µs; the debt (micro-units); the key's expiry as last set, ms after the
-// last time (0: unknown). Every value an exact integer, checked on reading (out of range:
-// QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte class (the 104-byte state
-// of 13 doubles of earlier versions needed 112); that earlier state is still read (and
-// rewritten in the new form).
+// are what the refill needs). The usual state was written under the caller's policy: its
+// last 33 bytes are the caller's argument, one string comparison (Lua interns strings),
+// and only the state's six fields are unpacked. Every value is an exact integer, checked
+// on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte
+// class (the 104-byte state of 13 doubles of earlier versions needed 112); that earlier
+// state is still read (and rewritten in the new form).
 //
 // TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
 // while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
@@ -137,8 +140,15 @@ local n = #KEYS
 local raws
 if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS)) end
 local res
-if decide then res = {t, 0} else res = {t} end
--- 'd' with several levels: the levels decided and not written yet, 14 values each. All
+-- (sized for one or two levels: a table that grows is rehashed)
+if not decide then
+  res = {t, 0}
+elseif n == 1 then
+  res = {t, 0, 0, 0, 0, 0, 0, 0}
+else
+  res = {t, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+end
+-- 'd' with several levels: the levels decided and not written yet, 15 values each. All
 -- are written once the last level is decided, without their deduction when it denied.
 local W
 -- The caller's policy of the level (ARGV[7+i]), unpacked when it differs from the
@@ -154,29 +164,44 @@ for i = 1, n do
   local raw
   if raws then raw = raws[i] end
   if not raw then raw = redis.pcall('GET', key) end
-  -- The level's state: the stored one, or a fresh one under the caller's policy. capM:
-  -- capacity in micro-units; tok: tokens (micro-units) | the window's count; c: the
+  -- The level's state: the stored one, or a fresh one under the caller's policy. id: the
+  -- parameters that wrote it, packed as a policy argument; same: they are the caller's.
+  -- capM: capacity in micro-units; tok: tokens (micro-units) | the window's count; c: the
   -- carried remainder over p; expiry: the key's expiry (server ms) as last set, 0 unknown.
-  local ver, kind, cap, m, p, g, fill, tok, c, last, debt, off
-  local capM, expiry = 0, 0
+  local ver, kind, cap, m, p, g, fill, tok, c, last, debt, off, id
+  local capM, expiry, same = 0, 0, true
   if not raw then
     ver, kind, cap, m, p, g, fill, c, last, debt = version, pkind, pcap, pm, pp, pg, pfill, 0, t, 0
+    id = pol
     capM = cap * M6
     if kind == 1 then tok = capM else tok = 0 end
   else
     local len = #raw
     if len == 72 then
-      ver, kind, cap, m, p, g, fill, tok, c, last, debt, off =
-        sunpack('<I7BI4I7I7I7I7i7I7i7I7I4', raw)
-      capM = cap * M6
-      local ok = ver <= 9007199254740991 and cap >= 1 and cap <= 2000000000 and
-        last >= -9007199254740991 and last <= 9007199254740991 and debt <= capM and
-        m <= 9007199254740991
-      if kind == 1 then
-        ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991 and
-          fill <= 9007199254740991 and tok >= -capM and tok <= capM and c < p
+      ver, tok, c, last, debt, off, id = sunpack('<I7i7I7i7I7I4c33', raw)
+      -- (strings are interned: a pointer comparison)
+      if id == pol then
+        kind, cap, m, p, g, fill = pkind, pcap, pm, pp, pg, pfill
+        capM = cap * M6
       else
-        ok = ok and kind == 2 and m >= 1 and tok >= 0 and tok <= cap and c == 0
+        same = false
+        kind, cap, m, p, g, fill = sunpack('<BI4I7I7I7I7', id)
+        capM = cap * M6
+        local ok = cap >= 1 and cap <= 2000000000 and m <= 9007199254740991
+        if kind == 1 then
+          ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991 and
+            fill <= 9007199254740991
+        else
+          ok = ok and kind == 2 and m >= 1
+        end
+        if not ok then return corrupt(key, 'field out of range') end
+      end
+      local ok = ver <= 9007199254740991 and last >= -9007199254740991 and
+        last <= 9007199254740991 and debt <= capM
+      if kind == 1 then
+        ok = ok and tok >= -capM and tok <= capM and c < p
+      else
+        ok = ok and tok >= 0 and tok <= cap and c == 0
       end
       if not ok then return corrupt(key, 'field out of range') end
       if off > 0 then expiry = fdiv(last, 1000) + off end
@@ -186,6 +211,8 @@ for i = 1, n do
       ver, kind, cap, m, p, g, fill, tok, c, last, debt = legacy(raw)
       if not ver then return corrupt(key, kind) end
       capM = cap * M6
+      same = kind == pkind and cap == pcap and m == pm and p == pp and g == pg
+      if same then id = pol else id = spack('<BI4I7I7I7I7', kind, cap, m, p, g, fill) end
     else
       return corrupt(key, len .. ' bytes, expected 72')
     end
@@ -226,13 +253,13 @@ for i = 1, n do
     -- migrate: a state of a newer version is kept; of the same parameters, versioned;
     -- else converted to the caller's policy (key_state.hpp).
     if ver <= version then
-      if kind == pkind and cap == pcap and m == pm and p == pp and g == pg then
+      if same then
         ver = version
       else
         local remaining = tok
         if kind == 2 then remaining = (cap - tok) * M6 end
         if remaining < 0 and pkind == 2 then debt = debt - remaining end
-        ver, kind, cap, m, p, g, fill, c = version, pkind, pcap, pm, pp, pg, pfill, 0
+        ver, kind, cap, m, p, g, fill, c, id = version, pkind, pcap, pm, pp, pg, pfill, 0, pol
         capM = cap * M6
         if kind == 1 then
           if remaining > capM then tok = capM elseif remaining < -capM then tok = -capM else tok = remaining end
@@ -352,23 +379,26 @@ for i = 1, n do
   end
   if decide then res[6 * i + 1] = reset end
   if decide and i < n and not denied then
-    if not W then W = {} end
-    local b = 14 * (i - 1)
-    W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5], W[b + 6], W[b + 7] =
-      ver, kind, cap, m, p, g, fill
-    W[b + 8], W[b + 9], W[b + 10], W[b + 11], W[b + 12], W[b + 13], W[b + 14] =
-      tok, c, last, debt, expiry, took, reset
+    if i == 1 then
+      W = {ver, kind, cap, m, p, g, fill, tok, c, last, debt, expiry, took, reset, id}
+    else
+      local b = 15 * (i - 1)
+      W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5], W[b + 6], W[b + 7], W[b + 8] =
+        ver, kind, cap, m, p, g, fill, tok
+      W[b + 9], W[b + 10], W[b + 11], W[b + 12], W[b + 13], W[b + 14], W[b + 15] =
+        c, last, debt, expiry, took, reset, id
+    end
   else
     -- Writes this level, then ('d') the ones decided before it.
     local lo = i
     if decide then lo = 1 end
     for j = i, lo, -1 do
       if j < i then
-        local b = 14 * (j - 1)
-        ver, kind, cap, m, p, g, fill = W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5],
-          W[b + 6], W[b + 7]
-        tok, c, last, debt, expiry, took, reset = W[b + 8], W[b + 9], W[b + 10], W[b + 11],
-          W[b + 12], W[b + 13], W[b + 14]
+        local b = 15 * (j - 1)
+        ver, kind, cap, m, p, g, fill, tok = W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5],
+          W[b + 6], W[b + 7], W[b + 8]
+        c, last, debt, expiry, took, reset, id = W[b + 9], W[b + 10], W[b + 11], W[b + 12],
+          W[b + 13], W[b + 14], W[b + 15]
         capM = cap * M6
         if denied and took > 0 then
           if kind == 1 then
@@ -408,7 +438,7 @@ for i = 1, n do
           px = ttl
         end
       end
-      local v = spack('<I7BI4I7I7I7I7i7I7i7I7I4', ver, kind, cap, m, p, g, fill, tok, c, last, debt, o)
+      local v = spack('<I7i7I7i7I7I4c33', ver, tok, c, last, debt, o, id)
       if keep then
         redis.call('SET', KEYS[j], v, 'KEEPTTL')
       elseif px then
@@ -417,7 +447,10 @@ for i = 1, n do
         redis.call('SET', KEYS[j], v)
       end
     end
-    if decide then return res end
+    if decide then
+      for k = 6 * i + 3, 6 * n + 2 do res[k] = nil end
+      return res
+    end
   end
 end
 return res
