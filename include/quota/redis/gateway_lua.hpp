@@ -57,8 +57,8 @@
 // the shadow flags of all levels in one argument. Several levels' states are read with
 // one MGET. No table or closure per level: a level's state lives in locals (a call
 // with several levels keeps the levels it has not written yet in one flat table, and
-// the reply table is sized at creation); the helpers the script defines have no
-// upvalues to bind per call; divisions are inlined as corrected `%`. A busy key's write
+// the reply table is sized at creation); the few helpers it defines hold no level's
+// state; divisions are inlined as corrected `%`. A busy key's write
 // is SET ... KEEPTTL (no expiry to format and parse). Measured ("gateway 1lvl", a busy
 // token bucket): ~80,000 instructions per call, from ~150,000 with the earlier state of
 // 13 doubles, 9 decimal arguments per level and per-level tables and closures; "gateway
