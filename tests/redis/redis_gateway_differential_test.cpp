@@ -32,7 +32,7 @@ namespace {
 // Policies inside the Lua twin's range, with fractional rates, rate 0, and windows of
 // whole microseconds.
 RulePolicy random_policy(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> pick(0, 9);
+  std::uniform_int_distribution<int> pick(0, 11);
   std::uniform_int_distribution<std::int64_t> burst(1, 40);
   switch (pick(rng)) {
     case 0:
@@ -47,6 +47,13 @@ RulePolicy random_policy(std::mt19937_64& rng) {
       return TokenBucket{.rate = {.units = 3, .per = 7ms}, .burst = burst(rng)};
     case 5:
       return TokenBucket{.rate = {.units = 5'000'000, .per = 1s}, .burst = 2'000'000'000};
+    // The same rate in other words: the Lua twin's m and p (rate reduced by
+    // g = gcd(units·10^6, per)) are equal, g is not — a state written under one and
+    // decided under the other must be converted as a rule change, not taken as is.
+    case 10:
+      return TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = burst(rng)};
+    case 11:
+      return TokenBucket{.rate = {.units = 2, .per = 2s}, .burst = burst(rng)};
     case 6:
       return FixedWindow{.limit = burst(rng), .window = 1s};
     case 7:
