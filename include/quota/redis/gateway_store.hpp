@@ -122,7 +122,8 @@ struct GatewayStoreOptions {
   // to `coalesce` in one pipelined write (per node, on a cluster). Each call is still its
   // own script call, atomic and decided exactly as alone; what they share is the round
   // trip (the system calls on both sides and the client's wait). A lone call goes at
-  // once. 0 or 1: off.
+  // once. 0 or 1: off. Each round trip in flight holds one of the pool's connections:
+  // give the pool at least `coalesce_calls` (plus what attempts use alongside).
   int coalesce = 0;
   int coalesce_calls = 2;
 };

@@ -315,7 +315,8 @@ struct RedisStoreOptions {
   // together, up to `coalesce` per round trip (independent decisions, as acquire_batch:
   // each deducted when it alone allows). Each caller still gets its own decision; a
   // lone caller goes at once. 0 or 1: off (one script call per apply). See
-  // RedisStore::apply.
+  // RedisStore::apply. Each round trip in flight holds one of the pool's connections:
+  // give the pool at least `coalesce_calls` (plus what other calls use alongside).
   int coalesce = 0;
   int coalesce_calls = 2;
 };
