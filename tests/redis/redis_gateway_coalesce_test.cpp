@@ -59,11 +59,6 @@ bool wait_for_waiting(const GatewayStore& store, std::uint64_t n) {
   return true;
 }
 
-bool same(const quota::Decision& a, const quota::Decision& b) {
-  return a.allowed == b.allowed && a.reason == b.reason && a.remaining == b.remaining &&
-         a.retry_after == b.retry_after && a.reset_after == b.reset_after && a.version == b.version;
-}
-
 }  // namespace
 
 TEST_CASE("coalesced gateway calls decide exactly like the in-process gateway, one by one") {
@@ -153,7 +148,7 @@ TEST_CASE("coalesced gateway calls decide exactly like the in-process gateway, o
           }
           bool equal = l->parts.size() == r->parts.size() && r->time == now;
           for (std::size_t i = 0; equal && i < l->parts.size(); ++i) {
-            equal = same(l->parts[i], r->parts[i]);
+            equal = l->parts[i] == r->parts[i];
           }
           if (!equal) {
             mismatches.fetch_add(1);

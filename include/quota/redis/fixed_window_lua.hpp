@@ -57,30 +57,9 @@ local pack, sunpack = struct.pack, struct.unpack
 local out = {0, sec, ns, 1}
 -- The script runs on the server's clock (the key's expiry is on that clock too).
 local server = ARGV[1] == ''
--- The states, read at once: one MGET for several windows (the keys of one call are
--- distinct). MGET answers nil also for a key holding another type, so each such key is
--- looked at again (read_state) before anything is written.
-local raws
-if n == 1 then
-  raws = {redis.pcall('GET', KEYS[1])}
-elseif n <= 4000 then
-  raws = redis.call('MGET', unpack(KEYS, 1, n))
-else
-  -- in slices: Lua unpacks at most about 8,000 values onto its stack
-  raws = {}
-  for lo = 1, n, 4000 do
-    local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
-    for j = 1, #part do raws[lo + j - 1] = part[j] end
-  end
-end
-if n > 1 then
-  for i = 1, n do
-    if not raws[i] then
-      local _, corrupt = read_state(KEYS[i], 'window', 12, 24)
-      if corrupt then return corrupt end
-    end
-  end
-end
+-- The states, read at once (read_states, lua_common.hpp).
+local raws, corrupt = read_states('window', 12, 24)
+if not raws then return corrupt end
 seen = raws
 -- One pass (advance, decide, count, write) for one window or a batch of independent ones,
 -- each counted when it alone allows. All-or-nothing over several windows takes two: the

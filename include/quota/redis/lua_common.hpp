@@ -111,6 +111,33 @@ local cstep, k = 1, n
 if ARGV[7] == '1' then cstep, k = 0, 1 end
 local pbase, pstep = 9 + k, 5
 if ARGV[8 + k] == '1' then pstep = 0 end
+-- The states of KEYS[1..n], read at once: one MGET for several keys (a call costs the
+-- server about as much as a decision's arithmetic; the keys of one call are distinct: the
+-- store starts a new call at a repeated key). MGET answers nil also for a key holding
+-- another type, so each such key is looked at again (read_state) before anything is
+-- written. The values (false for a key that does not exist; for one key, GET's reply, an
+-- error table for another type), or nil and the QUOTA_CORRUPT error.
+local function read_states(what, bytes, legacy)
+  if n == 1 then return {redis.pcall('GET', KEYS[1])} end
+  local raws
+  if n <= 4000 then
+    raws = redis.call('MGET', unpack(KEYS, 1, n))
+  else
+    -- in slices: Lua unpacks at most about 8,000 values onto its stack
+    raws = {}
+    for lo = 1, n, 4000 do
+      local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
+      for j = 1, #part do raws[lo + j - 1] = part[j] end
+    end
+  end
+  for i = 1, n do
+    if not raws[i] then
+      local _, corrupt = read_state(KEYS[i], what, bytes, legacy)
+      if corrupt then return nil, corrupt end
+    end
+  end
+  return raws
+end
 local attempt_ttl = ARGV[4] + 0
 local batch = attempt_ttl < 0
 if attempt_ttl > 0 then

@@ -83,31 +83,9 @@ local out = {0, sec, ns, 1}
 local now_ms
 if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
--- The states, read at once: one MGET for several buckets (a call costs the server about as
--- much as a decision's arithmetic; the keys of one call are distinct: the store starts a
--- new call at a repeated key). MGET answers nil also for a key holding another type, so
--- each such key is looked at again (read_state) before anything is written.
-local raws
-if n == 1 then
-  raws = {redis.pcall('GET', KEYS[1])}
-elseif n <= 4000 then
-  raws = redis.call('MGET', unpack(KEYS, 1, n))
-else
-  -- in slices: Lua unpacks at most about 8,000 values onto its stack
-  raws = {}
-  for lo = 1, n, 4000 do
-    local part = redis.call('MGET', unpack(KEYS, lo, math.min(lo + 3999, n)))
-    for j = 1, #part do raws[lo + j - 1] = part[j] end
-  end
-end
-if n > 1 then
-  for i = 1, n do
-    if not raws[i] then
-      local _, corrupt = read_state(KEYS[i], 'bucket', 28, 32)
-      if corrupt then return corrupt end
-    end
-  end
-end
+-- The states, read at once (read_states, lua_common.hpp).
+local raws, corrupt = read_states('bucket', 28, 32)
+if not raws then return corrupt end
 seen = raws
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones, each
 -- deducted when it alone allows. All-or-nothing over several buckets takes two: the first
