@@ -19,6 +19,7 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/coalescing.hpp"
 #include "support/policy_variants.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
@@ -41,17 +42,6 @@ RedisStoreOptions coalescing(const std::string& test, int coalesce, int calls, T
   o.coalesce = coalesce;
   o.coalesce_calls = calls;
   return o;
-}
-
-// Waits (up to 1 s) until `n` calls of `store` wait; true if they did.
-template <class P>
-bool wait_for_waiting(const RedisStore<P>& store, std::uint64_t n) {
-  const auto until = std::chrono::steady_clock::now() + 1s;
-  while (store.coalesce_stats().waiting < n) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 }  // namespace
@@ -202,7 +192,7 @@ TEST_CASE("a corrupt bucket in a coalesced call fails its own caller only") {
     threads.emplace_back(
         [&, i] { got[i] = store.apply(ten, keys[i], Nanos{0}, static_cast<std::int64_t>(i)); });
   }
-  const bool all_waited = wait_for_waiting(store, keys.size() - 1);
+  const bool all_waited = quota::testing::wait_for_waiting(store, keys.size() - 1);
   REQUIRE((*lease)->command({"CLIENT", "UNPAUSE"}).ok());
   for (auto& th : threads) th.join();
   REQUIRE(all_waited);  // (else the pause ended before they all waited)

@@ -19,6 +19,7 @@
 #include "quota/gateway/gateway.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/store/local_store.hpp"
+#include "support/coalescing.hpp"
 #include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
@@ -47,16 +48,6 @@ GatewayStoreOptions coalescing(const std::string& test, int coalesce, int calls,
   o.coalesce = coalesce;
   o.coalesce_calls = calls;
   return o;
-}
-
-// Waits (up to 1 s) until `n` calls of `store` wait; true if they did.
-bool wait_for_waiting(const GatewayStore& store, std::uint64_t n) {
-  const auto until = std::chrono::steady_clock::now() + 1s;
-  while (store.coalesce_stats().waiting < n) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 }  // namespace
@@ -271,7 +262,7 @@ TEST_CASE("coalesced gateway: a corrupt key or a flushed script cache, per call"
   threads.emplace_back([&] { call(0); });
   while (store.coalesce_stats().round_trips == before) std::this_thread::yield();
   for (std::size_t i = 1; i < keys.size(); ++i) threads.emplace_back([&, i] { call(i); });
-  const bool all_waited = wait_for_waiting(store, keys.size() - 1);
+  const bool all_waited = quota::testing::wait_for_waiting(store, keys.size() - 1);
   REQUIRE((*lease)->command({"CLIENT", "UNPAUSE"}).ok());
   for (auto& th : threads) th.join();
   REQUIRE(all_waited);  // (else the pause ended before they all waited)
