@@ -98,6 +98,16 @@ local function fdiv(a, b)
   if r < 0 then r = r + b elseif r >= b then r = r - b end
   return (a - r) / b
 end
+-- A window's count `tok` (of capacity `cap`) pays its debt (micro-units) in whole units,
+-- as far as the window has room (key_state.hpp's pay_debt); returns the new count and debt.
+local function window_pay(tok, debt, cap)
+  local pay = cap - tok
+  local owed = fdiv(debt + M6 - 1, M6)
+  if owed < pay then pay = owed end
+  debt = debt - pay * M6
+  if debt < 0 then debt = 0 end
+  return tok + pay, debt
+end
 -- A state of earlier versions: 13 doubles (version, kind, units|limit, per|window ns,
 -- burst|0, m|window µs, p, g, fill, tokens|count, carry over rate.per, last µs, debt).
 -- Returns its fields in the current order (the carry over p), or nil and what is wrong.
@@ -284,12 +294,7 @@ for i = 1, n do
         tok = tok - pay
         debt = debt - pay
       else
-        local pay = cap - tok
-        local owed = fdiv(debt + M6 - 1, M6)
-        if owed < pay then pay = owed end
-        tok = tok + pay
-        debt = debt - pay * M6
-        if debt < 0 then debt = 0 end
+        tok, debt = window_pay(tok, debt, cap)
       end
     end
     local reason, retry, rem = 1, 0, 0
@@ -363,13 +368,7 @@ for i = 1, n do
       if after < 0 then value = -after - before end
     else
       local before = debt
-      debt = before + u
-      local pay = cap - tok
-      local owed = fdiv(debt + M6 - 1, M6)
-      if owed < pay then pay = owed end
-      tok = tok + pay
-      debt = debt - pay * M6
-      if debt < 0 then debt = 0 end
+      tok, debt = window_pay(tok, before + u, cap)
       if debt > capM then debt = capM end
       if before < debt then value = debt - before end
     end
