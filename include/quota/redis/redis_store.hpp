@@ -72,17 +72,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -413,7 +409,7 @@ class RedisStore {
   // replies read in order. Each element is that request's own result; a transport
   // failure fails the whole batch (kUnavailable: some may have been applied). On a
   // cluster: one pipelined write per node, written to every node before any reply is
-  // read (execute_cluster); a node that fails (transport, pool, too many redirections)
+  // read (execute_many); a node that fails (transport, pool, too many redirections)
   // makes each of ITS items kUnavailable, the other nodes' decisions are returned.
   struct BatchItem {
     std::string_view key;
@@ -436,47 +432,19 @@ class RedisStore {
       index.push_back(i);
     }
     if (calls.empty()) return results;
-    if (options_.cluster != nullptr) {
-      // On a cluster: one pipelined write per node (execute_cluster); a failing node
-      // fails its own items only.
-      auto replies = execute_cluster(calls);
-      for (std::size_t c = 0; c < calls.size(); ++c) {
-        if (!replies[c].ok()) {
-          results[index[c]] = replies[c].status();
-          continue;
-        }
-        auto out = parse(**replies[c], 1);
-        results[index[c]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
-                                     : absl::StatusOr<Decision>(out.status());
-      }
-      return results;
+    auto replies = execute_many(calls);
+    if (options_.cluster == nullptr) {
+      // One server: a failed write fails the whole batch (some calls may have run).
+      if (auto s = first_failure(replies); !s.ok()) return s;
     }
-    auto lease = options_.pool->acquire();
-    if (!lease.ok()) return lease.status();
-    auto sha = script_sha(**lease);
-    if (!sha.ok()) return sha.status();
-    std::vector<std::size_t> todo(calls.size());
-    std::iota(todo.begin(), todo.end(), 0);
-    for (int round = 0; round < 2 && !todo.empty(); ++round) {
-      std::vector<std::vector<std::string_view>> cmds;
-      cmds.reserve(todo.size());
-      for (std::size_t c : todo) {
-        cmds.push_back(round == 0 ? calls[c].argv(*sha) : calls[c].argv_eval(Twin::script()));
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      if (!replies[c].ok()) {
+        results[index[c]] = replies[c].status();
+        continue;
       }
-      auto replies = (*lease)->pipeline(cmds);
-      if (!replies.ok()) return replies.status();
-      std::vector<std::size_t> again;
-      for (std::size_t k = 0; k < todo.size(); ++k) {
-        const redisReply& r = *(*replies)[k];
-        if (round == 0 && redis::is_error(r, "NOSCRIPT")) {
-          again.push_back(todo[k]);
-          continue;
-        }
-        auto out = parse(r, 1);
-        results[index[todo[k]]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
-                                           : absl::StatusOr<Decision>(out.status());
-      }
-      todo = std::move(again);
+      auto out = parse(**replies[c], 1);
+      results[index[c]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
+                                   : absl::StatusOr<Decision>(out.status());
     }
     return results;
   }
@@ -498,7 +466,7 @@ class RedisStore {
   // `allow-cross-slot-keys` flag, which only lifts the check for keys a script touches
   // without declaring them), so the batch becomes one script call per slot (items of a
   // slot in their order; a repeated key starts the slot's next call), and each node's
-  // calls go in one pipelined write (execute_cluster). Decisions come back in the
+  // calls go in one pipelined write (execute_many). Decisions come back in the
   // caller's order. Atomic per script call only; as in acquire_many, a node that fails
   // (transport, pool, too many redirections, TRYAGAIN past its retries) makes each of
   // ITS items kUnavailable (they may have been applied, except after TRYAGAIN), and the
@@ -521,20 +489,10 @@ class RedisStore {
   }
 
  private:
-  // The arguments of one EVALSHA, owned.
+  // The keys and arguments of one script call, owned.
   struct Call {
     std::vector<std::string> keys;
     std::vector<std::string> args;
-    std::string numkeys;
-    // EVALSHA <sha> ...
-    std::vector<std::string_view> argv(std::string_view sha) const { return with("EVALSHA", sha); }
-    // EVAL <script text> ...: the NOSCRIPT fallback.
-    std::vector<std::string_view> argv_eval(std::string_view script) const {
-      return with("EVAL", script);
-    }
-    std::vector<std::string_view> with(std::string_view cmd, std::string_view script) const {
-      return redis::script_argv(cmd, script, numkeys, keys, args);
-    }
   };
 
   // Sends one call (redis::Script: EVALSHA, NOSCRIPT → EVAL once, MOVED / ASK on a
@@ -570,26 +528,13 @@ class RedisStore {
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
     }
-    auto lease = options_.pool->acquire();
-    if (!lease.ok()) return lease.status();
-    auto sha = script_sha(**lease);
-    if (!sha.ok()) return sha.status();
-    std::vector<std::vector<std::string_view>> cmds;
-    for (const Call& c : calls) cmds.push_back(c.argv(*sha));
-    auto replies = (*lease)->pipeline(cmds);
-    if (!replies.ok()) return replies.status();
+    auto replies = execute_many(calls);
+    // One server: a failed write fails the whole batch (some calls may have run).
+    if (auto s = first_failure(replies); !s.ok()) return s;
     std::vector<absl::StatusOr<Decision>> out;
     out.reserve(reqs.size());
     for (std::size_t c = 0; c < calls.size(); ++c) {
-      redis::Reply retried;
-      const redisReply* r = (*replies)[c].get();
-      if (redis::is_error(*r, "NOSCRIPT")) {
-        auto again = (*lease)->command(calls[c].argv_eval(Twin::script()));
-        if (!again.ok()) return again.status();
-        retried = std::move(*again);
-        r = retried.get();
-      }
-      auto parsed = parse(*r, chunks[c].size(), /*batch=*/true);
+      auto parsed = parse(**replies[c], chunks[c].size(), /*batch=*/true);
       for (std::size_t j = 0; j < chunks[c].size(); ++j) {
         out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
                                   : absl::StatusOr<Decision>(parsed.status()));
@@ -635,7 +580,7 @@ class RedisStore {
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
     }
-    auto replies = execute_cluster(calls);
+    auto replies = execute_many(calls);
     std::vector<absl::StatusOr<Decision>> out(items.size(), absl::UnknownError("unset"));
     for (std::size_t c = 0; c < calls.size(); ++c) {
       absl::StatusOr<redis::Outcome> parsed =
@@ -649,176 +594,21 @@ class RedisStore {
     return out;
   }
 
-  // Many calls on a cluster (acquire_many, acquire_batch): each call goes to the node of
-  // its slot, and each node's calls go in ONE pipelined write; every node is written
-  // before any reply is read, so the nodes work at the same time. Replies that redirect
-  // (MOVED: the map is refreshed; ASK: ASKING first, map unchanged) or say NOSCRIPT
-  // (once per node, with EVAL and the script's text) are sent again in a further round,
-  // again one write per node; at most kMaxRedirects redirections per call. A call's
-  // position in its node's write keeps the caller's order, so two calls on one key run
-  // in order. A call answered -TRYAGAIN (several keys, its slot half migrated: it did
-  // not run) goes again to its slot's owner in the map, without ASKING, in a round that
-  // starts after the backoff of the cluster's TryAgainPolicy; past its retries it is
-  // kUnavailable naming TRYAGAIN. Returns one reply or status per call, in call order: a
-  // node that fails (pool, transport) fails only its own calls (kUnavailable: they may
-  // have run).
-  std::vector<absl::StatusOr<redis::Reply>> execute_cluster(const std::vector<Call>& calls) {
-    redis::ClusterPool& cluster = *options_.cluster;
-    std::vector<absl::StatusOr<redis::Reply>> out;
-    out.reserve(calls.size());
-    for (std::size_t c = 0; c < calls.size(); ++c) out.emplace_back(absl::UnknownError("unset"));
-    struct Pending {
-      std::size_t call;
-      std::shared_ptr<redis::ConnectionPool> target;
-      bool asking = false;   // send ASKING first (after -ASK)
-      bool eval = false;     // EVAL with the script's text (after -NOSCRIPT)
-      int hops = 0;          // redirections followed
-      int retries = 0;       // sent again after -TRYAGAIN
-      bool reroute = false;  // target: the slot's owner in the map (after -TRYAGAIN)
-    };
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<Pending> pending;
-    pending.reserve(calls.size());
-    {
-      std::map<int, std::shared_ptr<redis::ConnectionPool>> by_slot;
-      for (std::size_t c = 0; c < calls.size(); ++c) {
-        const int slot = redis::key_slot(calls[c].keys.front());
-        auto it = by_slot.find(slot);
-        if (it == by_slot.end()) {
-          auto pool = cluster.for_slot(slot);
-          if (!pool.ok()) {
-            out[c] = pool.status();
-            continue;
-          }
-          it = by_slot.emplace(slot, *pool).first;
-        }
-        pending.push_back(Pending{.call = c, .target = it->second});
-      }
+  // Many calls, each server's in one pipelined write, all written before any reply is
+  // read; NOSCRIPT, MOVED, ASK and TRYAGAIN followed up in further rounds (see
+  // redis::Script::run_many). One reply or status per call, in order: a server that
+  // fails (pool, transport) fails only its own calls (kUnavailable: they may have run).
+  std::vector<absl::StatusOr<redis::Reply>> execute_many(const std::vector<Call>& calls) {
+    std::vector<redis::Script::Call> views;
+    views.reserve(calls.size());
+    for (const Call& c : calls) views.push_back({&c.keys, &c.args});
+    return script_.run_many(views);
+  }
+  static absl::Status first_failure(const std::vector<absl::StatusOr<redis::Reply>>& replies) {
+    for (const auto& r : replies) {
+      if (!r.ok()) return r.status();
     }
-    std::string sha;
-    while (!pending.empty()) {
-      // One group per node. Leases are taken in one global order (by pool address), so
-      // that threads each holding several connections never wait on each other in a
-      // cycle.
-      std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
-        return std::less<>{}(a.target.get(), b.target.get());
-      });
-      struct Group {
-        std::size_t begin, end;
-        std::optional<redis::ConnectionPool::Lease> lease;
-        std::size_t replies = 0;
-      };
-      std::vector<Group> groups;
-      for (std::size_t i = 0; i < pending.size(); ++i) {
-        if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
-        groups.back().end = i + 1;
-      }
-      auto fail = [&](const Group& g, const absl::Status& s) {
-        for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
-      };
-      for (Group& g : groups) {
-        auto lease = pending[g.begin].target->acquire();
-        if (!lease.ok()) {
-          fail(g, lease.status());
-          continue;
-        }
-        if (sha.empty()) {
-          auto loaded = script_sha(**lease);
-          if (!loaded.ok()) {
-            fail(g, loaded.status());
-            continue;
-          }
-          sha = *std::move(loaded);
-        }
-        std::vector<std::vector<std::string_view>> cmds;
-        cmds.reserve(g.end - g.begin);
-        for (std::size_t i = g.begin; i < g.end; ++i) {
-          const Call& call = calls[pending[i].call];
-          if (pending[i].asking) cmds.push_back({"ASKING"});
-          cmds.push_back(pending[i].eval ? call.argv_eval(Twin::script()) : call.argv(sha));
-        }
-        if (auto s = (*lease)->send(cmds); !s.ok()) {
-          fail(g, s);
-          continue;
-        }
-        cluster.note_pipeline();
-        g.replies = cmds.size();
-        g.lease.emplace(*std::move(lease));
-      }
-      std::vector<Pending> again;
-      bool refresh = false;
-      std::chrono::microseconds wait{0};  // before the next round (after -TRYAGAIN)
-      for (Group& g : groups) {
-        if (!g.lease.has_value()) continue;
-        auto replies = (*g.lease)->receive(g.replies);
-        g.lease.reset();
-        if (!replies.ok()) {
-          fail(g, replies.status());
-          continue;
-        }
-        std::size_t k = 0;
-        for (std::size_t i = g.begin; i < g.end; ++i) {
-          Pending p = pending[i];
-          if (p.asking) ++k;  // ASKING's +OK
-          redis::Reply& r = (*replies)[k++];
-          if (!p.eval && redis::is_error(*r, "NOSCRIPT")) {
-            p.eval = true;
-            again.push_back(std::move(p));
-            continue;
-          }
-          if (redis::is_error(*r, "TRYAGAIN")) {
-            cluster.note_tryagain();
-            const auto delay = cluster.tryagain_delay(p.retries, start);
-            if (!delay.has_value()) {
-              out[p.call] = redis::ClusterPool::tryagain_error(
-                  *r, redis::key_slot(calls[p.call].keys.front()), p.retries, start);
-              continue;
-            }
-            ++p.retries;
-            p.reroute = true;
-            p.asking = false;
-            wait = std::max(wait, *delay);
-            again.push_back(std::move(p));
-            continue;
-          }
-          redis::Redirect rd;
-          if (redis::parse_redirect(*r, rd)) {
-            cluster.note_redirect(rd.ask);
-            if (p.hops >= redis::kMaxRedirects) {
-              out[p.call] = absl::UnavailableError(
-                  absl::StrFormat("redis cluster: more than %d redirections for key %s",
-                                  redis::kMaxRedirects, calls[p.call].keys.front()));
-              continue;
-            }
-            ++p.hops;
-            p.target = cluster.node(rd.host, rd.port);
-            p.asking = rd.ask;
-            p.eval = false;
-            refresh = refresh || !rd.ask;
-            again.push_back(std::move(p));
-            continue;
-          }
-          out[p.call] = std::move(r);
-        }
-      }
-      groups.clear();  // every lease back before the refresh asks a node
-      if (refresh) (void)cluster.refresh();
-      if (wait.count() > 0) std::this_thread::sleep_for(wait);
-      pending.clear();
-      for (Pending& p : again) {
-        if (p.reroute) {
-          p.reroute = false;
-          auto pool = cluster.for_slot(redis::key_slot(calls[p.call].keys.front()));
-          if (!pool.ok()) {
-            out[p.call] = pool.status();
-            continue;
-          }
-          p.target = *pool;
-        }
-        pending.push_back(std::move(p));
-      }
-    }
-    return out;
+    return absl::OkStatus();
   }
 
   absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
@@ -897,7 +687,6 @@ class RedisStore {
     for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
       for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
     }
-    call.numkeys = absl::StrCat(call.keys.size());
     return call;
   }
 
@@ -977,8 +766,6 @@ class RedisStore {
     out.decision = combined;
     return out;
   }
-
-  absl::StatusOr<std::string> script_sha(redis::Connection& conn) { return script_.sha(conn); }
 
   // Coalescing (apply): a caller's request and time, decided with others'.
   struct Job {

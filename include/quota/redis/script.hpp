@@ -12,7 +12,8 @@
 //     TryAgainPolicy allows, then kUnavailable naming TRYAGAIN (cluster.hpp).
 // Transport failures and deadlines are kUnavailable from the connection; error replies
 // are returned as replies, for the caller to interpret. `Script::run_many(calls)` sends
-// several calls in one pipelined write per server, each then followed up as `run` would.
+// several calls in one pipelined write per server (every server written before any reply
+// is read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -20,8 +21,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -135,84 +138,183 @@ class Script {
     const std::vector<std::string>* args;
   };
 
-  // Several calls in one pipelined write per server (per node, on a cluster: one after
-  // the other), each as `run` would run it: a call whose reply says the script did not
-  // run there (NOSCRIPT; on a cluster MOVED, ASK or TRYAGAIN) is then sent alone with
-  // `run`. A transport failure fails every call of that write (kUnavailable: the caller
-  // cannot tell which ran). One result per call, in order.
+  // Several calls, each in a pipelined write to its server (on a cluster: to the node of
+  // its first key's slot), every server written before any reply is read, so the nodes
+  // work at the same time. A call's position in its server's write keeps the caller's
+  // order, so two calls on one key run in order. Replies that say the script did not run
+  // go out again in a further round, again one write per server:
+  //   - NOSCRIPT: once, with EVAL and the script's text;
+  //   - on a cluster, MOVED (the slot map is refreshed) and ASK (with ASKING first, the
+  //     map unchanged): to the named node, at most kMaxRedirects hops per call;
+  //   - on a cluster, TRYAGAIN (several keys, the slot half migrated): to the slot's owner
+  //     in the map, without ASKING, in a round that starts after the backoff of the
+  //     cluster's TryAgainPolicy; past its retries kUnavailable naming TRYAGAIN.
+  // One result per call, in order: a server that fails (pool, transport) fails only the
+  // calls of its write (kUnavailable: the caller cannot tell which of them ran); an error
+  // reply is returned as a reply.
   std::vector<absl::StatusOr<Reply>> run_many(std::span<const Call> calls) {
     std::vector<absl::StatusOr<Reply>> out;
     out.reserve(calls.size());
-    for (std::size_t i = 0; i < calls.size(); ++i) {
+    for (std::size_t c = 0; c < calls.size(); ++c) {
       out.emplace_back(absl::UnknownError("script call not sent"));
     }
-    // The calls per server, in order.
-    std::vector<std::pair<std::shared_ptr<ConnectionPool>, std::vector<std::size_t>>> writes;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].keys->empty()) {
-        out[i] = absl::InvalidArgumentError("script call without keys");
-        continue;
-      }
-      std::shared_ptr<ConnectionPool> target = pool_;
-      if (cluster_ != nullptr) {
-        auto pool = cluster_->for_slot(key_slot(calls[i].keys->front()));
-        if (!pool.ok()) {
-          out[i] = pool.status();
+    struct Pending {
+      std::size_t call;
+      std::shared_ptr<ConnectionPool> target;
+      bool asking = false;   // send ASKING first (after -ASK)
+      bool eval = false;     // EVAL with the script's text (after -NOSCRIPT)
+      int hops = 0;          // redirections followed
+      int retries = 0;       // sent again after -TRYAGAIN
+      bool reroute = false;  // target: the slot's owner in the map (after -TRYAGAIN)
+    };
+    const auto start = std::chrono::steady_clock::now();
+    auto slot_of = [&](std::size_t c) { return key_slot(calls[c].keys->front()); };
+    std::vector<Pending> pending;
+    pending.reserve(calls.size());
+    {
+      std::map<int, std::shared_ptr<ConnectionPool>> by_slot;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        if (calls[c].keys->empty()) {
+          out[c] = absl::InvalidArgumentError("script call without keys");
           continue;
         }
-        target = *pool;
+        auto target = target_of(slot_of(c), by_slot);
+        if (!target.ok()) {
+          out[c] = target.status();
+          continue;
+        }
+        pending.push_back(Pending{.call = c, .target = *std::move(target)});
       }
-      if (target == nullptr) {
-        out[i] = absl::InvalidArgumentError("script: no pool and no cluster");
-        continue;
-      }
-      auto w = std::find_if(writes.begin(), writes.end(),
-                            [&](const auto& x) { return x.first == target; });
-      if (w == writes.end()) w = writes.insert(writes.end(), {target, {}});
-      w->second.push_back(i);
     }
-    for (const auto& [target, idx] : writes) {
-      std::vector<std::size_t> alone;
-      {
-        auto lease = target->acquire();
-        auto fail_all = [&](const absl::Status& s) {
-          for (std::size_t i : idx) out[i] = s;
-        };
+    std::vector<std::string> numkeys;
+    numkeys.reserve(calls.size());
+    for (const Call& c : calls) numkeys.push_back(absl::StrCat(c.keys->size()));
+    std::string sha;
+    while (!pending.empty()) {
+      // One group per server. Leases are taken in one global order (by pool address), so
+      // that threads each holding several connections never wait on each other in a
+      // cycle.
+      std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+        return std::less<>{}(a.target.get(), b.target.get());
+      });
+      struct Group {
+        std::size_t begin, end;
+        std::optional<ConnectionPool::Lease> lease;
+        std::size_t replies = 0;
+      };
+      std::vector<Group> groups;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
+        groups.back().end = i + 1;
+      }
+      auto fail = [&](const Group& g, const absl::Status& s) {
+        for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
+      };
+      for (Group& g : groups) {
+        auto lease = pending[g.begin].target->acquire();
         if (!lease.ok()) {
-          fail_all(lease.status());
+          fail(g, lease.status());
           continue;
         }
-        auto sha = this->sha(**lease);
-        if (!sha.ok()) {
-          fail_all(sha.status());
-          continue;
-        }
-        std::vector<std::string> numkeys;
-        numkeys.reserve(idx.size());
-        std::vector<std::vector<std::string_view>> cmds;
-        cmds.reserve(idx.size());
-        for (std::size_t i : idx) {
-          numkeys.push_back(absl::StrCat(calls[i].keys->size()));
-          cmds.push_back(
-              script_argv("EVALSHA", *sha, numkeys.back(), *calls[i].keys, *calls[i].args));
-        }
-        auto replies = (*lease)->pipeline(cmds);
-        if (!replies.ok()) {
-          fail_all(replies.status());
-          continue;
-        }
-        for (std::size_t j = 0; j < idx.size(); ++j) {
-          Reply& r = (*replies)[j];
-          Redirect rd;
-          if (is_error(*r, "NOSCRIPT") ||
-              (cluster_ != nullptr && (is_error(*r, "TRYAGAIN") || parse_redirect(*r, rd)))) {
-            alone.push_back(idx[j]);
-          } else {
-            out[idx[j]] = std::move(r);
+        if (sha.empty()) {
+          auto loaded = this->sha(**lease);
+          if (!loaded.ok()) {
+            fail(g, loaded.status());
+            continue;
           }
+          sha = *std::move(loaded);
         }
-      }  // the connection goes back before `run` leases one
-      for (std::size_t i : alone) out[i] = run(*calls[i].keys, *calls[i].args);
+        std::vector<std::vector<std::string_view>> cmds;
+        cmds.reserve(g.end - g.begin);
+        for (std::size_t i = g.begin; i < g.end; ++i) {
+          const Pending& p = pending[i];
+          if (p.asking) cmds.push_back({"ASKING"});
+          cmds.push_back(script_argv(p.eval ? "EVAL" : "EVALSHA", p.eval ? text_ : sha,
+                                     numkeys[p.call], *calls[p.call].keys, *calls[p.call].args));
+        }
+        if (auto s = (*lease)->send(cmds); !s.ok()) {
+          fail(g, s);
+          continue;
+        }
+        if (cluster_ != nullptr) cluster_->note_pipeline();
+        g.replies = cmds.size();
+        g.lease.emplace(*std::move(lease));
+      }
+      std::vector<Pending> again;
+      bool refresh = false;
+      std::chrono::microseconds wait{0};  // before the next round (after -TRYAGAIN)
+      for (Group& g : groups) {
+        if (!g.lease.has_value()) continue;
+        auto replies = (*g.lease)->receive(g.replies);
+        g.lease.reset();
+        if (!replies.ok()) {
+          fail(g, replies.status());
+          continue;
+        }
+        std::size_t k = 0;
+        for (std::size_t i = g.begin; i < g.end; ++i) {
+          Pending p = pending[i];
+          if (p.asking) ++k;  // ASKING's +OK
+          Reply& r = (*replies)[k++];
+          if (!p.eval && is_error(*r, "NOSCRIPT")) {
+            p.eval = true;
+            again.push_back(std::move(p));
+            continue;
+          }
+          if (cluster_ == nullptr) {
+            out[p.call] = std::move(r);
+            continue;
+          }
+          if (is_error(*r, "TRYAGAIN")) {
+            cluster_->note_tryagain();
+            const auto delay = cluster_->tryagain_delay(p.retries, start);
+            if (!delay.has_value()) {
+              out[p.call] = ClusterPool::tryagain_error(*r, slot_of(p.call), p.retries, start);
+              continue;
+            }
+            ++p.retries;
+            p.reroute = true;
+            p.asking = false;
+            wait = std::max(wait, *delay);
+            again.push_back(std::move(p));
+            continue;
+          }
+          Redirect rd;
+          if (parse_redirect(*r, rd)) {
+            cluster_->note_redirect(rd.ask);
+            if (p.hops >= kMaxRedirects) {
+              out[p.call] = absl::UnavailableError(
+                  absl::StrFormat("redis cluster: more than %d redirections for key %s",
+                                  kMaxRedirects, calls[p.call].keys->front()));
+              continue;
+            }
+            ++p.hops;
+            p.target = cluster_->node(rd.host, rd.port);
+            p.asking = rd.ask;
+            p.eval = false;
+            refresh = refresh || !rd.ask;
+            again.push_back(std::move(p));
+            continue;
+          }
+          out[p.call] = std::move(r);
+        }
+      }
+      groups.clear();  // every lease back before the refresh asks a node
+      if (refresh) (void)cluster_->refresh();
+      if (wait.count() > 0) std::this_thread::sleep_for(wait);
+      pending.clear();
+      for (Pending& p : again) {
+        if (p.reroute) {
+          p.reroute = false;
+          auto pool = cluster_->for_slot(slot_of(p.call));
+          if (!pool.ok()) {
+            out[p.call] = pool.status();
+            continue;
+          }
+          p.target = *pool;
+        }
+        pending.push_back(std::move(p));
+      }
     }
     return out;
   }
@@ -239,6 +341,21 @@ class Script {
   }
 
  private:
+  // The server of `slot`: the pool on a standalone server, the slot's node on a cluster
+  // (looked up once per slot in `seen`).
+  absl::StatusOr<std::shared_ptr<ConnectionPool>> target_of(
+      int slot, std::map<int, std::shared_ptr<ConnectionPool>>& seen) const {
+    if (cluster_ == nullptr) {
+      if (pool_ == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
+      return pool_;
+    }
+    if (auto it = seen.find(slot); it != seen.end()) return it->second;
+    auto pool = cluster_->for_slot(slot);
+    if (!pool.ok()) return pool.status();
+    seen.emplace(slot, *pool);
+    return *pool;
+  }
+
   const std::string text_;
   const std::shared_ptr<ConnectionPool> pool_;
   const std::shared_ptr<ClusterPool> cluster_;
