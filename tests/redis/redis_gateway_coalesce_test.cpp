@@ -243,7 +243,7 @@ TEST_CASE("coalesced gateway: a corrupt key or a flushed script cache, per call"
   REQUIRE(bad.ok());
   if (flush) {
     // Every script known to the store, then forgotten by the server: each call of the
-    // write gets NOSCRIPT and is sent again alone (EVAL).
+    // write gets NOSCRIPT and is sent again with EVAL, all in one further write.
     const LevelCheck warm[] = {{.policy = &ten, .key = "{warm}a", .shadow = false}};
     REQUIRE(store.decide(warm, 1, 1, Nanos{0}).ok());
     REQUIRE((*lease)->command({"SCRIPT", "FLUSH"}).ok());

@@ -50,9 +50,9 @@
 // Coalescing (GatewayStoreOptions::coalesce), for a gateway with many threads: the
 // store's script calls made while `coalesce_calls` round trips are in flight wait, then
 // go together in one pipelined write (Script::run_many; one per node on a cluster). Each
-// is still its own atomic script call, decided exactly as alone; a call the server did
-// not run (NOSCRIPT, MOVED, ASK, TRYAGAIN) is sent again alone. coalesce_stats() counts
-// round trips and the calls they carried.
+// is still its own atomic script call, decided exactly as alone; calls the server did
+// not run (NOSCRIPT, MOVED, ASK, TRYAGAIN) are sent again in a further write per node.
+// coalesce_stats() counts round trips and the calls they carried.
 //
 // Client CPU: each distinct policy (kind and parameters) is range-checked and its Lua
 // argument (33 packed bytes) built once, then kept (up to 4096 policies; past that, per
