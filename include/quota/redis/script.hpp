@@ -64,72 +64,11 @@ class Script {
          std::shared_ptr<ClusterPool> cluster)
       : text_(std::move(text)), pool_(std::move(pool)), cluster_(std::move(cluster)) {}
 
+  // One call: run_many of one.
   absl::StatusOr<Reply> run(const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) {
-    if (keys.empty()) return absl::InvalidArgumentError("script call without keys");
-    const std::string numkeys = absl::StrCat(keys.size());
-    auto argv = [&](std::string_view cmd, std::string_view script) {
-      return script_argv(cmd, script, numkeys, keys, args);
-    };
-    std::shared_ptr<ConnectionPool> target = pool_;
-    const int slot = key_slot(keys.front());
-    if (cluster_ != nullptr) {
-      auto pool = cluster_->for_slot(slot);
-      if (!pool.ok()) return pool.status();
-      target = *pool;
-    }
-    if (target == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
-    bool asking = false;
-    const auto start = std::chrono::steady_clock::now();
-    int retries = 0;  // after -TRYAGAIN
-    for (int hop = 0; hop <= kMaxRedirects;) {
-      auto lease = target->acquire();
-      if (!lease.ok()) return lease.status();
-      auto send = [&](const std::vector<std::string_view>& v) -> absl::StatusOr<Reply> {
-        if (!asking) return (*lease)->command(v);
-        auto replies = (*lease)->pipeline({{"ASKING"}, v});
-        if (!replies.ok()) return replies.status();
-        return std::move((*replies)[1]);
-      };
-      auto sha = this->sha(**lease);
-      if (!sha.ok()) return sha.status();
-      auto reply = send(argv("EVALSHA", *sha));
-      if (!reply.ok()) return reply.status();
-      if (is_error(**reply, "NOSCRIPT")) {
-        reply = send(argv("EVAL", text_));
-        if (!reply.ok()) return reply.status();
-      }
-      if (cluster_ == nullptr) return reply;
-      if (is_error(**reply, "TRYAGAIN")) {
-        // Nothing ran: send it again to the slot's owner (not with ASKING: the importing
-        // node said TRYAGAIN when it lacks some keys), after a short wait.
-        cluster_->note_tryagain();
-        const auto delay = cluster_->tryagain_delay(retries, start);
-        if (!delay.has_value()) return ClusterPool::tryagain_error(**reply, slot, retries, start);
-        { auto returned = std::move(*lease); }
-        std::this_thread::sleep_for(*delay);
-        ++retries;
-        auto pool = cluster_->for_slot(slot);
-        if (!pool.ok()) return pool.status();
-        target = *pool;
-        asking = false;
-        continue;
-      }
-      Redirect rd;
-      if (!parse_redirect(**reply, rd)) return reply;
-      ++hop;
-      cluster_->note_redirect(rd.ask);
-      target = cluster_->node(rd.host, rd.port);
-      asking = rd.ask;
-      if (!rd.ask) {
-        // The connection goes back first: the refresh leases one of its own, and a
-        // thread holding two at once could wait on another doing the same.
-        { auto returned = std::move(*lease); }
-        (void)cluster_->refresh();
-      }
-    }
-    return absl::UnavailableError(absl::StrFormat(
-        "redis cluster: more than %d redirections for key %s", kMaxRedirects, keys.front()));
+    const Call call{&keys, &args};
+    return std::move(run_many(std::span<const Call>(&call, 1)).front());
   }
 
   // A script call's keys and arguments, viewed: they must outlive run_many.
