@@ -796,6 +796,7 @@ TEST_CASE("a hierarchical check deducts from every bucket or from none") {
   CHECK(second->decision.reason == Reason::kOverLimit);
   CHECK(second->decision.retry_after == 1s);
   CHECK(second->parts[0].remaining == 8);  // the tenant-wide bucket was not charged
+  CHECK_FALSE(second->parts[0].allowed);   // each part carries the call's outcome
   auto tenant = store.apply(tenant_wide, "{acme}", Nanos{0}, 1);
   REQUIRE(tenant.ok());
   CHECK(tenant->remaining == 7);

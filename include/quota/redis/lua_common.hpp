@@ -24,7 +24,8 @@
 // one cost sends both once.)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
-//         (-1 = never), reset_after ns (-1 = never)}.
+//         (-1 = never), reset_after ns (-1 = never)}. (The token bucket's twin answers a
+//         call without an attempt in a compact form instead: token_bucket_lua.hpp.)
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
 // The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and

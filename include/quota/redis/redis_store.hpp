@@ -181,6 +181,108 @@ struct LuaTwin<TokenBucket> {
     args.push_back(absl::StrCat(pr.g));
     args.push_back(absl::StrCat(pr.fill));
   }
+
+  // The compact reply (token_bucket_lua.hpp): each bucket's state as the script wrote it
+  // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
+  // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
+  // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
+  // kCostExceedsBurst, kInvalidCost: kNever; allowed: 0) and reset_after (the time to
+  // reach burst) from the tokens and the carry over rate.per. `allowed` is left to the
+  // caller (a bucket's own outcome or the call's). A state out of range (tokens above
+  // burst, carry not below rate.per, an over-limit reason with enough tokens) is a
+  // malformed reply.
+  static constexpr std::size_t kStateBytes = 28;
+  static absl::StatusOr<Decision> decision(const TokenBucket& tb, std::int64_t cost,
+                                           std::string_view state, Reason reason) {
+    if (state.size() != kStateBytes) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: a state of %d bytes", state.size()));
+    }
+    auto field = [&](std::size_t at) {
+      std::int64_t v = 0;
+      for (std::size_t i = 7; i-- > 0;) {
+        v = (v << 8) | static_cast<unsigned char>(state[at + i]);
+      }
+      return v;
+    };
+    const std::int64_t tokens = field(0), carry = field(7);
+    const MicroUnits cap = to_micro(tb.burst);
+    const std::int64_t per = tb.rate.per.count();
+    if (tokens > cap || carry >= per) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: tokens %d, carry %d", tokens, carry));
+    }
+    // The time until the bucket holds `need` micro-units (TokenBucket's time_to_reach).
+    auto reach = [&](MicroUnits need) {
+      if (tokens >= need) return Nanos{0};
+      if (tb.rate.units == 0) return kNever;
+      return Nanos{static_cast<std::int64_t>(quota::detail::ceil_div(
+          absl::int128(need - tokens) * per - carry, to_micro(tb.rate.units)))};
+    };
+    Nanos retry{0};
+    if (reason == Reason::kOverLimit) {
+      if (cost < 1 || cost > tb.burst || tokens >= to_micro(cost)) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: over limit with %d micro-units for cost %d",
+            tokens, cost));
+      }
+      retry = reach(to_micro(cost));
+    } else if (reason != Reason::kAllowed) {
+      retry = kNever;
+    }
+    return Decision{.allowed = reason == Reason::kAllowed,
+                    .remaining = tokens / kMicrosPerUnit,
+                    .retry_after = retry,
+                    .reset_after = reach(cap),
+                    .version = 0,
+                    .reason = reason};
+  }
+
+  // Whether `r` is a reply in the compact form (element 5 a string).
+  static bool is_compact(const redisReply& r) {
+    return r.type == REDIS_REPLY_ARRAY && r.elements > 4 && r.element[4] != nullptr &&
+           r.element[4]->type == REDIS_REPLY_STRING;
+  }
+
+  // The n buckets' own decisions (`allowed`: the bucket alone had enough) from a compact
+  // reply `r` (its four header elements are the caller's); `bucket(b)` gives bucket b's
+  // policy and cost as a std::pair<const TokenBucket*, std::int64_t>.
+  template <class Bucket>
+  static absl::StatusOr<std::vector<Decision>> compact_parts(const redisReply& r, std::size_t n,
+                                                             const Bucket& bucket) {
+    if (!is_compact(r) || r.elements < 4 + n || r.elements > 4 + 2 * n) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: %d elements for %d buckets", r.elements, n));
+    }
+    std::vector<Reason> reasons(n, Reason::kAllowed);
+    std::size_t last = 0;  // denials come in bucket order, each bucket at most once
+    for (std::size_t k = 4 + n; k < r.elements; ++k) {
+      const redisReply* e = r.element[k];
+      const long long x = e != nullptr && e->type == REDIS_REPLY_INTEGER ? e->integer : -1;
+      const long long i = x / 4, reason = x % 4;
+      if (x < 0 || i <= static_cast<long long>(last) || i > static_cast<long long>(n) ||
+          reason < 1) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: element %d is not a denial", k));
+      }
+      reasons[i - 1] = static_cast<Reason>(reason);
+      last = static_cast<std::size_t>(i);
+    }
+    std::vector<Decision> parts;
+    parts.reserve(n);
+    for (std::size_t b = 0; b < n; ++b) {
+      const redisReply* e = r.element[4 + b];
+      if (e == nullptr || e->type != REDIS_REPLY_STRING) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: element %d is not a state", 4 + b));
+      }
+      const auto [policy, cost] = bucket(b);
+      auto d = decision(*policy, cost, std::string_view(e->str, e->len), reasons[b]);
+      if (!d.ok()) return d.status();
+      parts.push_back(*d);
+    }
+    return parts;
+  }
 };
 
 template <>
@@ -402,7 +504,7 @@ class RedisStore {
     if (!call.ok()) return call.status();
     auto reply = execute(*call);
     if (!reply.ok()) return reply.status();
-    return parse(**reply, reqs.size());
+    return parse(**reply, reqs);
   }
 
   // A pipelined batch: one EVALSHA per request, all written at once on one connection,
@@ -442,7 +544,8 @@ class RedisStore {
         results[index[c]] = replies[c].status();
         continue;
       }
-      auto out = parse(**replies[c], 1);
+      const Request req{&policy, items[index[c]].key, items[index[c]].cost};
+      auto out = parse(**replies[c], std::span<const Request>(&req, 1));
       results[index[c]] = out.ok() ? absl::StatusOr<Decision>(out->decision)
                                    : absl::StatusOr<Decision>(out.status());
     }
@@ -534,7 +637,7 @@ class RedisStore {
     std::vector<absl::StatusOr<Decision>> out;
     out.reserve(reqs.size());
     for (std::size_t c = 0; c < calls.size(); ++c) {
-      auto parsed = parse(**replies[c], chunks[c].size(), /*batch=*/true);
+      auto parsed = parse(**replies[c], chunks[c], /*batch=*/true);
       for (std::size_t j = 0; j < chunks[c].size(); ++j) {
         out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
                                   : absl::StatusOr<Decision>(parsed.status()));
@@ -584,7 +687,7 @@ class RedisStore {
     std::vector<absl::StatusOr<Decision>> out(items.size(), absl::UnknownError("unset"));
     for (std::size_t c = 0; c < calls.size(); ++c) {
       absl::StatusOr<redis::Outcome> parsed =
-          replies[c].ok() ? parse(**replies[c], chunks[c].reqs.size(), /*batch=*/true)
+          replies[c].ok() ? parse(**replies[c], chunks[c].reqs, /*batch=*/true)
                           : absl::StatusOr<redis::Outcome>(replies[c].status());
       for (std::size_t j = 0; j < chunks[c].items.size(); ++j) {
         out[chunks[c].items[j]] = parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
@@ -700,9 +803,14 @@ class RedisStore {
 
   static Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
 
+  // The reply of a script call for `reqs` (lua_common.hpp), in the full form (five
+  // integers per bucket: every twin's, and the token bucket's with an attempt or
+  // replayed) or in the token bucket's compact form (each bucket's state, then its
+  // denials: token_bucket_lua.hpp; LuaTwin<TokenBucket>::decision derives the fields).
   // `batch`: independent decisions (acquire_batch): each part allowed on its own.
-  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::size_t n,
+  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::span<const Request> reqs,
                                               bool batch = false) {
+    const std::size_t n = reqs.size();
     if (r.type == REDIS_REPLY_ERROR) {
       const std::string_view msg = redis::reply_string(r);
       if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
@@ -713,7 +821,10 @@ class RedisStore {
       }
       return redis::error_status(r);
     }
-    if (r.type != REDIS_REPLY_ARRAY || r.elements != 4 + 5 * n) {
+    constexpr bool kHasCompact = requires { Twin::kStateBytes; };
+    bool compact = false;
+    if constexpr (kHasCompact) compact = Twin::is_compact(r);
+    if (r.type != REDIS_REPLY_ARRAY || (!compact && r.elements != 4 + 5 * n)) {
       return absl::UnavailableError(absl::StrFormat(
           "malformed reply from the quota script: type %d with %d elements, expected an array "
           "of %d",
@@ -729,7 +840,37 @@ class RedisStore {
     out.replayed = v[0] != 0;
     out.time = Nanos{v[1] * 1'000'000'000 + v[2]};
     const bool all = v[3] != 0;
-    out.parts.reserve(n);
+    // Each bucket's own decision first (`allowed`: it alone had enough).
+    if constexpr (kHasCompact) {
+      if (compact) {
+        auto parts = Twin::compact_parts(r, n, [&](std::size_t b) {
+          return std::pair<const P*, std::int64_t>(reqs[b].policy, reqs[b].cost);
+        });
+        if (!parts.ok()) return parts.status();
+        out.parts = *std::move(parts);
+      }
+    }
+    if (!compact) {
+      out.parts.reserve(n);
+      for (std::size_t b = 0; b < n; ++b) {
+        std::int64_t f[5];
+        for (std::size_t i = 0; i < 5; ++i) {
+          auto x = integer_at(r, 4 + 5 * b + i);
+          if (!x.ok()) return x.status();
+          f[i] = *x;
+        }
+        if (f[1] < 0 || f[1] > 3) {
+          return absl::UnavailableError(
+              absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
+        }
+        out.parts.push_back(Decision{.allowed = f[0] != 0,
+                                     .remaining = f[2],
+                                     .retry_after = to_nanos(f[3]),
+                                     .reset_after = to_nanos(f[4]),
+                                     .version = 0,
+                                     .reason = static_cast<Reason>(f[1])});
+      }
+    }
     Decision combined{.allowed = all,
                       .remaining = std::numeric_limits<std::int64_t>::max(),
                       .retry_after = Nanos{0},
@@ -737,31 +878,15 @@ class RedisStore {
                       .version = 0,
                       .reason = Reason::kAllowed};
     bool have_reason = false;
-    for (std::size_t b = 0; b < n; ++b) {
-      std::int64_t f[5];
-      for (std::size_t i = 0; i < 5; ++i) {
-        auto x = integer_at(r, 4 + 5 * b + i);
-        if (!x.ok()) return x.status();
-        f[i] = *x;
-      }
-      if (f[1] < 0 || f[1] > 3) {
-        return absl::UnavailableError(
-            absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
-      }
-      Decision d{.allowed = batch ? f[0] != 0 : all,
-                 .remaining = f[2],
-                 .retry_after = to_nanos(f[3]),
-                 .reset_after = to_nanos(f[4]),
-                 .version = 0,
-                 .reason = static_cast<Reason>(f[1])};
+    for (Decision& d : out.parts) {
       combined.remaining = std::min(combined.remaining, d.remaining);
       combined.retry_after = std::max(combined.retry_after, d.retry_after);
       combined.reset_after = std::max(combined.reset_after, d.reset_after);
-      if (!all && f[0] == 0 && !have_reason) {
+      if (!all && !d.allowed && !have_reason) {
         combined.reason = d.reason;
         have_reason = true;
       }
-      out.parts.push_back(d);
+      if (!batch) d.allowed = all;
     }
     out.decision = combined;
     return out;

@@ -38,7 +38,9 @@
 // recompute, parse and propagate) while the expiry set last still covers time to full
 // + margin with 10 ms to spare; when it does not, they set time to full + 2·margin, so
 // that a busy key is re-armed about once per margin. The expiry is known only on the
-// server's clock: in caller-time mode every write sets the TTL.
+// server's clock: in caller-time mode every write sets the TTL. Whether the expiry
+// covers time to full is first asked of the longest time to full (fill, which bounds
+// every reset_after): when it does, the bucket's own time to full is not computed.
 //
 // Cost (server instructions, measured with callgrind: README). Several buckets' states
 // are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
@@ -46,7 +48,11 @@
 // function call or table; only the all-or-nothing check over several buckets decides
 // all before it writes any. Arguments are converted to numbers (`s + 0`) only when their
 // strings differ from the previous bucket's; one cost shared by a batch is sent once;
-// divisions are inlined (a corrected `%`), not function calls.
+// divisions are inlined (a corrected `%`), not function calls; a batch of one cost and
+// one parameter set looks at its arguments once. The reply is compact (below): a
+// bucket's fields as integers cost the server a table store and a conversion each, where
+// the state it has just written is one string (with five integers per bucket the reply
+// was a fifth of a batched decision's instructions).
 //
 // A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
 // another type is found before any write; a state of the wrong size or out of range,
@@ -56,16 +62,34 @@
 // KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
 // ARGV[1], ARGV[2] caller time (seconds, nanoseconds), or '' and '' for the server's TIME
 // ARGV[3]          TTL margin, ms
-// ARGV[4]          attempt TTL, ms ('0': no attempt)
+// ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
+//                  decisions, acquire_batch)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
 // ARGV[6]          n
 // ARGV[7]          k: 1 when all buckets have the same cost (sent once), else n
 // ARGV[7+j]        cost j (clamped to [0, burst+1])
 // ARGV[8+k]        1 when all buckets share their parameters (sent once), else n
 // ARGV[9+k+5(j-1)..] parameter set j: burst, m, p, g, fill (-1 when the rate is 0)
-// Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
-//         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
-//         (-1 = never), reset_after ns (-1 = never)}.
+// Reply, compact (no attempt: ARGV[4] '0' or '-1'): {replayed (0), time seconds, time
+//         nanoseconds, all allowed (1/0), then per bucket i = 1..n its state as written
+//         (the 28-byte string above), then for each bucket i that denies, in bucket
+//         order, the integer 4·i + reason (reason 1 over limit, 2 cost exceeds burst,
+//         3 invalid cost)}: 4 + n + (denials) elements. A bucket not listed allowed on
+//         its own (reason 0). The caller derives the rest from the state's tokens and
+//         carry (stored over rate.per), as TokenBucket::apply does
+//         (LuaTwin<TokenBucket>::decision in redis_store.hpp): remaining = floor(tokens /
+//         10^6); reset_after = the time to reach burst·10^6 (0 when full, never at rate
+//         0); retry_after = 0 when allowed, never for reasons 2 and 3, else the time to
+//         reach cost·10^6 (never at rate 0). In an all-or-nothing check that denies,
+//         the states are the refilled ones, nothing deducted.
+// Reply, full (with an attempt, and an attempt's replay, which earlier versions may
+//         have stored): the shared form of lua_common.hpp: {replayed, time seconds,
+//         time nanoseconds, all allowed (1/0), then per bucket: allowed (1/0: this
+//         bucket alone had enough), reason, remaining, retry_after ns (-1 = never),
+//         reset_after ns (-1 = never)}. The caller tells the forms apart by the type of
+//         element 5 (a string: compact). Scripts are keyed by their SHA, so a caller
+//         only gets the compact form from the script it ships with; an attempt stored by
+//         either version is in the full form, which both read.
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 #pragma once
 
@@ -77,7 +101,12 @@ namespace quota::redis {
 
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
+local rcall = redis.call
 local out = {0, sec, ns, 1}
+-- The compact reply (see the header comment) unless an attempt is stored: an attempt's
+-- stored reply keeps the full form, which every version reads.
+local compact = attempt_ttl <= 0
+local den, nd = nil, 0
 -- Server time in ms, when the script runs on the server's clock (the key's expiry is on
 -- that clock too); nil in caller-time mode.
 local now_ms
@@ -96,21 +125,32 @@ seen = raws
 local deduct = true
 local first = 2
 if not batch and n > 1 then first = 1 end
-local sc, sb, sm, sp, sg, sf, cost, burst, m, p, g, fill, cap
+-- Arguments of bucket i > 1 are looked at only when they may differ from bucket 1's.
+local varying = pstep ~= 0 or cstep ~= 0
+local sc, sb, sm, sp, sg, sf, cost, burst, m, p, g, fill, cap, fillms
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
-    local q = pbase + pstep * (i - 1)
-    -- Arguments are parsed only when their strings differ from the previous bucket's (Lua
-    -- interns strings: these are pointer comparisons; the conversion is the costly part).
-    local a0 = ARGV[8 + cstep * (i - 1)]
-    local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-    if a1 ~= sb or a2 ~= sm or a3 ~= sp or a4 ~= sg or a5 ~= sf then
-      sb, sm, sp, sg, sf = a1, a2, a3, a4, a5
-      burst, m, p, g, fill = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
-      cap = burst * 1000000
+    if varying or i == 1 then
+      local q = pbase + pstep * (i - 1)
+      -- Arguments are parsed only when their strings differ from the previous bucket's
+      -- (Lua interns strings: these are pointer comparisons; the conversion is the costly
+      -- part).
+      local a0 = ARGV[8 + cstep * (i - 1)]
+      local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
+      if a1 ~= sb or a2 ~= sm or a3 ~= sp or a4 ~= sg or a5 ~= sf then
+        sb, sm, sp, sg, sf = a1, a2, a3, a4, a5
+        burst, m, p, g, fill = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+        cap = burst * 1000000
+        -- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
+        -- (reset <= fill), so the expiry set last can be kept without computing reset.
+        local x = fill + 999999
+        local r = x % 1000000
+        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+        fillms = (x - r) / 1000000 + margin + 10
+      end
+      if a0 ~= sc then sc = a0; cost = a0 + 0 end
     end
-    if a0 ~= sc then sc = a0; cost = a0 + 0 end
     local key = KEYS[i]
     local raw = raws[i]
     -- (read_state, inlined: an error reply is a table, whose # is 0)
@@ -177,59 +217,83 @@ for pass = first, 2 do
       end
       lsec, lns = sec, ns
     end
-    local ok, reason, retry, need = 0, 1, 0, 0
+    local ok, reason, need = 0, 1, 0
     if cost < 1 then
-      reason = 3; retry = -1
+      reason = 3
     elseif cost > burst then
-      reason = 2; retry = -1
+      reason = 2
     else
       need = cost * 1000000
-      if need <= tokens then ok = 1; reason = 0 else retry = reach(tokens, c, need, m, p) end
+      if need <= tokens then ok = 1; reason = 0 end
     end
     if ok == 0 then out[4] = 0 end
     if write then
       if ok == 1 and deduct then tokens = tokens - need end
-      local reset = 0
-      if tokens < cap then reset = reach(tokens, c, cap, m, p) end
       -- The TTL: none at rate 0 (a one-off budget must not come back); else the one set
       -- earlier while it still covers time to full plus the margin (10 ms to spare for the
-      -- server's clock read at the SET: a cheaper write, KEEPTTL); else (px) time to full
-      -- + margin for a new key, one margin more for one whose TTL ran short, so that the
-      -- following writes can keep it. `off`: the expiry as stored in the state.
-      local off, px = 0, nil
+      -- server's clock read at the SET: a cheaper write, KEEPTTL) — looked at first against
+      -- the longest time to full (fillms), then, if that fails, against this bucket's;
+      -- else (px) time to full + margin for a new key, one margin more for one whose TTL
+      -- ran short, so that the following writes can keep it. `off`: the expiry as stored
+      -- in the state.
+      local off, px, reset = 0, nil, nil
       if m > 0 then
-        -- ceil(reset / 10^6) ms; x % 10^6 may be off by 10^6 (a rounded quotient), so it
-        -- is corrected, and then (x - r) / 10^6 is exact.
-        local x = reset + 999999
-        local r = x % 1000000
-        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        local ttl = (x - r) / 1000000 + margin
         local base = lsec * 1000 + (lns - lns % 1000000) / 1000000
-        if now_ms and expiry >= now_ms + ttl + 10 then off = expiry - base end
+        if now_ms and expiry >= now_ms + fillms then off = expiry - base end
         if off < 1 or off > MAXOFF then
-          px = ttl
-          if raw then px = ttl + margin end
+          reset = 0
+          if tokens < cap then reset = reach(tokens, c, cap, m, p) end
+          -- ceil(reset / 10^6) ms; x % 10^6 may be off by 10^6 (a rounded quotient), so it
+          -- is corrected, and then (x - r) / 10^6 is exact.
+          local x = reset + 999999
+          local r = x % 1000000
+          if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+          local ttl = (x - r) / 1000000 + margin
           off = 0
-          if now_ms then off = now_ms + px - base end
-          if off < 1 or off > MAXOFF then off = 0 end
+          if now_ms and expiry >= now_ms + ttl + 10 then off = expiry - base end
+          if off < 1 or off > MAXOFF then
+            px = ttl
+            if raw then px = ttl + margin end
+            off = 0
+            if now_ms then off = now_ms + px - base end
+            if off < 1 or off > MAXOFF then off = 0 end
+          end
         end
       end
       local v = pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off)
       if m == 0 then
-        redis.call('SET', key, v)
+        rcall('SET', key, v)
       elseif px then
-        redis.call('SET', key, v, 'PX', px)
+        rcall('SET', key, v, 'PX', px)
       else
-        redis.call('SET', key, v, 'KEEPTTL')
+        rcall('SET', key, v, 'KEEPTTL')
       end
       nwritten = i
-      local r = tokens % 1000000
-      if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-      put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
+      if compact then
+        -- the state as written (the caller derives remaining, retry_after and reset_after
+        -- from its tokens and carry) and, for a denial, 4·i + reason after the states
+        out[4 + i] = v
+        if ok == 0 then
+          if not den then den = {} end
+          nd = nd + 1
+          den[nd] = 4 * i + reason
+        end
+      else
+        local retry = 0
+        if reason == 1 then retry = reach(tokens, c, need, m, p) elseif reason > 1 then retry = -1 end
+        if not reset then
+          reset = 0
+          if tokens < cap then reset = reach(tokens, c, cap, m, p) end
+        end
+        local r = tokens % 1000000
+        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
+        put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
+      end
     end
   end
   deduct = out[4] == 1
 end
+for j = 1, nd do out[4 + n + j] = den[j] end
 )lua";
 
 // The whole script.
