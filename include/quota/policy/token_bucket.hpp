@@ -130,11 +130,9 @@ struct TokenBucket {
     s.carry = static_cast<std::int64_t>(wide % per);
   }
 
- private:
-  static std::int64_t remaining(const State& s) { return s.tokens / kMicrosPerUnit; }
-
-  // Exact time until the bucket holds `need` micro-units: the least d with
-  // floor((rate_micro·d + carry) / per) >= need − tokens.
+  // Exact time until the bucket holds `need` micro-units (kNever at rate 0): the least d
+  // with floor((rate_micro·d + carry) / per) >= need − tokens. Public so that the Redis
+  // twin's reply, which carries the state, is turned into the same decision.
   Nanos time_to_reach(const State& s, MicroUnits need) const {
     if (s.tokens >= need) return Nanos{0};
     if (rate.units == 0) return kNever;
@@ -150,6 +148,9 @@ struct TokenBucket {
   }
 
   Nanos reset_after(const State& s) const { return time_to_reach(s, to_micro(burst)); }
+
+ private:
+  static std::int64_t remaining(const State& s) { return s.tokens / kMicrosPerUnit; }
 };
 
 static_assert(Policy<TokenBucket>);

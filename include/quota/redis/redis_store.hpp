@@ -212,13 +212,7 @@ struct LuaTwin<TokenBucket> {
       return absl::UnavailableError(absl::StrFormat(
           "malformed reply from the quota script: tokens %d, carry %d", tokens, carry));
     }
-    // The time until the bucket holds `need` micro-units (TokenBucket's time_to_reach).
-    auto reach = [&](MicroUnits need) {
-      if (tokens >= need) return Nanos{0};
-      if (tb.rate.units == 0) return kNever;
-      return Nanos{static_cast<std::int64_t>(quota::detail::ceil_div(
-          absl::int128(need - tokens) * per - carry, to_micro(tb.rate.units)))};
-    };
+    const TokenBucket::State s{.tokens = tokens, .carry = carry, .last = 0};
     Nanos retry{0};
     if (reason == Reason::kOverLimit) {
       if (cost < 1 || cost > tb.burst || tokens >= to_micro(cost)) {
@@ -226,14 +220,14 @@ struct LuaTwin<TokenBucket> {
             "malformed reply from the quota script: over limit with %d micro-units for cost %d",
             tokens, cost));
       }
-      retry = reach(to_micro(cost));
+      retry = tb.time_to_reach(s, to_micro(cost));
     } else if (reason != Reason::kAllowed) {
       retry = kNever;
     }
     return Decision{.allowed = reason == Reason::kAllowed,
                     .remaining = tokens / kMicrosPerUnit,
                     .retry_after = retry,
-                    .reset_after = reach(cap),
+                    .reset_after = tb.reset_after(s),
                     .version = 0,
                     .reason = reason};
   }
