@@ -157,7 +157,7 @@ TEST_CASE("a bucket's TTL covers its time to full plus the margin; state is comp
 }
 
 TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, also when kept") {
-  // The token bucket twin keeps a key's TTL (SET KEEPTTL) while the expiry it set last
+  // The token bucket twin keeps a key's TTL (SETRANGE) while the expiry it set last
   // still covers time to full + margin, and extends it by one margin more when not.
   RedisStore<TokenBucket> store(options("ttl-kept", TimeSource::kServer));
   const TokenBucket tb{.rate = {.units = 1000, .per = 1s}, .burst = 1000};  // full in 1 s
@@ -167,10 +167,16 @@ TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, al
   std::mt19937_64 rng(quota::testing::test_seed(20261201));
   int kept = 0;
   long long last_pttl = -1;
+  // The decisions are the C++ policy's at the server's times, also after the writes that
+  // keep the TTL (they overwrite the state in place).
+  std::optional<TokenBucket::State> model;
   for (int i = 0; i < 300; ++i) {
     const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
-    auto d = store.apply(tb, "{acme}kept", Nanos{0}, cost);
-    REQUIRE(d.ok());
+    auto outcome = store.acquire(tb, "{acme}kept", Nanos{0}, cost);
+    REQUIRE(outcome.ok());
+    if (!model) model = tb.init(outcome->time);
+    const Decision* d = &outcome->decision;
+    REQUIRE(*d == tb.apply(*model, outcome->time, cost));
     const long long pttl = run(store, {"PTTL", *key})->integer;
     const long long need =
         std::chrono::ceil<std::chrono::milliseconds>(d->reset_after).count() + margin.count();

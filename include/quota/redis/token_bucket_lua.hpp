@@ -34,13 +34,16 @@
 //
 // TTL (set in the same script): at least time to full (rounded up to ms) plus the
 // margin; none when the rate is 0 (a one-off budget must not come back). A new key gets
-// exactly that. Later writes keep the key's TTL (SET ... KEEPTTL: no expiry to
-// recompute, parse and propagate) while the expiry set last still covers time to full
-// + margin with 10 ms to spare; when it does not, they set time to full + 2·margin, so
-// that a busy key is re-armed about once per margin. The expiry is known only on the
-// server's clock: in caller-time mode every write sets the TTL. Whether the expiry
-// covers time to full is first asked of the longest time to full (fill, which bounds
-// every reset_after): when it does, the bucket's own time to full is not computed.
+// exactly that. Later writes keep the key's TTL while the expiry set last still covers
+// time to full + margin with 10 ms to spare: they overwrite the 28-byte state in place
+// (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would, with no expiry to
+// recompute, parse and propagate, and also no new value object and an integer reply
+// instead of SET's status table; the value becomes a raw string, MEMORY USAGE
+// unchanged). When it does not, they set time to full + 2·margin, so that a busy key is
+// re-armed about once per margin. The expiry is known only on the server's clock: in
+// caller-time mode every write sets the TTL. Whether the expiry covers time to full is
+// first asked of the longest time to full (fill, which bounds every reset_after): when
+// it does, the bucket's own time to full is not computed.
 //
 // Cost (server instructions, measured with callgrind: README). Several buckets' states
 // are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
@@ -51,8 +54,9 @@
 // divisions are inlined (a corrected `%`), not function calls; a batch of one cost and
 // one parameter set looks at its arguments once. The reply is compact (below): a
 // bucket's fields as integers cost the server a table store and a conversion each, where
-// the state it has just written is one string (with five integers per bucket the reply
-// was a fifth of a batched decision's instructions).
+// the state it has just written is one string. (At 16 decisions per call: the compact
+// reply took 9.5 % off the instructions, the arguments looked at once 6 %, the TTL
+// check against fill 6 %, SETRANGE 8.6 %.)
 //
 // A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
 // another type is found before any write; a state of the wrong size or out of range,
@@ -231,8 +235,8 @@ for pass = first, 2 do
       if ok == 1 and deduct then tokens = tokens - need end
       -- The TTL: none at rate 0 (a one-off budget must not come back); else the one set
       -- earlier while it still covers time to full plus the margin (10 ms to spare for the
-      -- server's clock read at the SET: a cheaper write, KEEPTTL) — looked at first against
-      -- the longest time to full (fillms), then, if that fails, against this bucket's;
+      -- server's clock read at the write: a cheaper write, SETRANGE) — looked at first
+      -- against the longest time to full (fillms), then, if that fails, this bucket's;
       -- else (px) time to full + margin for a new key, one margin more for one whose TTL
       -- ran short, so that the following writes can keep it. `off`: the expiry as stored
       -- in the state.
@@ -266,7 +270,9 @@ for pass = first, 2 do
       elseif px then
         rcall('SET', key, v, 'PX', px)
       else
-        rcall('SET', key, v, 'KEEPTTL')
+        -- the key holds a 28-byte state (its expiry was read from it): overwritten in
+        -- place, TTL kept
+        rcall('SETRANGE', key, '0', v)
       end
       nwritten = i
       if compact then
@@ -280,7 +286,11 @@ for pass = first, 2 do
         end
       else
         local retry = 0
-        if reason == 1 then retry = reach(tokens, c, need, m, p) elseif reason > 1 then retry = -1 end
+        if reason == 1 then
+          retry = reach(tokens, c, need, m, p)
+        elseif reason > 1 then
+          retry = -1
+        end
         if not reset then
           reset = 0
           if tokens < cap then reset = reach(tokens, c, cap, m, p) end
