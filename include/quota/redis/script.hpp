@@ -117,7 +117,7 @@ class Script {
           out[c] = absl::InvalidArgumentError("script call without keys");
           continue;
         }
-        auto target = target_of(slot_of(c), by_slot);
+        auto target = target_of(calls[c].keys->front(), by_slot);
         if (!target.ok()) {
           out[c] = target.status();
           continue;
@@ -280,14 +280,15 @@ class Script {
   }
 
  private:
-  // The server of `slot`: the pool on a standalone server, the slot's node on a cluster
-  // (looked up once per slot in `seen`).
+  // The server of a call whose first key is `key`: the pool on a standalone server, the
+  // node of the key's slot on a cluster (looked up once per slot in `seen`).
   absl::StatusOr<std::shared_ptr<ConnectionPool>> target_of(
-      int slot, std::map<int, std::shared_ptr<ConnectionPool>>& seen) const {
+      const std::string& key, std::map<int, std::shared_ptr<ConnectionPool>>& seen) const {
     if (cluster_ == nullptr) {
       if (pool_ == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
       return pool_;
     }
+    const int slot = key_slot(key);
     if (auto it = seen.find(slot); it != seen.end()) return it->second;
     auto pool = cluster_->for_slot(slot);
     if (!pool.ok()) return pool.status();
