@@ -610,10 +610,86 @@ TEMPLATE_TEST_CASE("a window key takes fewer bytes than in the earlier form (MEM
   CHECK(now_bytes < old_bytes);
 }
 
+TEMPLATE_TEST_CASE("a window key's kept writes overwrite it in place: same bytes, TTL kept", "",
+                   quota::FixedWindow, quota::SlidingWindowEstimate) {
+  // Server time, a window of an hour: the writes after the first in a window keep the TTL
+  // and overwrite the state in place (SETRANGE: the value becomes a raw string). Its
+  // length and MEMORY USAGE do not change, and the decisions are the policy's at the
+  // server's times. The fixed window's count crossing 2^24 in the window (12 -> 16 bytes)
+  // is rewritten whole (SET KEEPTTL): MEMORY USAGE as a new 16-byte value's, not grown.
+  using Ten = TenOf<TestType>;
+  RedisStore<TestType> store(options(std::string("in-place-") + Ten::name, TimeSource::kServer));
+  const TestType p{.limit = std::int64_t{1} << 25, .window = 1h};
+  auto key = store.redis_key("{acme}place-a");
+  auto ref = store.redis_key("{acme}place-b");  // a key of the same length
+  REQUIRE(key.ok());
+  REQUIRE(ref.ok());
+  REQUIRE(key->size() == ref->size());
+  auto usage = [&](const std::string& k) { return run_in(store, {"MEMORY", "USAGE", k})->integer; };
+  // MEMORY USAGE of a key of the same length holding the same value, written new.
+  auto as_new = [&] {
+    auto value = run_in(store, {"GET", *key});
+    REQUIRE(value->type == REDIS_REPLY_STRING);
+    run_in(store, {"SET", *ref, std::string_view(value->str, value->len)});
+    return usage(*ref);
+  };
+  // (Retried when the hour turns during the loop.)
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    run_in(store, {"DEL", *key});
+    std::optional<typename TestType::State> model;
+    std::optional<Decision> first;
+    long long bytes = 0, last_pttl = 0;
+    bool turned = false;
+    auto step = [&](std::int64_t cost) {
+      auto outcome = store.acquire(p, "{acme}place-a", Nanos{0}, cost);
+      REQUIRE(outcome.ok());
+      if (!model) model = p.init(outcome->time);
+      const Decision expected = p.apply(*model, outcome->time, cost);
+      CHECK(outcome->decision == expected);
+      if (first && outcome->decision.reset_after > first->reset_after) turned = true;
+      if (!first) first = outcome->decision;
+      return outcome->decision;
+    };
+    REQUIRE(step(1).allowed);
+    bytes = usage(*key);
+    last_pttl = run_in(store, {"PTTL", *key})->integer;
+    CHECK(bytes == as_new());
+    for (int i = 0; i < 5 && !turned; ++i) {
+      REQUIRE(step(1).allowed);
+      if (turned) break;
+      const long long pttl = run_in(store, {"PTTL", *key})->integer;
+      INFO("write " << i << ": PTTL " << pttl << " ms, before " << last_pttl << " ms");
+      CHECK(pttl <= last_pttl);  // kept, not set again
+      last_pttl = pttl;
+      CHECK(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::bytes));
+      CHECK(std::string(run_in(store, {"OBJECT", "ENCODING", *key})->str) == "raw");
+      CHECK(usage(*key) == bytes);
+    }
+    if constexpr (std::is_same_v<TestType, quota::FixedWindow>) {
+      // 6 counted: the count reaches 2^24 in the same window
+      const Decision big = step((std::int64_t{1} << 24) - 6);
+      REQUIRE(big.allowed);
+      if (turned) continue;
+      CHECK(run_in(store, {"STRLEN", *key})->integer == 16);
+      const long long pttl = run_in(store, {"PTTL", *key})->integer;
+      CHECK(pttl <= last_pttl);
+      last_pttl = pttl;
+      const long long grown = usage(*key);
+      CHECK(grown == as_new());
+      REQUIRE(step(1).allowed);  // 16 bytes, overwritten in place
+      if (turned) continue;
+      CHECK(run_in(store, {"STRLEN", *key})->integer == 16);
+      CHECK(run_in(store, {"PTTL", *key})->integer <= last_pttl);
+      CHECK(usage(*key) == grown);
+    }
+    if (!turned) break;
+  }
+}
+
 TEMPLATE_TEST_CASE("a busy window key never expires before reset_after plus the margin", "",
                    quota::FixedWindow, quota::SlidingWindowEstimate) {
   // Server time and windows of 50 ms: the requests of the loop cross many windows. Later
-  // writes in a window keep the TTL set by its first (KEEPTTL), and so does the
+  // writes in a window keep the TTL set by its first (SETRANGE in place), and so does the
   // estimate's first write of a window that counts nothing (only prev left: the TTL of the
   // window before still covers it); after each write the key's TTL still covers
   // reset_after (rounded up to ms) plus the margin, and is no longer. Half of the
@@ -674,7 +750,7 @@ TEMPLATE_TEST_CASE("a busy window key never expires before reset_after plus the 
 TEMPLATE_TEST_CASE("a window key's TTL is kept within its window and set again when unknown", "",
                    quota::FixedWindow, quota::SlidingWindowEstimate) {
   // Two stores on the same keys with different margins: a write in the window keeps the
-  // TTL the other set (KEEPTTL), which is how it shows.
+  // TTL the other set (SETRANGE in place), which is how it shows.
   using Ten = TenOf<TestType>;
   auto opts = options(std::string("ttl-kept-") + Ten::name, TimeSource::kServer);
   opts.ttl_margin = 5s;

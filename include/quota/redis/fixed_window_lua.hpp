@@ -26,17 +26,25 @@
 // it is the same as a fresh key, so the TTL only has to last until then. A write that
 // sets a TTL while the count is above 0 (on the server's clock) marks the state ("TTL
 // known": nanoseconds + 10^9); a later write in the same window (the count still above 0)
-// keeps that TTL (SET ... KEEPTTL: no expiry to compute, parse and propagate), which ends
-// at the window's end plus the margin of the write that set it — what a new TTL would
-// be. A new window, a count of 0 or an unmarked state sets the TTL again. In caller-time
-// mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
+// keeps that TTL, which ends at the window's end plus the margin of the write that set
+// it — what a new TTL would be. It overwrites the state in place (SETRANGE key 0 state:
+// the TTL kept as SET ... KEEPTTL would, with no expiry to compute, parse and propagate,
+// and also no new value object and an integer reply instead of SET's status table; the
+// value becomes a raw string, MEMORY USAGE unchanged) when the new state has the length
+// of the one read (a marked state is always 12 or 16 bytes); when the count crosses 2^24
+// in the window (12 -> 16 bytes) it writes SET ... KEEPTTL. A new window, a count of 0 or
+// an unmarked state (a new key, the 24-byte form) sets the TTL again with SET ... PX. In
+// caller-time mode the expiry is not on the caller's clock: every write sets the TTL,
+// unmarked.
 //
 // Cost: as the token bucket's twin (token_bucket_lua.hpp): several windows' states are
 // read with one MGET; one pass per window (advance, decide, count, write) for one window
 // and for acquire_batch's independent decisions, with no per-window function call or
 // table; two passes only for the all-or-nothing check over several windows; divisions
 // inlined (a corrected `%`); arguments converted only when they differ from the previous
-// window's.
+// window's, and a batch of one cost and one parameter set looks at its arguments once.
+// (Callgrind: the in-place write and the arguments looked at once took 13 % off a decision
+// at 16 per call, the in-place write alone 2 % at one per call.)
 //
 // A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
 // another type is found before any write; a state of the wrong size or out of range,
@@ -69,25 +77,30 @@ seen = raws
 local deduct = true
 local first = 2
 if not batch and n > 1 then first = 1 end
+local rcall = redis.call
+-- Arguments of window i > 1 are looked at only when they may differ from window 1's.
+local varying = pstep ~= 0 or cstep ~= 0
 -- `start`: this call's window for the current parameters (mode 1: its first nanosecond
 -- within second `sec`; mode 2: its first second).
 local sc, sl, smode, sw, cost, limit, mode, w, start
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
-    local q = pbase + pstep * (i - 1)
-    -- Arguments are parsed only when their strings differ from the previous window's.
-    local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
-    if a0 ~= sc then sc = a0; cost = a0 + 0 end
-    if a1 ~= sl or a2 ~= smode or a3 ~= sw then
-      sl, smode, sw = a1, a2, a3
-      limit, mode, w = a1 + 0, a2 + 0, a3 + 0
-      -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
-      local x = ns
-      if mode ~= 1 then x = sec end
-      local r = x % w
-      if r < 0 then r = r + w elseif r >= w then r = r - w end
-      start = x - r
+    if varying or i == 1 then
+      local q = pbase + pstep * (i - 1)
+      -- Arguments are parsed only when their strings differ from the previous window's.
+      local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
+      if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      if a1 ~= sl or a2 ~= smode or a3 ~= sw then
+        sl, smode, sw = a1, a2, a3
+        limit, mode, w = a1 + 0, a2 + 0, a3 + 0
+        -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
+        local x = ns
+        if mode ~= 1 then x = sec end
+        local r = x % w
+        if r < 0 then r = r + w elseif r >= w then r = r - w end
+        start = x - r
+      end
     end
     local key = KEYS[i]
     local raw = raws[i]
@@ -176,14 +189,19 @@ for pass = first, 2 do
       else
         v = pack('<I7i5I4', count, lsec, t)
       end
-      if keep then
-        redis.call('SET', key, v, 'KEEPTTL')
+      if keep and #v == #raw then
+        -- the key holds a state of the same length (`known` comes only from a 12- or
+        -- 16-byte state): overwritten in place, TTL kept
+        rcall('SETRANGE', key, '0', v)
+      elseif keep then
+        -- the count crossed 2^24 in this window (12 -> 16 bytes)
+        rcall('SET', key, v, 'KEEPTTL')
       else
         -- ceil(reset / 10^6) ms, the remainder corrected as above
         local x = reset + 999999
         local r = x % 1000000
         if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        redis.call('SET', key, v, 'PX', (x - r) / 1000000 + margin)
+        rcall('SET', key, v, 'PX', (x - r) / 1000000 + margin)
       end
       nwritten = i
       local rem = limit - count
