@@ -81,6 +81,11 @@ void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) 
   return quota::testing::detail::no_throw(
       [n, al] { return quota::testing::detail::counted_aligned_alloc(n, al); });
 }
+// GCC, inlining one of these into code whose pointer came from `new`, takes the free()
+// for a mismatched deallocation (-Wmismatched-new-delete, at -O1); new and delete here
+// are both over malloc/free, so the pairing is right.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -93,3 +98,4 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
