@@ -575,14 +575,25 @@ TEST_CASE("redis gateway: a key takes fewer bytes than in the earlier form (MEMO
 }
 
 TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
-  // The twin keeps a key's TTL (SET KEEPTTL) while the expiry it set last still covers
-  // the idle time + margin, and sets one margin more when a busy key's fell short.
+  // The twin keeps a key's TTL while the expiry it set last still covers the idle time +
+  // margin (the state overwritten in place: SETRANGE, the value a raw string of 72 bytes,
+  // MEMORY USAGE that of the same value written new), and sets one margin more when a
+  // busy key's fell short.
   GatewayStore store = make_store("gw-ttl-kept");
   const quota::gateway::RulePolicy tb =
       TokenBucket{.rate = {.units = 1000, .per = 1s}, .burst = 1000};  // full in 1 s
   const std::int64_t margin = store.options().ttl_margin.count();
   auto key = store.redis_key("{acme}kept");
+  auto ref = store.redis_key("{acme}kepu");  // as long
   REQUIRE(key.ok());
+  REQUIRE(ref.ok());
+  // MEMORY USAGE of a key of the same length holding the same value, written new.
+  auto as_new = [&] {
+    auto value = admin({"GET", *key});
+    REQUIRE(value->type == REDIS_REPLY_STRING);
+    admin({"SET", *ref, std::string(value->str, value->len)});
+    return admin({"MEMORY", "USAGE", *ref})->integer;
+  };
   std::mt19937_64 rng(quota::testing::test_seed(20261130));
   int kept = 0;
   long long last_pttl = -1;
@@ -599,7 +610,12 @@ TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time pl
     // 10 ms of slack for the time between the script and PTTL on a busy machine.
     REQUIRE(pttl >= need - 10);
     CHECK(pttl <= need + margin + 2);
-    if (last_pttl >= 0 && pttl < last_pttl) ++kept;  // the expiry did not move
+    if (last_pttl >= 0 && pttl < last_pttl) {  // the expiry did not move
+      ++kept;
+      CHECK(admin({"STRLEN", *key})->integer == 72);
+      CHECK(std::string(admin({"OBJECT", "ENCODING", *key})->str) == "raw");
+      CHECK(admin({"MEMORY", "USAGE", *key})->integer == as_new());
+    }
     last_pttl = pttl;
   }
   CHECK(kept > 0);
