@@ -126,6 +126,13 @@ struct GatewayStoreOptions {
   // give the pool at least `coalesce_calls` (plus what attempts use alongside).
   int coalesce = 0;
   int coalesce_calls = 2;
+  // Durability across a failover, as RedisStoreOptions::replicas: when > 0, every write of
+  // script calls (decisions, settlements, attempt records) ends with `WAIT replicas
+  // replica_timeout`, and a result is given only when that many replicas acknowledged
+  // it; otherwise kUnavailable (the route's fail mode applies). replica_timeout must be
+  // below the connections' command_timeout.
+  int replicas = 0;
+  std::chrono::milliseconds replica_timeout{2};
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -135,8 +142,8 @@ class GatewayStore {
  public:
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(std::move(options)),
-        script_(kGatewayLua, options_.pool, options_.cluster),
-        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster) {
+        script_(kGatewayLua, options_.pool, options_.cluster, durability()),
+        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability()) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
@@ -149,6 +156,12 @@ class GatewayStore {
     } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
+    } else if (auto s = check_durability(durability(),
+                                         options_.cluster != nullptr ? options_.cluster->config()
+                                                                     : options_.pool->config(),
+                                         "GatewayStoreOptions");
+               !s.ok()) {
+      config_error_ = s;
     }
     if (config_error_.ok() && options_.coalesce > 1) {
       coalescer_ = std::make_unique<CallCoalescer>(options_.coalesce, options_.coalesce_calls);
@@ -277,6 +290,10 @@ class GatewayStore {
   const GatewayStoreOptions& options() const { return options_; }
 
  private:
+  Durability durability() const {
+    return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
+  }
+
   absl::StatusOr<std::string> attempt_record_key(std::string_view tenant_key,
                                                  std::string_view id) const {
     if (!config_error_.ok()) return config_error_;

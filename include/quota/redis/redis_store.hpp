@@ -411,6 +411,15 @@ struct RedisStoreOptions {
   // give the pool at least `coalesce_calls` (plus what other calls use alongside).
   int coalesce = 0;
   int coalesce_calls = 2;
+  // Durability across a failover: when > 0, every write of script calls ends with `WAIT
+  // replicas replica_timeout` (in the same pipelined write), and a decision is given only
+  // when that many replicas acknowledged it; otherwise kUnavailable (the deduction stands
+  // on the master, so the caller may have paid, never got more than its budget; but a
+  // replica promoted now would not have it). replica_timeout must be below the
+  // connections' command_timeout. 0: no WAIT (a failover may forget acknowledged
+  // decisions: an extra burst at most, per key).
+  int replicas = 0;
+  std::chrono::milliseconds replica_timeout{2};
 };
 
 template <Policy P>
@@ -420,7 +429,8 @@ class RedisStore {
   using Twin = redis::LuaTwin<P>;
 
   explicit RedisStore(RedisStoreOptions options)
-      : options_(std::move(options)), script_(Twin::script(), options_.pool, options_.cluster) {
+      : options_(std::move(options)),
+        script_(Twin::script(), options_.pool, options_.cluster, durability()) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
@@ -432,6 +442,8 @@ class RedisStore {
     } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "RedisStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
+    } else if (auto s = check_durability(); !s.ok()) {
+      config_error_ = s;
     }
     if (options_.coalesce > 1) {
       coalescer_ = std::make_unique<Coalescer>(options_.coalesce, options_.coalesce_calls);
@@ -586,6 +598,16 @@ class RedisStore {
   }
 
  private:
+  // RedisStoreOptions::replicas and replica_timeout, checked against the connections.
+  absl::Status check_durability() const {
+    const redis::ConnectionConfig& c =
+        options_.cluster != nullptr ? options_.cluster->config() : options_.pool->config();
+    return redis::check_durability(durability(), c, "RedisStoreOptions");
+  }
+  redis::Durability durability() const {
+    return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
+  }
+
   // The keys and arguments of one script call, owned.
   struct Call {
     std::vector<std::string> keys;

@@ -15,6 +15,13 @@
 // several calls in one pipelined write per server (every server written before any reply
 // is read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
 //
+// Durability (redis::Durability): with `replicas` > 0 every server's write of script
+// calls ends with `WAIT replicas timeout`, in the same pipelined write, and a call whose
+// script ran is returned only when that many of the server's replicas acknowledged the
+// write (WAIT counts the replicas that have everything the connection wrote before it);
+// otherwise kUnavailable: the write stands on the master, but a failover to a replica
+// that lacks it would forget it, so it is not acknowledged.
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -57,12 +64,43 @@ inline std::vector<std::string_view> script_argv(std::string_view cmd, std::stri
   return v;
 }
 
+// How many replicas must acknowledge a script call's write (WAIT), and how long the
+// server waits for them. 0 replicas: no WAIT. The timeout must be below the connections'
+// command_timeout (the reply to WAIT comes after it).
+struct Durability {
+  int replicas = 0;
+  std::chrono::milliseconds timeout{2};
+};
+
+// OK when `d` can be kept over connections configured as `c`; else InvalidArgument naming
+// the option (`options`: the options struct that holds `replicas` and `replica_timeout`).
+inline absl::Status check_durability(const Durability& d, const ConnectionConfig& c,
+                                     const char* options) {
+  if (d.replicas < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: replicas=%d, must be at least 0", options, d.replicas));
+  }
+  if (d.replicas == 0) return absl::OkStatus();
+  if (d.timeout.count() < 1 || d.timeout >= c.command_timeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: replica_timeout=%d ms must be at least 1 ms and below the connections' "
+        "command_timeout (%d us): WAIT answers only after it",
+        options, d.timeout.count(), c.command_timeout.count()));
+  }
+  return absl::OkStatus();
+}
+
 class Script {
  public:
   // `pool` for a standalone server, or `cluster`; one of them non-null.
   Script(std::string text, std::shared_ptr<ConnectionPool> pool,
-         std::shared_ptr<ClusterPool> cluster)
-      : text_(std::move(text)), pool_(std::move(pool)), cluster_(std::move(cluster)) {}
+         std::shared_ptr<ClusterPool> cluster, Durability durability = {})
+      : text_(std::move(text)),
+        pool_(std::move(pool)),
+        cluster_(std::move(cluster)),
+        durability_(durability),
+        wait_argv_{"WAIT", absl::StrCat(durability.replicas),
+                   absl::StrCat(durability.timeout.count())} {}
 
   // One call: run_many of one.
   absl::StatusOr<Reply> run(const std::vector<std::string>& keys,
@@ -171,6 +209,7 @@ class Script {
           cmds.push_back(script_argv(p.eval ? "EVAL" : "EVALSHA", p.eval ? text_ : sha,
                                      numkeys[p.call], *calls[p.call].keys, *calls[p.call].args));
         }
+        if (durability_.replicas > 0) cmds.push_back({wait_argv_[0], wait_argv_[1], wait_argv_[2]});
         if (auto s = (*lease)->send(cmds); !s.ok()) {
           fail(g, s);
           continue;
@@ -190,6 +229,16 @@ class Script {
           fail(g, replies.status());
           continue;
         }
+        // The calls of this write whose script ran (a reply that is not an error), when
+        // WAIT says the write is not durable.
+        const absl::Status durable = durable_status(*replies, *pending[g.begin].target);
+        auto done = [&](std::size_t call, Reply& r) {
+          if (!durable.ok() && r->type != REDIS_REPLY_ERROR) {
+            out[call] = durable;
+          } else {
+            out[call] = std::move(r);
+          }
+        };
         std::size_t k = 0;
         for (std::size_t i = g.begin; i < g.end; ++i) {
           Pending p = pending[i];
@@ -201,7 +250,7 @@ class Script {
             continue;
           }
           if (cluster_ == nullptr) {
-            out[p.call] = std::move(r);
+            done(p.call, r);
             continue;
           }
           if (is_error(*r, "TRYAGAIN")) {
@@ -235,7 +284,7 @@ class Script {
             again.push_back(std::move(p));
             continue;
           }
-          out[p.call] = std::move(r);
+          done(p.call, r);
         }
       }
       groups.clear();  // every lease back before the refresh asks a node
@@ -280,6 +329,28 @@ class Script {
   }
 
  private:
+  // OK unless the write of `replies` ended with a WAIT that fewer than the required
+  // replicas acknowledged (or that failed): then kUnavailable naming the count.
+  absl::Status durable_status(const std::vector<Reply>& replies,
+                              const ConnectionPool& server) const {
+    if (durability_.replicas <= 0) return absl::OkStatus();
+    const redisReply* w = replies.empty() ? nullptr : replies.back().get();
+    if (w != nullptr && w->type == REDIS_REPLY_INTEGER && w->integer >= durability_.replicas) {
+      return absl::OkStatus();
+    }
+    const std::string where = absl::StrFormat("%s:%d", server.config().host, server.config().port);
+    if (w == nullptr || w->type != REDIS_REPLY_INTEGER) {
+      std::string cause = "malformed reply";
+      if (w != nullptr && w->type == REDIS_REPLY_ERROR) cause = std::string(reply_string(*w));
+      return absl::UnavailableError(
+          absl::StrCat("redis ", where, ": WAIT for replicas failed: ", cause));
+    }
+    return absl::UnavailableError(absl::StrFormat(
+        "redis %s: the write was acknowledged by %d of the %d replicas required within %d ms; "
+        "a failover could lose it, so the decision is not given",
+        where, w->integer, durability_.replicas, durability_.timeout.count()));
+  }
+
   // The server of a call whose first key is `key`: the pool on a standalone server, the
   // node of the key's slot on a cluster (looked up once per slot in `seen`).
   absl::StatusOr<std::shared_ptr<ConnectionPool>> target_of(
@@ -299,8 +370,10 @@ class Script {
   const std::string text_;
   const std::shared_ptr<ConnectionPool> pool_;
   const std::shared_ptr<ClusterPool> cluster_;
-  std::mutex mu_;    // std::mutex: see ConnectionPool
-  std::string sha_;  // guarded by mu_
+  const Durability durability_;
+  const std::string wait_argv_[3];  // WAIT replicas timeout
+  std::mutex mu_;                   // std::mutex: see ConnectionPool
+  std::string sha_;                 // guarded by mu_
 };
 
 }  // namespace quota::redis
