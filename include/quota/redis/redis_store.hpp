@@ -50,7 +50,8 @@
 //
 // Durability. The store keeps what Redis keeps: a server restarted without persistence
 // (or a failover that loses writes) recreates buckets full — an extra burst per key.
-// Configure AOF / replication accordingly.
+// RedisStoreOptions::replicas makes every decision wait for that many replicas (WAIT),
+// so that a failover keeps every decision given; a restart needs the server's AOF.
 //
 // Redis Cluster: set RedisStoreOptions::cluster (cluster.hpp) instead of `pool`. Each
 // call goes to its slot's node and follows MOVED / ASK; a tenant's keys share a slot, so
