@@ -43,28 +43,28 @@
 // TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
 // while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
 // come back). A new key gets exactly that; later writes keep the key's TTL while the
-// expiry set last still covers idle time + margin with 10 ms to spare: they overwrite
-// the 72-byte state in place (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL
-// would, with no expiry to compute, parse and propagate, no new value object and an
-// integer reply; the value stays a raw string, MEMORY USAGE unchanged). When it does not, they set idle time +
-// margin, one margin more when the expiry fell short by less than a margin (a busy key,
-// re-armed about once per margin; a key whose idle time grew more keeps exactly what it
-// needs). The expiry is known only on the server's clock: in caller-time mode every
-// write sets the TTL.
+// expiry set last still covers idle time + margin with 10 ms to spare: they overwrite the
+// 72-byte state in place (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would,
+// with no expiry to compute, parse and propagate, no new value object and an integer
+// reply; the value stays a raw string, MEMORY USAGE unchanged). When it does not, they
+// set idle time + margin, one margin more when the expiry fell short by less than a
+// margin (a busy key, re-armed about once per margin; a key whose idle time grew more
+// keeps exactly what it needs). The expiry is known only on the server's clock: in
+// caller-time mode every write sets the TTL.
 //
 // Cost (server instructions, callgrind: benchmarks/redis_instructions_bench.cpp). One
 // argument per level: the policy as 33 packed bytes ('<BI4I7I7I7I7': kind, capacity,
 // m|window µs, p, g, fill), built and kept once per policy by the C++ side, unpacked only
 // when it differs from the previous level's (Lua interns strings: a pointer comparison);
 // the shadow flags of all levels in one argument. Several levels' states are read with
-// one MGET. No table or closure per level: a level's state lives in locals (a call
-// with several levels keeps the levels it has not written yet in one flat table, and
-// the reply table is sized at creation); the few helpers it defines hold no level's
-// state; divisions are inlined as corrected `%`. A busy key's write
-// is SETRANGE in place (no expiry to format and parse, no new value object). Measured ("gateway 1lvl", a busy
-// token bucket): ~80,000 instructions per call, from ~150,000 with the earlier state of
+// one MGET. No table or closure per level: a level's state lives in locals (a call with
+// several levels keeps the levels it has not written yet in one flat table, and the reply
+// table is sized at creation); the few helpers it defines hold no level's state;
+// divisions are inlined as corrected `%`. A busy key's write is SETRANGE in place (no
+// expiry to format and parse, no new value object). Measured ("gateway 1lvl", a busy
+// token bucket): ~79,000 instructions per call, from ~150,000 with the earlier state of
 // 13 doubles, 9 decimal arguments per level and per-level tables and closures; "gateway
-// 3lvl" (two calls: user + tenant, then global) ~204,000 per decision, from ~399,000.
+// 3lvl" (two calls: user + tenant, then global) ~200,000 per decision, from ~399,000.
 //
 // KEYS[1..n]       the keys (one hash slot)
 // ARGV[1]          time in µs, or '' for the server's TIME
