@@ -75,8 +75,9 @@ class KeyedStates {
   // At most `capacity` keys (see find_or_create). Records of two tables never share a
   // cache line (chunks are 64-byte aligned), so the shards of a sharded store do not
   // falsely share the states they write; their indexes are written only on insertion.
-  explicit KeyedStates(std::size_t capacity)
+  explicit KeyedStates(std::size_t capacity, Nanos assume_spent_at = Nanos::min())
       : capacity_(std::max<std::size_t>(capacity, 1)),
+        assume_spent_at_(assume_spent_at),
         arena_(std::make_unique<Arena>()),
         index_(0, IdHash{arena_.get()}, IdEq{arena_.get()}) {}
 
@@ -107,7 +108,9 @@ class KeyedStates {
           "store full: %d keys held, none idle (full again) to evict; key \"%s\" not created",
           index_.size(), key));
     }
-    auto id = arena_->append(key, policy.init(now));
+    auto fresh = new_state(policy, now);
+    if (!fresh.ok()) return fresh.status();
+    auto id = arena_->append(key, *std::move(fresh));
     if (!id.ok()) return id.status();
     index_.insert(*id);
     // The new key's idle time is not known until the caller has spent from it, so the
@@ -142,6 +145,18 @@ class KeyedStates {
   std::size_t size() const { return index_.size(); }
 
  private:
+  // The state of a key seen for the first time at `now`: fresh, or with
+  // StoreOptions::assume_spent_at, its whole budget spent then.
+  absl::StatusOr<State> new_state(const P& policy, Nanos now) const {
+    if (assume_spent_at_ == Nanos::min()) return policy.init(now);
+    if constexpr (HasExhausted<P>) {
+      return policy.exhausted(assume_spent_at_);
+    } else {
+      return absl::InvalidArgumentError(
+          "StoreOptions::assume_spent_at is set, but the policy has no exhausted(at): a new "
+          "key cannot start with its budget spent");
+    }
+  }
   // The records. Heap-allocated on its own so that the index's hash and equality, which
   // hold a pointer to it, stay valid when the KeyedStates is moved.
   class Arena {
@@ -311,6 +326,7 @@ class KeyedStates {
   }
 
   std::size_t capacity_;
+  Nanos assume_spent_at_;  // StoreOptions::assume_spent_at
   Nanos next_sweep_{Nanos::min()};
   std::unique_ptr<Arena> arena_;
   Index index_;

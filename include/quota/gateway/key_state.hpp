@@ -298,6 +298,14 @@ struct KeyPolicy {
     return s;
   }
 
+  // The rule's whole budget spent at `at` (StoreOptions::assume_spent_at).
+  State exhausted(Nanos at) const {
+    State s = init(at);
+    s.state = detail::with_remaining(*policy, at.count(), 0);
+    s.idle_at = detail::idle_time(s).count();
+    return s;
+  }
+
   // Migrates to this policy if needed, pays debt, then applies the policy's own
   // transition. Decision::version is the rule-set version whose parameters decided: this
   // one, or the newer one that last wrote the state (see migrate()).

@@ -105,6 +105,9 @@ struct FixedWindow {
 
   State init(Nanos now) const { return State{.count = 0, .last = now.count()}; }
 
+  // The whole limit spent at `at`: the window of `at` full.
+  State exhausted(Nanos at) const { return State{.count = limit, .last = at.count()}; }
+
   Decision apply(State& s, Nanos now, std::int64_t cost) const {
     advance(s, now.count());
     if (cost < 1) return detail::never_decision(Reason::kInvalidCost, remaining(s), reset_after(s));

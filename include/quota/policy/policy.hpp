@@ -20,6 +20,9 @@
 //   - `p.idle_at(state)` is the earliest time from which `state` behaves exactly like
 //     `p.init(t)`: a store may forget the key then (and only then) without handing out
 //     budget. Nanos::max() means never.
+//   - Optionally (every policy here has it), `p.exhausted(at)`: the state of a key whose
+//     whole budget was spent at `at` — what `apply(init(at), at, budget)` leaves. Stores
+//     create new keys in it with StoreOptions::assume_spent_at (restart safety).
 //
 //   template <quota::Policy P> quota::Decision spend(const P& p, typename P::State& s,
 //                                                     quota::Nanos now) {
@@ -45,6 +48,12 @@ concept Policy = std::copy_constructible<P> &&
   { policy.init(now) } -> std::same_as<typename P::State>;
   { policy.apply(state, now, cost) } -> std::same_as<Decision>;
   { policy.idle_at(cstate) } -> std::same_as<Nanos>;
+};
+
+// A policy whose keys can start exhausted (StoreOptions::assume_spent_at).
+template <class P>
+concept HasExhausted = Policy<P> && requires(const P& policy, Nanos at) {
+  { policy.exhausted(at) } -> std::same_as<typename P::State>;
 };
 
 namespace detail {

@@ -150,6 +150,14 @@ struct SlidingLog {
 
   State init(Nanos now) const { return State(now.count()); }
 
+  // The whole limit spent at `at`: one logged event of `limit` units, counted until
+  // `at` + window.
+  State exhausted(Nanos at) const {
+    State s = init(at);
+    (void)apply(s, at, limit);
+    return s;
+  }
+
   Decision apply(State& s, Nanos now, std::int64_t cost) const {
     advance(s, now.count());
     if (cost < 1) return detail::never_decision(Reason::kInvalidCost, remaining(s), reset_after(s));

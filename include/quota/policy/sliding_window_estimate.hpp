@@ -93,6 +93,10 @@ struct SlidingWindowEstimate {
 
   State init(Nanos now) const { return State{.cur = 0, .prev = 0, .last = now.count()}; }
 
+  // The whole limit spent at `at`: the window of `at` full (then the previous window of
+  // the next one).
+  State exhausted(Nanos at) const { return State{.cur = limit, .prev = 0, .last = at.count()}; }
+
   Decision apply(State& s, Nanos now, std::int64_t cost) const {
     advance(s, now.count());
     if (cost < 1) return detail::never_decision(Reason::kInvalidCost, remaining(s), reset_after(s));

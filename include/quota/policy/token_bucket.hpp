@@ -75,6 +75,9 @@ struct TokenBucket {
     return State{.tokens = to_micro(burst), .carry = 0, .last = now.count()};
   }
 
+  // The whole burst spent at `at`: empty, refilling from `at`.
+  State exhausted(Nanos at) const { return State{.tokens = 0, .carry = 0, .last = at.count()}; }
+
   Decision apply(State& s, Nanos now, std::int64_t cost) const {
     refill(s, now.count());
     if (cost < 1) return detail::never_decision(Reason::kInvalidCost, remaining(s), reset_after(s));

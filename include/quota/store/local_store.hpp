@@ -35,7 +35,8 @@ class LocalStore {
   using policy_type = P;
   using State = typename P::State;
 
-  explicit LocalStore(StoreOptions options = {}) : states_(options.max_keys) {}
+  explicit LocalStore(StoreOptions options = {})
+      : states_(options.max_keys, options.assume_spent_at) {}
 
   absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
                                  std::int64_t cost) {

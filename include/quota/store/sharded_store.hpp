@@ -52,7 +52,9 @@ class ShardedStore {
         shards_(std::make_unique<Shard[]>(std::size_t{1} << shard_bits_)) {
     const std::size_t n = std::size_t{1} << shard_bits_;
     const std::size_t per_shard = (std::max<std::size_t>(options.max_keys, 1) + n - 1) / n;
-    for (std::size_t i = 0; i < n; ++i) shards_[i].states.emplace(per_shard);
+    for (std::size_t i = 0; i < n; ++i) {
+      shards_[i].states.emplace(per_shard, options.assume_spent_at);
+    }
   }
 
   absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,

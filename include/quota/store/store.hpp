@@ -57,6 +57,17 @@ struct StoreOptions {
   // ShardedStore only: the number of independently locked shards (rounded up to a power
   // of two). More shards mean less contention between threads on distinct keys.
   std::size_t shards = 64;
+  // Restart safety. A process that restarts loses its store, and a fresh store would give
+  // every key a full budget again, on top of what the previous process admitted just
+  // before it stopped. With `assume_spent_at` = this process's start (on the limiter's
+  // clock), a key the store creates starts with its whole budget spent at that time
+  // (`policy.exhausted(assume_spent_at)`), refilling from there: across the restart no
+  // key gets more than one budget plus what the rate gives. A key first seen long after
+  // (a time to fill or a window later) is simply full, as without the option.
+  // Nanos::min() (the default): new keys start with a full budget. The policy must have
+  // exhausted() (every policy of quota does); otherwise creating a key fails with
+  // InvalidArgument.
+  Nanos assume_spent_at = Nanos::min();
 };
 
 }  // namespace quota
