@@ -6,9 +6,11 @@
 //
 // Contract for every store S (with S::policy_type = P):
 //   - `s.apply(policy, key, now, cost)` runs `policy.apply` on the key's state, creating
-//     it with `policy.init(now)` on first use. It returns a Decision, or an error status
-//     when the environment fails (capacity exhausted, authority unreachable): an error
-//     never deducts, and is never a silent allow or deny.
+//     it with `policy.init(now)` on first use (in-process stores with
+//     StoreOptions::assume_spent_at: `policy.exhausted(assume_spent_at)`). It returns a
+//     Decision, or an error status when the environment fails (capacity exhausted,
+//     authority unreachable): an error never deducts, and is never a silent allow or
+//     deny.
 //   - A key's state is forgotten only once `policy.idle_at(state) <= now`, i.e. when
 //     recreating it fresh is the same state: a store never hands out an extra burst.
 //   - Thread safety is per store: LocalStore is for one thread; ShardedStore and
