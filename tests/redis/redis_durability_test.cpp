@@ -28,7 +28,6 @@
 using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::RedisStore;
-using quota::RedisStoreOptions;
 using quota::TokenBucket;
 using Clock = std::chrono::steady_clock;
 
