@@ -51,15 +51,6 @@ long read_number(const std::string& path) {
 
 int replica_port() { return static_cast<int>(read_number(replica_dir() + "/port")); }
 
-bool signal_replica(int sig) {
-  return ::kill(static_cast<pid_t>(read_number(replica_dir() + "/redis.pid")), sig) == 0;
-}
-
-// Resumes a paused replica even when an assertion fails in between.
-struct ResumeOnExit {
-  ~ResumeOnExit() { signal_replica(SIGCONT); }
-};
-
 std::shared_ptr<quota::redis::ConnectionPool> pool_at(int port) {
   auto config = quota::testing::redis_config(2s);
   config.port = port;
@@ -147,8 +138,8 @@ TEST_CASE(
   // The replica paused: it cannot acknowledge, so no decision is given — within the
   // replica timeout plus slack — though the master has spent the unit.
   {
-    REQUIRE(signal_replica(SIGSTOP));
-    ResumeOnExit resume;
+    REQUIRE(quota::testing::signal_redis(SIGSTOP, replica_dir()));
+    quota::testing::ResumeOnExit resume{replica_dir()};
     const auto t0 = Clock::now();
     auto d = durable.apply(kPolicy, key, Nanos{0}, 1);
     const auto took = Clock::now() - t0;
@@ -214,8 +205,8 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
   REQUIRE(first->parts.size() == 1);
   CHECK(first->parts[0].allowed);
   {
-    REQUIRE(signal_replica(SIGSTOP));
-    ResumeOnExit resume;
+    REQUIRE(quota::testing::signal_redis(SIGSTOP, replica_dir()));
+    quota::testing::ResumeOnExit resume{replica_dir()};
     auto paused = store.decide(level, 1, 1, Nanos{0});
     REQUIRE_FALSE(paused.ok());
     INFO(paused.status());

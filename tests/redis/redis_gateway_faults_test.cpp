@@ -46,17 +46,8 @@ quota::gateway::RuleSetSpec spec() { return quota::testing::fail_open_spec(20); 
 const quota::gateway::Request kRead{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
 const quota::gateway::Request kCreate{.who = {.tenant = "acme", .plan = "free"}, .route = "create"};
 
-bool signal_redis(int sig) {
-  std::ifstream in(quota::testing::redis_dir() + "/redis.pid");
-  long pid = 0;
-  if (!(in >> pid) || pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), sig) == 0;
-}
-
-// Resumes a stopped server even when an assertion fails in between.
-struct ResumeOnExit {
-  ~ResumeOnExit() { signal_redis(SIGCONT); }
-};
+using quota::testing::ResumeOnExit;
+using quota::testing::signal_redis;
 
 }  // namespace
 

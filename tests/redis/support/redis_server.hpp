@@ -62,13 +62,24 @@ inline bool redis_script(const std::string& what) {
   return std::system(cmd.c_str()) == 0;
 }
 
-// SIGKILLs the server (no clean shutdown), as a crash would.
-inline bool kill_redis() {
-  std::ifstream in(redis_dir() + "/redis.pid");
+// Sends `sig` to the server whose pid file is in `dir` (SIGSTOP / SIGCONT pause and resume
+// it); true on success.
+inline bool signal_redis(int sig, const std::string& dir = redis_dir()) {
+  std::ifstream in(dir + "/redis.pid");
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), SIGKILL) == 0;
+  return ::kill(static_cast<pid_t>(pid), sig) == 0;
 }
+
+// SIGKILLs the server (no clean shutdown), as a crash would.
+inline bool kill_redis() { return signal_redis(SIGKILL); }
+
+// Resumes a paused server (SIGCONT) when it goes out of scope, even when an assertion
+// fails in between.
+struct ResumeOnExit {
+  std::string dir = redis_dir();
+  ~ResumeOnExit() { signal_redis(SIGCONT, dir); }
+};
 
 // A unique key prefix per test run, so tests sharing one server never meet.
 inline std::string unique_prefix(const std::string& test) {
