@@ -789,7 +789,7 @@ int main(int argc, char** argv) {
   const auto params = *quota::redis::LuaTwin<TokenBucket>::params(policy);
   auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
     const std::string k = "bench:" + key(rng);
-    // Laid out as RedisStore::build does (lua_common.hpp): server time, margin, no attempt
+    // Laid out as RedisStore::build does (twin/common.hpp): server time, margin, no attempt
     // (and no fingerprint), n, 1 (one cost), the cost, 1 (one parameter set), the set.
     std::vector<std::string> b;
     quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, b);

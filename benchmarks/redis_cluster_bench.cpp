@@ -41,7 +41,7 @@
 #include <benchmark/benchmark.h>
 
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/cluster.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/client_threads.hpp"
 #include "support/redis_info.hpp"

@@ -48,7 +48,7 @@
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/redis_info.hpp"

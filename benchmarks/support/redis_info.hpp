@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 
 namespace quota::bench {
 

@@ -1,4 +1,4 @@
-// Tests for quota/redis/cluster.hpp and RedisStore on a real Redis Cluster of 3 masters
+// Tests for quota/redis/transport/cluster.hpp and RedisStore on a real Redis Cluster of 3 masters
 // started on loopback by the test fixture (cmake/redis_cluster.sh): CRC16 slots and hash
 // tags, tenants spread over the nodes, and a live slot migration under load (ASK during
 // the migration, MOVED after it) with the budget spent exactly once. Batches
@@ -26,7 +26,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/cluster.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/printers.hpp"
 #include "support/redis_cluster.hpp"

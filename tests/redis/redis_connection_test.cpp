@@ -1,4 +1,4 @@
-// Tests for quota/redis/connection.hpp against a real redis-server: commands,
+// Tests for quota/redis/transport/connection.hpp against a real redis-server: commands,
 // pipelining, error replies as replies, failures as kUnavailable, reconnect after a
 // failure, and the pool under many threads.
 #include <atomic>
@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;

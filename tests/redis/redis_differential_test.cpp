@@ -1,4 +1,4 @@
-// Differential test of the token bucket's Lua twin (quota/redis/token_bucket_lua.hpp):
+// Differential test of the token bucket's Lua twin (quota/redis/twin/token_bucket.hpp):
 // random traces through quota::TokenBucket with manual times and through RedisStore in
 // caller-time mode must give identical decisions — allowed, reason, remaining,
 // retry_after, reset_after — request by request, including parameters at the edge of

@@ -1,4 +1,4 @@
-// Differential test of quota/redis/gateway_lua.hpp: the Lua twin of the gateway's
+// Differential test of quota/redis/twin/gateway.hpp: the Lua twin of the gateway's
 // KeyState (rule changes, debt, refunds, all-or-nothing levels) against the in-process
 // backend (StoreBackend over LocalStore<KeyPolicy>), on random operation sequences with
 // the caller's clock. Every decision, remaining, retry_after, reset_after and version,

@@ -1,4 +1,4 @@
-// Tests for the token bucket twin's compact reply (token_bucket_lua.hpp), as parsed by
+// Tests for the token bucket twin's compact reply (twin/token_bucket.hpp), as parsed by
 // LuaTwin<TokenBucket> in quota/redis/redis_store.hpp: each bucket's state as written and
 // its denials, from which the caller derives remaining, retry_after and reset_after. The
 // derivation is compared with TokenBucket::apply on random states (no server: replies

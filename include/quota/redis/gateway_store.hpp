@@ -10,7 +10,7 @@
 //   auto r = gw.decide({.who = {.tenant = "acme", .plan = "free"}, .route = "read"}, clock.now());
 //
 // Each key's state lives in Redis with the parameters and rule-set version that wrote it
-// (the Lua twin of key_state.hpp: gateway_lua.hpp), so a rule change — downgrade,
+// (the Lua twin of key_state.hpp: twin/gateway.hpp), so a rule change — downgrade,
 // upgrade, switching kind — is converted on the server without handing out a burst,
 // whichever process sees the new rules first; a process still on an older rule set is
 // decided by the newer rule and told its version (never rolled back).
@@ -89,18 +89,18 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/redis/cluster.hpp"
-#include "quota/redis/coalescer.hpp"
-#include "quota/redis/connection.hpp"
-#include "quota/redis/gateway_lua.hpp"
 #include "quota/redis/keys.hpp"
 #include "quota/redis/redis_store.hpp"
-#include "quota/redis/script.hpp"
+#include "quota/redis/transport/cluster.hpp"
+#include "quota/redis/transport/coalescer.hpp"
+#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/script.hpp"
+#include "quota/redis/twin/gateway.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
 
-// The Lua twin's exact range (see gateway_lua.hpp).
+// The Lua twin's exact range (see twin/gateway.hpp).
 inline constexpr std::int64_t kGatewayMaxCapacity = 2'000'000'000;        // units
 inline constexpr std::int64_t kGatewayMaxSpanNs = 4'000'000'000'000'000;  // ~46 days
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
@@ -359,7 +359,7 @@ class GatewayStore {
     gateway::LevelVector<Decision> parts;
   };
 
-  // A policy's one script argument (see gateway_lua.hpp): 33 bytes, little-endian
+  // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
   // '<BI4I7I7I7I7' (kind, burst|limit, m|window µs, p|0, g|0, fill ns|0), or
   // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
   using PolicyArgs = std::string;

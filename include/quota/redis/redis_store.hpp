@@ -35,8 +35,8 @@
 // `RedisStore<P>::check(policy)`).
 //
 // Policies: TokenBucket, FixedWindow, SlidingLog and SlidingWindowEstimate, each with
-// its Lua twin (token_bucket_lua.hpp, fixed_window_lua.hpp, sliding_log_lua.hpp,
-// sliding_window_estimate_lua.hpp), kept bit-identical to the C++ policy by
+// its Lua twin (twin/token_bucket.hpp, twin/fixed_window.hpp, twin/sliding_log.hpp,
+// twin/sliding_window_estimate.hpp), kept bit-identical to the C++ policy by
 // tests/redis/redis_differential_test.cpp. Each twin's exact range is narrower than the
 // C++ policy's (Lua numbers are doubles); `check` names the bound that a policy breaks.
 //
@@ -94,300 +94,19 @@
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/cluster.hpp"
-#include "quota/redis/coalescer.hpp"
-#include "quota/redis/connection.hpp"
-#include "quota/redis/fixed_window_lua.hpp"
 #include "quota/redis/keys.hpp"
-#include "quota/redis/script.hpp"
-#include "quota/redis/sliding_log_lua.hpp"
-#include "quota/redis/sliding_window_estimate_lua.hpp"
-#include "quota/redis/token_bucket_lua.hpp"
+#include "quota/redis/transport/cluster.hpp"
+#include "quota/redis/transport/coalescer.hpp"
+#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/script.hpp"
+#include "quota/redis/twin/call.hpp"
+#include "quota/redis/twin/fixed_window.hpp"
+#include "quota/redis/twin/sliding_log.hpp"
+#include "quota/redis/twin/sliding_window_estimate.hpp"
+#include "quota/redis/twin/token_bucket.hpp"
 #include "quota/units.hpp"
 
 namespace quota {
-
-namespace redis {
-
-enum class TimeSource {
-  kServer,  // redis.call('TIME'): the authority's clock (production)
-  kCaller,  // the `now` given to apply (differential tests only)
-};
-
-// 2^53: Lua numbers (doubles) hold every integer below it exactly.
-inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
-// The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
-inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
-
-// The Lua twin of a policy: its script, its parameters as script arguments, and the
-// range in which the script is exact. Specialized per policy.
-template <Policy P>
-struct LuaTwin;
-
-template <>
-struct LuaTwin<TokenBucket> {
-  static const std::string& script() { return kTokenBucketLua; }
-
-  // The script's per-bucket parameters; see token_bucket_lua.hpp.
-  struct Params {
-    std::int64_t m = 0, p = 1, g = 1, fill = -1;
-  };
-
-  static absl::StatusOr<Params> params(const TokenBucket& tb) {
-    if (auto s = tb.validate(); !s.ok()) return s;
-    if (tb.burst > (kLuaExact - 1) / kMicrosPerUnit) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "burst=%d: the Redis store keeps micro-units in Lua doubles, exact below 2^53, so "
-          "burst must be at most %d units",
-          tb.burst, (kLuaExact - 1) / kMicrosPerUnit));
-    }
-    const std::int64_t big_m = to_micro(tb.rate.units);
-    const std::int64_t big_p = tb.rate.per.count();
-    if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
-    if (big_p >= kLuaExact) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "rate.per=%d ns: the Redis store needs rate.per below 2^53 ns (~104 days)", big_p));
-    }
-    const std::int64_t g = std::gcd(big_m, big_p);
-    const std::int64_t m = big_m / g, p = big_p / g;
-    if ((absl::int128(m) + 2) * (absl::int128(p) + 1) > kLuaExact) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, the Redis store needs "
-          "(rate.units*10^6/g + 2)*(rate.per/g + 1) <= 2^53 (Lua doubles); got %d/g and %d/g — "
-          "use a rate.per that shares more factors with rate.units*10^6 (e.g. whole ms)",
-          to_string(tb.rate), g, big_m, big_p));
-    }
-    const absl::int128 fill =
-        quota::detail::ceil_div(absl::int128(to_micro(tb.burst)) * p, absl::int128(m));
-    if (fill > kMaxFillNs) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis store's bound is "
-          "%d ns (~104 days) — raise rate.units or lower burst",
-          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), kMaxFillNs));
-    }
-    return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
-  }
-
-  // Appends the 6 per-bucket arguments: the cost, then the 5 parameters (build() sends
-  // the costs first and the parameters once when all buckets share them).
-  static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
-    // exact in Lua.
-    const std::int64_t c = std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
-    args.push_back(absl::StrCat(c));
-    args.push_back(absl::StrCat(tb.burst));
-    args.push_back(absl::StrCat(pr.m));
-    args.push_back(absl::StrCat(pr.p));
-    args.push_back(absl::StrCat(pr.g));
-    args.push_back(absl::StrCat(pr.fill));
-  }
-
-  // The compact reply (token_bucket_lua.hpp): each bucket's state as the script wrote it
-  // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
-  // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
-  // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
-  // kCostExceedsBurst, kInvalidCost: kNever; allowed: 0) and reset_after (the time to
-  // reach burst) from the tokens and the carry over rate.per. `allowed` is left to the
-  // caller (a bucket's own outcome or the call's). A state out of range (tokens above
-  // burst, carry not below rate.per, an over-limit reason with enough tokens) is a
-  // malformed reply.
-  static constexpr std::size_t kStateBytes = 28;
-  static absl::StatusOr<Decision> decision(const TokenBucket& tb, std::int64_t cost,
-                                           std::string_view state, Reason reason) {
-    if (state.size() != kStateBytes) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the quota script: a state of %d bytes", state.size()));
-    }
-    auto field = [&](std::size_t at) {
-      std::int64_t v = 0;
-      for (std::size_t i = 7; i-- > 0;) {
-        v = (v << 8) | static_cast<unsigned char>(state[at + i]);
-      }
-      return v;
-    };
-    const std::int64_t tokens = field(0), carry = field(7);
-    const MicroUnits cap = to_micro(tb.burst);
-    const std::int64_t per = tb.rate.per.count();
-    if (tokens > cap || carry >= per) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the quota script: tokens %d, carry %d", tokens, carry));
-    }
-    const TokenBucket::State s{.tokens = tokens, .carry = carry, .last = 0};
-    Nanos retry{0};
-    if (reason == Reason::kOverLimit) {
-      if (cost < 1 || cost > tb.burst || tokens >= to_micro(cost)) {
-        return absl::UnavailableError(absl::StrFormat(
-            "malformed reply from the quota script: over limit with %d micro-units for cost %d",
-            tokens, cost));
-      }
-      retry = tb.time_to_reach(s, to_micro(cost));
-    } else if (reason != Reason::kAllowed) {
-      retry = kNever;
-    }
-    return Decision{.allowed = reason == Reason::kAllowed,
-                    .remaining = tokens / kMicrosPerUnit,
-                    .retry_after = retry,
-                    .reset_after = tb.reset_after(s),
-                    .version = 0,
-                    .reason = reason};
-  }
-
-  // Whether `r` is a reply in the compact form (element 5 a string).
-  static bool is_compact(const redisReply& r) {
-    return r.type == REDIS_REPLY_ARRAY && r.elements > 4 && r.element[4] != nullptr &&
-           r.element[4]->type == REDIS_REPLY_STRING;
-  }
-
-  // The n buckets' own decisions (`allowed`: the bucket alone had enough) from a compact
-  // reply `r` (its four header elements are the caller's); `bucket(b)` gives bucket b's
-  // policy and cost as a std::pair<const TokenBucket*, std::int64_t>.
-  template <class Bucket>
-  static absl::StatusOr<std::vector<Decision>> compact_parts(const redisReply& r, std::size_t n,
-                                                             const Bucket& bucket) {
-    if (!is_compact(r) || r.elements < 4 + n || r.elements > 4 + 2 * n) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the quota script: %d elements for %d buckets", r.elements, n));
-    }
-    std::vector<Reason> reasons(n, Reason::kAllowed);
-    std::size_t last = 0;  // denials come in bucket order, each bucket at most once
-    for (std::size_t k = 4 + n; k < r.elements; ++k) {
-      const redisReply* e = r.element[k];
-      const long long x = e != nullptr && e->type == REDIS_REPLY_INTEGER ? e->integer : -1;
-      const long long i = x / 4, reason = x % 4;
-      if (x < 0 || i <= static_cast<long long>(last) || i > static_cast<long long>(n) ||
-          reason < 1) {
-        return absl::UnavailableError(absl::StrFormat(
-            "malformed reply from the quota script: element %d is not a denial", k));
-      }
-      reasons[i - 1] = static_cast<Reason>(reason);
-      last = static_cast<std::size_t>(i);
-    }
-    std::vector<Decision> parts;
-    parts.reserve(n);
-    for (std::size_t b = 0; b < n; ++b) {
-      const redisReply* e = r.element[4 + b];
-      if (e == nullptr || e->type != REDIS_REPLY_STRING) {
-        return absl::UnavailableError(absl::StrFormat(
-            "malformed reply from the quota script: element %d is not a state", 4 + b));
-      }
-      const auto [policy, cost] = bucket(b);
-      auto d = decision(*policy, cost, std::string_view(e->str, e->len), reasons[b]);
-      if (!d.ok()) return d.status();
-      parts.push_back(*d);
-    }
-    return parts;
-  }
-};
-
-template <>
-struct LuaTwin<FixedWindow> {
-  static const std::string& script() { return kFixedWindowLua; }
-
-  struct Params {
-    std::int64_t mode = 1, w = 1;  // see fixed_window_lua.hpp
-  };
-
-  static absl::StatusOr<Params> params(const FixedWindow& fw) {
-    if (auto s = fw.validate(); !s.ok()) return s;
-    if (fw.limit > kLuaExact - 2) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "limit=%d: the Redis store counts in Lua doubles, exact below 2^53, so limit must be "
-          "at most %d",
-          fw.limit, kLuaExact - 2));
-    }
-    const std::int64_t w = fw.window.count();
-    constexpr std::int64_t kSecond = 1'000'000'000;
-    if (kSecond % w == 0) return Params{.mode = 1, .w = w};
-    if (w % kSecond == 0 && w <= kMaxFillNs) return Params{.mode = 2, .w = w / kSecond};
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
-        "of seconds up to %d s (~104 days), so that window starts are exact in Lua",
-        w, kMaxFillNs / kSecond));
-  }
-
-  static void append_args(const FixedWindow& fw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, fw.limit + 1)));
-    args.push_back(absl::StrCat(fw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back("0");
-    args.push_back("0");
-  }
-};
-
-template <>
-struct LuaTwin<SlidingWindowEstimate> {
-  static const std::string& script() { return kSlidingWindowEstimateLua; }
-
-  struct Params {
-    std::int64_t mode = 1, w = 1, per = 0;  // see sliding_window_estimate_lua.hpp
-  };
-
-  // The longest window: below 2^52 ns (products of two values below 2^52 are exact).
-  static constexpr std::int64_t kMaxWindowNs = 4'500'000'000'000'000;
-
-  static absl::StatusOr<Params> params(const SlidingWindowEstimate& sw) {
-    if (auto s = sw.validate(); !s.ok()) return s;
-    const std::int64_t w = sw.window.count();
-    constexpr std::int64_t kSecond = 1'000'000'000;
-    if (kSecond % w == 0) return Params{.mode = 1, .w = w, .per = kSecond / w};
-    if (w % kSecond == 0 && w <= kMaxWindowNs) return Params{.mode = 2, .w = w / kSecond, .per = 0};
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
-        "of seconds up to %d s (~52 days, below 2^52 ns), so that the estimate is exact in Lua",
-        w, kMaxWindowNs / kSecond));
-  }
-
-  static void append_args(const SlidingWindowEstimate& sw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sw.limit + 1)));
-    args.push_back(absl::StrCat(sw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back(absl::StrCat(sw.window.count()));
-    args.push_back(absl::StrCat(pr.per));
-  }
-};
-
-template <>
-struct LuaTwin<SlidingLog> {
-  static const std::string& script() { return kSlidingLogLua; }
-
-  struct Params {};
-
-  static absl::StatusOr<Params> params(const SlidingLog& sl) {
-    if (auto s = sl.validate(); !s.ok()) return s;
-    if (sl.window.count() > kMaxFillNs) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "window=%d ns: the Redis store's bound is %d ns (~104 days), so that event ages "
-          "are exact in Lua",
-          sl.window.count(), kMaxFillNs));
-    }
-    return Params{};
-  }
-
-  static void append_args(const SlidingLog& sl, const Params&, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sl.limit + 1)));
-    args.push_back(absl::StrCat(sl.limit));
-    args.push_back(absl::StrCat(sl.window.count()));
-    args.push_back("0");
-    args.push_back("0");
-    args.push_back("0");
-  }
-};
-
-// The result of one script call, with what apply() leaves out.
-struct Outcome {
-  Decision decision;            // for several buckets: the combined decision
-  std::vector<Decision> parts;  // one per bucket, in request order
-  Nanos time{0};                // the time the script decided at (server or caller time)
-  bool replayed = false;        // an attempt's stored first result
-};
-
-}  // namespace redis
 
 struct RedisStoreOptions {
   // Connections to the server. Required.
@@ -465,7 +184,7 @@ class RedisStore {
   // script call (per slot, on a cluster), split where a key repeats or, in caller-time
   // mode, where the time changes. A key or policy the store rejects fails its
   // own call before it waits. A corrupt bucket fails the script call it is in and
-  // charges nothing (lua_common.hpp); each caller of that call is then decided alone, so
+  // charges nothing (twin/common.hpp); each caller of that call is then decided alone, so
   // that only the corrupt bucket's caller gets the error (likewise for a TRYAGAIN given
   // up on, on a cluster). A transport failure fails every caller of the call
   // (kUnavailable: their decisions may have been applied), as it would each alone.
@@ -488,25 +207,21 @@ class RedisStore {
   // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
   // is stored in the tenant's slot for options.attempt_ttl and replayed (replayed =
   // true) for a retry; the same id with another key or cost is InvalidArgument.
-  absl::StatusOr<redis::Outcome> acquire(const P& policy, std::string_view key, Nanos now,
-                                         std::int64_t cost, std::string_view attempt_id = {}) {
+  absl::StatusOr<redis::ScriptResult> acquire(const P& policy, std::string_view key, Nanos now,
+                                              std::int64_t cost, std::string_view attempt_id = {}) {
     const Request req{&policy, key, cost};
     return acquire_all(std::span<const Request>(&req, 1), now, attempt_id);
   }
 
-  // One bucket of a hierarchical check.
-  struct Request {
-    const P* policy;
-    std::string_view key;
-    std::int64_t cost;
-  };
+  // One bucket of a hierarchical check: its policy, key and cost.
+  using Request = redis::BucketRequest<P>;
 
   // Hierarchy: every bucket (all keys of ONE tenant: the same hash tag) is refilled and
   // checked in one script; all are deducted if all allow, none otherwise. The combined
   // decision: allowed iff all allow; remaining the least; retry_after and reset_after
   // the largest (kNever wins); reason that of the first bucket that denies.
-  absl::StatusOr<redis::Outcome> acquire_all(std::span<const Request> reqs, Nanos now,
-                                             std::string_view attempt_id = {}) {
+  absl::StatusOr<redis::ScriptResult> acquire_all(std::span<const Request> reqs, Nanos now,
+                                                  std::string_view attempt_id = {}) {
     auto call = build(reqs, now, attempt_id);
     if (!call.ok()) return call.status();
     auto reply = execute(*call);
@@ -609,11 +324,23 @@ class RedisStore {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
   }
 
-  // The keys and arguments of one script call, owned.
-  struct Call {
-    std::vector<std::string> keys;
-    std::vector<std::string> args;
-  };
+  using Call = redis::Call;
+
+  // The call for `reqs` (twin/call.hpp), or the options' error.
+  absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
+                             bool batch = false) const {
+    if (!config_error_.ok()) return config_error_;
+    return redis::build_call<P>({.prefix = options_.prefix,
+                                 .time = options_.time,
+                                 .ttl_margin = options_.ttl_margin,
+                                 .attempt_ttl = options_.attempt_ttl},
+                                reqs, now, attempt_id, batch);
+  }
+  static absl::StatusOr<redis::ScriptResult> parse(const redisReply& r,
+                                                   std::span<const Request> reqs,
+                                                   bool batch = false) {
+    return redis::parse_reply<P>(r, reqs, batch);
+  }
 
   // Sends one call (redis::Script: EVALSHA, NOSCRIPT → EVAL once, MOVED / ASK on a
   // cluster).
@@ -703,9 +430,9 @@ class RedisStore {
     auto replies = execute_many(calls);
     std::vector<absl::StatusOr<Decision>> out(items.size(), absl::UnknownError("unset"));
     for (std::size_t c = 0; c < calls.size(); ++c) {
-      absl::StatusOr<redis::Outcome> parsed =
+      absl::StatusOr<redis::ScriptResult> parsed =
           replies[c].ok() ? parse(**replies[c], chunks[c].reqs, /*batch=*/true)
-                          : absl::StatusOr<redis::Outcome>(replies[c].status());
+                          : absl::StatusOr<redis::ScriptResult>(replies[c].status());
       for (std::size_t j = 0; j < chunks[c].items.size(); ++j) {
         out[chunks[c].items[j]] = parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
                                               : absl::StatusOr<Decision>(parsed.status());
@@ -729,184 +456,6 @@ class RedisStore {
       if (!r.ok()) return r.status();
     }
     return absl::OkStatus();
-  }
-
-  absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
-                             bool batch = false) const {
-    if (!config_error_.ok()) return config_error_;
-    if (reqs.empty()) return absl::InvalidArgumentError("no buckets requested");
-    Call call;
-    std::string tag;
-    std::string fingerprint;
-    std::vector<std::string> bucket_args;
-    for (std::size_t i = 0; i < reqs.size(); ++i) {
-      auto parts = redis::split_key(reqs[i].key);
-      if (!parts.ok()) return parts.status();
-      if (i == 0) {
-        tag = std::string(parts->tag);
-      } else if (!batch && parts->tag != tag) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("keys of one call must share one tenant (hash tag): \"%s\" vs \"%s\"",
-                            tag, parts->tag));
-      }
-      auto params = Twin::params(*reqs[i].policy);
-      if (!params.ok()) return params.status();
-      call.keys.push_back(redis::bucket_key(options_.prefix, *parts));
-      Twin::append_args(*reqs[i].policy, *params, reqs[i].cost, bucket_args);
-      if (!attempt_id.empty()) {
-        absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
-      }
-    }
-    const bool has_attempt = !attempt_id.empty();
-    if (has_attempt) {
-      auto akey = redis::attempt_key(options_.prefix, tag, attempt_id);
-      if (!akey.ok()) return akey.status();
-      call.keys.push_back(std::move(*akey));
-    }
-    if (options_.time == redis::TimeSource::kCaller) {
-      // floor division, so that the nanoseconds limb is in [0, 1e9) for negative times too
-      std::int64_t sec = now.count() / 1'000'000'000;
-      std::int64_t ns = now.count() % 1'000'000'000;
-      if (ns < 0) {
-        ns += 1'000'000'000;
-        --sec;
-      }
-      call.args.push_back(absl::StrCat(sec));
-      call.args.push_back(absl::StrCat(ns));
-    } else {
-      call.args.emplace_back();
-      call.args.emplace_back();
-    }
-    call.args.push_back(absl::StrCat(options_.ttl_margin.count()));
-    if (batch) {
-      call.args.push_back("-1");
-    } else if (has_attempt) {
-      call.args.push_back(absl::StrCat(std::max<std::int64_t>(options_.attempt_ttl.count(), 1)));
-    } else {
-      call.args.push_back("0");
-    }
-    call.args.push_back(std::move(fingerprint));  // empty without an attempt: unused
-    // append_args gave 6 per bucket: the cost, then 5 parameters. The costs go first,
-    // once when every bucket has the same, then the parameters, once when every bucket
-    // has the same (a batch of one policy and one cost: the server converts a sixth of
-    // the values), else once per bucket (lua_common.hpp).
-    const std::size_t n = reqs.size();
-    bool shared = true;
-    bool same_cost = true;
-    for (std::size_t i = 1; i < n; ++i) {
-      shared = shared && std::equal(bucket_args.begin() + 6 * i + 1,
-                                    bucket_args.begin() + 6 * i + 6, bucket_args.begin() + 1);
-      same_cost = same_cost && bucket_args[6 * i] == bucket_args[0];
-    }
-    call.args.push_back(absl::StrCat(n));
-    call.args.push_back(same_cost ? std::string("1") : absl::StrCat(n));
-    for (std::size_t i = 0; i < (same_cost ? 1 : n); ++i) {
-      call.args.push_back(std::move(bucket_args[6 * i]));
-    }
-    call.args.push_back(shared ? std::string("1") : absl::StrCat(n));
-    for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
-      for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
-    }
-    return call;
-  }
-
-  static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
-    if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the quota script: element %d is not an integer", i));
-    }
-    return static_cast<std::int64_t>(r.element[i]->integer);
-  }
-
-  static Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
-
-  // The reply of a script call for `reqs` (lua_common.hpp), in the full form (five
-  // integers per bucket: every twin's, and the token bucket's with an attempt or
-  // replayed) or in the token bucket's compact form (each bucket's state, then its
-  // denials: token_bucket_lua.hpp; LuaTwin<TokenBucket>::decision derives the fields).
-  // `batch`: independent decisions (acquire_batch): each part allowed on its own.
-  static absl::StatusOr<redis::Outcome> parse(const redisReply& r, std::span<const Request> reqs,
-                                              bool batch = false) {
-    const std::size_t n = reqs.size();
-    if (r.type == REDIS_REPLY_ERROR) {
-      const std::string_view msg = redis::reply_string(r);
-      if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
-        return absl::DataLossError(absl::StrCat("redis: ", redis::detail::av(msg)));
-      }
-      if (msg.find("QUOTA_ATTEMPT_MISMATCH") != std::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("redis: ", redis::detail::av(msg)));
-      }
-      return redis::error_status(r);
-    }
-    constexpr bool kHasCompact = requires { Twin::kStateBytes; };
-    bool compact = false;
-    if constexpr (kHasCompact) compact = Twin::is_compact(r);
-    if (r.type != REDIS_REPLY_ARRAY || (!compact && r.elements != 4 + 5 * n)) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the quota script: type %d with %d elements, expected an array "
-          "of %d",
-          r.type, r.type == REDIS_REPLY_ARRAY ? r.elements : 0, 4 + 5 * n));
-    }
-    std::int64_t v[4];
-    for (std::size_t i = 0; i < 4; ++i) {
-      auto x = integer_at(r, i);
-      if (!x.ok()) return x.status();
-      v[i] = *x;
-    }
-    redis::Outcome out;
-    out.replayed = v[0] != 0;
-    out.time = Nanos{v[1] * 1'000'000'000 + v[2]};
-    const bool all = v[3] != 0;
-    // Each bucket's own decision first (`allowed`: it alone had enough).
-    if constexpr (kHasCompact) {
-      if (compact) {
-        auto parts = Twin::compact_parts(r, n, [&](std::size_t b) {
-          return std::pair<const P*, std::int64_t>(reqs[b].policy, reqs[b].cost);
-        });
-        if (!parts.ok()) return parts.status();
-        out.parts = *std::move(parts);
-      }
-    }
-    if (!compact) {
-      out.parts.reserve(n);
-      for (std::size_t b = 0; b < n; ++b) {
-        std::int64_t f[5];
-        for (std::size_t i = 0; i < 5; ++i) {
-          auto x = integer_at(r, 4 + 5 * b + i);
-          if (!x.ok()) return x.status();
-          f[i] = *x;
-        }
-        if (f[1] < 0 || f[1] > 3) {
-          return absl::UnavailableError(
-              absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
-        }
-        out.parts.push_back(Decision{.allowed = f[0] != 0,
-                                     .remaining = f[2],
-                                     .retry_after = to_nanos(f[3]),
-                                     .reset_after = to_nanos(f[4]),
-                                     .version = 0,
-                                     .reason = static_cast<Reason>(f[1])});
-      }
-    }
-    Decision combined{.allowed = all,
-                      .remaining = std::numeric_limits<std::int64_t>::max(),
-                      .retry_after = Nanos{0},
-                      .reset_after = Nanos{0},
-                      .version = 0,
-                      .reason = Reason::kAllowed};
-    bool have_reason = false;
-    for (Decision& d : out.parts) {
-      combined.remaining = std::min(combined.remaining, d.remaining);
-      combined.retry_after = std::max(combined.retry_after, d.retry_after);
-      combined.reset_after = std::max(combined.reset_after, d.reset_after);
-      if (!all && !d.allowed && !have_reason) {
-        combined.reason = d.reason;
-        have_reason = true;
-      }
-      if (!batch) d.allowed = all;
-    }
-    out.decision = combined;
-    return out;
   }
 
   // Coalescing (apply): a caller's request and time, decided with others'.

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "quota/decision.hpp"
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "support/redis_server.hpp"
 
 namespace quota::testing {

@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 
 namespace quota::testing {
 

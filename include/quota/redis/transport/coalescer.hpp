@@ -1,4 +1,4 @@
-// quota/redis/coalescer.hpp — concurrent calls decided together, fewer round trips.
+// quota/redis/transport/coalescer.hpp — concurrent calls decided together, fewer round trips.
 //
 // A gateway with many threads makes many small, independent Redis calls at once; each
 // pays a round trip (two system calls on each side, a context switch to wait). A

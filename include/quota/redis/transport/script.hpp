@@ -1,4 +1,4 @@
-// quota/redis/script.hpp — runs one Lua script on Redis, standalone or Cluster.
+// quota/redis/transport/script.hpp — runs one Lua script on Redis, standalone or Cluster.
 //
 // `Script::run(keys, args)` sends `EVALSHA <sha> numkeys keys... args...` to the server
 // (or, on a cluster, to the node serving the first key's slot) and returns its reply:
@@ -43,8 +43,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "quota/redis/cluster.hpp"
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/cluster.hpp"
+#include "quota/redis/transport/connection.hpp"
 
 namespace quota::redis {
 

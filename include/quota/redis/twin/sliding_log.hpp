@@ -1,9 +1,9 @@
-// quota/redis/sliding_log_lua.hpp — the Lua twin of quota::SlidingLog.
+// quota/redis/twin/sliding_log.hpp — the Lua twin of quota::SlidingLog.
 //
 // Bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the
 // admitted (time, cost) events still in the window (t − W, t]; a request admitted iff
 // used + cost <= limit; a denial's retry_after is when the oldest events holding the
-// excess have left. Shared arguments, reply and attempts: lua_common.hpp.
+// excess have left. Shared arguments, reply and attempts: twin/common.hpp.
 //
 // Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
 //   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
@@ -26,9 +26,16 @@
 // Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, W ns, 0, 0, 0.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
-#include "quota/redis/lua_common.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/redis/twin/common.hpp"
 
 namespace quota::redis {
 
@@ -150,5 +157,33 @@ end
 // The whole script.
 inline const std::string kSlidingLogLua =
     std::string(kLuaMath) + kLuaHead + kSlidingLogLuaBody + kLuaTail;
+
+template <>
+struct LuaTwin<SlidingLog> {
+  static const std::string& script() { return kSlidingLogLua; }
+
+  struct Params {};
+
+  static absl::StatusOr<Params> params(const SlidingLog& sl) {
+    if (auto s = sl.validate(); !s.ok()) return s;
+    if (sl.window.count() > kMaxFillNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window=%d ns: the Redis store's bound is %d ns (~104 days), so that event ages "
+          "are exact in Lua",
+          sl.window.count(), kMaxFillNs));
+    }
+    return Params{};
+  }
+
+  static void append_args(const SlidingLog& sl, const Params&, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sl.limit + 1)));
+    args.push_back(absl::StrCat(sl.limit));
+    args.push_back(absl::StrCat(sl.window.count()));
+    args.push_back("0");
+    args.push_back("0");
+    args.push_back("0");
+  }
+};
 
 }  // namespace quota::redis

@@ -1,4 +1,4 @@
-// quota/redis/cluster.hpp — Redis Cluster slot routing for the Redis store.
+// quota/redis/transport/cluster.hpp — Redis Cluster slot routing for the Redis store.
 //
 // Redis Cluster splits the key space into 16384 slots, slot = CRC16(key) mod 16384,
 // where only the hash tag is hashed when the key has one (the part between the first
@@ -54,7 +54,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "quota/redis/connection.hpp"
+#include "quota/redis/transport/connection.hpp"
 
 namespace quota::redis {
 

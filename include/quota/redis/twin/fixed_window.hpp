@@ -1,8 +1,8 @@
-// quota/redis/fixed_window_lua.hpp — the Lua twin of quota::FixedWindow.
+// quota/redis/twin/fixed_window.hpp — the Lua twin of quota::FixedWindow.
 //
 // Bit-identical to FixedWindow::apply (include/quota/policy/fixed_window.hpp): a count
 // per aligned window [k·W, (k+1)·W), reset when the window index advances; backwards
-// time changes nothing. Shared arguments, reply and attempt handling: lua_common.hpp.
+// time changes nothing. Shared arguments, reply and attempt handling: twin/common.hpp.
 //
 // Exactness. Times are two limbs (seconds, nanoseconds), so the window index of a time
 // is never formed as one number. The store accepts windows that tile the second grid:
@@ -37,7 +37,7 @@
 // caller-time mode the expiry is not on the caller's clock: every write sets the TTL,
 // unmarked.
 //
-// Cost: as the token bucket's twin (token_bucket_lua.hpp): several windows' states are
+// Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
 // read with one MGET; one pass per window (advance, decide, count, write) for one window
 // and for acquire_batch's independent decisions, with no per-window function call or
 // table; two passes only for the all-or-nothing check over several windows; divisions
@@ -54,9 +54,16 @@
 // (mode 1, ns) or s (mode 2, seconds), 0, 0.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
-#include "quota/redis/lua_common.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/policy/fixed_window.hpp"
+#include "quota/redis/twin/common.hpp"
 
 namespace quota::redis {
 
@@ -65,7 +72,7 @@ local pack, sunpack = struct.pack, struct.unpack
 local out = {0, sec, ns, 1}
 -- The script runs on the server's clock (the key's expiry is on that clock too).
 local server = ARGV[1] == ''
--- The states, read at once (read_states, lua_common.hpp).
+-- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window', 12, 24)
 if not raws then return corrupt end
 seen = raws
@@ -216,5 +223,42 @@ end
 // The whole script.
 inline const std::string kFixedWindowLua =
     std::string(kLuaMath) + kLuaHead + kFixedWindowLuaBody + kLuaTail;
+
+template <>
+struct LuaTwin<FixedWindow> {
+  static const std::string& script() { return kFixedWindowLua; }
+
+  struct Params {
+    std::int64_t mode = 1, w = 1;  // see twin/fixed_window.hpp
+  };
+
+  static absl::StatusOr<Params> params(const FixedWindow& fw) {
+    if (auto s = fw.validate(); !s.ok()) return s;
+    if (fw.limit > kLuaExact - 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "limit=%d: the Redis store counts in Lua doubles, exact below 2^53, so limit must be "
+          "at most %d",
+          fw.limit, kLuaExact - 2));
+    }
+    const std::int64_t w = fw.window.count();
+    constexpr std::int64_t kSecond = 1'000'000'000;
+    if (kSecond % w == 0) return Params{.mode = 1, .w = w};
+    if (w % kSecond == 0 && w <= kMaxFillNs) return Params{.mode = 2, .w = w / kSecond};
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
+        "of seconds up to %d s (~104 days), so that window starts are exact in Lua",
+        w, kMaxFillNs / kSecond));
+  }
+
+  static void append_args(const FixedWindow& fw, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, fw.limit + 1)));
+    args.push_back(absl::StrCat(fw.limit));
+    args.push_back(absl::StrCat(pr.mode));
+    args.push_back(absl::StrCat(pr.w));
+    args.push_back("0");
+    args.push_back("0");
+  }
+};
 
 }  // namespace quota::redis

@@ -1,13 +1,13 @@
-// quota/redis/sliding_window_estimate_lua.hpp — the Lua twin of
+// quota/redis/twin/sliding_window_estimate.hpp — the Lua twin of
 // quota::SlidingWindowEstimate.
 //
 // Bit-identical to SlidingWindowEstimate::apply (include/quota/policy/
 // sliding_window_estimate.hpp): counters `cur` and `prev` of the aligned windows, a
 // request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the same remaining,
-// retry_after and reset_after. Shared arguments, reply and attempts: lua_common.hpp.
+// retry_after and reset_after. Shared arguments, reply and attempts: twin/common.hpp.
 //
 // Exactness. Times are two limbs (seconds, nanoseconds) and windows tile the second
-// grid exactly as in fixed_window_lua.hpp (mode 1: W divides 1 s; mode 2: W a whole
+// grid exactly as in twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole
 // number of seconds). Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44,
 // W and el < 2^52) are formed exactly as two limbs (`mul`: H·2^52 + L, via 26-bit
 // halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a floating
@@ -40,7 +40,7 @@
 // is never extended: it expires at the end of its span plus the margin. In caller-time
 // mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
 //
-// Cost: as the token bucket's twin (token_bucket_lua.hpp): several windows' states are
+// Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
 // read with one MGET; one pass per window for one window and for acquire_batch's
 // independent decisions, with no per-window table; two passes only for the
 // all-or-nothing check over several windows; a batch of one cost and one parameter set
@@ -57,9 +57,16 @@
 // (mode 1: W ns; mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
-#include "quota/redis/lua_common.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/policy/sliding_window_estimate.hpp"
+#include "quota/redis/twin/common.hpp"
 
 namespace quota::redis {
 
@@ -106,7 +113,7 @@ end
 local out = {0, sec, ns, 1}
 -- The script runs on the server's clock (the key's expiry is on that clock too).
 local server = ARGV[1] == ''
--- The states, read at once (read_states, lua_common.hpp).
+-- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window estimate', 21, 32)
 if not raws then return corrupt end
 seen = raws
@@ -301,5 +308,39 @@ end
 // The whole script.
 inline const std::string kSlidingWindowEstimateLua =
     std::string(kLuaMath) + kLuaHead + kSlidingWindowEstimateLuaBody + kLuaTail;
+
+template <>
+struct LuaTwin<SlidingWindowEstimate> {
+  static const std::string& script() { return kSlidingWindowEstimateLua; }
+
+  struct Params {
+    std::int64_t mode = 1, w = 1, per = 0;  // see twin/sliding_window_estimate.hpp
+  };
+
+  // The longest window: below 2^52 ns (products of two values below 2^52 are exact).
+  static constexpr std::int64_t kMaxWindowNs = 4'500'000'000'000'000;
+
+  static absl::StatusOr<Params> params(const SlidingWindowEstimate& sw) {
+    if (auto s = sw.validate(); !s.ok()) return s;
+    const std::int64_t w = sw.window.count();
+    constexpr std::int64_t kSecond = 1'000'000'000;
+    if (kSecond % w == 0) return Params{.mode = 1, .w = w, .per = kSecond / w};
+    if (w % kSecond == 0 && w <= kMaxWindowNs) return Params{.mode = 2, .w = w / kSecond, .per = 0};
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
+        "of seconds up to %d s (~52 days, below 2^52 ns), so that the estimate is exact in Lua",
+        w, kMaxWindowNs / kSecond));
+  }
+
+  static void append_args(const SlidingWindowEstimate& sw, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sw.limit + 1)));
+    args.push_back(absl::StrCat(sw.limit));
+    args.push_back(absl::StrCat(pr.mode));
+    args.push_back(absl::StrCat(pr.w));
+    args.push_back(absl::StrCat(sw.window.count()));
+    args.push_back(absl::StrCat(pr.per));
+  }
+};
 
 }  // namespace quota::redis

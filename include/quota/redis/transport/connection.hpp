@@ -1,4 +1,4 @@
-// quota/redis/connection.hpp — one hiredis connection with deadlines, and a pool of them.
+// quota/redis/transport/connection.hpp — one hiredis connection with deadlines, and a pool of them.
 //
 // `Connection` wraps a blocking hiredis context (hiredis 0.14, Debian's libhiredis-dev).
 // It connects lazily, bounds the connect with `connect_timeout` and every socket wait of

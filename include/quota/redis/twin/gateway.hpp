@@ -1,4 +1,4 @@
-// quota/redis/gateway_lua.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
+// quota/redis/twin/gateway.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
 //
 // One script, three operations, each atomic on the server over the keys of ONE tenant
 // (one hash slot), bit-identical to the C++ functions of quota/gateway/key_state.hpp
@@ -23,7 +23,7 @@
 // 6·10^15; a token bucket's rate m/p micro-units per ns (reduced by g) with
 // (m+2)(p+1) <= 2^53 and a time to fill of at most 4·10^15 ns (~46 days), so a refill
 // from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
-// most 4·10^15 ns. Refill and time-to-reach are split as in token_bucket_lua.hpp.
+// most 4·10^15 ns. Refill and time-to-reach are split as in twin/token_bucket.hpp.
 //
 // State: one string of 72 bytes per key, struct-packed little-endian integers
 // ('<I7i7I7i7I7I4c33'): the version; the policy state — tokens (micro-units) | the
@@ -85,7 +85,7 @@
 
 #include <string>
 
-#include "quota/redis/lua_common.hpp"
+#include "quota/redis/twin/common.hpp"
 
 namespace quota::redis {
 

@@ -1,4 +1,4 @@
-// quota/redis/lua_common.hpp — the parts every policy's Lua twin shares.
+// quota/redis/twin/common.hpp — the parts every policy's Lua twin shares.
 //
 // Each twin is kLuaMath + kLuaHead + its own body + kLuaTail, one script (the token
 // bucket's also has kLuaReach). The shared contract (the
@@ -25,7 +25,7 @@
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
 //         (-1 = never), reset_after ns (-1 = never)}. (The token bucket's twin answers a
-//         call without an attempt in a compact form instead: token_bucket_lua.hpp.)
+//         call without an attempt in a compact form instead: twin/token_bucket.hpp.)
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
 // The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and
@@ -33,6 +33,9 @@
 // nothing). The body must fill `out` (the reply); a body that decides in two passes keeps
 // its own scratch table. The tail stores the attempt's reply and returns `out`.
 #pragma once
+#include <cstdint>
+
+#include "quota/policy/policy.hpp"
 
 namespace quota::redis {
 
@@ -59,7 +62,7 @@ end
 
 // The token bucket's time to reach `need` micro-units from `tokens` with the carried
 // remainder c (over p), at m/p micro-units per ns: ceil((need − tokens)·p − c) / m)
-// nanoseconds, split so that no product reaches 2^53 (token_bucket_lua.hpp); 0 when
+// nanoseconds, split so that no product reaches 2^53 (twin/token_bucket.hpp); 0 when
 // already there, -1 (never) at rate 0. Needs kLuaMath.
 inline constexpr const char* kLuaReach = R"lua(
 local function reach(tokens, c, need, m, p)
@@ -191,5 +194,15 @@ if attempt_ttl > 0 then
 end
 return out
 )lua";
+
+// 2^53: Lua numbers (doubles) hold every integer below it exactly.
+inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
+// The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
+inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
+
+// The Lua twin of a policy: its script, its parameters as script arguments, and the
+// range in which the script is exact. Specialized per policy.
+template <Policy P>
+struct LuaTwin;
 
 }  // namespace quota::redis

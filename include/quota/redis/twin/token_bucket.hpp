@@ -1,4 +1,4 @@
-// quota/redis/token_bucket_lua.hpp — the Lua twin of quota::TokenBucket.
+// quota/redis/twin/token_bucket.hpp — the Lua twin of quota::TokenBucket.
 //
 // One EVALSHA runs read–refill–decide–deduct–write for one or more buckets of one
 // tenant atomically (Redis runs a script with nothing interleaved), bit-identical to
@@ -87,7 +87,7 @@
 //         reach cost·10^6 (never at rate 0). In an all-or-nothing check that denies,
 //         the states are the refilled ones, nothing deducted.
 // Reply, full (with an attempt, and an attempt's replay, which earlier versions may
-//         have stored): the shared form of lua_common.hpp: {replayed, time seconds,
+//         have stored): the shared form of twin/common.hpp: {replayed, time seconds,
 //         time nanoseconds, all allowed (1/0), then per bucket: allowed (1/0: this
 //         bucket alone had enough), reason, remaining, retry_after ns (-1 = never),
 //         reset_after ns (-1 = never)}. The caller tells the forms apart by the type of
@@ -97,9 +97,25 @@
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
-#include "quota/redis/lua_common.hpp"
+#include <hiredis/hiredis.h>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/redis/twin/common.hpp"
+#include "quota/units.hpp"
 
 namespace quota::redis {
 
@@ -116,7 +132,7 @@ local den, nd = nil, 0
 local now_ms
 if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
--- The states, read at once (read_states, lua_common.hpp).
+-- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('bucket', 28, 32)
 if not raws then return corrupt end
 seen = raws
@@ -309,5 +325,161 @@ for j = 1, nd do out[4 + n + j] = den[j] end
 // The whole script.
 inline const std::string kTokenBucketLua =
     std::string(kLuaMath) + kLuaReach + kLuaHead + kTokenBucketLuaBody + kLuaTail;
+
+template <>
+struct LuaTwin<TokenBucket> {
+  static const std::string& script() { return kTokenBucketLua; }
+
+  // The script's per-bucket parameters; see twin/token_bucket.hpp.
+  struct Params {
+    std::int64_t m = 0, p = 1, g = 1, fill = -1;
+  };
+
+  static absl::StatusOr<Params> params(const TokenBucket& tb) {
+    if (auto s = tb.validate(); !s.ok()) return s;
+    if (tb.burst > (kLuaExact - 1) / kMicrosPerUnit) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "burst=%d: the Redis store keeps micro-units in Lua doubles, exact below 2^53, so "
+          "burst must be at most %d units",
+          tb.burst, (kLuaExact - 1) / kMicrosPerUnit));
+    }
+    const std::int64_t big_m = to_micro(tb.rate.units);
+    const std::int64_t big_p = tb.rate.per.count();
+    if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
+    if (big_p >= kLuaExact) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rate.per=%d ns: the Redis store needs rate.per below 2^53 ns (~104 days)", big_p));
+    }
+    const std::int64_t g = std::gcd(big_m, big_p);
+    const std::int64_t m = big_m / g, p = big_p / g;
+    if ((absl::int128(m) + 2) * (absl::int128(p) + 1) > kLuaExact) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, the Redis store needs "
+          "(rate.units*10^6/g + 2)*(rate.per/g + 1) <= 2^53 (Lua doubles); got %d/g and %d/g — "
+          "use a rate.per that shares more factors with rate.units*10^6 (e.g. whole ms)",
+          to_string(tb.rate), g, big_m, big_p));
+    }
+    const absl::int128 fill =
+        quota::detail::ceil_div(absl::int128(to_micro(tb.burst)) * p, absl::int128(m));
+    if (fill > kMaxFillNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis store's bound is "
+          "%d ns (~104 days) — raise rate.units or lower burst",
+          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), kMaxFillNs));
+    }
+    return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
+  }
+
+  // Appends the 6 per-bucket arguments: the cost, then the 5 parameters (build() sends
+  // the costs first and the parameters once when all buckets share them).
+  static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
+                          std::vector<std::string>& args) {
+    // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
+    // exact in Lua.
+    const std::int64_t c = std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
+    args.push_back(absl::StrCat(c));
+    args.push_back(absl::StrCat(tb.burst));
+    args.push_back(absl::StrCat(pr.m));
+    args.push_back(absl::StrCat(pr.p));
+    args.push_back(absl::StrCat(pr.g));
+    args.push_back(absl::StrCat(pr.fill));
+  }
+
+  // The compact reply (twin/token_bucket.hpp): each bucket's state as the script wrote it
+  // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
+  // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
+  // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
+  // kCostExceedsBurst, kInvalidCost: kNever; allowed: 0) and reset_after (the time to
+  // reach burst) from the tokens and the carry over rate.per. `allowed` is left to the
+  // caller (a bucket's own outcome or the call's). A state out of range (tokens above
+  // burst, carry not below rate.per, an over-limit reason with enough tokens) is a
+  // malformed reply.
+  static constexpr std::size_t kStateBytes = 28;
+  static absl::StatusOr<Decision> decision(const TokenBucket& tb, std::int64_t cost,
+                                           std::string_view state, Reason reason) {
+    if (state.size() != kStateBytes) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: a state of %d bytes", state.size()));
+    }
+    auto field = [&](std::size_t at) {
+      std::int64_t v = 0;
+      for (std::size_t i = 7; i-- > 0;) {
+        v = (v << 8) | static_cast<unsigned char>(state[at + i]);
+      }
+      return v;
+    };
+    const std::int64_t tokens = field(0), carry = field(7);
+    const MicroUnits cap = to_micro(tb.burst);
+    const std::int64_t per = tb.rate.per.count();
+    if (tokens > cap || carry >= per) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: tokens %d, carry %d", tokens, carry));
+    }
+    const TokenBucket::State s{.tokens = tokens, .carry = carry, .last = 0};
+    Nanos retry{0};
+    if (reason == Reason::kOverLimit) {
+      if (cost < 1 || cost > tb.burst || tokens >= to_micro(cost)) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: over limit with %d micro-units for cost %d",
+            tokens, cost));
+      }
+      retry = tb.time_to_reach(s, to_micro(cost));
+    } else if (reason != Reason::kAllowed) {
+      retry = kNever;
+    }
+    return Decision{.allowed = reason == Reason::kAllowed,
+                    .remaining = tokens / kMicrosPerUnit,
+                    .retry_after = retry,
+                    .reset_after = tb.reset_after(s),
+                    .version = 0,
+                    .reason = reason};
+  }
+
+  // Whether `r` is a reply in the compact form (element 5 a string).
+  static bool is_compact(const redisReply& r) {
+    return r.type == REDIS_REPLY_ARRAY && r.elements > 4 && r.element[4] != nullptr &&
+           r.element[4]->type == REDIS_REPLY_STRING;
+  }
+
+  // The n buckets' own decisions (`allowed`: the bucket alone had enough) from a compact
+  // reply `r` (its four header elements are the caller's); `bucket(b)` gives bucket b's
+  // policy and cost as a std::pair<const TokenBucket*, std::int64_t>.
+  template <class Bucket>
+  static absl::StatusOr<std::vector<Decision>> compact_parts(const redisReply& r, std::size_t n,
+                                                             const Bucket& bucket) {
+    if (!is_compact(r) || r.elements < 4 + n || r.elements > 4 + 2 * n) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the quota script: %d elements for %d buckets", r.elements, n));
+    }
+    std::vector<Reason> reasons(n, Reason::kAllowed);
+    std::size_t last = 0;  // denials come in bucket order, each bucket at most once
+    for (std::size_t k = 4 + n; k < r.elements; ++k) {
+      const redisReply* e = r.element[k];
+      const long long x = e != nullptr && e->type == REDIS_REPLY_INTEGER ? e->integer : -1;
+      const long long i = x / 4, reason = x % 4;
+      if (x < 0 || i <= static_cast<long long>(last) || i > static_cast<long long>(n) ||
+          reason < 1) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: element %d is not a denial", k));
+      }
+      reasons[i - 1] = static_cast<Reason>(reason);
+      last = static_cast<std::size_t>(i);
+    }
+    std::vector<Decision> parts;
+    parts.reserve(n);
+    for (std::size_t b = 0; b < n; ++b) {
+      const redisReply* e = r.element[4 + b];
+      if (e == nullptr || e->type != REDIS_REPLY_STRING) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the quota script: element %d is not a state", 4 + b));
+      }
+      const auto [policy, cost] = bucket(b);
+      auto d = decision(*policy, cost, std::string_view(e->str, e->len), reasons[b]);
+      if (!d.ok()) return d.status();
+      parts.push_back(*d);
+    }
+    return parts;
+  }
+};
 
 }  // namespace quota::redis

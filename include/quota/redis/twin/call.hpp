@@ -1,0 +1,270 @@
+// quota/redis/twin/call.hpp — one script call of a policy twin: its keys and arguments,
+// and its reply decoded into decisions.
+//
+// Every policy twin (token_bucket.hpp, fixed_window.hpp, sliding_log.hpp,
+// sliding_window_estimate.hpp) takes the same call layout and answers in the same reply
+// form (common.hpp states both). `build_call` lays out one call for one or more buckets
+// of a policy — each bucket's arguments from LuaTwin<P> (range-checked there) — and
+// `parse_reply` turns the reply into one Decision per bucket plus their combination.
+// RedisStore (redis_store.hpp) is the only caller; tests and the benchmarks use them to
+// send calls of their own.
+//
+//   const BucketRequest<TokenBucket> req{&policy, "{acme}read", 1};
+//   auto call = build_call(CallOptions{.prefix = "quota:"}, std::span(&req, 1), now, {});
+//   ... run call->keys, call->args with Script (transport/script.hpp) ...
+//   absl::StatusOr<ScriptResult> r = parse_reply(*reply, std::span(&req, 1));
+//
+// Errors are values: an invalid key or attempt id, or a policy outside its twin's exact
+// range, is kInvalidArgument naming the bound; an error reply is kUnavailable (kDataLoss
+// for QUOTA_CORRUPT, kInvalidArgument for QUOTA_ATTEMPT_MISMATCH); a reply of the wrong
+// shape is kUnavailable ("malformed reply"). Pure functions: thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <hiredis/hiredis.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/redis/keys.hpp"
+#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/twin/common.hpp"
+#include "quota/units.hpp"
+
+namespace quota::redis {
+
+enum class TimeSource {
+  kServer,  // redis.call('TIME'): the authority's clock (production)
+  kCaller,  // the `now` given to the call (differential tests only)
+};
+
+// What a call's layout depends on besides its buckets (RedisStoreOptions' fields).
+struct CallOptions {
+  std::string_view prefix = "quota:";  // prepended to every Redis key
+  TimeSource time = TimeSource::kServer;
+  std::chrono::milliseconds ttl_margin{1000};     // added to each bucket's time to full
+  std::chrono::milliseconds attempt_ttl{600000};  // how long an attempt's result is kept
+};
+
+// One bucket of a call: its policy, its store key ("{tenant}route") and its cost.
+template <Policy P>
+struct BucketRequest {
+  const P* policy;
+  std::string_view key;
+  std::int64_t cost;
+};
+
+// The keys and arguments of one script call, owned.
+struct Call {
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
+
+// A decoded reply.
+struct ScriptResult {
+  Decision decision;            // for several buckets: the combined decision
+  std::vector<Decision> parts;  // one per bucket, in request order
+  Nanos time{0};                // the time the script decided at (server or caller time)
+  bool replayed = false;        // an attempt's stored first result
+};
+
+// The call for `reqs` at `now` (used in TimeSource::kCaller only). Every bucket's key
+// must share one hash tag unless `batch` (independent decisions, each deducted when it
+// alone allows); a non-empty `attempt_id` makes the call idempotent (common.hpp).
+template <Policy P>
+absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const BucketRequest<P>> reqs,
+                                Nanos now, std::string_view attempt_id, bool batch = false) {
+  if (reqs.empty()) return absl::InvalidArgumentError("no buckets requested");
+  Call call;
+  std::string tag;
+  std::string fingerprint;
+  std::vector<std::string> bucket_args;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    auto parts = split_key(reqs[i].key);
+    if (!parts.ok()) return parts.status();
+    if (i == 0) {
+      tag = std::string(parts->tag);
+    } else if (!batch && parts->tag != tag) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "keys of one call must share one tenant (hash tag): \"%s\" vs \"%s\"", tag, parts->tag));
+    }
+    auto params = LuaTwin<P>::params(*reqs[i].policy);
+    if (!params.ok()) return params.status();
+    call.keys.push_back(bucket_key(options.prefix, *parts));
+    LuaTwin<P>::append_args(*reqs[i].policy, *params, reqs[i].cost, bucket_args);
+    if (!attempt_id.empty()) {
+      absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
+    }
+  }
+  const bool has_attempt = !attempt_id.empty();
+  if (has_attempt) {
+    auto akey = attempt_key(options.prefix, tag, attempt_id);
+    if (!akey.ok()) return akey.status();
+    call.keys.push_back(std::move(*akey));
+  }
+  if (options.time == TimeSource::kCaller) {
+    // floor division, so that the nanoseconds limb is in [0, 1e9) for negative times too
+    std::int64_t sec = now.count() / 1'000'000'000;
+    std::int64_t ns = now.count() % 1'000'000'000;
+    if (ns < 0) {
+      ns += 1'000'000'000;
+      --sec;
+    }
+    call.args.push_back(absl::StrCat(sec));
+    call.args.push_back(absl::StrCat(ns));
+  } else {
+    call.args.emplace_back();
+    call.args.emplace_back();
+  }
+  call.args.push_back(absl::StrCat(options.ttl_margin.count()));
+  if (batch) {
+    call.args.push_back("-1");
+  } else if (has_attempt) {
+    call.args.push_back(absl::StrCat(std::max<std::int64_t>(options.attempt_ttl.count(), 1)));
+  } else {
+    call.args.push_back("0");
+  }
+  call.args.push_back(std::move(fingerprint));  // empty without an attempt: unused
+  // append_args gave 6 per bucket: the cost, then 5 parameters. The costs go first,
+  // once when every bucket has the same, then the parameters, once when every bucket
+  // has the same (a batch of one policy and one cost: the server converts a sixth of
+  // the values), else once per bucket (twin/common.hpp).
+  const std::size_t n = reqs.size();
+  bool shared = true;
+  bool same_cost = true;
+  for (std::size_t i = 1; i < n; ++i) {
+    shared = shared && std::equal(bucket_args.begin() + 6 * i + 1, bucket_args.begin() + 6 * i + 6,
+                                  bucket_args.begin() + 1);
+    same_cost = same_cost && bucket_args[6 * i] == bucket_args[0];
+  }
+  call.args.push_back(absl::StrCat(n));
+  call.args.push_back(same_cost ? std::string("1") : absl::StrCat(n));
+  for (std::size_t i = 0; i < (same_cost ? 1 : n); ++i) {
+    call.args.push_back(std::move(bucket_args[6 * i]));
+  }
+  call.args.push_back(shared ? std::string("1") : absl::StrCat(n));
+  for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
+    for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
+  }
+  return call;
+}
+
+namespace detail {
+
+inline absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+  if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
+    return absl::UnavailableError(
+        absl::StrFormat("malformed reply from the quota script: element %d is not an integer", i));
+  }
+  return static_cast<std::int64_t>(r.element[i]->integer);
+}
+
+inline Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
+
+}  // namespace detail
+
+// The reply of a script call for `reqs` (twin/common.hpp), in the full form (five
+// integers per bucket: every twin's, and the token bucket's with an attempt or
+// replayed) or in the token bucket's compact form (each bucket's state, then its
+// denials: twin/token_bucket.hpp; LuaTwin<TokenBucket>::decision derives the fields).
+// `batch`: independent decisions (acquire_batch): each part allowed on its own.
+template <Policy P>
+absl::StatusOr<ScriptResult> parse_reply(const redisReply& r,
+                                         std::span<const BucketRequest<P>> reqs,
+                                         bool batch = false) {
+  const std::size_t n = reqs.size();
+  if (r.type == REDIS_REPLY_ERROR) {
+    const std::string_view msg = reply_string(r);
+    if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
+      return absl::DataLossError(absl::StrCat("redis: ", detail::av(msg)));
+    }
+    if (msg.find("QUOTA_ATTEMPT_MISMATCH") != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("redis: ", detail::av(msg)));
+    }
+    return error_status(r);
+  }
+  constexpr bool kHasCompact = requires { LuaTwin<P>::kStateBytes; };
+  bool compact = false;
+  if constexpr (kHasCompact) compact = LuaTwin<P>::is_compact(r);
+  if (r.type != REDIS_REPLY_ARRAY || (!compact && r.elements != 4 + 5 * n)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "malformed reply from the quota script: type %d with %d elements, expected an array "
+        "of %d",
+        r.type, r.type == REDIS_REPLY_ARRAY ? r.elements : 0, 4 + 5 * n));
+  }
+  std::int64_t v[4];
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto x = detail::integer_at(r, i);
+    if (!x.ok()) return x.status();
+    v[i] = *x;
+  }
+  ScriptResult out;
+  out.replayed = v[0] != 0;
+  out.time = Nanos{v[1] * 1'000'000'000 + v[2]};
+  const bool all = v[3] != 0;
+  // Each bucket's own decision first (`allowed`: it alone had enough).
+  if constexpr (kHasCompact) {
+    if (compact) {
+      auto parts = LuaTwin<P>::compact_parts(r, n, [&](std::size_t b) {
+        return std::pair<const P*, std::int64_t>(reqs[b].policy, reqs[b].cost);
+      });
+      if (!parts.ok()) return parts.status();
+      out.parts = *std::move(parts);
+    }
+  }
+  if (!compact) {
+    out.parts.reserve(n);
+    for (std::size_t b = 0; b < n; ++b) {
+      std::int64_t f[5];
+      for (std::size_t i = 0; i < 5; ++i) {
+        auto x = detail::integer_at(r, 4 + 5 * b + i);
+        if (!x.ok()) return x.status();
+        f[i] = *x;
+      }
+      if (f[1] < 0 || f[1] > 3) {
+        return absl::UnavailableError(
+            absl::StrFormat("malformed reply from the quota script: reason %d", f[1]));
+      }
+      out.parts.push_back(Decision{.allowed = f[0] != 0,
+                                   .remaining = f[2],
+                                   .retry_after = detail::to_nanos(f[3]),
+                                   .reset_after = detail::to_nanos(f[4]),
+                                   .version = 0,
+                                   .reason = static_cast<Reason>(f[1])});
+    }
+  }
+  Decision combined{.allowed = all,
+                    .remaining = std::numeric_limits<std::int64_t>::max(),
+                    .retry_after = Nanos{0},
+                    .reset_after = Nanos{0},
+                    .version = 0,
+                    .reason = Reason::kAllowed};
+  bool have_reason = false;
+  for (Decision& d : out.parts) {
+    combined.remaining = std::min(combined.remaining, d.remaining);
+    combined.retry_after = std::max(combined.retry_after, d.retry_after);
+    combined.reset_after = std::max(combined.reset_after, d.reset_after);
+    if (!all && !d.allowed && !have_reason) {
+      combined.reason = d.reason;
+      have_reason = true;
+    }
+    if (!batch) d.allowed = all;
+  }
+  out.decision = combined;
+  return out;
+}
+
+}  // namespace quota::redis
