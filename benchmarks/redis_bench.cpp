@@ -5,8 +5,8 @@
 // (one thread each), it measures decisions per second, p50/p99 latency per call and the
 // server CPU per decision for:
 //   quota d1      RedisStore<TokenBucket>::apply, one EVALSHA per decision
-//   quota p16     acquire_many: 16 EVALSHAs pipelined in one write
-//   quota b16/b64 acquire_batch: 16 / 64 decisions in ONE EVALSHA
+//   quota p16     apply_pipelined: 16 EVALSHAs pipelined in one write
+//   quota b16/b64 apply_batch: 16 / 64 decisions in ONE EVALSHA
 //   naive-lua d1  the straightforward published script (HMGET, TIME, floating refill,
 //                 HSET, PEXPIRE) with EVALSHA
 //   noop-lua d1   EVALSHA of `return 1` with the same arguments: the ceiling of ANY
@@ -706,7 +706,7 @@ int main(int argc, char** argv) {
       print("quota p16", conns, run(port, conns, seconds, depth, [&](int, std::mt19937_64& rng) {
               std::vector<Item> items;
               for (int i = 0; i < depth; ++i) items.push_back({key(rng), 1});
-              auto r = store.acquire_many(policy, items, Nanos{0});
+              auto r = store.apply_pipelined(policy, items, Nanos{0});
               return r.ok();
             }));
     }
@@ -715,7 +715,7 @@ int main(int argc, char** argv) {
       print(name.c_str(), conns, run(port, conns, seconds, batch, [&](int, std::mt19937_64& rng) {
               std::vector<Item> items;
               for (int i = 0; i < batch; ++i) items.push_back({key(rng), 1});
-              auto r = store.acquire_batch(policy, items, Nanos{0});
+              auto r = store.apply_batch(policy, items, Nanos{0});
               return r.ok() &&
                      std::all_of(r->begin(), r->end(), [](const auto& d) { return d.ok(); });
             }));

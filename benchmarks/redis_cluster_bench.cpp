@@ -3,13 +3,13 @@
 // pipelined per node.
 //
 //   single     RedisStore::apply: one EVALSHA, one round trip per decision
-//   many/N     acquire_many of N decisions: one pipelined write per node (up to 3),
+//   many/N     apply_pipelined of N decisions: one pipelined write per node (up to 3),
 //              every node written before any reply is read
-//   batch/N    acquire_batch of N decisions: one EVALSHA per slot (a script may only
+//   batch/N    apply_batch of N decisions: one EVALSHA per slot (a script may only
 //              declare keys of one slot), the calls pipelined per node like many/N
 // each with 1, 8 and 32 client threads (one connection per node each), keys drawn at
 // random from 10,000 tenants ("{tenant-i}read": 10,000 slots spread over the 3 nodes);
-// and FewTenants: acquire_many (batch:0) against acquire_batch (batch:1) when a batch
+// and FewTenants: apply_pipelined (batch:0) against apply_batch (batch:1) when a batch
 // holds several keys per slot (8 tenants x 16 routes), 8 threads.
 //
 // Counters: decisions_per_second; server_cpu_us_per_decision (user + system CPU of the
@@ -41,8 +41,8 @@
 #include <benchmark/benchmark.h>
 
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "support/client_threads.hpp"
 #include "support/redis_info.hpp"
 
@@ -202,7 +202,7 @@ std::vector<Item> random_items(std::mt19937_64& rng, int n, const std::vector<st
   return items;
 }
 
-// The items acquire_many or acquire_batch left undecided (errors), or all n when the call
+// The items apply_pipelined or apply_batch left undecided (errors), or all n when the call
 // failed.
 std::int64_t many_errors(const absl::StatusOr<std::vector<absl::StatusOr<quota::Decision>>>& r,
                          int n) {
@@ -222,8 +222,8 @@ void BM_Cluster_Single(benchmark::State& state) {
   }
 }
 
-// Runs calls of n decisions of cost 1, keys drawn from `from`, through acquire_batch
-// (`batch`) or acquire_many, on a fresh pool and store.
+// Runs calls of n decisions of cost 1, keys drawn from `from`, through apply_batch
+// (`batch`) or apply_pipelined, on a fresh pool and store.
 void run_items(benchmark::State& state, int n, int threads, bool batch,
                const std::vector<std::string>& from) {
   for (auto _ : state) {
@@ -231,8 +231,8 @@ void run_items(benchmark::State& state, int n, int threads, bool batch,
     auto store = make_store(pool);
     run(state, threads, n, pool, [&](std::mt19937_64& rng) -> std::int64_t {
       const std::vector<Item> items = random_items(rng, n, from);
-      if (batch) return many_errors(store.acquire_batch(kPolicy, items, Nanos{0}), n);
-      return many_errors(store.acquire_many(kPolicy, items, Nanos{0}), n);
+      if (batch) return many_errors(store.apply_batch(kPolicy, items, Nanos{0}), n);
+      return many_errors(store.apply_pipelined(kPolicy, items, Nanos{0}), n);
     });
   }
 }
@@ -249,8 +249,8 @@ void BM_Cluster_Batch(benchmark::State& state) {
 }
 
 // Few tenants, many routes each: 8 tenants x 16 routes ("{hot-t}route-r"), so a batch
-// has several keys per slot and acquire_batch decides several of them per EVALSHA.
-// args: decisions per call, threads; range(2): 1 = acquire_batch, 0 = acquire_many.
+// has several keys per slot and apply_batch decides several of them per EVALSHA.
+// args: decisions per call, threads; range(2): 1 = apply_batch, 0 = apply_pipelined.
 void BM_Cluster_FewTenants(benchmark::State& state) {
   std::vector<std::string> hot;
   for (int t = 0; t < 8; ++t) {

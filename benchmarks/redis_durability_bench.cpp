@@ -98,7 +98,7 @@ BENCHMARK(BM_Decision)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// 16 decisions per script call (acquire_batch): time per call; items_per_second counts
+// 16 decisions per script call (apply_batch): time per call; items_per_second counts
 // decisions.
 void BM_Batch16(benchmark::State& state) {
   auto s = store(static_cast<int>(state.range(0)));
@@ -107,7 +107,7 @@ void BM_Batch16(benchmark::State& state) {
   std::vector<RedisStore<TokenBucket>::BatchItem> items;
   for (const auto& k : keys) items.push_back({.key = k, .cost = 1});
   for (auto _ : state) {
-    auto r = s->acquire_batch(kPolicy, items, Nanos{0});
+    auto r = s->apply_batch(kPolicy, items, Nanos{0});
     if (!r.ok() || !(*r)[0].ok()) {
       state.SkipWithError("batch failed");
       return;

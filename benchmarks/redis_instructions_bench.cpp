@@ -11,7 +11,7 @@
 // (every key is written three times first, so that its TTL has been renewed and later
 // writes keep it, as they mostly do under load):
 //   quota d1       RedisStore<TokenBucket>::apply, one EVALSHA per decision
-//   quota b16/b64  acquire_batch: 16 / 64 decisions in one EVALSHA
+//   quota b16/b64  apply_batch: 16 / 64 decisions in one EVALSHA
 //   fixed d1/b16   the same for RedisStore<FixedWindow> (1-hour windows, never full)
 //   estimate d1/b16  the same for RedisStore<SlidingWindowEstimate> (prev = 0: the keys'
 //                  first window)
@@ -48,9 +48,9 @@
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/transport/connection.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
 #include "support/redis_server.hpp"
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     for (int j = 0; j < batch; ++j) names.push_back(key(rng()));
     std::vector<typename std::remove_reference_t<decltype(st)>::BatchItem> items;
     for (const auto& n : names) items.push_back({n, 1});
-    auto r = st.acquire_batch(pol, items, Nanos{0});
+    auto r = st.apply_batch(pol, items, Nanos{0});
     if (!r.ok()) return false;
     for (const auto& d : *r) {
       if (!d.ok()) return false;
@@ -218,15 +218,15 @@ int main(int argc, char** argv) {
       for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
       std::vector<Item> items;
       for (const auto& n : names) items.push_back({n, 1});
-      errors += !store.acquire_batch(policy, items, Nanos{0}).ok();
+      errors += !store.apply_batch(policy, items, Nanos{0}).ok();
       std::vector<RedisStore<FixedWindow>::BatchItem> fixed_items;
       std::vector<RedisStore<SlidingWindowEstimate>::BatchItem> estimate_items;
       for (const auto& n : names) {
         fixed_items.push_back({n, 1});
         estimate_items.push_back({n, 1});
       }
-      errors += !fixed_store.acquire_batch(fixed, fixed_items, Nanos{0}).ok();
-      errors += !estimate_store.acquire_batch(estimate, estimate_items, Nanos{0}).ok();
+      errors += !fixed_store.apply_batch(fixed, fixed_items, Nanos{0}).ok();
+      errors += !estimate_store.apply_batch(estimate, estimate_items, Nanos{0}).ok();
     }
   }
   {
@@ -247,9 +247,9 @@ int main(int argc, char** argv) {
         std::vector<std::string> names;
         for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
         for (const auto& n : names) items.push_back({n, pass == 0 ? 1000 : 1});
-        errors += !(pass == 0 ? prev_setup.acquire_batch(estimate, items,
-                                                         Nanos{server_ns} - std::chrono::hours(1))
-                              : prev_store.acquire_batch(estimate, items, Nanos{0}))
+        errors += !(pass == 0 ? prev_setup.apply_batch(estimate, items,
+                                                       Nanos{server_ns} - std::chrono::hours(1))
+                              : prev_store.apply_batch(estimate, items, Nanos{0}))
                        .ok();
       }
     }

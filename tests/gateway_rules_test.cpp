@@ -92,7 +92,7 @@ TEST_CASE("a tenant's own rule wins over its plan's; user and global levels are 
   CHECK((*user)[2].rule->level == Level::kGlobal);
 }
 
-TEST_CASE("plan: the longest ids and route make keys of exactly kMaxKeyBytes, whole") {
+TEST_CASE("plan: the longest ids and route make keys of exactly kMaxLevelKeyBytes, whole") {
   using quota::gateway::kMaxIdBytes;
   using quota::gateway::kMaxNameBytes;
   const std::string tenant(kMaxIdBytes, 'T');
@@ -115,7 +115,7 @@ TEST_CASE("plan: the longest ids and route make keys of exactly kMaxKeyBytes, wh
   REQUIRE(checks.ok());
   REQUIRE(checks->size() == 3);
   const std::string user_key = "{" + tenant + "}" + route + "/" + user;
-  CHECK(user_key.size() == quota::gateway::kMaxKeyBytes);
+  CHECK(user_key.size() == quota::gateway::kMaxLevelKeyBytes);
   CHECK((*checks)[0].key == user_key);
   CHECK((*checks)[1].key == "{" + tenant + "}" + route);
   CHECK((*checks)[2].key == "{~global}" + route);

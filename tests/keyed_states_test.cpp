@@ -42,7 +42,7 @@ std::vector<std::string> key_pool(std::mt19937_64& rng) {
     while (k.size() < len) k.push_back(static_cast<char>('a' + rng() % 26));
     keys.push_back(std::move(k));
   }
-  keys.push_back(std::string(KeyedStates<P>::kMaxKeyBytes, 'x'));
+  keys.push_back(std::string(KeyedStates<P>::kMaxLocalKeyBytes, 'x'));
   keys.push_back("");
   return keys;
 }
@@ -143,13 +143,13 @@ TEST_CASE("keyed states match a map model through creations, sweeps and eviction
 TEST_CASE("a key longer than the bound is refused with its size and the bound", "[keyed_states]") {
   const TokenBucket tb{.rate = {.units = 1, .per = 1s}, .burst = 1};
   KeyedStates<TokenBucket> table(10);
-  const std::string too_long(KeyedStates<TokenBucket>::kMaxKeyBytes + 1, 'k');
+  const std::string too_long(KeyedStates<TokenBucket>::kMaxLocalKeyBytes + 1, 'k');
   auto r = table.find_or_create(tb, too_long, key_hash(too_long), Nanos{0});
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(r.status().message()),
              Catch::Contains(std::to_string(too_long.size())) &&
-                 Catch::Contains(std::to_string(KeyedStates<TokenBucket>::kMaxKeyBytes)));
+                 Catch::Contains(std::to_string(KeyedStates<TokenBucket>::kMaxLocalKeyBytes)));
   CHECK(table.size() == 0);
 }
 

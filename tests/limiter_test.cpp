@@ -37,14 +37,14 @@ TEST_CASE("acquire uses the limiter's clock", "[limiter]") {
   CHECK(limiter->acquire("t:read", 1)->allowed);
 }
 
-TEST_CASE("keys must be 1..kMaxKeyBytes bytes; others touch no state", "[limiter]") {
+TEST_CASE("keys must be 1..kMaxLimiterKeyBytes bytes; others touch no state", "[limiter]") {
   ManualClock clock;
   auto limiter = LocalLimiter::create({.rate = {.units = 1, .per = 1s}, .burst = 1}, {}, clock);
   REQUIRE(limiter.ok());
   auto empty = limiter->acquire("", 1);
   REQUIRE_FALSE(empty.ok());
   CHECK(empty.status().code() == absl::StatusCode::kInvalidArgument);
-  const std::string longest(quota::kMaxKeyBytes, 'k');
+  const std::string longest(quota::kMaxLimiterKeyBytes, 'k');
   CHECK(limiter->acquire(longest, 1).ok());
   auto too_long = limiter->acquire(longest + "k", 1);
   REQUIRE_FALSE(too_long.ok());

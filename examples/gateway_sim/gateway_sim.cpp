@@ -519,7 +519,7 @@ class SimRedisAuthority {
   absl::StatusOr<quota::Decision> grant(std::string_view key, std::int64_t units,
                                         std::string_view grant_id) {
     round_trips_.fetch_add(1, std::memory_order_relaxed);
-    auto r = store_->acquire(policy_, key, Nanos{t_sim_now_ns}, units, grant_id);
+    auto r = store_->apply_attempt(policy_, key, Nanos{t_sim_now_ns}, units, grant_id);
     if (!r.ok()) return r.status();
     return r->decision;
   }

@@ -5,7 +5,7 @@
 // It is built with `create`, which rejects invalid policy parameters with a message
 // naming the field and the bound, so a Limiter that exists is valid.
 //
-// Keys: 1 to kMaxKeyBytes bytes; a key outside that gets InvalidArgument and touches no
+// Keys: 1 to kMaxLimiterKeyBytes bytes; a key outside that gets InvalidArgument and touches no
 // state. Build keys from authenticated identity (tenant id and a whitelisted route
 // class), never from raw URLs or client-supplied headers: the gateway layer does this.
 //
@@ -37,14 +37,14 @@
 namespace quota {
 
 // The longest key, in bytes, that limiters accept.
-inline constexpr std::size_t kMaxKeyBytes = 256;
+inline constexpr std::size_t kMaxLimiterKeyBytes = 256;
 
-// OK for a key of 1..kMaxKeyBytes bytes, InvalidArgument otherwise.
+// OK for a key of 1..kMaxLimiterKeyBytes bytes, InvalidArgument otherwise.
 inline absl::Status validate_key(std::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("key is empty");
-  if (key.size() > kMaxKeyBytes) {
+  if (key.size() > kMaxLimiterKeyBytes) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("key is %d bytes; the bound is %d bytes", key.size(), kMaxKeyBytes));
+        absl::StrFormat("key is %d bytes; the bound is %d bytes", key.size(), kMaxLimiterKeyBytes));
   }
   return absl::OkStatus();
 }

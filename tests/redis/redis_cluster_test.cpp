@@ -2,7 +2,7 @@
 // started on loopback by the test fixture (cmake/redis_cluster.sh): CRC16 slots and hash
 // tags, tenants spread over the nodes, and a live slot migration under load (ASK during
 // the migration, MOVED after it) with the budget spent exactly once. Batches
-// (acquire_many, acquire_batch): one pipelined write per node (counted by the pool and
+// (apply_pipelined, apply_batch): one pipelined write per node (counted by the pool and
 // by the nodes' own read counters), the same decisions as the same requests one by one,
 // and MOVED / ASK during a batch with every decision made exactly once; a node that does
 // not answer (CLIENT PAUSE) fails only its own items of a batch, uncharged. -TRYAGAIN (a
@@ -26,8 +26,8 @@
 #include <catch2/catch.hpp>
 
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "support/printers.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -135,7 +135,7 @@ TEST_CASE("a store on the cluster routes every tenant to its slot's node") {
   // A hierarchical check of one tenant's keys is one script on one node.
   using Req = RedisStore<TokenBucket>::Request;
   const std::vector<Req> both = {{&kOnce, "{tenant-0}", 1}, {&kOnce, "{tenant-0}create", 1}};
-  auto h = store.acquire_all(both, Nanos{0});
+  auto h = store.apply_all(both, Nanos{0});
   REQUIRE(h.ok());
   CHECK(h->decision.allowed);
 }
@@ -292,9 +292,9 @@ TEST_CASE("a batch over all three nodes decides exactly as the same requests one
       nodes.insert(node_of.at(k));
     }
     const auto p0 = cluster->pipelines();
-    auto m = many.acquire_many(policy, items, now);
+    auto m = many.apply_pipelined(policy, items, now);
     const auto p1 = cluster->pipelines();
-    auto b = batch.acquire_batch(policy, items, now);
+    auto b = batch.apply_batch(policy, items, now);
     const auto p2 = cluster->pipelines();
     REQUIRE(m.ok());
     REQUIRE(b.ok());
@@ -339,13 +339,13 @@ TEST_CASE("a batch reaches each node in one read: the nodes' own counters say so
   }
   REQUIRE(per_node.size() == 3);
   for (const auto& [port, n] : per_node) REQUIRE(n >= 8);
-  REQUIRE(store.acquire_many(policy, items, Nanos{0}).ok());  // warm: map, scripts, sockets
+  REQUIRE(store.apply_pipelined(policy, items, Nanos{0}).ok());  // warm: map, scripts, sockets
 
   std::map<int, std::unique_ptr<Connection>> admin;
   for (int port : ports) admin[port] = std::make_unique<Connection>(node_config(port));
   std::map<int, std::int64_t> before, after_batch, after_one;
   for (auto& [port, c] : admin) before[port] = reads_processed(*c);
-  auto r = store.acquire_many(policy, items, Nanos{1'000'000});
+  auto r = store.apply_pipelined(policy, items, Nanos{1'000'000});
   REQUIRE(r.ok());
   for (const auto& d : *r) REQUIRE(d.ok());
   for (auto& [port, c] : admin) after_batch[port] = reads_processed(*c);
@@ -394,10 +394,10 @@ TEST_CASE("MOVED during a batch (a stale slot map): every decision made exactly 
     CHECK(mismatches == 0);
   };
   auto many = [&](const std::vector<Item>& items) {
-    return all_ok(batched.acquire_many(policy, items, Nanos{0}));
+    return all_ok(batched.apply_pipelined(policy, items, Nanos{0}));
   };
   // Round 1 loads the map; then two slots move behind the stale pool's back, one before
-  // acquire_many and one before acquire_batch.
+  // apply_pipelined and one before apply_batch.
   auto items = make_items();
   compare(items, many(items));
   auto slot_of = [&](const std::string& key) { return key_slot(key); };
@@ -418,7 +418,7 @@ TEST_CASE("MOVED during a batch (a stale slot map): every decision made exactly 
   items = make_items();
   items.push_back({keys[2], 1});
   const auto moved_b = migrate_slot(slot_b, elsewhere(slot_b));
-  compare(items, all_ok(batched.acquire_batch(policy, items, Nanos{0})));
+  compare(items, all_ok(batched.apply_batch(policy, items, Nanos{0})));
   CHECK(stale->moves() > moves1);
 
   // And what is left in every bucket is the same: nothing was charged twice.
@@ -451,7 +451,7 @@ TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision
   }
   LoadThreads load(3, [&](int t) {
     const auto& batch = items[static_cast<std::size_t>(t)];
-    auto r = store.acquire_many(budget, batch, Nanos{0});
+    auto r = store.apply_pipelined(budget, batch, Nanos{0});
     if (!r.ok()) {
       load.tally_errors(static_cast<std::int64_t>(batch.size()));
       return;
@@ -492,15 +492,15 @@ TEST_CASE("a node that does not answer fails only its own items of a batch, as u
   const auto node_of = owners(keys);
   std::vector<Item> items;
   for (const auto& k : keys) items.push_back({k, 1});
-  all_ok(many_store.acquire_many(policy, items, Nanos{0}));  // warm: map, scripts, sockets
-  all_ok(batch_store.acquire_batch(policy, items, Nanos{0}));
+  all_ok(many_store.apply_pipelined(policy, items, Nanos{0}));  // warm: map, scripts, sockets
+  all_ok(batch_store.apply_batch(policy, items, Nanos{0}));
   const int paused_port = ports[1];
   Connection admin(node_config(paused_port));
   reply_text(admin, {"CLIENT", "PAUSE", "1000", "ALL"});
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = many_store.acquire_many(policy, items, Nanos{0});
+  auto r = many_store.apply_pipelined(policy, items, Nanos{0});
   const auto took = std::chrono::steady_clock::now() - t0;
-  auto b = batch_store.acquire_batch(policy, items, Nanos{0});
+  auto b = batch_store.apply_batch(policy, items, Nanos{0});
   const auto took_both = std::chrono::steady_clock::now() - t0;
   REQUIRE(r.ok());
   REQUIRE(b.ok());  // one node down fails its items, not the batch
@@ -535,7 +535,7 @@ TEST_CASE("a node that does not answer fails only its own items of a batch, as u
   for (auto* store : {&many_store, &batch_store}) {
     std::vector<Item> looks;
     for (const auto& k : keys) looks.push_back({k, 0});  // cost 0: a look
-    const auto left = all_ok(store->acquire_batch(policy, looks, Nanos{0}));
+    const auto left = all_ok(store->apply_batch(policy, looks, Nanos{0}));
     for (std::size_t i = 0; i < keys.size(); ++i) {
       INFO(keys[i] << " on " << node_of.at(keys[i]));
       CHECK(left[i].remaining == (node_of.at(keys[i]) == paused_port ? 9 : 8));
@@ -611,7 +611,7 @@ TEST_CASE("TRYAGAIN (a slot half migrated): retried until the migration ends, ch
   auto store = cluster_store(cluster, "tryagain");
   const TokenBucket policy{.rate = {.units = 0, .per = 1s}, .burst = 5};  // no refill
   using Req = RedisStore<TokenBucket>::Request;
-  // acquire_all (one script call through redis::Script) and acquire_batch (the cluster
+  // apply_all (one script call through redis::Script) and apply_batch (the cluster
   // batch path), each on a tenant of its own.
   for (const std::string tenant : {"all", "batch"}) {
     INFO("via " << tenant);
@@ -626,13 +626,13 @@ TEST_CASE("TRYAGAIN (a slot half migrated): retried until the migration ends, ch
     const auto other = "{tryagain-other-" + tenant + "}x";  // another slot, same batch
     auto call = [&]() -> absl::StatusOr<std::vector<quota::Decision>> {
       if (tenant == "all") {
-        auto r = store.acquire_all(reqs, Nanos{0});
+        auto r = store.apply_all(reqs, Nanos{0});
         if (!r.ok()) return r.status();
         return r->parts;
       }
       std::vector<Item> with_other = items;
       with_other.push_back({other, 1});
-      auto r = store.acquire_batch(policy, with_other, Nanos{0});
+      auto r = store.apply_batch(policy, with_other, Nanos{0});
       if (!r.ok()) return r.status();
       std::vector<quota::Decision> out;
       for (const auto& d : *r) {
@@ -687,7 +687,7 @@ TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothi
   const std::vector<Req> reqs = {{&kOnce, keys[0], 1}, {&kOnce, keys[1], 1}};
   // A batch with the half-migrated tenant and one elsewhere: only the former fails.
   const std::vector<Item> items = {{keys[0], 1}, {"{half-elsewhere}x", 1}, {keys[1], 1}};
-  const auto first = all_ok(store.acquire_batch(kOnce, items, Nanos{0}));
+  const auto first = all_ok(store.apply_batch(kOnce, items, Nanos{0}));
   const int slot = key_slot(keys[0]);
   REQUIRE(key_slot("{half-elsewhere}x") != slot);
   const auto migration = split_slot(store, keys[0]);
@@ -695,7 +695,7 @@ TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothi
 
   auto seen = cluster->tryagains();
   const auto t0 = std::chrono::steady_clock::now();
-  auto all = store.acquire_all(reqs, Nanos{0});
+  auto all = store.apply_all(reqs, Nanos{0});
   const auto took = std::chrono::steady_clock::now() - t0;
   INFO(all.status());
   REQUIRE_FALSE(all.ok());
@@ -706,7 +706,7 @@ TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothi
   CHECK(took < 1s);
 
   seen = cluster->tryagains();
-  auto batch = store.acquire_batch(kOnce, items, Nanos{0});
+  auto batch = store.apply_batch(kOnce, items, Nanos{0});
   REQUIRE(batch.ok());
   REQUIRE(batch->size() == items.size());
   for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
@@ -733,7 +733,7 @@ TEST_CASE("TRYAGAIN (a slot half migrated): unavailable after its retries, nothi
   CHECK(owner(slot) == from_port);
 }
 
-// Coalescing on a cluster: a coalesced call is acquire_batch's (one script call per
+// Coalescing on a cluster: a coalesced call is apply_batch's (one script call per
 // slot); two keys of a slot half migrated in one call get -TRYAGAIN, and once it is given
 // up on (nothing ran) each caller is decided alone, which -ASK serves.
 TEST_CASE("coalesced calls on a slot half migrated are decided alone after TRYAGAIN") {

@@ -49,7 +49,7 @@ int run_process(const TokenBucket& p, const std::string& prefix, const std::stri
     threads.emplace_back([&, t] {
       std::int64_t cost = 1 + t % 3;
       while (std::chrono::steady_clock::now() < end) {
-        auto r = store.acquire(p, "{conc}one", Nanos{0}, cost);
+        auto r = store.apply_attempt(p, "{conc}one", Nanos{0}, cost);
         if (!r.ok()) {
           ++errors;
           continue;

@@ -172,7 +172,7 @@ TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, al
   std::optional<TokenBucket::State> model;
   for (int i = 0; i < 300; ++i) {
     const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
-    auto outcome = store.acquire(tb, "{acme}kept", Nanos{0}, cost);
+    auto outcome = store.apply_attempt(tb, "{acme}kept", Nanos{0}, cost);
     REQUIRE(outcome.ok());
     if (!model) model = tb.init(outcome->time);
     const Decision* d = &outcome->decision;
@@ -356,7 +356,7 @@ TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is c
   using Req = typename RedisStore<TestType>::Request;
   const std::vector<Item> items = {
       {"{acme}a", 4}, {"{acme}new", 4}, {"{acme}c", 1}, {"{acme}b", 4}};
-  auto got = store.acquire_batch(ten, items, t);
+  auto got = store.apply_batch(ten, items, t);
   REQUIRE(got.ok());
   REQUIRE(got->size() == items.size());
   for (const auto& d : *got) {
@@ -365,7 +365,7 @@ TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is c
     CHECK(d.status().message().find(*key) != absl::string_view::npos);
   }
   const std::vector<Req> reqs = {{&ten, "{acme}a", 4}, {&ten, "{acme}c", 1}, {&ten, "{acme}b", 4}};
-  auto all = store.acquire_all(reqs, t);
+  auto all = store.apply_all(reqs, t);
   REQUIRE_FALSE(all.ok());
   CHECK(absl::IsDataLoss(all.status()));
   // Nothing was charged or trimmed, and the new bucket was not created. (A peek: cost 11
@@ -641,7 +641,7 @@ TEMPLATE_TEST_CASE("a window key's kept writes overwrite it in place: same bytes
     long long bytes = 0, last_pttl = 0;
     bool turned = false;
     auto step = [&](std::int64_t cost) {
-      auto outcome = store.acquire(p, "{acme}place-a", Nanos{0}, cost);
+      auto outcome = store.apply_attempt(p, "{acme}place-a", Nanos{0}, cost);
       REQUIRE(outcome.ok());
       if (!model) model = p.init(outcome->time);
       const Decision expected = p.apply(*model, outcome->time, cost);
@@ -821,35 +821,36 @@ TEST_CASE("an attempt id makes a decision idempotent, even when its reply was lo
   REQUIRE(store.apply(kTen, "{acme}warm", Nanos{0}, 1).ok());
 
   proxy.drop_next_reply();
-  auto lost = store.acquire(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
+  auto lost = store.apply_attempt(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
   REQUIRE_FALSE(lost.ok());
   CHECK(absl::IsUnavailable(lost.status()));
   CHECK(proxy.dropped() == 1);
 
   // The retry replays the first decision: it ran on the server, and charges nothing more.
-  auto retry = store.acquire(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
+  auto retry = store.apply_attempt(kTen, "{acme}att", Nanos{0}, 4, "attempt-1");
   REQUIRE(retry.ok());
   CHECK(retry->replayed);
   CHECK(retry->decision.allowed);
   CHECK(retry->decision.remaining == 6);
-  auto again = store.acquire(kTen, "{acme}att", Nanos{5}, 4, "attempt-1");
+  auto again = store.apply_attempt(kTen, "{acme}att", Nanos{5}, 4, "attempt-1");
   REQUIRE(again.ok());
   CHECK(again->replayed);
   CHECK(again->decision == retry->decision);
-  auto next = store.acquire(kTen, "{acme}att", Nanos{0}, 1);
+  auto next = store.apply_attempt(kTen, "{acme}att", Nanos{0}, 1);
   REQUIRE(next.ok());
   CHECK_FALSE(next->replayed);
   CHECK(next->decision.remaining == 5);  // 10 − 4 (once) − 1
 
   // The same id with another cost or another key is an error, and charges nothing.
-  auto other_cost = store.acquire(kTen, "{acme}att", Nanos{0}, 3, "attempt-1");
+  auto other_cost = store.apply_attempt(kTen, "{acme}att", Nanos{0}, 3, "attempt-1");
   CHECK(absl::IsInvalidArgument(other_cost.status()));
-  auto other_key = store.acquire(kTen, "{acme}other", Nanos{0}, 4, "attempt-1");
+  auto other_key = store.apply_attempt(kTen, "{acme}other", Nanos{0}, 4, "attempt-1");
   CHECK(absl::IsInvalidArgument(other_key.status()));
   auto after = store.apply(kTen, "{acme}att", Nanos{0}, 1);
   REQUIRE(after.ok());
   CHECK(after->remaining == 4);
-  CHECK(absl::IsInvalidArgument(store.acquire(kTen, "{acme}att", Nanos{0}, 1, "bad\nid").status()));
+  CHECK(absl::IsInvalidArgument(
+      store.apply_attempt(kTen, "{acme}att", Nanos{0}, 1, "bad\nid").status()));
 
   // The record expires after attempt_ttl.
   auto lease = store.options().pool->acquire();
@@ -866,13 +867,13 @@ TEST_CASE("a hierarchical check deducts from every bucket or from none") {
   const TokenBucket route{.rate = {.units = 1, .per = 1s}, .burst = 3};
   using Req = RedisStore<TokenBucket>::Request;
   const std::vector<Req> both = {{&tenant_wide, "{acme}", 2}, {&route, "{acme}create", 2}};
-  auto first = store.acquire_all(both, Nanos{0});
+  auto first = store.apply_all(both, Nanos{0});
   REQUIRE(first.ok());
   CHECK(first->decision.allowed);
   CHECK(first->decision.remaining == 1);  // the least: route 3 − 2
   REQUIRE(first->parts.size() == 2);
   CHECK(first->parts[0].remaining == 8);
-  auto second = store.acquire_all(both, Nanos{0});
+  auto second = store.apply_all(both, Nanos{0});
   REQUIRE(second.ok());
   CHECK_FALSE(second->decision.allowed);  // the route bucket has 1 left
   CHECK(second->decision.reason == Reason::kOverLimit);
@@ -883,7 +884,7 @@ TEST_CASE("a hierarchical check deducts from every bucket or from none") {
   REQUIRE(tenant.ok());
   CHECK(tenant->remaining == 7);
   const std::vector<Req> cross = {{&tenant_wide, "{acme}", 1}, {&route, "{other}create", 1}};
-  CHECK(absl::IsInvalidArgument(store.acquire_all(cross, Nanos{0}).status()));
+  CHECK(absl::IsInvalidArgument(store.apply_all(cross, Nanos{0}).status()));
 }
 
 TEMPLATE_TEST_CASE("all-or-nothing checks match the C++ policies: every bucket deducted or none",
@@ -921,7 +922,7 @@ TEMPLATE_TEST_CASE("all-or-nothing checks match the C++ policies: every bucket d
       all = all && want.back().allowed;
     }
     INFO("step " << step << ": " << which.size() << " buckets");
-    auto got = store.acquire_all(reqs, now);
+    auto got = store.apply_all(reqs, now);
     REQUIRE(got.ok());
     REQUIRE(got->parts.size() == which.size());
     REQUIRE(got->decision.allowed == all);
@@ -946,13 +947,13 @@ TEMPLATE_TEST_CASE("all-or-nothing checks match the C++ policies: every bucket d
   CHECK(some_denied > 50);
 }
 
-TEST_CASE("acquire_many pipelines a batch with the same decisions as one by one") {
+TEST_CASE("apply_pipelined pipelines a batch with the same decisions as one by one") {
   RedisStore<TokenBucket> store(options("many"));
   using Item = RedisStore<TokenBucket>::BatchItem;
   std::vector<Item> items;
   for (int i = 0; i < 64; ++i) items.push_back({i % 2 == 0 ? "{acme}hot" : "{acme}cold", 1});
   items.push_back({"{bad", 1});
-  auto result = store.acquire_many(kTen, items, Nanos{0});
+  auto result = store.apply_pipelined(kTen, items, Nanos{0});
   REQUIRE(result.ok());
   REQUIRE(result->size() == 65);
   int hot_allowed = 0;
@@ -967,7 +968,7 @@ TEST_CASE("acquire_many pipelines a batch with the same decisions as one by one"
   // After SCRIPT FLUSH the batch still decides (NOSCRIPT → retried once with EVAL).
   run(store, {"SCRIPT", "FLUSH"});
   auto more =
-      store.acquire_many(kTen, std::vector<Item>{{"{acme}new", 3}, {"{acme}new", 3}}, Nanos{0});
+      store.apply_pipelined(kTen, std::vector<Item>{{"{acme}new", 3}, {"{acme}new", 3}}, Nanos{0});
   REQUIRE(more.ok());
   REQUIRE((*more)[1].ok());
   CHECK((*more)[1]->remaining == 4);
@@ -996,7 +997,7 @@ TEMPLATE_TEST_CASE("every policy works as Limiter<P, RedisStore> with the server
   CHECK(denied->retry_after <= std::chrono::hours(2));
 }
 
-TEST_CASE("acquire_batch decides a batch of 10,000 buckets in one script call") {
+TEST_CASE("apply_batch decides a batch of 10,000 buckets in one script call") {
   // More keys than Lua can unpack onto its stack at once (about 8,000): the script reads
   // the states in slices.
   RedisStore<TokenBucket> store(options("big-batch"));
@@ -1007,7 +1008,7 @@ TEST_CASE("acquire_batch decides a batch of 10,000 buckets in one script call") 
   for (int round = 0; round < 2; ++round) {
     items.clear();
     for (const auto& k : keys) items.push_back({k, 6});
-    auto got = store.acquire_batch(kTen, items, Nanos{0});
+    auto got = store.apply_batch(kTen, items, Nanos{0});
     REQUIRE(got.ok());
     REQUIRE(got->size() == items.size());
     int allowed = 0;
@@ -1020,7 +1021,7 @@ TEST_CASE("acquire_batch decides a batch of 10,000 buckets in one script call") 
   }
 }
 
-TEST_CASE("acquire_batch decides a batch in one script call exactly as one by one") {
+TEST_CASE("apply_batch decides a batch in one script call exactly as one by one") {
   RedisStore<TokenBucket> batched(options("batch"));
   RedisStore<TokenBucket> single(options("batch-ref"));
   using Item = RedisStore<TokenBucket>::BatchItem;
@@ -1034,7 +1035,7 @@ TEST_CASE("acquire_batch decides a batch in one script call exactly as one by on
   for (int round = 0; round < 6; ++round) {
     const Nanos now{round * 700'000'000LL};
     const std::vector<Item>& items = round % 2 == 0 ? mixed : same;
-    auto got = batched.acquire_batch(kTen, items, now);
+    auto got = batched.apply_batch(kTen, items, now);
     REQUIRE(got.ok());
     REQUIRE(got->size() == items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -1046,5 +1047,5 @@ TEST_CASE("acquire_batch decides a batch in one script call exactly as one by on
     }
   }
   CHECK(absl::IsInvalidArgument(
-      batched.acquire_batch(kTen, std::vector<Item>{{"{bad", 1}}, Nanos{0}).status()));
+      batched.apply_batch(kTen, std::vector<Item>{{"{bad", 1}}, Nanos{0}).status()));
 }

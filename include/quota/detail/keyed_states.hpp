@@ -63,7 +63,7 @@ class KeyedStates {
   static constexpr std::size_t kMaxChunks = std::size_t{1} << (32 - kOffsetBits);
   static constexpr std::size_t kHeader = sizeof(State) + sizeof(std::uint32_t);
   // The longest key a record holds (the limiter's own bound is far below it).
-  static constexpr std::size_t kMaxKeyBytes = kMaxChunk - kHeader;
+  static constexpr std::size_t kMaxLocalKeyBytes = kMaxChunk - kHeader;
   static_assert(kAlign <= 64, "chunks are 64-byte aligned");
 
   // Bytes one key's record takes in the arena (the index adds a 4-byte id and a control
@@ -89,7 +89,7 @@ class KeyedStates {
 
   // Finds or creates the state of `key` (hash = key_hash(key)) and returns a pointer to it,
   // valid until the next sweep. ResourceExhausted when the store is full and no key is idle;
-  // InvalidArgument for a key longer than kMaxKeyBytes.
+  // InvalidArgument for a key longer than kMaxLocalKeyBytes.
   absl::StatusOr<State*> find_or_create(const P& policy, std::string_view key, std::size_t hash,
                                         Nanos now) {
     const Prehashed k{to_absl(key), hash};
@@ -99,9 +99,10 @@ class KeyedStates {
     if (auto it = index_.find(k, hash); it != index_.end()) {
       return &arena_->state(*it);
     }
-    if (key.size() > kMaxKeyBytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "key is %d bytes; the store holds keys of at most %d bytes", key.size(), kMaxKeyBytes));
+    if (key.size() > kMaxLocalKeyBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("key is %d bytes; the store holds keys of at most %d bytes", key.size(),
+                          kMaxLocalKeyBytes));
     }
     if (index_.size() >= capacity_ && !evict_idle(policy, now)) {
       return absl::ResourceExhaustedError(absl::StrFormat(

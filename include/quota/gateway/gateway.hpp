@@ -242,7 +242,7 @@ class Gateway {
   const TicketBook& tickets() const { return tickets_; }
 
  private:
-  struct Outcome_ {
+  struct RuledDecision {
     Decision decision;
     std::string rule;
   };
@@ -335,8 +335,8 @@ class Gateway {
   }
 
   // Decides every level through the backend (all or nothing) and combines the result.
-  absl::StatusOr<Outcome_> run(std::uint64_t version, std::span<const Check> checks,
-                               std::int64_t cost, Nanos now, Deducted* deducted) {
+  absl::StatusOr<RuledDecision> run(std::uint64_t version, std::span<const Check> checks,
+                                    std::int64_t cost, Nanos now, Deducted* deducted) {
     LevelVector<LevelCheck> levels;  // inline: no allocation for up to kMaxLevels
     for (const Check& c : checks) {
       levels.push_back({.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow});
@@ -372,7 +372,7 @@ class Gateway {
       denial.version = combined.version;
       denial.remaining = combined.remaining;
       denial.reset_after = combined.reset_after;
-      return Outcome_{.decision = denial, .rule = rule.name};
+      return RuledDecision{.decision = denial, .rule = rule.name};
     }
     if (parts.size() != checks.size()) {
       return absl::InternalError(
@@ -391,7 +391,7 @@ class Gateway {
     if (deducted != nullptr) deducted->time = result->time;
     if (shadowed) combined.reason = Reason::kShadow;
     const Check& tenant = tenant_check(checks);
-    return Outcome_{.decision = combined, .rule = tenant.rule->name};
+    return RuledDecision{.decision = combined, .rule = tenant.rule->name};
   }
 
   static const Check& tenant_check(std::span<const Check> checks) {
@@ -401,9 +401,9 @@ class Gateway {
     return checks.front();
   }
 
-  absl::StatusOr<Outcome_> on_unavailable(std::uint64_t version, const RouteClass& route,
-                                          std::span<const Check> checks, std::int64_t cost,
-                                          Nanos now) {
+  absl::StatusOr<RuledDecision> on_unavailable(std::uint64_t version, const RouteClass& route,
+                                               std::span<const Check> checks, std::int64_t cost,
+                                               Nanos now) {
     const Check& tenant = tenant_check(checks);
     const Decision unavailable{.allowed = false,
                                .remaining = 0,
@@ -413,7 +413,7 @@ class Gateway {
                                .reason = Reason::kUnavailable};
     if (route.fail_mode != FailMode::kOpen) {
       record(*tenant.rule, Outcome::kUnavailable, cost);
-      return Outcome_{.decision = unavailable, .rule = tenant.rule->name};
+      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
     }
     // The outage began at the first failure after the last success.
     std::int64_t since = outage_since_.load(std::memory_order_acquire);
@@ -427,7 +427,7 @@ class Gateway {
     }
     if (now.count() - since >= route.emergency.max_duration.count()) {
       record(*tenant.rule, Outcome::kUnavailable, cost);
-      return Outcome_{.decision = unavailable, .rule = tenant.rule->name};
+      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
     }
     const RulePolicy emergency =
         TokenBucket{.rate = route.emergency.rate, .burst = route.emergency.burst};
@@ -437,13 +437,13 @@ class Gateway {
     auto d = emergency_.apply(kp, tenant.key, now, cost);
     if (!d.ok() || !d->allowed) {
       record(*tenant.rule, Outcome::kUnavailable, cost);
-      return Outcome_{.decision = unavailable, .rule = tenant.rule->name};
+      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
     }
     record(*tenant.rule, Outcome::kFailOpenAllowed, cost);
     Decision admitted = *d;
     admitted.version = version;
     admitted.reason = Reason::kFailOpen;
-    return Outcome_{.decision = admitted, .rule = tenant.rule->name};
+    return RuledDecision{.decision = admitted, .rule = tenant.rule->name};
   }
 
   void note_success() {

@@ -164,14 +164,15 @@ struct Identity {
 };
 
 // The longest store key: a user key, "{" tenant "}" route "/" user.
-inline constexpr std::size_t kMaxKeyBytes = 1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
+inline constexpr std::size_t kMaxLevelKeyBytes =
+    1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
 
 // A store key held inline (no allocation): the concatenation of checked parts, at most
-// kMaxKeyBytes. Reads as a std::string_view.
+// kMaxLevelKeyBytes. Reads as a std::string_view.
 class StoreKey {
  public:
   StoreKey() = default;
-  // Precondition: the parts total at most kMaxKeyBytes (plan() checks the ids first).
+  // Precondition: the parts total at most kMaxLevelKeyBytes (plan() checks the ids first).
   StoreKey(std::initializer_list<std::string_view> parts) {
     for (std::string_view part : parts) {
       part = part.substr(0, bytes_.size() - size_);  // never past the buffer
@@ -195,7 +196,7 @@ class StoreKey {
   friend bool operator==(const StoreKey& a, std::string_view b) { return a.view() == b; }
 
  private:
-  std::array<char, kMaxKeyBytes> bytes_;  // only [0, size_) is ever read
+  std::array<char, kMaxLevelKeyBytes> bytes_;  // only [0, size_) is ever read
   std::size_t size_ = 0;
 };
 

@@ -42,7 +42,7 @@
 // record is written "pending" before the decision and "decided" after it; a duplicate
 // arriving while it is pending gets Aborted ("in progress; retry"), the same id with
 // another request of that tenant InvalidArgument (ids are scoped per tenant, as in
-// RedisStore::acquire). A process that dies between the two leaves the
+// RedisStore::apply_attempt). A process that dies between the two leaves the
 // attempt pending for `attempt_pending` (then it may be decided anew). If the final
 // write fails the attempt is simply not replayable (the decision stands).
 // Estimate-then-settle tickets stay in the process that issued them (settle.hpp).

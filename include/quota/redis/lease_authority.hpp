@@ -1,7 +1,7 @@
 // quota/redis/lease_authority.hpp — Redis as the authority that hands out lease grants.
 //
 // Adapts RedisStore<TokenBucket> to quota::LeaseAuthority (quota/lease/leased_limiter.hpp):
-// a grant of q units is one ordinary `acquire` of q units in the central bucket, in one
+// a grant of q units is one ordinary `apply_attempt` of q units in the central bucket, in one
 // EVALSHA, with the grant id as the attempt id — so a grant request whose reply was lost
 // and is retried with the same id is replayed from the tenant's slot, never charged
 // twice. Time is the server's. Thread-safe (as RedisStore).
@@ -36,7 +36,7 @@ class LeaseAuthority {
   absl::StatusOr<Decision> grant(std::string_view key, std::int64_t units,
                                  std::string_view grant_id) {
     round_trips_.fetch_add(1, std::memory_order_relaxed);
-    auto outcome = store_->acquire(policy_, key, Nanos{0}, units, grant_id);
+    auto outcome = store_->apply_attempt(policy_, key, Nanos{0}, units, grant_id);
     if (!outcome.ok()) return outcome.status();
     return outcome->decision;
   }

@@ -40,11 +40,11 @@
 // tests/redis/redis_differential_test.cpp. Each twin's exact range is narrower than the
 // C++ policy's (Lua numbers are doubles); `check` names the bound that a policy breaks.
 //
-// Beyond StateStore: `acquire` with an attempt id (idempotent: the first result is kept
-// in the tenant's slot for `attempt_ttl` and replayed), `acquire_all` (hierarchy: several
-// buckets of one tenant, all allow or nothing is deducted), `acquire_many` (a pipelined
+// Beyond StateStore: `apply_attempt` with an attempt id (idempotent: the first result is kept
+// in the tenant's slot for `attempt_ttl` and replayed), `apply_all` (hierarchy: several
+// buckets of one tenant, all allow or nothing is deducted), `apply_pipelined` (a pipelined
 // batch: one EVALSHA per decision, all in one write; one write per node on a cluster)
-// and `acquire_batch` (independent decisions, many per EVALSHA; one EVALSHA per slot on
+// and `apply_batch` (independent decisions, many per EVALSHA; one EVALSHA per slot on
 // a cluster). With RedisStoreOptions::coalesce, concurrent `apply` calls from many
 // threads are decided together the same way, each exactly as if alone (see apply).
 //
@@ -55,12 +55,12 @@
 //
 // Redis Cluster: set RedisStoreOptions::cluster (cluster.hpp) instead of `pool`. Each
 // call goes to its slot's node and follows MOVED / ASK; a tenant's keys share a slot, so
-// hierarchy and attempts work unchanged. acquire_many and acquire_batch group their
+// hierarchy and attempts work unchanged. apply_pipelined and apply_batch group their
 // calls by node and send each node's calls in ONE pipelined write, all nodes written
 // before any reply is read; redirected calls (MOVED / ASK) and NOSCRIPT are sent again
 // in a further round. A script call may declare keys of one slot only, so on a cluster
-// acquire_batch makes one script call per slot (not one per batch). A call of several
-// keys (acquire_all, a call of acquire_batch) that meets its slot half migrated gets
+// apply_batch makes one script call per slot (not one per batch). A call of several
+// keys (apply_all, a call of apply_batch) that meets its slot half migrated gets
 // -TRYAGAIN (the script did not run): it is sent again after a short backoff, a few
 // times within the command deadline (redis::TryAgainPolicy, set on the ClusterPool),
 // then it is kUnavailable naming TRYAGAIN, with nothing charged.
@@ -124,7 +124,7 @@ struct RedisStoreOptions {
   std::shared_ptr<redis::ClusterPool> cluster = nullptr;
   // Coalescing, for a gateway with many threads: while `coalesce_calls` of apply()'s
   // round trips are in flight, further apply() calls wait and are then decided
-  // together, up to `coalesce` per round trip (independent decisions, as acquire_batch:
+  // together, up to `coalesce` per round trip (independent decisions, as apply_batch:
   // each deducted when it alone allows). Each caller still gets its own decision; a
   // lone caller goes at once. 0 or 1: off (one script call per apply). See
   // RedisStore::apply. Each round trip in flight holds one of the pool's connections:
@@ -179,7 +179,7 @@ class RedisStore {
   // StateStore: one decision, one round trip. With RedisStoreOptions::coalesce, a call
   // made while `coalesce_calls` coalesced round trips are in flight waits for one of them
   // to return and then goes with the calls that waited with it (the oldest first, at
-  // most `coalesce`), in one round trip, as acquire_batch decides a batch: each decision
+  // most `coalesce`), in one round trip, as apply_batch decides a batch: each decision
   // independent, exactly as if made alone, in the order the calls arrived. That is one
   // script call (per slot, on a cluster), split where a key repeats or, in caller-time
   // mode, where the time changes. A key or policy the store rejects fails its
@@ -191,7 +191,7 @@ class RedisStore {
   absl::StatusOr<Decision> apply(const P& policy, std::string_view key, Nanos now,
                                  std::int64_t cost) {
     if (coalescer_ != nullptr) return apply_coalesced(policy, key, now, cost);
-    auto r = acquire(policy, key, now, cost);
+    auto r = apply_attempt(policy, key, now, cost);
     if (!r.ok()) return r.status();
     return r->decision;
   }
@@ -207,10 +207,11 @@ class RedisStore {
   // One decision; with a non-empty `attempt_id`, idempotent: the first result for the id
   // is stored in the tenant's slot for options.attempt_ttl and replayed (replayed =
   // true) for a retry; the same id with another key or cost is InvalidArgument.
-  absl::StatusOr<redis::ScriptResult> acquire(const P& policy, std::string_view key, Nanos now,
-                                              std::int64_t cost, std::string_view attempt_id = {}) {
+  absl::StatusOr<redis::ScriptResult> apply_attempt(const P& policy, std::string_view key,
+                                                    Nanos now, std::int64_t cost,
+                                                    std::string_view attempt_id = {}) {
     const Request req{&policy, key, cost};
-    return acquire_all(std::span<const Request>(&req, 1), now, attempt_id);
+    return apply_all(std::span<const Request>(&req, 1), now, attempt_id);
   }
 
   // One bucket of a hierarchical check: its policy, key and cost.
@@ -220,8 +221,8 @@ class RedisStore {
   // checked in one script; all are deducted if all allow, none otherwise. The combined
   // decision: allowed iff all allow; remaining the least; retry_after and reset_after
   // the largest (kNever wins); reason that of the first bucket that denies.
-  absl::StatusOr<redis::ScriptResult> acquire_all(std::span<const Request> reqs, Nanos now,
-                                                  std::string_view attempt_id = {}) {
+  absl::StatusOr<redis::ScriptResult> apply_all(std::span<const Request> reqs, Nanos now,
+                                                std::string_view attempt_id = {}) {
     auto call = build(reqs, now, attempt_id);
     if (!call.ok()) return call.status();
     auto reply = execute(*call);
@@ -239,7 +240,7 @@ class RedisStore {
     std::string_view key;
     std::int64_t cost;
   };
-  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_many(
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> apply_pipelined(
       const P& policy, std::span<const BatchItem> items, Nanos now) {
     std::vector<absl::StatusOr<Decision>> results(items.size(), absl::UnknownError("unset"));
     std::vector<Call> calls;
@@ -281,7 +282,7 @@ class RedisStore {
   // invalid key) fail the whole batch with that error; nothing is sent then.
   //
   //
-  // Results as acquire_many's: the outer status fails the whole batch (an invalid key,
+  // Results as apply_pipelined's: the outer status fails the whole batch (an invalid key,
   // nothing sent; on a standalone server a pool or transport failure: some calls may
   // have been applied); otherwise each item has its own result, and an item whose
   // script call failed (an error reply, a corrupt bucket of its call) carries that
@@ -292,11 +293,11 @@ class RedisStore {
   // without declaring them), so the batch becomes one script call per slot (items of a
   // slot in their order; a repeated key starts the slot's next call), and each node's
   // calls go in one pipelined write (execute_many). Decisions come back in the
-  // caller's order. Atomic per script call only; as in acquire_many, a node that fails
+  // caller's order. Atomic per script call only; as in apply_pipelined, a node that fails
   // (transport, pool, too many redirections, TRYAGAIN past its retries) makes each of
   // ITS items kUnavailable (they may have been applied, except after TRYAGAIN), and the
   // other nodes' decisions are returned.
-  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch(
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> apply_batch(
       const P& policy, std::span<const BatchItem> items, Nanos now) {
     std::vector<Request> reqs;
     reqs.reserve(items.size());
@@ -348,14 +349,14 @@ class RedisStore {
     return script_.run(call.keys, call.args);
   }
 
-  // acquire_batch over requests that may each have their own policy and, in caller-time
+  // apply_batch over requests that may each have their own policy and, in caller-time
   // mode, their own time (`times[i]` for reqs[i]; empty: `now` for all): a change of
   // time starts a new script call, as a repeated key does.
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> decide_batch(
       std::span<const Request> reqs, Nanos now, std::span<const Nanos> times = {}) {
     if (reqs.empty()) return std::vector<absl::StatusOr<Decision>>{};
     auto time_of = [&](std::size_t i) { return times.empty() ? now : times[i]; };
-    if (options_.cluster != nullptr) return acquire_batch_cluster(reqs, time_of);
+    if (options_.cluster != nullptr) return apply_batch_cluster(reqs, time_of);
     std::vector<std::vector<Request>> chunks(1);
     std::vector<Nanos> chunk_time = {time_of(0)};
     std::vector<std::string_view> seen;
@@ -390,10 +391,10 @@ class RedisStore {
     return out;
   }
 
-  // acquire_batch on a cluster: one script call per slot (see acquire_batch).
+  // apply_batch on a cluster: one script call per slot (see apply_batch).
   // `time_of(i)`: item i's time.
   template <class TimeOf>
-  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> acquire_batch_cluster(
+  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> apply_batch_cluster(
       std::span<const Request> items, const TimeOf& time_of) {
     struct Chunk {
       Nanos time;
@@ -507,7 +508,7 @@ class RedisStore {
 
   // One decision, shaped as decide_batch's result.
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> single(const Request& req, Nanos now) {
-    auto r = acquire_all(std::span<const Request>(&req, 1), now);
+    auto r = apply_all(std::span<const Request>(&req, 1), now);
     std::vector<absl::StatusOr<Decision>> out;
     out.push_back(r.ok() ? absl::StatusOr<Decision>(r->decision)
                          : absl::StatusOr<Decision>(r.status()));

@@ -21,7 +21,7 @@
 //                              the command deadline (TryAgainPolicy); then kUnavailable
 //                              naming TRYAGAIN. Retries do not count as redirections.
 // Batches
-// (RedisStore::acquire_many, acquire_batch) group their calls by the node of each slot
+// (RedisStore::apply_pipelined, apply_batch) group their calls by the node of each slot
 // and send each node's calls in ONE pipelined write (counted by `pipelines()`); the
 // replies that redirect are sent again, grouped the same way, after the map refresh.
 //

@@ -180,7 +180,7 @@ inline Nanos to_nanos(std::int64_t v) { return v < 0 ? kNever : Nanos{v}; }
 // integers per bucket: every twin's, and the token bucket's with an attempt or
 // replayed) or in the token bucket's compact form (each bucket's state, then its
 // denials: twin/token_bucket.hpp; LuaTwin<TokenBucket>::decision derives the fields).
-// `batch`: independent decisions (acquire_batch): each part allowed on its own.
+// `batch`: independent decisions (apply_batch): each part allowed on its own.
 template <Policy P>
 absl::StatusOr<ScriptResult> parse_reply(const redisReply& r,
                                          std::span<const BucketRequest<P>> reqs,

@@ -39,7 +39,7 @@
 //
 // Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
 // read with one MGET; one pass per window (advance, decide, count, write) for one window
-// and for acquire_batch's independent decisions, with no per-window function call or
+// and for apply_batch's independent decisions, with no per-window function call or
 // table; two passes only for the all-or-nothing check over several windows; divisions
 // inlined (a corrected `%`); arguments converted only when they differ from the previous
 // window's, and a batch of one cost and one parameter set looks at its arguments once.

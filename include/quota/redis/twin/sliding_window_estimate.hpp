@@ -41,7 +41,7 @@
 // mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
 //
 // Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
-// read with one MGET; one pass per window for one window and for acquire_batch's
+// read with one MGET; one pass per window for one window and for apply_batch's
 // independent decisions, with no per-window table; two passes only for the
 // all-or-nothing check over several windows; a batch of one cost and one parameter set
 // looks at its arguments once; the products of `le` and `muldiv` are formed as one number

@@ -47,7 +47,7 @@
 //
 // Cost (server instructions, measured with callgrind: README). Several buckets' states
 // are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
-// single bucket and for acquire_batch's independent decisions, with no per-bucket
+// single bucket and for apply_batch's independent decisions, with no per-bucket
 // function call or table; only the all-or-nothing check over several buckets decides
 // all before it writes any. Arguments are converted to numbers (`s + 0`) only when their
 // strings differ from the previous bucket's; one cost shared by a batch is sent once;
@@ -67,7 +67,7 @@
 // ARGV[1], ARGV[2] caller time (seconds, nanoseconds), or '' and '' for the server's TIME
 // ARGV[3]          TTL margin, ms
 // ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
-//                  decisions, acquire_batch)
+//                  decisions, apply_batch)
 // ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
 // ARGV[6]          n
 // ARGV[7]          k: 1 when all buckets have the same cost (sent once), else n
