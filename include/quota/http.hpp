@@ -4,48 +4,11 @@
 // IETF `RateLimit-Policy` and `RateLimit` structured fields (draft-ietf-httpapi-
 // ratelimit-headers, revisions 08–11: a List of Items whose bare item is the policy name
 // as an sf-string), and a stable machine-readable reason for the response body or logs.
-// Pure functions, no floating point, no allocation beyond the strings returned.
-// Thread-safe.
+// A denial is 429, a cost that can never fit 400, an unreachable authority 503 (never
+// 429), any other store error 500: the table is on answer(). Pure functions, no floating
+// point, no allocation beyond the strings returned.
 //
-// The mapping (tested string for string in tests/http_test.cpp):
-//
-//   decision                         status  Retry-After                 reason
-//   allowed (kAllowed)               200     —                           "allowed"
-//   allowed in shadow mode (kShadow) 200     —                           "shadow"
-//   allowed by the local emergency   200     —                           "fail_open"
-//     bucket (kFailOpen)
-//   kOverLimit, finite retry_after   429     ceil(retry_after / 1 s),    "over_limit"
-//                                            at least 1 (never 0)
-//   kOverLimit, retry_after = kNever 429     omitted: waiting never      "over_limit"
-//     (a one-off budget, rate 0)             helps, so no time is promised
-//   kCostExceedsBurst                400     omitted                     "cost_exceeds_burst"
-//   kInvalidCost                     400     omitted                     "invalid_cost"
-//   kUnavailable (fail-closed route) 503     HttpOptions::               "unavailable"
-//     or a store error Unavailable,          unavailable_retry_after
-//     ResourceExhausted, DeadlineExceeded    (omitted when 0)
-//   any other store error            500     —                           "internal"
-//
-// Why 400 for a cost that can never fit: the request asks for more than the bucket can
-// ever hold, so repeating it can never succeed. A 429 invites the client to back off and
-// retry forever (and with no Retry-After many clients retry at once); a 400-class status
-// says "do not repeat this request unchanged". The reason string tells the two 400s apart
-// from other client errors. Why 503 and not 429 when the authority is unreachable: the
-// tenant did not exceed anything (DESIGN §1).
-//
-// The RateLimit fields. `RateLimit-Policy` describes the policy: `"<name>";q=<quota>`
-// plus `;w=<window seconds>` when the policy has a window:
-//   - TokenBucket{rate, burst}: q = burst, w = the time to refill a whole burst from
-//     empty, burst·rate.per/rate.units, rounded UP to whole seconds (at least 1); no w
-//     when rate.units = 0 (the budget never refills);
-//   - window policies (FixedWindow, SlidingLog, SlidingWindowEstimate: anything with
-//     `limit` and `window`): q = limit, w = window rounded up to whole seconds.
-// `RateLimit` is the live counter: `"<name>";r=<remaining>;t=<reset seconds>` with
-// r = decision.remaining (whole units, clamped at 0) and t = decision.reset_after rounded
-// UP to whole seconds; t is omitted when reset_after is kNever. On a 503 (no decision was
-// made) `RateLimit` is omitted and only `RateLimit-Policy` is sent.
-//
-// Policy names must be 1..64 printable ASCII bytes (0x20–0x7e); `"` and `\` are escaped
-// as sf-string requires. describe() rejects anything else with InvalidArgument.
+// Thread safety: pure functions; thread-safe.
 //
 //   auto policy = quota::http::describe("default", tb);          // StatusOr<PolicyInfo>
 //   quota::http::Answer a = quota::http::answer(decision, *policy);
@@ -90,7 +53,7 @@ struct Header {
 
 struct Answer {
   int status = 200;
-  std::string_view reason{};      // stable, machine-readable: see the table above
+  std::string_view reason{};      // stable, machine-readable: see answer()
   std::vector<Header> headers{};  // in the order Retry-After, RateLimit-Policy, RateLimit
   // The Retry-After value in seconds, or -1 when the field is omitted.
   std::int64_t retry_after_seconds = -1;
@@ -138,6 +101,18 @@ inline std::string sf_string(std::string_view s) {
 
 }  // namespace detail
 
+// The RateLimit fields. `RateLimit-Policy` describes the policy: `"<name>";q=<quota>`
+// plus `;w=<window seconds>` when the policy has a window:
+//   - TokenBucket{rate, burst}: q = burst, w = the time to refill a whole burst from
+//     empty, burst·rate.per/rate.units, rounded UP to whole seconds (at least 1); no w
+//     when rate.units = 0 (the budget never refills);
+//   - window policies (FixedWindow, SlidingLog, SlidingWindowEstimate: anything with
+//     `limit` and `window`): q = limit, w = window rounded up to whole seconds.
+// `RateLimit` is the live counter: `"<name>";r=<remaining>;t=<reset seconds>` with
+// r = decision.remaining (whole units, clamped at 0) and t = decision.reset_after rounded
+// UP to whole seconds; t is omitted when reset_after is kNever. On a 503 (no decision was
+// made) `RateLimit` is omitted and only `RateLimit-Policy` is sent.
+//
 // The field value of `RateLimit-Policy` for one policy: `"name";q=100;w=60`.
 inline std::string policy_field(const PolicyInfo& p) {
   std::string out = absl::StrCat(detail::sf_string(p.name), ";q=", p.quota);
@@ -153,7 +128,10 @@ inline std::string ratelimit_field(const PolicyInfo& p, const Decision& d) {
   return out;
 }
 
-// A TokenBucket as RateLimit-Policy sees it (see the header comment).
+// Policy names must be 1..64 printable ASCII bytes (0x20–0x7e); `"` and `\` are escaped
+// as sf-string requires. describe() rejects anything else with InvalidArgument.
+//
+// A TokenBucket as RateLimit-Policy sees it (see policy_field).
 inline absl::StatusOr<PolicyInfo> describe(std::string_view name, const TokenBucket& tb) {
   if (auto s = detail::check_name(name); !s.ok()) return s;
   if (auto s = tb.validate(); !s.ok()) return s;
@@ -190,6 +168,31 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
 }
 
 // The answer for a decision made under `policy`.
+//
+// The mapping (tested string for string in tests/http_test.cpp):
+//
+//   decision                         status  Retry-After                 reason
+//   allowed (kAllowed)               200     —                           "allowed"
+//   allowed in shadow mode (kShadow) 200     —                           "shadow"
+//   allowed by the local emergency   200     —                           "fail_open"
+//     bucket (kFailOpen)
+//   kOverLimit, finite retry_after   429     ceil(retry_after / 1 s),    "over_limit"
+//                                            at least 1 (never 0)
+//   kOverLimit, retry_after = kNever 429     omitted: waiting never      "over_limit"
+//     (a one-off budget, rate 0)             helps, so no time is promised
+//   kCostExceedsBurst                400     omitted                     "cost_exceeds_burst"
+//   kInvalidCost                     400     omitted                     "invalid_cost"
+//   kUnavailable (fail-closed route) 503     Options::               "unavailable"
+//     or a store error Unavailable,          unavailable_retry_after
+//     ResourceExhausted, DeadlineExceeded    (omitted when 0)
+//   any other store error            500     —                           "internal"
+//
+// Why 400 for a cost that can never fit: the request asks for more than the bucket can
+// ever hold, so repeating it can never succeed. A 429 invites the client to back off and
+// retry forever (and with no Retry-After many clients retry at once); a 400-class status
+// says "do not repeat this request unchanged". The reason string tells the two 400s apart
+// from other client errors. Why 503 and not 429 when the authority is unreachable: the
+// tenant did not exceed anything (DESIGN §1).
 inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options& options = {}) {
   Answer a;
   a.reason = to_string(d.reason);
@@ -225,7 +228,7 @@ inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options&
   return a;
 }
 
-// The answer for a store call that may have failed (see the table above).
+// The answer for a store call that may have failed (see the table on answer()).
 inline Answer answer(const absl::StatusOr<Decision>& d, const PolicyInfo& policy,
                      const Options& options = {}) {
   if (d.ok()) return answer(*d, policy, options);

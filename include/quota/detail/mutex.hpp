@@ -3,10 +3,14 @@
 // A std::mutex with abseil's thread-safety annotations (so ABSL_GUARDED_BY members are
 // checked by clang's -Wthread-safety), used instead of absl::Mutex on the hot path.
 // Why: Debian 12's libabsl is built without NDEBUG, so absl::Mutex runs its deadlock
-// detector — a process-wide graph under a global lock — on every Lock(): ~100 ns
-// uncontended and no scaling across threads, against ~7 ns for std::mutex
-// (benchmarks/store_bench.cpp measures both). Lock-order checking is still available
-// in tests through TSan.
+// detector — a process-wide graph under a global lock — on every Lock(): several times
+// the cost of std::mutex uncontended, and no scaling across threads
+// (benchmarks/store_bench.cpp measures both; docs/benchmarks.md). Lock-order checking is
+// still available in tests through TSan.
+//
+//   quota::detail::Mutex mu;
+//   int n ABSL_GUARDED_BY(mu) = 0;
+//   { quota::detail::MutexLock lock(mu); ++n; }
 #pragma once
 
 #include <mutex>

@@ -1,77 +1,21 @@
 // quota/gateway/gateway.hpp — the layer a gateway author calls: one decision per request.
 //
-// `Gateway<Store>::decide({who, route}, now)` looks up the rules in force (rules.hpp),
-// builds the keys from the authenticated identity and the whitelisted route class, and
-// decides every budget level the request must pass — user, tenant, global — through a
-// backend (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>` for
-// one thread, `ShardedStore<KeyPolicy>` for many; anything with `update`), or
-// `quota::redis::GatewayStore` (redis/gateway_store.hpp), shared by every gateway
-// process. On top of that:
+// `Gateway<Store>::decide({who, route}, now)` takes the rules in force (rules.hpp), builds
+// the keys from the authenticated identity and the whitelisted route class, and decides
+// every budget level the request must pass — user, tenant, global — through a backend
+// (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>` for one
+// thread, `ShardedStore<KeyPolicy>` for many) or `quota::redis::GatewayStore`, shared by
+// every gateway process. The requests, results and options are in request.hpp.
 //
-// Versions. Every decision carries the version of the rule set it used; each key's state
-// keeps the parameters and version that wrote it, and a rule change converts the state
-// without handing out a burst (key_state.hpp). A key already converted by a NEWER rule
-// set (another process rolled out first) is decided by that newer rule, and the decision
-// carries the newer version: the combined decision's version is the highest any level
-// used.
-//
-// Multi-level budgets, all-or-nothing. Levels are decided in order user → tenant →
-// global; if a level denies, no level keeps a deduction. How (backend.hpp): in-process,
-// each level is atomic and the levels already deducted are given back exactly before the
-// call returns — between the deduction and the give-back a concurrent request may see a
-// level lower by this cost and be denied, never admitted beyond any level's envelope.
-// On Redis, the user and tenant levels (one hash slot) are one atomic script; the global
-// level is one key shared by all tenants, in its own slot, decided by a second script
-// after the tenant's, and the tenant's levels are given back when it denies (the same
-// non-isolated window as in-process, for the global level only).
-// The combined decision: allowed iff every enforcing level allows; remaining the least,
-// retry_after and reset_after the largest over the levels decided; the reason and rule of
-// the first level that denies.
-//
-// Fail modes, per route class. A store error that means the authority is unreachable
-// (Unavailable, DeadlineExceeded, ResourceExhausted):
-//   - fail_closed → a Decision with reason kUnavailable (HTTP 503, never 429);
-//   - fail_open   → the route's local emergency bucket (per process, per tenant key):
-//     kFailOpen when it admits, kUnavailable when it is empty or when the outage (since
-//     the first failure after the last success, per Gateway) has lasted max_duration.
-//     The emergency bucket is a token bucket on the same clock, never reset by an
-//     outage, so during outages the extra admitted for one key by one process is at most
-//       EmergencyBucket::outage_allowance() = burst_e + ceil(rate_e · max_duration)
-//     units per outage (and, across any interval T, at most rate_e·T + burst_e);
-//     with N processes, N times that. gateway_fail_mode_test checks it with the envelope
-//     verifier. Other store errors (InvalidArgument, DataLoss, ...) are returned as is.
-//
-// Shadow mode, per rule. A shadow level is decided and counted; if it would deny, the
-// request is not denied (reason kShadow, `shadow_would_deny` counted) and nothing is
-// deducted from that level; other levels enforce normally.
-//
-// Attempts (attempts.hpp): with an attempt id, the first decision is replayed for
-// `attempt_ttl`; the same id with another key or cost is InvalidArgument. In this
-// process's AttemptCache, or — over Redis — in Redis, shared by every gateway process
-// (redis/gateway_store.hpp).
-//
-// Estimate, then settle (settle.hpp): acquire_estimate deducts an estimate and returns a
-// ticket; settle refunds the surplus or charges the deficit, once.
-//
-// Metrics (metrics.hpp): per rule, route and level. An admitted request counts
-// `allowed` on every enforcing level (or `fail_open_allowed` on the tenant level); a
-// denial counts `denied` on the level that denied; a fail-closed error counts
-// `unavailable` on the tenant level; a shadow level that would deny counts
-// `shadow_would_deny`.
-//
-// Allocation. On an in-process store, a decision of a key that exists (a warmed-up
-// tenant) allocates nothing: the levels are LevelVectors (inline, kMaxLevels), the keys
-// StoreKeys built in place (rules.hpp); gateway_alloc_test counts it. What does
-// allocate: Result::rule, a copy of the deciding rule's name, when the name is longer
-// than std::string's inline capacity (15 bytes in libstdc++); a new key in the store;
-// an attempt id (its fingerprint and record); an estimate's ticket; metrics callbacks
-// the caller installs. benchmarks/gateway_bench.cpp measures ns and allocations per
-// decision.
+// Guarantees: the levels are all or nothing (a denial leaves no level with a deduction);
+// a rule change never hands out a burst (key_state.hpp); an unreachable store is answered
+// by the route's fail mode (fail closed, or a bounded local emergency bucket); with an
+// attempt id a retry replays the first decision (attempts.hpp); an estimate is settled
+// once (settle.hpp); every outcome is counted per rule, route and level (metrics.hpp).
+// The details are on decide() and on the declarations below.
 //
 // Thread safety: that of the store (ShardedStore, GatewayStore: any thread). Rule reloads
-// go through the RuleRegistry and never block decisions. `now` is the caller's Clock
-// time (a Redis backend decides at the server's time; `now` then dates the gateway's own
-// bookkeeping: attempts, tickets, outages, emergency buckets).
+// go through the RuleRegistry and never block decisions.
 //
 //   quota::ShardedStore<quota::gateway::KeyPolicy> store;
 //   quota::gateway::RuleRegistry registry(*quota::gateway::RuleSet::create(spec));
@@ -102,49 +46,13 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/request.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/gateway/settle.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/store/store.hpp"
 
 namespace quota::gateway {
-
-struct GatewayOptions {
-  Nanos attempt_ttl{std::chrono::minutes(10)};
-  std::size_t max_attempts = 1'000'000;
-  Nanos ticket_ttl{std::chrono::minutes(10)};
-  std::size_t max_tickets = 1'000'000;
-  // Charge a settle's deficit to the budget (as debt where it exceeds what is left).
-  bool charge_deficit = false;
-  // Capacity of the per-process emergency buckets (fail-open routes).
-  StoreOptions emergency_store{.max_keys = 1'000'000, .shards = 16};
-};
-
-struct Request {
-  Identity who{};
-  std::string_view route{};
-  std::string_view attempt_id = {};  // optional: idempotent retries
-};
-
-struct Result {
-  Decision decision{};
-  std::string rule{};     // the rule that decided (first denier, else the tenant rule)
-  bool replayed = false;  // an attempt's stored first decision
-};
-
-struct EstimateResult {
-  Decision decision{};
-  std::string rule{};
-  // Set when the estimate was deducted from the store (allowed, not fail-open).
-  std::optional<TicketId> ticket{};
-};
-
-// True for the store errors that mean "the authority cannot answer now".
-inline bool is_unavailable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kResourceExhausted;
-}
 
 template <GatewayStorage Store>
 class Gateway {
@@ -157,6 +65,30 @@ class Gateway {
         tickets_(options.ticket_ttl, options.max_tickets),
         emergency_(options.emergency_store) {}
 
+  // Decides `req` against every level the rules give it, in order user → tenant →
+  // global; if a level denies, no level keeps a deduction (how, per backend:
+  // backend.hpp). The combined decision is described on Result.
+  //
+  // Versions: every decision carries the version of the rule set it used; each key's
+  // state keeps the parameters and version that wrote it, and a rule change converts the
+  // state without handing out a burst (key_state.hpp). A key already converted by a NEWER
+  // rule set (another process rolled out first) is decided by that newer rule.
+  //
+  // Shadow mode, per rule: a shadow level is decided and counted; if it would deny, the
+  // request is not denied (reason kShadow) and nothing is deducted from that level;
+  // other levels enforce normally. Unreachable stores: see is_unavailable().
+  //
+  // Allocation: on an in-process store, a decision of a key that exists allocates
+  // nothing: the levels are LevelVectors (inline, kMaxLevels), the keys StoreKeys built
+  // in place (store_key.hpp); gateway_alloc_test counts it. What does allocate:
+  // Result::rule, a copy of the deciding rule's name, when the name is longer than
+  // std::string's inline capacity (15 bytes in libstdc++); a new key in the store; an
+  // attempt id (its fingerprint and record); an estimate's ticket; metrics callbacks the
+  // caller installs.
+  //
+  // `now` is the caller's Clock time. A Redis backend decides at the server's time; `now`
+  // then dates the gateway's own bookkeeping: attempts, tickets, outages, emergency
+  // buckets.
   absl::StatusOr<Result> decide(const Request& req, Nanos now) {
     const std::shared_ptr<const RuleSet> rules = rules_.current();
     auto route = rules->route(req.route);
@@ -452,6 +384,11 @@ class Gateway {
     }
   }
 
+  // Metrics (metrics.hpp), per rule, route and level: an admitted request counts
+  // `allowed` on every enforcing level (or `fail_open_allowed` on the tenant level); a
+  // denial counts `denied` on the level that denied; a fail-closed error counts
+  // `unavailable` on the tenant level; a shadow level that would deny counts
+  // `shadow_would_deny`.
   static void record(const Rule& rule, Outcome o, std::int64_t cost) {
     if (rule.counters != nullptr) rule.counters->record(o, cost);
   }

@@ -2,45 +2,22 @@
 //
 // The gateway keeps, for every key, the state of the policy that governs it *together
 // with that policy's parameters and the rule-set version that last wrote it*
-// (`KeyState`). That is what makes a rule change safe: when a request finds a state
-// written under other parameters, the state is first brought to `now` with the OLD
-// parameters (refill / window advance), and only then converted to the new policy:
+// (`KeyState`). That makes a rule change safe: a state written under other parameters is
+// first brought to `now` with the OLD parameters, then converted (migrate()):
 //
 //   remaining' = min(remaining under the old policy at now, capacity of the new policy)
 //
-// so a change never hands out a fresh full bucket (DESIGN §6):
-//   - TokenBucket → TokenBucket (downgrade or upgrade): refilled at the old rate up to the
-//     change, then clamped to the new burst. An upgrade therefore keeps the tokens the
-//     client had and refills towards the larger burst at the new rate; a downgrade cuts
-//     the tokens to the new burst. The carried sub-micro-unit fraction (< 1 micro-unit)
-//     is dropped: rounding down, never up.
-//   - switching kind (TokenBucket ↔ FixedWindow): the same rule. Bucket → window: the
-//     current window's count is set so that `limit − count = min(limit, floor(tokens))`;
-//     the next window is full, as the window policy gives anyway. Window → bucket:
-//     tokens = min(burst, limit − count) — what the window still allowed, never more.
-//     Remaining is rounded DOWN to whole units when entering a window policy.
-//   - the same parameters under a new version: only the version is updated.
-//   - a state written under a newer version than the caller's is not converted back:
-//     the newer rule decides, and the decision reports its version (migrate()).
-// Time going backwards: the conversion happens at max(now, stored time), so stored time
-// never moves back.
-//
-// Debt: a deficit from settle() (estimate-then-settle, settle.hpp) may be charged as
-// debt (see charge() below): capped at the policy's capacity, so an emptied key is
-// blocked for at most one full refill.
-//
-// `KeyPolicy` adapts this to the Policy concept so that the ordinary stores
-// (LocalStore, ShardedStore) hold KeyStates: `store.update(KeyPolicy{...}, key, now, fn)`.
-// Its `idle_at` reads the time stored in the state (computed with the parameters that
-// wrote it), so eviction is safe whichever rule the evicting call carries. A key
-// forgotten while idle (full) is recreated fresh under the current rule — exactly what a
-// tenant never seen before gets; this is the one case where an upgrade's larger burst is
-// available at once, and only to a key that had been entirely unspent.
-//
-// Policies: TokenBucket and FixedWindow. SlidingLog (state grows with events) and
-// SlidingWindowEstimate are not gateway rule kinds yet.
+// so a change never hands out a fresh full bucket (DESIGN §6). `KeyPolicy` adapts this to
+// the Policy concept, so the ordinary stores (LocalStore, ShardedStore) hold KeyStates.
+// Policies: TokenBucket and FixedWindow (`RulePolicy`). A settle's deficit may be charged
+// as debt, capped at the capacity (charge()).
 //
 // Thread safety: values and pure functions; the store makes each update atomic per key.
+//
+//   quota::gateway::RulePolicy free = quota::TokenBucket{.rate = {10, 1s}, .burst = 20};
+//   quota::ShardedStore<quota::gateway::KeyPolicy> store;
+//   auto d = store.apply(quota::gateway::KeyPolicy{.policy = &free, .version = 1},
+//                        "{acme}read", clock.now(), 1);
 #pragma once
 
 #include <algorithm>
@@ -57,7 +34,8 @@
 
 namespace quota::gateway {
 
-// The policy of a rule: one of the kinds the gateway can convert between.
+// The policy of a rule: one of the kinds the gateway can convert between. SlidingLog
+// (state grows with events) and SlidingWindowEstimate are not gateway rule kinds.
 using RulePolicy = std::variant<TokenBucket, FixedWindow>;
 
 namespace detail {
@@ -179,8 +157,22 @@ inline void pay_debt(KeyState& s) {
 
 }  // namespace detail
 
-// Converts `s` to `policy` at rule-set `version` (see the header comment). Returns true
-// when the parameters changed. A state written under a NEWER version is left as it is
+// Converts `s` to `policy` at rule-set `version`: brought to max(now, stored time) under
+// its own parameters (so stored time never moves back), then given
+// remaining' = min(remaining, capacity of `policy`). Returns true when the parameters
+// changed.
+//   - TokenBucket → TokenBucket (downgrade or upgrade): refilled at the old rate up to the
+//     change, then clamped to the new burst. An upgrade therefore keeps the tokens the
+//     client had and refills towards the larger burst at the new rate; a downgrade cuts
+//     the tokens to the new burst. The carried sub-micro-unit fraction (< 1 micro-unit)
+//     is dropped: rounding down, never up.
+//   - switching kind (TokenBucket ↔ FixedWindow): the same rule. Bucket → window: the
+//     current window's count is set so that `limit − count = min(limit, floor(tokens))`;
+//     the next window is full, as the window policy gives anyway. Window → bucket:
+//     tokens = min(burst, limit − count) — what the window still allowed, never more.
+//     Remaining is rounded DOWN to whole units when entering a window policy.
+//   - the same parameters under a new version: only the version is updated.
+// A state written under a NEWER version is left as it is
 // (its parameters and version stay): a caller still holding an older rule set — another
 // gateway process mid-rollout, or a request that took its snapshot just before a
 // reload — must not roll the key back, so the newest rule wins and state never
@@ -276,7 +268,13 @@ inline MicroUnits charge(KeyState& s, std::int64_t units, Nanos now) {
 }
 
 // The Policy the stores see: the current rule's policy and version. Construct one per
-// call (it holds a pointer to the caller's policy; cheap to copy).
+// call (it holds a pointer to the caller's policy; cheap to copy): the stores then hold
+// KeyStates, `store.update(KeyPolicy{...}, key, now, fn)`. Its `idle_at` reads the time
+// stored in the state (computed with the parameters that wrote it), so eviction is safe
+// whichever rule the evicting call carries. A key forgotten while idle (full) is
+// recreated fresh under the current rule — exactly what a tenant never seen before gets;
+// this is the one case where an upgrade's larger burst is available at once, and only to
+// a key that had been entirely unspent.
 struct KeyPolicy {
   using State = KeyState;
 

@@ -1,32 +1,14 @@
 // quota/gateway/rules.hpp — who gets which budget: route classes, rules, versioned sets.
 //
-// A RuleSet is an immutable, validated snapshot:
-//   - route classes: a whitelist (`read`, `create`, ...) each with its cost in whole units
-//     (read = 1, create = 5), its fail mode (fail_closed / fail_open with a local
-//     emergency bucket: gateway.hpp) — a request for a class not in the list is
-//     InvalidArgument, never a new key;
-//   - rules: (level, tenant id or plan, route class) → policy (TokenBucket or
-//     FixedWindow), a name for metrics, and shadow mode. Levels: `kUser` (each user of a
-//     tenant), `kTenant` (the tenant's shared budget), `kGlobal` (everyone on the route;
-//     no tenant or plan). A tenant's own rule wins over its plan's;
-//   - a version, returned in every decision made with it and stored with each key's
-//     state (key_state.hpp), so a later set with other parameters converts the state
-//     without handing out a burst.
-// RuleSet::create checks everything up front (ids, names, bounds, duplicate rules,
-// unknown routes, a route cost that can never fit its rule's capacity) and names the
-// offending entry; a RuleSet that exists is valid.
+// A RuleSet is an immutable, validated snapshot of route classes (a whitelist, each with
+// its cost and fail mode), rules ((level, tenant or plan, route class) → policy) and a
+// version. RuleSet::create checks everything up front and names the offending entry, so
+// a RuleSet that exists is valid. RuleRegistry holds the set in force and swaps in a new
+// one without ever showing a decision a half-built set. The store keys and the ids they
+// are built from are in store_key.hpp.
 //
-// Keys come from authenticated identity only: `Identity{tenant, plan, user}` supplied by
-// the caller's authentication layer, plus a whitelisted route class. Tenant and user ids
-// are 1..128 bytes of [A-Za-z0-9._@-]; plan, route and rule names 1..64 bytes of
-// [a-z0-9_.-]. The store keys are those of quota/redis/keys.hpp (one hash slot per
-// tenant): "{tenant}route" (tenant level), "{tenant}route/user" (user level) and
-// "{~global}route" (global level; '~' is not allowed in tenant ids, so no collision).
-//
-// RuleRegistry holds the current set. `current()` copies a shared_ptr under a mutex held
-// only for the copy (tens of ns); `publish()` swaps in a set built beforehand, so
-// readers never wait for a reload to be built, and a reader keeps the set it took until
-// it drops it: no decision ever sees a half-built set. Versions must increase.
+// Thread safety: a RuleSet is immutable (share it freely); RuleRegistry may be called
+// from any thread.
 //
 //   auto rules = quota::gateway::RuleSet::create({
 //       .version = 1,
@@ -58,12 +40,10 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/store_key.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
-
-inline constexpr std::size_t kMaxIdBytes = 128;   // tenant and user ids
-inline constexpr std::size_t kMaxNameBytes = 64;  // plan, route and rule names
 
 enum class FailMode : std::uint8_t { kClosed = 0, kOpen = 1 };
 enum class Level : std::uint8_t { kUser = 0, kTenant = 1, kGlobal = 2 };
@@ -124,6 +104,10 @@ struct EmergencyBucket {
   }
 };
 
+// A route class: one entry of the whitelist (`read`, `create`, ...), with its cost in
+// whole units (read = 1, create = 5) and its fail mode (fail_closed / fail_open with a
+// local emergency bucket: request.hpp, is_unavailable). A request for a class not in the
+// list is InvalidArgument, never a new key.
 struct RouteClass {
   std::string name{};
   std::int64_t cost = 1;  // whole units per request
@@ -131,6 +115,10 @@ struct RouteClass {
   EmergencyBucket emergency{};  // used when fail_mode == kOpen
 };
 
+// A rule: (level, tenant id or plan, route class) → policy (TokenBucket or
+// FixedWindow), a name for metrics, and shadow mode. Levels: `kUser` (each user of a
+// tenant), `kTenant` (the tenant's shared budget), `kGlobal` (everyone on the route; no
+// tenant or plan). A tenant's own rule wins over its plan's.
 struct RuleSpec {
   Level level = Level::kTenant;
   std::string tenant{};  // kUser/kTenant: exactly one of tenant, plan; kGlobal: neither
@@ -142,6 +130,9 @@ struct RuleSpec {
 };
 
 struct RuleSetSpec {
+  // Returned in every decision made with the set and stored with each key's state
+  // (key_state.hpp), so a later set with other parameters converts the state without
+  // handing out a burst.
   std::uint64_t version = 1;
   std::vector<RouteClass> routes{};
   std::vector<RuleSpec> rules{};
@@ -156,99 +147,16 @@ struct Rule {
   std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
 };
 
-// The caller's authenticated identity. Never fill it from client-supplied headers.
-struct Identity {
-  std::string_view tenant{};
-  std::string_view plan{};
-  std::string_view user = {};  // optional: enables user-level rules
-};
-
-// The longest store key: a user key, "{" tenant "}" route "/" user.
-inline constexpr std::size_t kMaxLevelKeyBytes =
-    1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
-
-// A store key held inline (no allocation): the concatenation of checked parts, at most
-// kMaxLevelKeyBytes. Reads as a std::string_view.
-class StoreKey {
- public:
-  StoreKey() = default;
-  // Precondition: the parts total at most kMaxLevelKeyBytes (plan() checks the ids first).
-  StoreKey(std::initializer_list<std::string_view> parts) {
-    for (std::string_view part : parts) {
-      part = part.substr(0, bytes_.size() - size_);  // never past the buffer
-      std::copy(part.begin(), part.end(), bytes_.begin() + size_);
-      size_ += part.size();
-    }
-  }
-
-  // Copies only the bytes in use (the rest of the buffer is never written).
-  StoreKey(const StoreKey& o) : size_(o.size_) {
-    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
-  }
-  StoreKey& operator=(const StoreKey& o) {
-    size_ = o.size_;
-    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
-    return *this;
-  }
-
-  std::string_view view() const { return {bytes_.data(), size_}; }
-  operator std::string_view() const { return view(); }  // NOLINT: reads as a string
-  friend bool operator==(const StoreKey& a, std::string_view b) { return a.view() == b; }
-
- private:
-  std::array<char, kMaxLevelKeyBytes> bytes_;  // only [0, size_) is ever read
-  std::size_t size_ = 0;
-};
-
 // One budget a request must pass.
 struct Check {
   const Rule* rule = nullptr;
   StoreKey key{};
 };
 
-namespace detail {
-
-inline absl::Status check_token(std::string_view s, std::size_t max, bool id, const char* what) {
-  if (s.empty() || s.size() > max) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s is %d bytes; it must be 1..%d bytes", what, s.size(), max));
-  }
-  for (char ch : s) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-                    ch == '.' || ch == '-' || (id && ((ch >= 'A' && ch <= 'Z') || ch == '@'));
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s contains byte 0x%02x; allowed: %s",
-                                                        what, static_cast<unsigned char>(ch),
-                                                        id ? "[A-Za-z0-9._@-]" : "[a-z0-9_.-]"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace detail
-
-inline absl::Status check_id(std::string_view s, const char* what) {
-  return detail::check_token(s, kMaxIdBytes, true, what);
-}
-inline absl::Status check_name(std::string_view s, const char* what) {
-  return detail::check_token(s, kMaxNameBytes, false, what);
-}
-
-// Store keys (see the header comment), as plan() builds them. Arguments must already be
-// checked.
-inline std::string tenant_key(std::string_view tenant, std::string_view route) {
-  return std::string(StoreKey{"{", tenant, "}", route}.view());
-}
-inline std::string user_key(std::string_view tenant, std::string_view route,
-                            std::string_view user) {
-  return std::string(StoreKey{"{", tenant, "}", route, "/", user}.view());
-}
-inline std::string global_key(std::string_view route) {
-  return std::string(StoreKey{"{~global}", route}.view());
-}
-
 class RuleSet {
  public:
+  // Checks everything up front (ids, names, bounds, duplicate rules, unknown routes, a
+  // route cost that can never fit its rule's capacity) and names the offending entry.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> create(RuleSetSpec spec,
                                                                Metrics* metrics = nullptr) {
     auto set = std::shared_ptr<RuleSet>(new RuleSet());
@@ -412,7 +320,10 @@ class RuleSet {
   absl::flat_hash_map<std::string, Rule> rules_;
 };
 
-// The current rule set, swapped atomically. Thread-safe.
+// The current rule set, swapped atomically. Thread-safe. `current()` copies a shared_ptr
+// under a mutex held only for the copy; `publish()` swaps in a set built beforehand, so
+// readers never wait for a reload to be built, and a reader keeps the set it took until
+// it drops it: no decision ever sees a half-built set. Versions must increase.
 class RuleRegistry {
  public:
   explicit RuleRegistry(std::shared_ptr<const RuleSet> initial) : current_(std::move(initial)) {}

@@ -1,10 +1,80 @@
 // quota/lease/leased_limiter.hpp — quota leases for hot tenants.
 //
-// A tenant at 150,000 decisions/s serializes on one key at the authority, and no number
-// of Redis shards splits one key. A LeasedLimiter lets each gateway process take a
-// *grant* of q units from the authority in one ordinary atomic acquire, then spend it
-// locally with no round trip, and ask again when it runs out.
+// A hot tenant serializes on one key at the authority, and no number of Redis shards
+// splits one key. A LeasedLimiter lets each gateway process take a *grant* of q units
+// from the authority in one ordinary atomic acquire, then spend it locally with no round
+// trip, and ask again when it runs out. Grants expire (checked before every local spend),
+// are never refunded, and are idempotent per grant id, so a lost reply never charges
+// twice. With at most H grant holders per key, admitted(T) <= r·T + B + H·q_max over any
+// interval of length T. The rules are on LeasedLimiter; the authority side
+// (LeaseAuthority, StoreAuthority) is in authority.hpp.
 //
+// Thread safety: acquire() may be called from any number of threads.
+//
+//   quota::StoreAuthority<> authority(tb);                      // in-process authority
+//   auto leased = quota::LeasedLimiter<quota::StoreAuthority<>>::create(authority,
+//                                                                     {.q_max = 1000});
+//   absl::StatusOr<quota::Decision> d = (*leased)->acquire("{acme}read", 1);
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "quota/clock.hpp"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/gateway/attempts.hpp"
+#include "quota/lease/authority.hpp"
+#include "quota/limiter.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/store/sharded_store.hpp"
+
+namespace quota {
+
+// What a holder holds for one key (LeasedLimiter::held): the last grant's id (which
+// names the owner's incarnation), the policy version it was granted under, the units
+// still held, and when they expire on the holder's clock.
+struct Grant {
+  std::string grant_id;
+  std::uint64_t incarnation = 0;
+  std::uint64_t version = 0;
+  std::int64_t units = 0;
+  Nanos expires_at{0};
+};
+
+struct LeaseOptions {
+  std::int64_t q_min = 1;     // smallest grant, units
+  std::int64_t q_max = 1000;  // largest grant, units; the overshoot bound is H·q_max
+  Nanos grant_ttl = std::chrono::seconds(1);
+  Nanos backoff_min = std::chrono::milliseconds(1);
+  Nanos backoff_max = std::chrono::seconds(1);
+  // 0: a fresh random incarnation (the default; one per process start).
+  std::uint64_t incarnation = 0;
+  // Most keys held at once (per shard: max_keys / 16 + 1); a new key beyond it goes to
+  // the authority directly.
+  std::size_t max_keys = 100'000;
+  // The central bucket's policy, when known: lets a holder skip asking before q units
+  // could have refilled (fewer denied round trips at saturation). Optional.
+  std::optional<TokenBucket> central = std::nullopt;
+};
+
 // Rules (DESIGN §6):
 //   - A grant is a normal acquire of q units from the central token bucket, which
 //     refills as usual. A grant is never refunded — not on expiry, not on shutdown:
@@ -43,121 +113,6 @@
 // tests/leased_limiter_test.cpp checks it with the envelope verifier. A policy change or
 // a revocation at the authority reaches holders at the latest at expiry: units already
 // granted are spent under the old rule until then.
-//
-// Thread safety: acquire() may be called from any number of threads.
-//
-//   quota::StoreAuthority<> authority(tb);                      // in-process authority
-//   quota::LeasedLimiter<quota::StoreAuthority<>> leased(authority, {.q_max = 1000});
-//   absl::StatusOr<quota::Decision> d = leased.acquire("{acme}read", 1);
-#pragma once
-
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <concepts>
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <random>
-#include <string>
-#include <string_view>
-#include <utility>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/numeric/int128.h"
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "quota/clock.hpp"
-#include "quota/decision.hpp"
-#include "quota/detail/keyed_states.hpp"
-#include "quota/detail/mutex.hpp"
-#include "quota/gateway/attempts.hpp"
-#include "quota/limiter.hpp"
-#include "quota/policy/token_bucket.hpp"
-#include "quota/store/sharded_store.hpp"
-
-namespace quota {
-
-// The authority grants units: `grant(key, units, grant_id)` is one atomic acquire of
-// `units` from the key's central token bucket, idempotent per grant id (the same id
-// replays the first decision; the same id with another key or units is an error).
-// Errors mean "unknown": the grant may or may not have been taken.
-template <class A>
-concept LeaseAuthority = requires(A& a, std::string_view key, std::int64_t units,
-                                  std::string_view grant_id) {
-  { a.grant(key, units, grant_id) } -> std::same_as<absl::StatusOr<Decision>>;
-};
-
-// An in-process authority: the central token bucket in an in-process store, with grant
-// ids remembered for `grant_id_ttl`. For tests, simulations and single-host setups; the
-// Redis authority is quota/redis/lease_authority.hpp. Thread-safe.
-template <template <Policy> class Store = ShardedStore, Clock C = SteadyClock>
-class StoreAuthority {
- public:
-  explicit StoreAuthority(TokenBucket policy, C clock = {},
-                          Nanos grant_id_ttl = std::chrono::minutes(10))
-      : policy_(policy), clock_(std::move(clock)), ids_(grant_id_ttl, 1'000'000) {}
-
-  absl::StatusOr<Decision> grant(std::string_view key, std::int64_t units,
-                                 std::string_view grant_id) {
-    round_trips_.fetch_add(1, std::memory_order_relaxed);
-    if (auto s = policy_.validate(); !s.ok()) return s;
-    if (auto s = validate_key(key); !s.ok()) return s;
-    const Nanos now = clock_.now();
-    auto begin = ids_.begin(grant_id, absl::StrCat(detail::to_absl(key), "\n", units), now);
-    if (!begin.ok()) return begin.status();
-    if (begin->replay) return *begin->replay;
-    auto d = store_.apply(policy_, key, now, units);
-    if (!d.ok()) {
-      ids_.abandon(grant_id);
-      return d.status();
-    }
-    ids_.finish(grant_id, *d);
-    return d;
-  }
-
-  // Calls of grant(), replays included: the authority round trips a real one would see.
-  std::int64_t round_trips() const { return round_trips_.load(std::memory_order_relaxed); }
-  const TokenBucket& policy() const { return policy_; }
-
- private:
-  TokenBucket policy_;
-  C clock_;
-  Store<TokenBucket> store_;
-  gateway::AttemptCache ids_;
-  std::atomic<std::int64_t> round_trips_{0};
-};
-
-// What a holder holds for one key (LeasedLimiter::held): the last grant's id (which
-// names the owner's incarnation), the policy version it was granted under, the units
-// still held, and when they expire on the holder's clock.
-struct Grant {
-  std::string grant_id;
-  std::uint64_t incarnation = 0;
-  std::uint64_t version = 0;
-  std::int64_t units = 0;
-  Nanos expires_at{0};
-};
-
-struct LeaseOptions {
-  std::int64_t q_min = 1;     // smallest grant, units
-  std::int64_t q_max = 1000;  // largest grant, units; the overshoot bound is H·q_max
-  Nanos grant_ttl = std::chrono::seconds(1);
-  Nanos backoff_min = std::chrono::milliseconds(1);
-  Nanos backoff_max = std::chrono::seconds(1);
-  // 0: a fresh random incarnation (the default; one per process start).
-  std::uint64_t incarnation = 0;
-  // Most keys held at once (per shard: max_keys / 16 + 1); a new key beyond it goes to
-  // the authority directly.
-  std::size_t max_keys = 100'000;
-  // The central bucket's policy, when known: lets a holder skip asking before q units
-  // could have refilled (fewer denied round trips at saturation). Optional.
-  std::optional<TokenBucket> central = std::nullopt;
-};
-
 template <LeaseAuthority A, Clock C = SteadyClock>
 class LeasedLimiter {
  public:

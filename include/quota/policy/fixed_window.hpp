@@ -11,28 +11,8 @@
 // of the next, so a true sliding window of length W can see up to 2·limit (shown by
 // fixed_window_test "2N burst across a boundary"). Use SlidingLog when that matters.
 //
-// Semantics, exactly (`t` is the time of the decision, see "Time" below):
-//   - allowed  iff count + cost <= limit; then count += cost, retry_after = 0;
-//   - denied (kOverLimit): retry_after = start of the next window − t = (k+1)·W − t:
-//     the same request is admitted at t + retry_after and denied 1 ns earlier, if
-//     nobody else spends meanwhile;
-//   - cost > limit → kCostExceedsBurst ("burst" is the limit N for window policies),
-//     retry_after = kNever, nothing counted; cost < 1 → kInvalidCost, nothing counted;
-//   - remaining = limit − count (whole units, after this decision);
-//   - reset_after = (k+1)·W − t when count > 0 (the count drops to 0 at the next window
-//     start), 0 when count = 0.
-//
-// Time. The state keeps the latest time it has seen (`last`). A `now` earlier than it
-// is treated as `last`: backwards time neither un-counts (it cannot reach an earlier
-// window) nor re-counts, and is never stored. Results that would leave int64 (a next
-// window start past the end of the int64 timeline) saturate to kNever.
-//
-// Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window > 0
-// and at most kMaxWindow (2^62 ns, ~146 years) so that every duration reported fits.
-//
-// State: 16 bytes (count, last). idle_at: `last` when count = 0, else the next window
-// start. The policy is a value: thread-safe to share; `apply` needs exclusive access to
-// the state, which the stores provide.
+// The policy is a value: thread-safe to share; `apply` needs exclusive access to the
+// state, which the stores provide.
 //
 //   using namespace std::chrono_literals;
 //   quota::FixedWindow fw{.limit = 100, .window = 1min};
@@ -92,6 +72,27 @@ inline absl::Status validate_window_params(std::int64_t limit, Nanos window) {
 
 }  // namespace detail
 
+// Semantics, exactly (`t` is the time of the decision, see "Time" below):
+//   - allowed  iff count + cost <= limit; then count += cost, retry_after = 0;
+//   - denied (kOverLimit): retry_after = start of the next window − t = (k+1)·W − t:
+//     the same request is admitted at t + retry_after and denied 1 ns earlier, if
+//     nobody else spends meanwhile;
+//   - cost > limit → kCostExceedsBurst ("burst" is the limit N for window policies),
+//     retry_after = kNever, nothing counted; cost < 1 → kInvalidCost, nothing counted;
+//   - remaining = limit − count (whole units, after this decision);
+//   - reset_after = (k+1)·W − t when count > 0 (the count drops to 0 at the next window
+//     start), 0 when count = 0.
+//
+// Time. The state keeps the latest time it has seen (`last`). A `now` earlier than it
+// is treated as `last`: backwards time neither un-counts (it cannot reach an earlier
+// window) nor re-counts, and is never stored. Results that would leave int64 (a next
+// window start past the end of the int64 timeline) saturate to kNever.
+//
+// Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window > 0
+// and at most kMaxWindow (2^62 ns, ~146 years) so that every duration reported fits.
+//
+// State: 16 bytes (count, last). idle_at: `last` when count = 0, else the next window
+// start.
 struct FixedWindow {
   std::int64_t limit = 1;                 // N: whole units per aligned window
   Nanos window{std::chrono::seconds(1)};  // W

@@ -5,7 +5,33 @@
 // t < e + W and leaves it at exactly e + W. A request of `cost` units is admitted iff
 // (sum of counted costs) + cost <= limit, and is then logged at t. So at most `limit`
 // units are admitted in *every* window of length W — exactly, not only in aligned ones.
+// The price is memory: 16 bytes per live event, at most `limit` of them per key.
 //
+// The policy is a value: thread-safe to share; `apply` needs exclusive access to the
+// state, which the stores provide. State is copyable and movable (a moved-from state is
+// empty).
+//
+//   using namespace std::chrono_literals;
+//   quota::SlidingLog log{.limit = 100, .window = 1min};
+//   auto s = log.init(quota::Nanos{0});
+//   quota::Decision d = log.apply(s, quota::Nanos{0}, 5);   // allowed, remaining 95
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "quota/decision.hpp"
+#include "quota/policy/fixed_window.hpp"
+#include "quota/policy/policy.hpp"
+#include "quota/units.hpp"
+
+namespace quota {
+
 // Semantics, exactly (`t` is the time of the decision, see "Time" below):
 //   - allowed iff used + cost <= limit, where used = the costs of events with
 //     t < e + W; the event (t, cost) is logged, retry_after = 0;
@@ -39,32 +65,6 @@
 // Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window in
 // [1 ns, kMaxWindow]. idle_at = newest event + W (saturating to kNever), or `last` when
 // nothing is logged.
-//
-// The policy is a value: thread-safe to share; `apply` needs exclusive access to the
-// state, which the stores provide. State is copyable and movable (a moved-from state is
-// empty).
-//
-//   using namespace std::chrono_literals;
-//   quota::SlidingLog log{.limit = 100, .window = 1min};
-//   auto s = log.init(quota::Nanos{0});
-//   quota::Decision d = log.apply(s, quota::Nanos{0}, 5);   // allowed, remaining 95
-#pragma once
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <utility>
-#include <vector>
-
-#include "absl/numeric/int128.h"
-#include "absl/status/status.h"
-#include "quota/decision.hpp"
-#include "quota/policy/fixed_window.hpp"
-#include "quota/policy/policy.hpp"
-#include "quota/units.hpp"
-
-namespace quota {
-
 struct SlidingLog {
   std::int64_t limit = 1;                 // N: whole units in any window of length W
   Nanos window{std::chrono::seconds(1)};  // W

@@ -11,42 +11,9 @@
 // computed exactly in 128-bit integers (nothing rounded). Windows are aligned at
 // multiples of W like FixedWindow's, and the counters roll like its count: when the
 // window index floor(t / W) advances by one, prev = cur and cur = 0; when it advances
-// by more, both become 0.
+// by more, both become 0. Worst case, one true sliding window of length W can hold
+// 2·N − 1 units (see below); use SlidingLog when N must hold in every window.
 //
-// Worst-case overshoot. Since the estimate assumes evenly spread events, traffic that
-// puts all of the previous window's units at its very end defeats it. Measured with the
-// envelope verifier (quota/verify/envelope.hpp, verify_window) and a brute-force window
-// maximum on that adversary — N units in the last nanosecond of window k, then unit
-// requests in window k+1 as early as the limiter admits them (sliding_window_estimate_
-// test, "overshoot in a true sliding window"): the most units in one true sliding window
-// of length W is 2·N − ceil(2·N / W) (W in ns, W >= 2), i.e. 2·N − 1 once W >= 2·N.
-// Measured: N = 100, W = 1 s → 199 (1.99·N, 99 units over N); N = 1,000, W = 60 s →
-// 1,999; N = 10, W = 10 ns → 18. No traffic can exceed 2·N − 1 (each aligned window
-// holds at most N, and the previous window's events count with weight >= 1/W). Against
-// 2·N for FixedWindow that is barely better in the worst case; its merit is ordinary
-// traffic, which it follows closely in 24 bytes. Use SlidingLog when N must hold in
-// every window.
-//
-// Semantics, exactly (`t` is the time of the decision, see "Time" below):
-//   - allowed iff the inequality above holds; then cur += cost, retry_after = 0;
-//   - denied (kOverLimit): retry_after = the least d > 0 such that the same request
-//     passes at t + d if nobody else spends (the estimate only decreases with time, so
-//     it is admitted at t + d and denied 1 ns earlier); at most two windows;
-//   - cost > limit → kCostExceedsBurst ("burst" is the limit N for window policies),
-//     retry_after = kNever; cost < 1 → kInvalidCost; neither counts anything;
-//   - remaining = the largest c >= 0 with (cur + c)·W + prev·(W − el) <= limit·W, i.e.
-//     floor((limit·W − prev·(W − el)) / W) − cur, clamped at 0 (after this decision);
-//   - reset_after = time until both counters are 0: the start of window k+2 − t when
-//     cur > 0, of window k+1 − t when only prev > 0, else 0.
-//
-// Time. The state keeps the latest time it has seen (`last`) and derives the window
-// index from it. A `now` earlier than it is treated as `last`: backwards time neither
-// un-counts nor re-counts (the previous window's weight never grows back). Durations
-// past the end of int64 saturate to kNever.
-//
-// Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window in
-// [1 ns, kMaxWindow]. Products (cur + cost)·W < 2^44·2^62 fit int128.
-// State: 24 bytes. idle_at: `last` when both counters are 0, else when they will be.
 // The policy is a value: thread-safe to share; `apply` needs exclusive access to the
 // state, which the stores provide.
 //
@@ -79,6 +46,37 @@ inline absl::int128 mul_div_floor(std::int64_t a, std::int64_t b, std::int64_t d
 
 }  // namespace detail
 
+// Worst-case overshoot. Since the estimate assumes evenly spread events, traffic that
+// puts all of the previous window's units at its very end defeats it: N units in the
+// last nanosecond of window k, then unit requests in window k+1 as early as the limiter
+// admits them. On that adversary the most units in one true sliding window of length W
+// is 2·N − ceil(2·N / W) (W in ns, W >= 2), i.e. 2·N − 1 once W >= 2·N
+// (sliding_window_estimate_test, "overshoot in a true sliding window", checks it with
+// verify_window and a brute-force window maximum). No traffic can exceed 2·N − 1 (each
+// aligned window holds at most N, and the previous window's events count with weight
+// >= 1/W). Against 2·N for FixedWindow that is barely better in the worst case; its merit
+// is ordinary traffic, which it follows closely in 24 bytes.
+//
+// Semantics, exactly (`t` is the time of the decision, see "Time" below):
+//   - allowed iff the inequality above holds; then cur += cost, retry_after = 0;
+//   - denied (kOverLimit): retry_after = the least d > 0 such that the same request
+//     passes at t + d if nobody else spends (the estimate only decreases with time, so
+//     it is admitted at t + d and denied 1 ns earlier); at most two windows;
+//   - cost > limit → kCostExceedsBurst ("burst" is the limit N for window policies),
+//     retry_after = kNever; cost < 1 → kInvalidCost; neither counts anything;
+//   - remaining = the largest c >= 0 with (cur + c)·W + prev·(W − el) <= limit·W, i.e.
+//     floor((limit·W − prev·(W − el)) / W) − cur, clamped at 0 (after this decision);
+//   - reset_after = time until both counters are 0: the start of window k+2 − t when
+//     cur > 0, of window k+1 − t when only prev > 0, else 0.
+//
+// Time. The state keeps the latest time it has seen (`last`) and derives the window
+// index from it. A `now` earlier than it is treated as `last`: backwards time neither
+// un-counts nor re-counts (the previous window's weight never grows back). Durations
+// past the end of int64 saturate to kNever.
+//
+// Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window in
+// [1 ns, kMaxWindow]. Products (cur + cost)·W < 2^44·2^62 fit int128.
+// State: 24 bytes. idle_at: `last` when both counters are 0, else when they will be.
 struct SlidingWindowEstimate {
   std::int64_t limit = 1;                 // N
   Nanos window{std::chrono::seconds(1)};  // W

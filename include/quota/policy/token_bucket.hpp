@@ -18,15 +18,8 @@
 //     cost < 1 → kInvalidCost, nothing deducted;
 //   - rate.units = 0 is a one-off budget of `burst`: denials say kNever.
 //
-// Bounds (checked by validate(), the message names the field): burst and rate.units in
-// [1, kMaxUnits] and [0, kMaxUnits] so that micro-units fit in int64; rate.per > 0; the
-// time to refill a whole burst, burst/rate, at most ~292 years (it must fit in int64
-// nanoseconds, since it is the longest retry_after). Idle time is unbounded: refill is
-// formed in 128 bits (rate·Δt < 2^126), so 10 years idle simply yields a full bucket.
-//
-// State: 24 bytes (tokens in micro-units, the carried remainder, last time). The policy
-// is a value: thread-safe to share; `apply` needs exclusive access to the state, which
-// the stores provide.
+// The policy is a value: thread-safe to share; `apply` needs exclusive access to the
+// state, which the stores provide.
 //
 //   using namespace std::chrono_literals;
 //   quota::TokenBucket tb{.rate = {.units = 100, .per = 1s}, .burst = 20};
@@ -45,6 +38,13 @@
 
 namespace quota {
 
+// Bounds (checked by validate(), the message names the field): burst and rate.units in
+// [1, kMaxUnits] and [0, kMaxUnits] so that micro-units fit in int64; rate.per > 0; the
+// time to refill a whole burst, burst/rate, at most ~292 years (it must fit in int64
+// nanoseconds, since it is the longest retry_after). Idle time is unbounded: refill is
+// formed in 128 bits (rate·Δt < 2^126), so 10 years idle simply yields a full bucket.
+//
+// State: 24 bytes (tokens in micro-units, the carried remainder, last time).
 struct TokenBucket {
   Rate rate;
   std::int64_t burst = 1;

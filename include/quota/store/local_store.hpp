@@ -5,8 +5,8 @@
 // every call must come from one thread at a time.
 //
 // Memory: one record per key (state, key size, key bytes; 40 bytes for a 10-byte key and
-// a token bucket) plus a 4-byte id in an abseil hash index: about 51 bytes per key at
-// 10^6 keys (quota/detail/keyed_states.hpp, benchmarks/store_bench.cpp). Bounded by
+// a token bucket) plus a 4-byte id in an abseil hash index (quota/detail/keyed_states.hpp;
+// bytes per key measured by benchmarks/store_bench.cpp, docs/benchmarks.md). Bounded by
 // StoreOptions::max_keys with safe idle eviction (quota/store/store.hpp). Keys of up to
 // 64 KiB less the state's size; a longer key gets InvalidArgument.
 //

@@ -2,10 +2,10 @@
 //
 // Keys are hashed onto a power-of-two number of shards; each shard is a mutex and a
 // hash map, on its own cache line (the mutex is std::mutex with abseil's thread-safety
-// annotations: see quota/detail/mutex.hpp for why not absl::Mutex). A decision locks one shard for
-// the length of one policy transition (tens of nanoseconds), so threads on distinct keys rarely
-// meet, and threads on one key serialize exactly: read–refill–decide–deduct–write is one critical
-// section. Eight threads racing to create one key create one state.
+// annotations: see quota/detail/mutex.hpp for why not absl::Mutex). A decision locks one
+// shard for the length of one policy transition, so threads on distinct keys rarely
+// meet, and threads on one key serialize exactly: read–refill–decide–deduct–write is one
+// critical section. Eight threads racing to create one key create one state.
 //
 // Capacity: at most ceil(max_keys / shards) keys per shard. A new key in a full shard
 // first evicts that shard's idle keys (those already full again, so forgetting them

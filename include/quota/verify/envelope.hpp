@@ -1,45 +1,14 @@
 // quota/verify/envelope.hpp — exact envelope verification of admission logs.
 //
-// Given the events a limiter admitted, `(time_ns, cost)` in non-decreasing time order,
-// these functions answer exactly, with integer arithmetic only, whether the log stays
-// inside a policy's envelope, by how much it leaves it, and where:
-//
-//   verify_token_bucket(events, rate, burst, extra)
-//       the largest  A[i..j] − r·(t_j − t_i)  over all event index pairs i <= j, where
-//       A[i..j] is the cost admitted by events i..j (the closed interval [t_i, t_j]);
-//       the log conforms iff that peak <= burst + extra. This is exactly the guarantee of
-//       quota::TokenBucket: over any interval of length T, admitted <= r·T + B. `extra`
-//       is an allowance (leases, fail-open budgets: DESIGN §6) added to the burst.
-//       Intervals are closed: the events at t_i count too. (The half-open (s, t] of the
-//       issue text would drop them and accept a bucket that admits one event too many.)
-//       O(n) time, O(1) extra space.
-//   verify_window(events, limit, window)
-//       the largest cost admitted in any half-open window of length W, as the sliding
-//       log counts it: an event at e counts at every now in [e, e + W); so the count at
-//       now = t_j is the cost of the events with t_j − W < e <= t_j. The log conforms
-//       iff that peak <= limit. O(n) time, O(events in one window) space.
-//
-// Exactness. The token-bucket peak is a rational number of units with denominator
-// rate.per (in ns). It is carried exactly as an integer numerator over rate.per
-// ("scaled units", absl::int128) through the recurrence
-//     X_j = c_j·per + max(0, X_{j−1} − units·(t_j − t_{j−1})),
-// so X_j / per is the largest A[i..j] − r·(t_j − t_i) over i <= j. Nothing is rounded.
-// The report gives the excess both exactly (`excess_scaled` / per) and in micro-units
-// rounded UP (`excess_micro()`), so a violation of any size, even 1/per of a micro-unit,
-// is never reported as 0; `slack_micro()` = −excess_micro() is therefore rounded down.
-// Saturation: the running numerator is clamped at kScaledCap (2^120); a log that reaches
-// it violates every envelope a quota policy can express (burst·per < 2^107) by far, and
-// the report says `saturated`.
-//
-// Events live in namespace quota::verify: `AdmittedEvent{.time_ns, .cost}`. Times are
-// nanoseconds on the limiter's clock, costs whole units in [0, kMaxUnits]. Times must be
-// non-decreasing; a log with a time that goes backwards, a negative cost or a cost above
-// kMaxUnits is rejected with InvalidArgument naming the event index. Events with equal
-// times are one instant: they all fall in every interval or window that contains it.
-//
-// Streaming: TokenBucketVerifier and WindowVerifier take the events one at a time
-// (`add`) and can report at any point; the offline functions are loops over them. The
-// verify_log tool and EnvelopeMonitor (monitor.hpp) are built on them.
+// Given the events a limiter admitted, `(time_ns, cost)` in non-decreasing time order
+// (events.hpp), these functions answer exactly, with integer arithmetic only, whether the
+// log stays inside a policy's envelope, by how much it leaves it, and where:
+// verify_token_bucket (over any interval of length T, admitted <= r·T + B + extra) and
+// verify_window (at most `limit` in any window of length W). Nothing is rounded in the
+// verdict; a violation of any size is never reported as 0. TokenBucketVerifier and
+// WindowVerifier take the events one at a time (`add`) and can report at any point; the
+// offline functions are loops over them, and EnvelopeMonitor (monitor.hpp) and the
+// verify_log tool are built on them.
 //
 // Thread safety: the functions are pure; a verifier object needs external
 // synchronization (EnvelopeMonitor provides it).
@@ -63,79 +32,23 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "quota/units.hpp"
+#include "quota/verify/events.hpp"
 
 namespace quota::verify {
 
-// One admitted request: when (ns on the limiter's clock) and how many whole units.
-struct AdmittedEvent {
-  std::int64_t time_ns = 0;
-  std::int64_t cost = 0;
-
-  friend constexpr bool operator==(const AdmittedEvent&, const AdmittedEvent&) = default;
-};
-
-// The interval or window where the peak was reached: events first..last (indices into
-// the log as given, counting from 0, inclusive), their times and the cost they admitted
-// together. When the log is empty, `empty` is true and the other fields are zero.
-struct Witness {
-  bool empty = true;
-  std::size_t first = 0;
-  std::size_t last = 0;
-  std::int64_t first_time_ns = 0;
-  std::int64_t last_time_ns = 0;
-  absl::int128 admitted = 0;  // whole units, events first..last
-  // Caller-chosen labels of events first and last (e.g. line numbers in a file): the
-  // `tag` passed to a verifier's add(), or the event index when none was.
-  std::uint64_t first_tag = 0;
-  std::uint64_t last_tag = 0;
-};
-
-// Clamp of the scaled token-bucket peak (see "Saturation" above).
-inline constexpr absl::int128 kScaledCap = absl::int128(1) << 120;
-
-namespace detail {
-
-// ceil(a / b) for b > 0 and any sign of a.
-inline absl::int128 ceil_div_signed(absl::int128 a, absl::int128 b) {
-  const absl::int128 q = a / b;  // truncates toward zero
-  return (a % b != 0 && a > 0) ? q + 1 : q;
-}
-
-inline std::int64_t clamp_to_int64(absl::int128 v) {
-  constexpr absl::int128 kMax = std::numeric_limits<std::int64_t>::max();
-  constexpr absl::int128 kMin = std::numeric_limits<std::int64_t>::min();
-  return static_cast<std::int64_t>(v > kMax ? kMax : (v < kMin ? kMin : v));
-}
-
-// ceil(scaled · 10^6 / per) clamped to int64, for |scaled| <= 2^121 and per > 0: the
-// product itself could leave 128 bits, so whole periods and the remainder go separately.
-inline std::int64_t scaled_to_micro_ceil(absl::int128 scaled, std::int64_t per) {
-  const absl::int128 q = scaled / per;    // truncates toward zero
-  const absl::int128 rem = scaled % per;  // same sign as scaled, |rem| < per < 2^63
-  constexpr absl::int128 kLimit = absl::int128(std::numeric_limits<std::int64_t>::max());
-  if (q > kLimit / kMicrosPerUnit) return std::numeric_limits<std::int64_t>::max();
-  if (q < -kLimit / kMicrosPerUnit) return std::numeric_limits<std::int64_t>::min();
-  return clamp_to_int64(q * kMicrosPerUnit + ceil_div_signed(rem * kMicrosPerUnit, per));
-}
-
-inline absl::Status check_event(std::size_t index, const AdmittedEvent& e, bool has_prev,
-                                std::int64_t prev_time) {
-  if (e.cost < 0 || e.cost > kMaxUnits) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "event %d: cost must be in [0, %d] units (got %d)", index, kMaxUnits, e.cost));
-  }
-  if (has_prev && e.time_ns < prev_time) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("event %d: time %d ns is earlier than the previous event's %d ns; "
-                        "times must be non-decreasing",
-                        index, e.time_ns, prev_time));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace detail
-
 // The verdict on a log against the token-bucket envelope A(T) <= r·T + burst + extra.
+//
+// Exactness. The token-bucket peak is a rational number of units with denominator
+// rate.per (in ns). It is carried exactly as an integer numerator over rate.per
+// ("scaled units", absl::int128) through the recurrence
+//     X_j = c_j·per + max(0, X_{j−1} − units·(t_j − t_{j−1})),
+// so X_j / per is the largest A[i..j] − r·(t_j − t_i) over i <= j. Nothing is rounded.
+// The report gives the excess both exactly (`excess_scaled` / per) and in micro-units
+// rounded UP (`excess_micro()`), so a violation of any size, even 1/per of a micro-unit,
+// is never reported as 0; `slack_micro()` = −excess_micro() is therefore rounded down.
+// Saturation: the running numerator is clamped at kScaledCap (2^120); a log that reaches
+// it violates every envelope a quota policy can express (burst·per < 2^107) by far, and
+// the report says `saturated`.
 //
 // All "scaled" quantities are units multiplied by rate.per in ns (exact integers).
 struct TokenBucketReport {
@@ -266,6 +179,16 @@ class TokenBucketVerifier {
   Witness witness_;
 };
 
+// verify_token_bucket(events, rate, burst, extra)
+//   the largest  A[i..j] − r·(t_j − t_i)  over all event index pairs i <= j, where
+//   A[i..j] is the cost admitted by events i..j (the closed interval [t_i, t_j]);
+//   the log conforms iff that peak <= burst + extra. This is exactly the guarantee of
+//   quota::TokenBucket: over any interval of length T, admitted <= r·T + B. `extra`
+//   is an allowance (leases, fail-open budgets: DESIGN §6) added to the burst.
+//   Intervals are closed: the events at t_i count too. (A half-open (s, t] would
+//   drop them and accept a bucket that admits one event too many.)
+//   O(n) time, O(1) extra space.
+//
 // Verifies a whole log. InvalidArgument for invalid parameters (burst and extra in
 // [0, kMaxUnits], a valid rate) or an invalid event (named by index).
 inline absl::StatusOr<TokenBucketReport> verify_token_bucket(std::span<const AdmittedEvent> events,
@@ -367,6 +290,12 @@ class WindowVerifier {
   Witness witness_;
 };
 
+// verify_window(events, limit, window)
+//   the largest cost admitted in any half-open window of length W, as the sliding
+//   log counts it: an event at e counts at every now in [e, e + W); so the count at
+//   now = t_j is the cost of the events with t_j − W < e <= t_j. The log conforms
+//   iff that peak <= limit. O(n) time, O(events in one window) space.
+//
 // Verifies a whole log against (limit, window). InvalidArgument for limit outside
 // [0, kMaxUnits], a non-positive window, or an invalid event (named by index).
 inline absl::StatusOr<WindowReport> verify_window(std::span<const AdmittedEvent> events,
@@ -377,22 +306,6 @@ inline absl::StatusOr<WindowReport> verify_window(std::span<const AdmittedEvent>
     if (auto s = v.add(e); !s.ok()) return s;
   }
   return v.report();
-}
-
-// One-line human summaries, e.g. for test output and the gateway simulator:
-//   "holds: peak 20.5 units <= 20 + 0 (slack 0.000000 units); witness events 0..1 ..."
-inline std::string format_micro(MicroUnits m) {
-  const bool neg = m < 0;
-  const absl::uint128 a = neg ? absl::uint128(-(absl::int128(m))) : absl::uint128(m);
-  return absl::StrFormat("%s%d.%06d", neg ? "-" : "", a / kMicrosPerUnit,
-                         static_cast<std::uint64_t>(a % kMicrosPerUnit));
-}
-
-inline std::string to_string(const Witness& w) {
-  if (w.empty) return "no events";
-  return absl::StrFormat("events %d..%d, t=%d..%d ns (%d ns), admitted %d units", w.first, w.last,
-                         w.first_time_ns, w.last_time_ns,
-                         absl::int128(w.last_time_ns) - w.first_time_ns, w.admitted);
 }
 
 inline std::string to_string(const TokenBucketReport& r) {

@@ -4,23 +4,8 @@
 // "has any key left its envelope, by how much, and where?" — the same exact answer
 // verify_token_bucket / verify_window (envelope.hpp) would give on the whole log, without
 // keeping the log. For tests, the gateway simulator and shadow deployments.
-//
-// What it keeps (bounded):
-//   - per key, a streaming verifier: O(1) for a token-bucket envelope; for a window
-//     envelope the events of the last window (at most `limit` events for a conforming
-//     limiter, since every cost is >= 1 unit);
-//   - at most MonitorOptions::max_keys keys: events of further keys are counted in
-//     `untracked_events` and not verified (the report then says it is incomplete);
-//   - a ring of the last MonitorOptions::recent_events admissions (all keys), to show
-//     what led up to a violation.
-//
-// Times. Record each admission with the time the limiter decided at, per key in
-// decision order. A time earlier than the key's previous one (two threads recording in
-// the other order) is counted as that previous time — as the policies themselves treat
-// backwards time — and counted in `clamped_times`; the verdict is exact only when that
-// count is 0. `acquire(limiter, key, cost)` reads the limiter's clock right after the
-// decision: exact with a ManualClock, an approximation (the decision happened slightly
-// earlier) with a real one.
+// Its memory is bounded (MonitorOptions); the verdict is exact when
+// MonitorReport::complete().
 //
 // Thread safety: every method may be called from any thread. One lock guards the state
 // (quota::detail::Mutex, a std::mutex: see detail/mutex.hpp for why not absl::Mutex);
@@ -72,6 +57,14 @@ struct WindowEnvelope {
 
 using Envelope = std::variant<TokenBucketEnvelope, WindowEnvelope>;
 
+// What it keeps (bounded):
+//   - per key, a streaming verifier: O(1) for a token-bucket envelope; for a window
+//     envelope the events of the last window (at most `limit` events for a conforming
+//     limiter, since every cost is >= 1 unit);
+//   - at most MonitorOptions::max_keys keys: events of further keys are counted in
+//     `untracked_events` and not verified (the report then says it is incomplete);
+//   - a ring of the last MonitorOptions::recent_events admissions (all keys), to show
+//     what led up to a violation.
 struct MonitorOptions {
   std::size_t max_keys = 100'000;     // keys verified; further keys are untracked
   std::size_t recent_events = 1'024;  // size of the ring of recent admissions
@@ -80,7 +73,7 @@ struct MonitorOptions {
 // One admission as the monitor saw it.
 struct RecordedEvent {
   std::string key;
-  std::int64_t time_ns = 0;  // after clamping (see "Times" above)
+  std::int64_t time_ns = 0;  // after clamping (see EnvelopeMonitor::record)
   std::int64_t cost = 0;
 };
 
@@ -125,6 +118,14 @@ class EnvelopeMonitor {
 
   // Records one admission of `cost` units (in [0, kMaxUnits]) for `key` at `time`.
   // InvalidArgument for a cost outside that range (nothing recorded).
+  //
+  // Record each admission with the time the limiter decided at, per key in
+  // decision order. A time earlier than the key's previous one (two threads recording in
+  // the other order) is counted as that previous time — as the policies themselves treat
+  // backwards time — and counted in `clamped_times`; the verdict is exact only when that
+  // count is 0. `acquire(limiter, key, cost)` reads the limiter's clock right after the
+  // decision: exact with a ManualClock, an approximation (the decision happened slightly
+  // earlier) with a real one.
   absl::Status record(std::string_view key, Nanos time, std::int64_t cost) {
     if (cost < 0 || cost > kMaxUnits) {
       return absl::InvalidArgumentError(

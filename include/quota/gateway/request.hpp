@@ -1,0 +1,92 @@
+// quota/gateway/request.hpp — what a Gateway is asked, what it answers, and its options.
+//
+// The values Gateway<Store> (gateway.hpp) takes and returns: a Request (who, which route,
+// an optional attempt id), a Result (the combined Decision and the rule that decided),
+// an EstimateResult (with the ticket to settle), GatewayOptions, and is_unavailable(),
+// the test that sends a store error to the route's fail mode.
+//
+// Thread safety: plain values and a pure function.
+//
+//   quota::gateway::Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
+//   absl::StatusOr<quota::gateway::Result> r = gw.decide(req, clock.now());
+//   if (r.ok() && !r->decision.allowed) { /* 429 or 503, see quota/http.hpp */ }
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/settle.hpp"
+#include "quota/gateway/store_key.hpp"
+#include "quota/store/store.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway {
+
+struct GatewayOptions {
+  // How long an attempt's first decision is replayed, and how many attempts are kept
+  // (in this process; over Redis the attempts live in Redis).
+  Nanos attempt_ttl{std::chrono::minutes(10)};
+  std::size_t max_attempts = 1'000'000;
+  Nanos ticket_ttl{std::chrono::minutes(10)};
+  std::size_t max_tickets = 1'000'000;
+  // Charge a settle's deficit to the budget (as debt where it exceeds what is left).
+  bool charge_deficit = false;
+  // Capacity of the per-process emergency buckets (fail-open routes).
+  StoreOptions emergency_store{.max_keys = 1'000'000, .shards = 16};
+};
+
+struct Request {
+  Identity who{};
+  std::string_view route{};
+  // Optional: idempotent retries (attempts.hpp). With an attempt id the first decision
+  // is replayed for GatewayOptions::attempt_ttl; the same id with another key or cost is
+  // InvalidArgument. Kept in this process's AttemptCache, or — over Redis — in Redis,
+  // shared by every gateway process (redis/gateway_store.hpp).
+  std::string_view attempt_id = {};
+};
+
+// The combined decision over the levels decided: allowed iff every enforcing level
+// allows; remaining the least, reset_after the largest over the levels decided;
+// retry_after, reason and rule those of the first level that denies. The version is the
+// highest any level used (a key already converted by a newer rule set is decided by that
+// rule).
+struct Result {
+  Decision decision{};
+  std::string rule{};     // the rule that decided (first denier, else the tenant rule)
+  bool replayed = false;  // an attempt's stored first decision
+};
+
+// Estimate, then settle (settle.hpp): acquire_estimate deducts an estimate and returns a
+// ticket; settle refunds the surplus or charges the deficit, once.
+struct EstimateResult {
+  Decision decision{};
+  std::string rule{};
+  // Set when the estimate was deducted from the store (allowed, not fail-open).
+  std::optional<TicketId> ticket{};
+};
+
+// True for the store errors that mean "the authority cannot answer now" (Unavailable,
+// DeadlineExceeded, ResourceExhausted). They go to the route's fail mode:
+//   - fail_closed → a Decision with reason kUnavailable (HTTP 503, never 429);
+//   - fail_open   → the route's local emergency bucket (per process, per tenant key):
+//     kFailOpen when it admits, kUnavailable when it is empty or when the outage (since
+//     the first failure after the last success, per Gateway) has lasted max_duration.
+//     The emergency bucket is a token bucket on the same clock, never reset by an
+//     outage, so during outages the extra admitted for one key by one process is at most
+//       EmergencyBucket::outage_allowance() = burst_e + ceil(rate_e · max_duration)
+//     units per outage (and, across any interval T, at most rate_e·T + burst_e);
+//     with N processes, N times that. gateway_fail_mode_test checks it with the envelope
+//     verifier.
+// Other store errors (InvalidArgument, DataLoss, ...) are returned to the caller as is.
+inline bool is_unavailable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kResourceExhausted;
+}
+
+}  // namespace quota::gateway

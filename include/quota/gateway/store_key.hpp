@@ -1,0 +1,118 @@
+// quota/gateway/store_key.hpp — the store keys a gateway builds, and the ids they are made of.
+//
+// Keys come from authenticated identity only: `Identity{tenant, plan, user}` supplied by
+// the caller's authentication layer, plus a whitelisted route class. Tenant and user ids
+// are 1..128 bytes of [A-Za-z0-9._@-]; plan, route and rule names 1..64 bytes of
+// [a-z0-9_.-]; check_id() and check_name() reject anything else with InvalidArgument.
+// The store keys are those of quota/redis/keys.hpp (one hash slot per tenant):
+// "{tenant}route" (tenant level), "{tenant}route/user" (user level) and "{~global}route"
+// (global level; '~' is not allowed in tenant ids, so no collision). A StoreKey holds one
+// inline, so building it allocates nothing.
+//
+// Thread safety: values and pure functions.
+//
+//   quota::gateway::Identity who{.tenant = "acme", .plan = "free", .user = "u-1"};
+//   quota::gateway::StoreKey k{"{", who.tenant, "}", "read", "/", who.user};
+//   // k.view() == "{acme}read/u-1" == quota::gateway::user_key("acme", "read", "u-1")
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace quota::gateway {
+
+inline constexpr std::size_t kMaxIdBytes = 128;   // tenant and user ids
+inline constexpr std::size_t kMaxNameBytes = 64;  // plan, route and rule names
+
+// The caller's authenticated identity. Never fill it from client-supplied headers.
+struct Identity {
+  std::string_view tenant{};
+  std::string_view plan{};
+  std::string_view user = {};  // optional: enables user-level rules
+};
+
+// The longest store key: a user key, "{" tenant "}" route "/" user.
+inline constexpr std::size_t kMaxLevelKeyBytes = 1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
+
+// A store key held inline (no allocation): the concatenation of checked parts, at most
+// kMaxLevelKeyBytes. Reads as a std::string_view.
+class StoreKey {
+ public:
+  StoreKey() = default;
+  // Precondition: the parts total at most kMaxLevelKeyBytes (RuleSet::plan() checks the ids first).
+  StoreKey(std::initializer_list<std::string_view> parts) {
+    for (std::string_view part : parts) {
+      part = part.substr(0, bytes_.size() - size_);  // never past the buffer
+      std::copy(part.begin(), part.end(), bytes_.begin() + size_);
+      size_ += part.size();
+    }
+  }
+
+  // Copies only the bytes in use (the rest of the buffer is never written).
+  StoreKey(const StoreKey& o) : size_(o.size_) {
+    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
+  }
+  StoreKey& operator=(const StoreKey& o) {
+    size_ = o.size_;
+    std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
+    return *this;
+  }
+
+  std::string_view view() const { return {bytes_.data(), size_}; }
+  operator std::string_view() const { return view(); }  // NOLINT: reads as a string
+  friend bool operator==(const StoreKey& a, std::string_view b) { return a.view() == b; }
+
+ private:
+  std::array<char, kMaxLevelKeyBytes> bytes_;  // only [0, size_) is ever read
+  std::size_t size_ = 0;
+};
+
+namespace detail {
+
+inline absl::Status check_token(std::string_view s, std::size_t max, bool id, const char* what) {
+  if (s.empty() || s.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is %d bytes; it must be 1..%d bytes", what, s.size(), max));
+  }
+  for (char ch : s) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                    ch == '.' || ch == '-' || (id && ((ch >= 'A' && ch <= 'Z') || ch == '@'));
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s contains byte 0x%02x; allowed: %s",
+                                                        what, static_cast<unsigned char>(ch),
+                                                        id ? "[A-Za-z0-9._@-]" : "[a-z0-9_.-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace detail
+
+inline absl::Status check_id(std::string_view s, const char* what) {
+  return detail::check_token(s, kMaxIdBytes, true, what);
+}
+inline absl::Status check_name(std::string_view s, const char* what) {
+  return detail::check_token(s, kMaxNameBytes, false, what);
+}
+
+// Store keys (see the header comment), as RuleSet::plan() builds them. Arguments must already be
+// checked.
+inline std::string tenant_key(std::string_view tenant, std::string_view route) {
+  return std::string(StoreKey{"{", tenant, "}", route}.view());
+}
+inline std::string user_key(std::string_view tenant, std::string_view route,
+                            std::string_view user) {
+  return std::string(StoreKey{"{", tenant, "}", route, "/", user}.view());
+}
+inline std::string global_key(std::string_view route) {
+  return std::string(StoreKey{"{~global}", route}.view());
+}
+
+}  // namespace quota::gateway
