@@ -63,7 +63,7 @@
 #include "support/client_threads.hpp"
 #include "support/json_out.hpp"
 #include "support/redis_info.hpp"
-#include "support/redis_server.hpp"
+#include "redis/support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -329,9 +329,9 @@ int main(int argc, char** argv) {
   if (!(seconds > 0)) seconds = 2;
   // The server at QUOTA_REDIS_PORT, or one of our own for this run.
   const char* env_port = std::getenv("QUOTA_REDIS_PORT");
-  std::optional<quota::bench::ScratchServer> server;
+  std::optional<quota::testing::ScratchServer> server;
   if (env_port == nullptr || *env_port == '\0') {
-    server.emplace(quota::bench::scratch_dir("quota-gateway-redis-bench"));
+    server.emplace(quota::testing::scratch_dir("quota-gateway-redis-bench"));
   }
   const int port = server ? server->port() : std::atoi(env_port);
   if (port <= 0) {

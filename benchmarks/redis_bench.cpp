@@ -87,7 +87,7 @@
 #include "support/json_out.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
-#include "support/redis_server.hpp"
+#include "redis/support/redis_server.hpp"
 #include "support/speed_probe.hpp"
 
 using namespace std::chrono_literals;
@@ -651,8 +651,8 @@ int main(int argc, char** argv) {
   }
   // The server at QUOTA_REDIS_PORT, or one of our own for this run.
   const char* env_port = std::getenv("QUOTA_REDIS_PORT");
-  std::optional<quota::bench::ScratchServer> server;
-  if (env_port == nullptr) server.emplace(quota::bench::scratch_dir("quota-redis-bench"));
+  std::optional<quota::testing::ScratchServer> server;
+  if (env_port == nullptr) server.emplace(quota::testing::scratch_dir("quota-redis-bench"));
   const int port = env_port != nullptr ? std::atoi(env_port) : server->port();
   if (port <= 0) {
     std::fprintf(stderr, "redis_bench: no redis-server (set QUOTA_REDIS_PORT or install it)\n");

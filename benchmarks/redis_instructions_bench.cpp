@@ -53,7 +53,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
-#include "support/redis_server.hpp"
+#include "redis/support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::FixedWindow;
@@ -73,7 +73,7 @@ struct CallgrindServer {
                "--callgrind-out-file=" +
                    dir + "/callgrind.out.%p") {}
 
-  quota::bench::ScratchServer server;
+  quota::testing::ScratchServer server;
 
   bool started() const { return server.started() && server.pid() > 0; }
   int port() const { return server.port(); }
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
     return 0;
   }
-  const CallgrindServer server(quota::bench::scratch_dir("quota-redis-instr"));
+  const CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
   if (!server.started()) {
     std::fprintf(stderr,
                  "redis_instructions_bench: could not start redis-server under "
