@@ -40,38 +40,43 @@
 
 namespace quota::cli {
 
+namespace detail {
+// (Debian's abseil has its own string_view, not std's.)
+inline absl::string_view absl_view(std::string_view v) { return {v.data(), v.size()}; }
+}  // namespace detail
+
 // How one flag's value is checked: ok(value) or "--<flag> expects <expects>, got '<value>'".
 struct Check {
   std::string flag;     // the flag's abseil name ("lease_q")
   std::string expects;  // "an integer in [1, 256]"
-  std::function<bool(absl::string_view)> ok;
+  std::function<bool(std::string_view)> ok;
 };
 
 // An integer in [lo, hi].
 inline Check integer(std::string flag, std::int64_t lo, std::int64_t hi) {
   return {std::move(flag), absl::StrFormat("an integer in [%d, %d]", lo, hi),
-          [lo, hi](absl::string_view v) {
+          [lo, hi](std::string_view v) {
             std::int64_t n = 0;
-            return absl::SimpleAtoi(v, &n) && n >= lo && n <= hi;
+            return absl::SimpleAtoi(detail::absl_view(v), &n) && n >= lo && n <= hi;
           }};
 }
 
 // A number in [lo, hi].
 inline Check real(std::string flag, double lo, double hi) {
   return {std::move(flag), absl::StrFormat("a number in [%g, %g]", lo, hi),
-          [lo, hi](absl::string_view v) {
+          [lo, hi](std::string_view v) {
             double d = 0;
-            return absl::SimpleAtod(v, &d) && d >= lo && d <= hi;
+            return absl::SimpleAtod(detail::absl_view(v), &d) && d >= lo && d <= hi;
           }};
 }
 
 // Splits "HOST:PORT" (the port after the last colon, in [1, 65535]). False when `s` is
 // not of that form.
-inline bool parse_host_port(absl::string_view s, std::string* host, int* port) {
+inline bool parse_host_port(std::string_view s, std::string* host, int* port) {
   const auto colon = s.rfind(':');
   int p = 0;
-  if (colon == absl::string_view::npos || !absl::SimpleAtoi(s.substr(colon + 1), &p) || p <= 0 ||
-      p > 65535) {
+  if (colon == std::string_view::npos ||
+      !absl::SimpleAtoi(detail::absl_view(s.substr(colon + 1)), &p) || p <= 0 || p > 65535) {
     return false;
   }
   *host = std::string(s.substr(0, colon));
@@ -83,7 +88,7 @@ inline bool parse_host_port(absl::string_view s, std::string* host, int* port) {
 inline Check host_port(std::string flag, std::string also = {}) {
   std::string expects = "HOST:PORT with a port in [1, 65535]";
   if (!also.empty()) expects += " or '" + also + "'";
-  return {std::move(flag), std::move(expects), [also](absl::string_view v) {
+  return {std::move(flag), std::move(expects), [also](std::string_view v) {
             std::string host;
             int port = 0;
             return (!also.empty() && v == also) || parse_host_port(v, &host, &port);
@@ -92,7 +97,7 @@ inline Check host_port(std::string flag, std::string also = {}) {
 
 // Any value that `ok` accepts, described as `expects`.
 inline Check custom(std::string flag, std::string expects,
-                    std::function<bool(absl::string_view)> ok) {
+                    std::function<bool(std::string_view)> ok) {
   return {std::move(flag), std::move(expects), std::move(ok)};
 }
 
@@ -109,7 +114,7 @@ struct Args {
   std::vector<char*> benchmark;    // argv[0], then the --benchmark_* arguments
   std::vector<std::string> given;  // the abseil names of the flags on the command line
 
-  bool has(absl::string_view flag) const {
+  bool has(std::string_view flag) const {
     for (const std::string& g : given) {
       if (g == flag) return true;
     }
@@ -126,16 +131,16 @@ struct Args {
 namespace detail {
 
 // The command-line spelling of an abseil name: "lease_q" -> "--lease-q".
-inline std::string spelling(absl::string_view name) {
+inline std::string spelling(std::string_view name) {
   std::string s = "--";
   for (char c : name) s += c == '_' ? '-' : c;
   return s;
 }
 
 template <class Int>
-bool whole(absl::string_view v) {
+bool whole(std::string_view v) {
   Int n{};
-  return absl::SimpleAtoi(v, &n);
+  return absl::SimpleAtoi(detail::absl_view(v), &n);
 }
 
 // The check by type for a flag without a Check; "" expects means any value.
@@ -146,22 +151,22 @@ inline Check by_type(const absl::CommandLineFlag& f) {
   if (f.IsOfType<std::uint64_t>()) return {name, "an integer >= 0", whole<std::uint64_t>};
   if (f.IsOfType<std::uint32_t>()) return {name, "an integer >= 0", whole<std::uint32_t>};
   if (f.IsOfType<double>()) {
-    return {name, "a number", [](absl::string_view v) {
+    return {name, "a number", [](std::string_view v) {
               double d = 0;
-              return absl::SimpleAtod(v, &d);
+              return absl::SimpleAtod(detail::absl_view(v), &d);
             }};
   }
   if (f.IsOfType<bool>()) {
-    return {name, "true or false", [](absl::string_view v) {
+    return {name, "true or false", [](std::string_view v) {
               bool b = false;
-              return absl::SimpleAtob(v, &b);
+              return absl::SimpleAtob(detail::absl_view(v), &b);
             }};
   }
-  return {name, "", [](absl::string_view) { return true; }};
+  return {name, "", [](std::string_view) { return true; }};
 }
 
 // abseil's own flags (usage and flag files): not flags of these programs.
-inline bool builtin(absl::string_view name) {
+inline bool builtin(std::string_view name) {
   for (const char* b : {"helpfull", "helpshort", "helppackage", "helpon", "helpmatch", "version",
                         "only_check_args", "flagfile", "fromenv", "tryfromenv", "undefok"}) {
     if (name == b) return true;

@@ -160,7 +160,7 @@ Options parse_options(int argc, char** argv) {
                   integer("verify_burst", 0, 1'000'000'000),
                   quota::cli::host_port("redis", "local"),
                   quota::cli::custom("svg", "a path",
-                                     [](absl::string_view v) { return !v.empty(); })}},
+                                     [](std::string_view v) { return !v.empty(); })}},
       argc, argv);
   Options o;
   o.traffic.gateways = static_cast<int>(absl::GetFlag(FLAGS_gateways));
