@@ -57,13 +57,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "common/cli.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/redis/gateway_store.hpp"
+#include "redis/support/redis_server.hpp"
 #include "support/client_threads.hpp"
 #include "support/json_out.hpp"
 #include "support/redis_info.hpp"
-#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -310,28 +312,35 @@ std::string redis_version(int port) {
 
 }  // namespace
 
+ABSL_FLAG(double, seconds, 2, "how long each row runs, seconds");
+ABSL_FLAG(std::string, json, "", "also write the rows as JSON to this file");
+
+constexpr const char* kUsage = R"(usage: gateway_redis_bench [--seconds S] [--json FILE]
+
+  --seconds S           how long each row runs, in (0, 3600] seconds (default 2)
+  --json FILE           also write the rows as JSON to FILE
+  --benchmark_out=FILE  the same as --json FILE (what `bash cmake/run.sh bench` passes);
+                        other --benchmark_* arguments are ignored
+  --help                this text
+QUOTA_REDIS_PORT=N uses the redis-server on 127.0.0.1:N instead of starting one.
+)";
+
 int main(int argc, char** argv) {
-  double seconds = 2;
-  std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) {
-      seconds = std::atof(argv[++i]);
-    } else if (a == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else if (a.rfind("--benchmark_out=", 0) == 0) {
-      json = a.substr(std::strlen("--benchmark_out="));
-    } else if (a.rfind("--benchmark_", 0) != 0) {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--json FILE]\n", argv[0]);
-      return 2;
-    }
+  const auto args = quota::cli::parse({.name = "gateway_redis_bench",
+                                       .usage = kUsage,
+                                       .checks = {quota::cli::real("seconds", 1e-3, 3600)},
+                                       .benchmark_flags = true},
+                                      argc, argv);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  std::string json = absl::GetFlag(FLAGS_json);
+  for (const std::string a : args.benchmark) {
+    if (a.rfind("--benchmark_out=", 0) == 0) json = a.substr(std::strlen("--benchmark_out="));
   }
-  if (!(seconds > 0)) seconds = 2;
   // The server at QUOTA_REDIS_PORT, or one of our own for this run.
   const char* env_port = std::getenv("QUOTA_REDIS_PORT");
-  std::optional<quota::bench::ScratchServer> server;
+  std::optional<quota::testing::ScratchServer> server;
   if (env_port == nullptr || *env_port == '\0') {
-    server.emplace(quota::bench::scratch_dir("quota-gateway-redis-bench"));
+    server.emplace(quota::testing::scratch_dir("quota-gateway-redis-bench"));
   }
   const int port = server ? server->port() : std::atoi(env_port);
   if (port <= 0) {

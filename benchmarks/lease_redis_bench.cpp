@@ -28,7 +28,7 @@
 #include "quota/redis/lease_authority.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "quota/verify/envelope.hpp"
-#include "support/redis_server.hpp"
+#include "redis/support/redis_server.hpp"
 
 namespace {
 
@@ -41,14 +41,14 @@ constexpr auto kRunFor = 2s;
 const TokenBucket kCentral{.rate = {.units = 1'000'000, .per = 1s}, .burst = 10'000};
 constexpr std::int64_t kQMax = 2'000;
 
-// The server at QUOTA_REDIS_PORT, or a throw-away one (support/redis_server.hpp),
+// The server at QUOTA_REDIS_PORT, or a throw-away one (redis/support/redis_server.hpp),
 // started on first use and stopped at exit.
 int server_port() {
   static const int port = [] {
     if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr && *p != '\0') {
       return std::atoi(p);
     }
-    static quota::bench::ScratchServer scratch(quota::bench::scratch_dir("quota-bench-redis"));
+    static quota::testing::ScratchServer scratch(quota::testing::scratch_dir("quota-bench-redis"));
     if (!scratch.started()) {
       std::fprintf(stderr, "could not start redis-server (set QUOTA_REDIS_PORT to use one)\n");
       std::exit(2);

@@ -40,6 +40,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "absl/flags/flag.h"
+#include "common/cli.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "quota/redis/transport/cluster.hpp"
@@ -290,19 +292,34 @@ BENCHMARK(BM_Cluster_FewTenants)
 
 }  // namespace
 
+ABSL_FLAG(double, seconds, 1.5, "how long each row runs, seconds");
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: redis_cluster_bench [--seconds S] [--benchmark_...]
+
+RedisStore on a Redis Cluster of its own (cmake/redis_cluster.sh, on loopback).
+
+  --seconds S        how long each row runs, in (0, 3600] seconds (default 1.5)
+  --benchmark_*      google-benchmark's own flags (--benchmark_filter=REGEX,
+                     --benchmark_format=console|json|csv, --benchmark_out=FILE, ...)
+  --help             this text
+)";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  // --seconds S: how long each row runs (not a google-benchmark flag; removed first).
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--seconds" && i + 1 < argc) {
-      g_seconds = std::atof(argv[++i]);
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
+  // --seconds is ours (common/cli.hpp); the --benchmark_* flags go to google-benchmark.
+  auto cli = quota::cli::parse({.name = "redis_cluster_bench",
+                                .usage = kUsage,
+                                .checks = {quota::cli::real("seconds", 1e-3, 3600)},
+                                .benchmark_flags = true},
+                               argc, argv);
+  g_seconds = absl::GetFlag(FLAGS_seconds);
+  std::vector<char*>& args = cli.benchmark;
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
   std::printf("redis cluster on 127.0.0.1 ports");
   for (int p : cluster().ports()) std::printf(" %d", p);
   std::printf(", %.1f s per row, %d tenants, token bucket\n", g_seconds, kTenants);

@@ -19,7 +19,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "support/redis_info.hpp"
-#include "support/redis_server.hpp"
+#include "redis/support/redis_server.hpp"
 
 namespace {
 
@@ -43,8 +43,8 @@ quota::redis::Reply must(absl::StatusOr<quota::redis::Reply> r, const char* what
 // master's port. Exits when the replica does not acknowledge a write within 10 s.
 int master_port() {
   static const int port = [] {
-    static quota::bench::ScratchServer master(quota::bench::scratch_dir("quota-bench-master"));
-    static quota::bench::ScratchServer replica(quota::bench::scratch_dir("quota-bench-replica"));
+    static quota::testing::ScratchServer master(quota::testing::scratch_dir("quota-bench-master"));
+    static quota::testing::ScratchServer replica(quota::testing::scratch_dir("quota-bench-replica"));
     if (!master.started() || !replica.started()) {
       std::fprintf(stderr, "redis_durability_bench: could not start redis-server\n");
       std::exit(2);

@@ -45,15 +45,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "common/cli.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
-#include "quota/redis/transport/connection.hpp"
+#include "redis/support/redis_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
-#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::FixedWindow;
@@ -73,7 +75,7 @@ struct CallgrindServer {
                "--callgrind-out-file=" +
                    dir + "/callgrind.out.%p") {}
 
-  quota::bench::ScratchServer server;
+  quota::testing::ScratchServer server;
 
   bool started() const { return server.started() && server.pid() > 0; }
   int port() const { return server.port(); }
@@ -116,29 +118,40 @@ struct Row {
 
 }  // namespace
 
+ABSL_FLAG(std::int64_t, calls, 2000, "script calls per single-decision row");
+ABSL_FLAG(std::string, json, "", "also write the rows as JSON to this file");
+
+constexpr const char* kUsage = R"(usage: redis_instructions_bench [--calls N] [--json FILE]
+
+Instructions per script call and per decision, redis-server under callgrind (needs
+valgrind; without it nothing is measured and the exit status is 0).
+
+  --calls N             script calls per single-decision row, in [100, 10000000]
+                        (default 2000; the batch rows make N / 8)
+  --json FILE           also write the rows as JSON to FILE
+  --benchmark_out=FILE  the same as --json FILE (what `bash cmake/run.sh bench` passes);
+                        other --benchmark_* arguments are ignored
+  --help                this text
+)";
+
 int main(int argc, char** argv) {
-  long long calls = 2000;  // per single-decision row; batches make calls / 8
-  std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--calls" && i + 1 < argc) {
-      calls = std::atoll(argv[++i]);
-    } else if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (a.rfind("--benchmark_out=", 0) == 0) {
-      json_path = a.substr(16);
-    } else if (a.rfind("--benchmark_", 0) != 0) {
-      std::fprintf(stderr, "usage: %s [--calls N] [--json FILE]\n", argv[0]);
-      return 2;
-    }
+  const auto args = quota::cli::parse({.name = "redis_instructions_bench",
+                                       .usage = kUsage,
+                                       .checks = {quota::cli::integer("calls", 100, 10'000'000)},
+                                       .benchmark_flags = true},
+                                      argc, argv);
+  const long long calls =
+      absl::GetFlag(FLAGS_calls);  // per single-decision row; batches make calls / 8
+  std::string json_path = absl::GetFlag(FLAGS_json);
+  for (const std::string a : args.benchmark) {
+    if (a.rfind("--benchmark_out=", 0) == 0) json_path = a.substr(16);
   }
-  if (calls < 100) calls = 100;
   if (std::system("command -v valgrind >/dev/null 2>&1 && command -v callgrind_control "
                   ">/dev/null 2>&1") != 0) {
     std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
     return 0;
   }
-  const CallgrindServer server(quota::bench::scratch_dir("quota-redis-instr"));
+  const CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
   if (!server.started()) {
     std::fprintf(stderr,
                  "redis_instructions_bench: could not start redis-server under "
@@ -248,7 +261,7 @@ int main(int argc, char** argv) {
         for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
         for (const auto& n : names) items.push_back({n, pass == 0 ? 1000 : 1});
         errors += !(pass == 0 ? prev_setup.apply_batch(estimate, items,
-                                                       Nanos{server_ns} - std::chrono::hours(1))
+                                                         Nanos{server_ns} - std::chrono::hours(1))
                               : prev_store.apply_batch(estimate, items, Nanos{0}))
                        .ok();
       }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's set-up commands, on a fresh Debian 12 machine:
 #
-#   bash cmake/run.sh demo   — install what is missing, build, run the main job
+#   bash cmake/run.sh demo   — install what is missing, build the simulator, run it
 #   bash cmake/run.sh test   — install what is missing, build, run every test
 #
 # Also: `bash cmake/run.sh test asan|tsan|release` (other presets), `bash cmake/run.sh
@@ -37,12 +37,16 @@ case "$what" in
   demo)
     # Extra arguments go to the simulator (try: bash cmake/run.sh demo --help).
     shift
+    # Builds only what it runs: the simulator (and what it links), else the first
+    # quickstart.
     install_missing
-    build release
+    cmake --preset release >/dev/null
     dir=build/release/examples
-    if [ -x "$dir/gateway_sim/gateway_sim" ]; then
+    if cmake --build --preset release --target gateway_sim; then
       exec "$dir/gateway_sim/gateway_sim" "$@"
     fi
+    echo "quota: gateway_sim did not build; running quickstart-010-token-bucket instead" >&2
+    cmake --build --preset release --target quickstart-010-token-bucket
     exec "$dir/quickstart/quickstart-010-token-bucket"
     ;;
   test)

@@ -38,11 +38,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/flags.hpp"
+#include "common/cli.hpp"
 #include "quota/clock.hpp"
 #include "quota/http.hpp"
 #include "quota/policy/token_bucket.hpp"
@@ -52,13 +53,16 @@
 #include "quota/redis/redis_store.hpp"
 #endif
 
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(std::int64_t, port, 8080, "port; 0 picks a free one");
+ABSL_FLAG(std::int64_t, rate, 10, "refill this many units ...");
+ABSL_FLAG(std::int64_t, per, 1, "... every this many seconds");
+ABSL_FLAG(std::int64_t, burst, 20, "bucket capacity in units");
+ABSL_FLAG(std::string, redis, "", "HOST:PORT of Redis, to keep the budgets there");
+
 namespace {
 
 using namespace std::chrono_literals;
-using quota::examples::Flag;
-using quota::examples::flag_integer;
-using quota::examples::parse_host_port;
-using quota::examples::read_flag;
 
 constexpr const char* kUsage = R"(usage: http_gateway [flags]
 
@@ -124,40 +128,21 @@ class RedisBudget : public Budget {
 };
 #endif
 
-// Returns "" or a usage error.
-std::string parse_flags(int argc, char** argv, Options& o, bool* help) {
-  *help = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return "";
-    }
-    Flag flag;
-    if (std::string e = read_flag(argc, argv, i, flag); !e.empty()) return e;
-    const std::string& name = flag.name;
-    const std::string& value = flag.value;
-    std::string err;
-    std::int64_t n = 0;
-    if (name == "--host") {
-      o.host = value;
-    } else if (name == "--port") {
-      err = flag_integer(flag, &n, 0, 65535);
-      o.port = static_cast<int>(n);
-    } else if (name == "--rate") {
-      err = flag_integer(flag, &o.rate, 0, 1'000'000'000);
-    } else if (name == "--per") {
-      err = flag_integer(flag, &o.per_s, 1, 86'400 * 365);
-    } else if (name == "--burst") {
-      err = flag_integer(flag, &o.burst, 1, 1'000'000'000);
-    } else if (name == "--redis") {
-      o.redis = value;
-    } else {
-      return absl::StrFormat("unknown flag '%s' (see --help)", name);
-    }
-    if (!err.empty()) return err;
-  }
-  return "";
+// The command line (common/cli.hpp: --help exits 0, a usage error 2) as Options.
+Options parse_options(int argc, char** argv) {
+  using quota::cli::integer;
+  quota::cli::parse({.name = "http_gateway",
+                     .usage = kUsage,
+                     .checks = {integer("port", 0, 65535), integer("rate", 0, 1'000'000'000),
+                                integer("per", 1, 86'400 * 365), integer("burst", 1, 1'000'000'000),
+                                quota::cli::host_port("redis")}},
+                    argc, argv);
+  return Options{.host = absl::GetFlag(FLAGS_host),
+                 .port = static_cast<int>(absl::GetFlag(FLAGS_port)),
+                 .rate = absl::GetFlag(FLAGS_rate),
+                 .per_s = absl::GetFlag(FLAGS_per),
+                 .burst = absl::GetFlag(FLAGS_burst),
+                 .redis = absl::GetFlag(FLAGS_redis)};
 }
 
 std::string json_error(std::string_view reason, std::string_view detail) {
@@ -191,12 +176,7 @@ class Objects {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  if (const int rc =
-          quota::examples::parse_command_line("http_gateway", kUsage, argc, argv, o, parse_flags);
-      rc >= 0) {
-    return rc;
-  }
+  const Options o = parse_options(argc, argv);
   const quota::TokenBucket policy{.rate = {.units = o.rate, .per = std::chrono::seconds(o.per_s)},
                                   .burst = o.burst};
   auto info = quota::http::describe("default", policy);
@@ -216,10 +196,7 @@ int main(int argc, char** argv) {
 #ifdef QUOTA_HTTP_HAVE_REDIS
     std::string host;
     int port = 0;
-    if (!parse_host_port(o.redis, &host, &port)) {
-      std::fprintf(stderr, "http_gateway: --redis expects HOST:PORT, got '%s'\n", o.redis.c_str());
-      return 2;
-    }
+    quota::cli::parse_host_port(o.redis, &host, &port);  // checked by parse_options
     if (auto s = quota::RedisStore<quota::TokenBucket>::check(policy); !s.ok()) {
       std::fprintf(stderr, "http_gateway: policy not supported by Redis: %s\n",
                    s.ToString().c_str());

@@ -41,10 +41,18 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/cli.hpp"
 #include "quota/units.hpp"
 #include "quota/verify/envelope.hpp"
+
+ABSL_FLAG(std::string, rate, "", "token-bucket: UNITS/PERIOD");
+ABSL_FLAG(std::int64_t, burst, -1, "token-bucket: the burst, units");
+ABSL_FLAG(std::int64_t, extra, 0, "token-bucket: extra allowance, units");
+ABSL_FLAG(std::int64_t, limit, -1, "window: units per window");
+ABSL_FLAG(std::string, window, "", "window: PERIOD");
 
 namespace {
 
@@ -121,63 +129,45 @@ struct Config {
   std::string file;
 };
 
+// The command line (common/cli.hpp: --help exits 0; a usage error prints why and exits 2).
 Config parse_args(int argc, char** argv) {
-  if (argc < 2) die_usage("missing mode");
+  const auto args = quota::cli::parse(
+      {.name = "verify_log",
+       .usage = kUsage,
+       .checks = {quota::cli::custom("rate", "UNITS/PERIOD like 100/1s",
+                                     [](std::string_view v) { return parse_rate(v).has_value(); }),
+                  quota::cli::custom(
+                      "window", "a period like 60s",
+                      [](std::string_view v) { return parse_period(v).has_value(); })},
+       .positional = true},
+      argc, argv);
+  if (args.positional.size() < 2) die_usage("missing mode");
   Config c;
-  const std::string_view mode = argv[1];
+  const std::string_view mode = args.positional[1];
   if (mode == "token-bucket")
     c.token_bucket = true;
   else if (mode == "window")
     c.token_bucket = false;
-  else if (mode == "-h" || mode == "--help") {
-    std::fputs(kUsage, stdout);
-    std::exit(kConforms);
-  } else
+  else
     die_usage(
         absl::StrFormat("unknown mode '%s' (expected token-bucket or window)", std::string(mode)));
-  bool have_rate = false, have_window = false, have_file = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) die_usage(absl::StrFormat("%s needs a value", std::string(a)));
-      return argv[++i];
-    };
-    auto integer = [&](std::string_view name) {
-      const std::string_view v = value();
-      auto n = parse_int(v);
-      if (!n)
-        die_usage(
-            absl::StrFormat("%s expects an integer, got '%s'", std::string(name), std::string(v)));
-      return *n;
-    };
-    if (c.token_bucket && a == "--rate") {
-      const std::string_view v = value();
-      auto r = parse_rate(v);
-      if (!r)
-        die_usage(
-            absl::StrFormat("--rate expects UNITS/PERIOD like 100/1s, got '%s'", std::string(v)));
-      c.rate = *r;
-      have_rate = true;
-    } else if (c.token_bucket && a == "--burst") {
-      c.burst = integer(a);
-    } else if (c.token_bucket && a == "--extra") {
-      c.extra = integer(a);
-    } else if (!c.token_bucket && a == "--limit") {
-      c.limit = integer(a);
-    } else if (!c.token_bucket && a == "--window") {
-      const std::string_view v = value();
-      auto w = parse_period(v);
-      if (!w)
-        die_usage(absl::StrFormat("--window expects a period like 60s, got '%s'", std::string(v)));
-      c.window = *w;
-      have_window = true;
-    } else if ((a.size() > 1 && a[0] == '-') || have_file) {
-      die_usage(absl::StrFormat("unexpected argument '%s'", std::string(a)));
-    } else {
-      c.file = std::string(a);
-      have_file = true;
+  for (const char* flag : c.token_bucket ? std::vector<const char*>{"limit", "window"}
+                                         : std::vector<const char*>{"rate", "burst", "extra"}) {
+    if (args.has(flag)) {
+      die_usage(absl::StrFormat("unexpected argument '--%s' (not a %s flag)", flag, mode));
     }
   }
+  if (args.positional.size() > 3) {
+    die_usage(absl::StrFormat("unexpected argument '%s'", args.positional[3]));
+  }
+  const bool have_file = args.positional.size() == 3;
+  if (have_file) c.file = args.positional[2];
+  const bool have_rate = args.has("rate"), have_window = args.has("window");
+  if (have_rate) c.rate = *parse_rate(absl::GetFlag(FLAGS_rate));
+  if (have_window) c.window = *parse_period(absl::GetFlag(FLAGS_window));
+  c.burst = absl::GetFlag(FLAGS_burst);
+  c.extra = absl::GetFlag(FLAGS_extra);
+  c.limit = absl::GetFlag(FLAGS_limit);
   if (!have_file) die_usage("missing FILE (use - for stdin)");
   if (c.token_bucket) {
     if (!have_rate) die_usage("missing --rate");
