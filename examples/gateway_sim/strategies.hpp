@@ -233,7 +233,7 @@ class RedisStrategy : public Strategy {
   }
   // Time is rounded down to the start of its lock-step tick. The script decides a request
   // stamped earlier than its bucket's stored time at the stored time, but reports the
-  // stamp it was given (redis::Outcome::time), so with exact stamps a gateway that lost
+  // stamp it was given (redis::ScriptResult::time), so with exact stamps a gateway that lost
   // a race within a tick would be logged earlier than it was decided. With one time per
   // tick, and ticks separated by the barrier, every decision happens at its logged time.
   absl::StatusOr<Outcome> decide(int, std::uint32_t tenant, Nanos now, std::int64_t cost) override {

@@ -9,54 +9,19 @@
 //   quota::gateway::Gateway gw(store, registry);
 //   auto r = gw.decide({.who = {.tenant = "acme", .plan = "free"}, .route = "read"}, clock.now());
 //
-// Each key's state lives in Redis with the parameters and rule-set version that wrote it
-// (the Lua twin of key_state.hpp: twin/gateway.hpp), so a rule change — downgrade,
-// upgrade, switching kind — is converted on the server without handing out a burst,
-// whichever process sees the new rules first; a process still on an older rule set is
-// decided by the newer rule and told its version (never rolled back).
-//
-// Levels and atomicity. The user and tenant levels of a request share the tenant's hash
-// slot ("{tenant}route", "{tenant}route/user") and are decided by ONE script: all allow
-// or nothing is deducted, atomically. The global level ("{~global}route") is in its own
-// slot and decided by a second script after the tenant's; when it denies (or fails), the
-// tenant's levels are given back by a third script (refund at their own latest time) —
-// not isolated: between the two, a concurrent request of that tenant may find its budget
-// lower by this cost and be denied, never admitted beyond any level's envelope. If the
-// give-back itself fails (Redis unreachable), the tenant keeps the deduction: an
-// under-admission, never an over-admission.
-//
-// Time: the server's (TIME, microseconds), never the caller's; `now` is ignored except
-// in TimeSource::kCaller (differential tests), where it is used truncated to whole
-// microseconds. `LevelsResult::time` is the server's time of the decision, which a
-// settle's refund quotes (a window takes a refund back only in the window it counted).
-//
-// Failures are values: transport errors, deadlines, BUSY / LOADING / READONLY and
-// malformed replies are kUnavailable with the cause — the gateway's fail modes then
-// apply (fail_closed → 503; fail_open → the local emergency bucket, bounded). A key
-// holding something else is kDataLoss naming it; a rule outside the Lua twin's exact
-// range is kInvalidArgument naming the bound (check rules up front with `check`).
-//
-// Attempts are shared by every process: the Gateway keeps an attempt's first decision in
-// Redis, in the tenant's slot (`<prefix>a{tenant}<id>`, for GatewayOptions::attempt_ttl),
-// so a retry that reaches ANOTHER gateway process is replayed, not charged again. The
-// record is written "pending" before the decision and "decided" after it; a duplicate
-// arriving while it is pending gets Aborted ("in progress; retry"), the same id with
-// another request of that tenant InvalidArgument (ids are scoped per tenant, as in
-// RedisStore::apply_attempt). A process that dies between the two leaves the
-// attempt pending for `attempt_pending` (then it may be decided anew). If the final
-// write fails the attempt is simply not replayable (the decision stands).
-// Estimate-then-settle tickets stay in the process that issued them (settle.hpp).
-//
-// Coalescing (GatewayStoreOptions::coalesce), for a gateway with many threads: the
-// store's script calls made while `coalesce_calls` round trips are in flight wait, then
-// go together in one pipelined write (Script::run_many; one per node on a cluster). Each
-// is still its own atomic script call, decided exactly as alone; calls the server did
-// not run (NOSCRIPT, MOVED, ASK, TRYAGAIN) are sent again in a further write per node.
-// coalesce_stats() counts round trips and the calls they carried.
-//
-// Client CPU: each distinct policy (kind and parameters) is range-checked and its Lua
-// argument (33 packed bytes) built once, then kept (up to 4096 policies; past that, per
-// call); a rule outside the range is rejected on every call with the same error.
+// Guarantees. Each key's state lives in Redis with the parameters and rule-set version
+// that wrote it (the Lua twin of key_state.hpp: twin/gateway.hpp, its codec
+// twin/gateway_codec.hpp), so a rule change is converted on the server without a burst,
+// whichever process sees the new rules first. The user and tenant levels share the
+// tenant's hash slot and are decided by ONE script: all allow or nothing is deducted. The
+// global level ("{~global}route", its own slot) is decided by a second script; when it
+// denies or fails, the tenant's levels are given back by a third — never an admission
+// beyond any level's envelope, at worst a brief under-admission. Time is the server's
+// (microseconds). Failures are values: kUnavailable (the gateway's fail mode applies),
+// kDataLoss for a key that is not ours, kInvalidArgument for a rule outside the twin's
+// range (`check`). Attempts are kept in Redis in the tenant's slot, so a retry reaching
+// another process is replayed: written "pending" before the decision, "decided" after.
+// docs/gateway.md has the whole story (coalescing, durability, attempts).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -96,14 +61,10 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/twin/gateway.hpp"
+#include "quota/redis/twin/gateway_codec.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
-
-// The Lua twin's exact range (see twin/gateway.hpp).
-inline constexpr std::int64_t kGatewayMaxCapacity = 2'000'000'000;        // units
-inline constexpr std::int64_t kGatewayMaxSpanNs = 4'000'000'000'000'000;  // ~46 days
-inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
 
 struct GatewayStoreOptions {
   // Connections to the server (or set `cluster`).
@@ -175,7 +136,9 @@ class GatewayStore {
   }
 
   // OK when the Lua twin decides `policy` exactly; else InvalidArgument naming the bound.
-  static absl::Status check(const gateway::RulePolicy& policy) { return params(policy).status(); }
+  static absl::Status check(const gateway::RulePolicy& policy) {
+    return GatewayTwin::params(policy).status();
+  }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, std::int64_t cost,
@@ -202,8 +165,9 @@ class GatewayStore {
       auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, "");
       if (!call.ok()) return call.status();
       auto reply = run_script(*call);
-      absl::StatusOr<Decided> decided =
-          reply.ok() ? parse_decide(**reply, end - begin) : absl::StatusOr<Decided>(reply.status());
+      absl::StatusOr<GatewayTwin::Decided> decided =
+          reply.ok() ? GatewayTwin::parse_decide(**reply, end - begin)
+                     : absl::StatusOr<GatewayTwin::Decided>(reply.status());
       if (!decided.ok()) {
         give_back(levels, groups, deducted_groups, out.parts, version, cost, now);
         return decided.status();
@@ -257,17 +221,14 @@ class GatewayStore {
         r.element[1]->type != REDIS_REPLY_STRING) {
       return absl::UnavailableError("malformed reply from the attempt script");
     }
-    return parse_record(reply_string(*r.element[1]), id, fingerprint);
+    return GatewayTwin::parse_record(reply_string(*r.element[1]), id, fingerprint);
   }
 
   absl::Status finish_attempt(std::string_view tenant_key, std::string_view id,
                               std::string_view fingerprint, const Decision& d, Nanos ttl) {
     auto key = attempt_record_key(tenant_key, id);
     if (!key.ok()) return key.status();
-    const std::string record =
-        absl::StrFormat("%d %d %d %d %d %d", d.allowed ? 1 : 0, static_cast<int>(d.reason),
-                        d.remaining, d.retry_after == kNever ? -1 : d.retry_after.count(),
-                        d.reset_after == kNever ? -1 : d.reset_after.count(), d.version);
+    const std::string record = GatewayTwin::format_record(d);
     const std::int64_t ms =
         std::max<std::int64_t>(std::chrono::ceil<std::chrono::milliseconds>(ttl).count(), 1);
     auto reply = attempts_.run({*key}, {"f", std::string(fingerprint), absl::StrCat(ms), record});
@@ -302,41 +263,6 @@ class GatewayStore {
     return attempt_key(options_.prefix, parts->tag, id);
   }
 
-  // A stored attempt record: "P\x1f<fp>" or "D\x1f<fp>\x1f<decision>".
-  static absl::StatusOr<std::optional<Decision>> parse_record(std::string_view record,
-                                                              std::string_view id,
-                                                              std::string_view fingerprint) {
-    const std::vector<absl::string_view> fields = absl::StrSplit(detail::av(record), '\x1f');
-    if (fields.size() < 2 || (fields[0] != "P" && fields[0] != "D") ||
-        (fields[0] == "D") != (fields.size() == 3)) {
-      return absl::DataLossError(
-          absl::StrFormat("attempt \"%s\": the stored record is not ours", detail::av(id)));
-    }
-    if (fields[1] != detail::av(fingerprint)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "attempt id \"%s\" was first used for another request (key or cost differ)",
-          detail::av(id)));
-    }
-    if (fields[0] == "P") {
-      return absl::AbortedError(absl::StrFormat(
-          "attempt \"%s\" is being decided by another call; retry", detail::av(id)));
-    }
-    const std::vector<absl::string_view> v = absl::StrSplit(fields[2], ' ');
-    std::int64_t f[6];
-    bool ok = v.size() == 6;
-    for (std::size_t i = 0; ok && i < 6; ++i) ok = absl::SimpleAtoi(v[i], &f[i]);
-    if (!ok || f[1] < 0 || f[1] > static_cast<std::int64_t>(Reason::kFailOpen) || f[5] < 0) {
-      return absl::DataLossError(
-          absl::StrFormat("attempt \"%s\": the stored decision is malformed", detail::av(id)));
-    }
-    return std::optional<Decision>(Decision{.allowed = f[0] != 0,
-                                            .remaining = f[2],
-                                            .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
-                                            .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
-                                            .version = static_cast<std::uint64_t>(f[5]),
-                                            .reason = static_cast<Reason>(f[1])});
-  }
-
   struct Call {
     std::vector<std::string> keys;
     std::vector<std::string> args;
@@ -354,63 +280,6 @@ class GatewayStore {
       return script_.run_many(calls);
     });
   }
-  struct Decided {
-    Nanos time{0};
-    gateway::LevelVector<Decision> parts;
-  };
-
-  // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
-  // '<BI4I7I7I7I7' (kind, burst|limit, m|window µs, p|0, g|0, fill ns|0), or
-  // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
-  using PolicyArgs = std::string;
-  static constexpr std::size_t kPolicyArgBytes = 33;
-  static PolicyArgs pack_policy(int kind, std::int64_t capacity, std::int64_t m, std::int64_t p,
-                                std::int64_t g, std::int64_t fill) {
-    PolicyArgs out;
-    out.reserve(kPolicyArgBytes);
-    auto put = [&out](std::int64_t v, int bytes) {
-      const auto u = static_cast<std::uint64_t>(v);
-      for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-    };
-    put(kind, 1);
-    put(capacity, 4);
-    for (std::int64_t v : {m, p, g, fill}) put(v, 7);
-    return out;
-  }
-  static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
-    if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
-    const std::int64_t cap = gateway::detail::capacity(policy);
-    if (cap > kGatewayMaxCapacity) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "capacity %d units: the Redis gateway store keeps micro-units with debt in Lua "
-          "doubles, exact below 2^53, so burst or limit must be at most %d",
-          cap, kGatewayMaxCapacity));
-    }
-    if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
-      auto twin = LuaTwin<TokenBucket>::params(*tb);
-      if (!twin.ok()) return twin.status();
-      if (twin->m > 0 && twin->fill > kGatewayMaxSpanNs) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis gateway store's "
-            "bound is %d ns (~46 days) — raise rate.units or lower burst",
-            tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
-      }
-      // Rate 0: m 0, p 1, g 1 whatever rate.per (it refills nothing; converting between
-      // two such buckets of one burst changes nothing, so they decide alike).
-      if (twin->m == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
-      return pack_policy(1, tb->burst, twin->m, twin->p, twin->g, twin->fill);
-    }
-    const auto& fw = std::get<FixedWindow>(policy);
-    const std::int64_t w = fw.window.count();
-    if (w % 1000 != 0 || w > kGatewayMaxSpanNs) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "window=%d ns: the Redis gateway store needs a window of whole microseconds, at most "
-          "%d ns (~46 days)",
-          w, kGatewayMaxSpanNs));
-    }
-    return pack_policy(2, fw.limit, w / 1000, 0, 0, 0);
-  }
-
   // What identifies a policy's arguments: its kind and parameters (the value, not the
   // address — a rule set freed and another built at the same address must not hit).
   using PolicyKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t>;
@@ -432,14 +301,14 @@ class GatewayStore {
   absl::Status append_params(const gateway::RulePolicy& policy,
                              std::vector<std::string>& args) const {
     const PolicyKey key = policy_key(policy);
-    const PolicyArgs* cached = nullptr;
+    const GatewayTwin::PolicyArgs* cached = nullptr;
     {
       quota::detail::MutexLock lock(params_mu_);
       auto it = params_cache_.find(key);
       if (it != params_cache_.end()) cached = &it->second;
     }
     if (cached == nullptr) {
-      auto p = params(policy);
+      auto p = GatewayTwin::params(policy);
       if (!p.ok()) return p.status();
       quota::detail::MutexLock lock(params_mu_);
       if (params_cache_.size() >= kMaxCachedPolicies) {
@@ -488,57 +357,6 @@ class GatewayStore {
     return call;
   }
 
-  static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
-    if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the gateway script: element %d is not an integer", i));
-    }
-    return static_cast<std::int64_t>(r.element[i]->integer);
-  }
-
-  static absl::Status script_error(const redisReply& r) {
-    const std::string_view msg = reply_string(r);
-    if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
-      return absl::DataLossError(absl::StrCat("redis: ", detail::av(msg)));
-    }
-    return error_status(r);
-  }
-
-  static absl::StatusOr<Decided> parse_decide(const redisReply& r, std::size_t n) {
-    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
-    auto time = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 0) : absl::StatusOr<std::int64_t>(0);
-    auto count = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 1) : absl::StatusOr<std::int64_t>(0);
-    if (!time.ok()) return time.status();
-    if (!count.ok()) return count.status();
-    if (r.type != REDIS_REPLY_ARRAY || *count < 1 || static_cast<std::size_t>(*count) > n ||
-        r.elements != 2 + 6 * static_cast<std::size_t>(*count)) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the gateway script: type %d with %d elements for %d levels", r.type,
-          r.type == REDIS_REPLY_ARRAY ? r.elements : 0, n));
-    }
-    Decided out{.time = Nanos{*time * 1000}, .parts = {}};
-    for (std::size_t i = 0; i < static_cast<std::size_t>(*count); ++i) {
-      std::int64_t f[6];
-      for (std::size_t k = 0; k < 6; ++k) {
-        auto x = integer_at(r, 2 + 6 * i + k);
-        if (!x.ok()) return x.status();
-        f[k] = *x;
-      }
-      if (f[1] < 0 || f[1] > 3 || (f[0] != 0) != (f[1] == 0) || f[5] < 0) {
-        return absl::UnavailableError(absl::StrFormat(
-            "malformed reply from the gateway script: allowed %d with reason %d, version %d", f[0],
-            f[1], f[5]));
-      }
-      out.parts.push_back(Decision{.allowed = f[0] != 0,
-                                   .remaining = f[2],
-                                   .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
-                                   .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
-                                   .version = static_cast<std::uint64_t>(f[5]),
-                                   .reason = static_cast<Reason>(f[1])});
-    }
-    return out;
-  }
-
   absl::StatusOr<MicroUnits> one(const gateway::LevelCheck& level, char op, std::uint64_t version,
                                  std::int64_t units, Nanos now, std::string_view spent_at) {
     auto call =
@@ -546,19 +364,7 @@ class GatewayStore {
     if (!call.ok()) return call.status();
     auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
-    const redisReply& r = **reply;
-    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
-    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) {
-      return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the gateway script: type %d, expected an array of 2", r.type));
-    }
-    auto v = integer_at(r, 1);
-    if (!v.ok()) return v.status();
-    if (*v < 0) {
-      return absl::UnavailableError(
-          absl::StrFormat("malformed reply from the gateway script: %d micro-units", *v));
-    }
-    return *v;
+    return GatewayTwin::parse_units(**reply);
   }
 
   // Gives `cost` back to the allowed levels of the groups already deducted (one script
@@ -584,7 +390,8 @@ class GatewayStore {
   Script attempts_;
   absl::Status config_error_;
   mutable quota::detail::Mutex params_mu_;
-  mutable absl::node_hash_map<PolicyKey, PolicyArgs> params_cache_ ABSL_GUARDED_BY(params_mu_);
+  mutable absl::node_hash_map<PolicyKey, GatewayTwin::PolicyArgs> params_cache_
+      ABSL_GUARDED_BY(params_mu_);
   std::unique_ptr<CallCoalescer> coalescer_;  // with GatewayStoreOptions::coalesce > 1
 };
 

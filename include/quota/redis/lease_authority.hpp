@@ -1,6 +1,6 @@
 // quota/redis/lease_authority.hpp — Redis as the authority that hands out lease grants.
 //
-// Adapts RedisStore<TokenBucket> to quota::LeaseAuthority (quota/lease/leased_limiter.hpp):
+// Adapts RedisStore<TokenBucket> to quota::LeaseAuthority (quota/lease/authority.hpp):
 // a grant of q units is one ordinary `apply_attempt` of q units in the central bucket, in one
 // EVALSHA, with the grant id as the attempt id — so a grant request whose reply was lost
 // and is retried with the same id is replayed from the tenant's slot, never charged

@@ -1,9 +1,9 @@
 // quota/redis/redis_store.hpp — RedisStore: one shared budget across every process.
 //
 // `RedisStore<P>` keeps each key's policy state in Redis and applies the policy's
-// transition there, in the policy's Lua twin, in ONE `EVALSHA` round trip: read, refill,
-// decide, deduct and write run atomically on the server, whichever gateway asks. It
-// models quota::StateStore, so `Limiter<TokenBucket, RedisStore>` works like the
+// transition there, in the policy's Lua twin (twin/), in ONE `EVALSHA` round trip: read,
+// refill, decide, deduct and write run atomically on the server, whichever gateway asks.
+// It models quota::StateStore, so `Limiter<TokenBucket, RedisStore>` works like the
 // in-process limiters:
 //
 //   auto pool = std::make_shared<quota::redis::ConnectionPool>(
@@ -13,60 +13,18 @@
 //   auto key = quota::redis::tenant_key("acme", "read");          // "{acme}read"
 //   absl::StatusOr<quota::Decision> d = limiter->acquire(*key, 1);
 //
-// Time. By default the decision uses the SERVER's clock (`redis.call('TIME')`), the
-// authority's, never the caller's: the `now` passed to apply is ignored. (Redis 7
-// replicates scripts by their effects, so TIME in a writing script is allowed and
-// replicas get the written state.) TimeSource::kCaller passes `now` instead: for
-// differential tests against the C++ policy with a manual clock, not for production.
-//
-// Keys. See keys.hpp: "{tenant}route" keys (tenant_key) put all of a tenant's buckets in
-// one hash slot; other keys become their own tag; braces and control characters
-// elsewhere are rejected. The Redis key is `<prefix>{tag}rest`.
-//
-// Failures are values: transport failures, deadlines (ConnectionConfig), `BUSY`,
-// `LOADING`, `READONLY`, any other error reply and malformed replies are
-// absl::StatusCode::kUnavailable with the cause; nothing is allowed or denied then
-// (a timed-out call may still have been applied on the server). `NOSCRIPT` (after a
-// flush, restart or failover) retries once — only on that error — with EVAL and the
-// script's text, which loads and runs it in one command.
-// A key whose stored value is not a bucket of ours is kDataLoss naming the key; an
-// invalid key or attempt id is kInvalidArgument; a policy outside the Lua twin's exact
-// range is kInvalidArgument naming the bound (check it up front with
-// `RedisStore<P>::check(policy)`).
-//
-// Policies: TokenBucket, FixedWindow, SlidingLog and SlidingWindowEstimate, each with
-// its Lua twin (twin/token_bucket.hpp, twin/fixed_window.hpp, twin/sliding_log.hpp,
-// twin/sliding_window_estimate.hpp), kept bit-identical to the C++ policy by
-// tests/redis/redis_differential_test.cpp. Each twin's exact range is narrower than the
-// C++ policy's (Lua numbers are doubles); `check` names the bound that a policy breaks.
-//
-// Beyond StateStore: `apply_attempt` with an attempt id (idempotent: the first result is kept
-// in the tenant's slot for `attempt_ttl` and replayed), `apply_all` (hierarchy: several
-// buckets of one tenant, all allow or nothing is deducted), `apply_pipelined` (a pipelined
-// batch: one EVALSHA per decision, all in one write; one write per node on a cluster)
-// and `apply_batch` (independent decisions, many per EVALSHA; one EVALSHA per slot on
-// a cluster). With RedisStoreOptions::coalesce, concurrent `apply` calls from many
-// threads are decided together the same way, each exactly as if alone (see apply).
-//
-// Durability. The store keeps what Redis keeps: a server restarted without persistence
-// (or a failover that loses writes) recreates buckets full — an extra burst per key.
-// RedisStoreOptions::replicas makes every decision wait for that many replicas (WAIT),
-// so that a failover keeps every decision given; a restart needs the server's AOF.
-//
-// Redis Cluster: set RedisStoreOptions::cluster (cluster.hpp) instead of `pool`. Each
-// call goes to its slot's node and follows MOVED / ASK; a tenant's keys share a slot, so
-// hierarchy and attempts work unchanged. apply_pipelined and apply_batch group their
-// calls by node and send each node's calls in ONE pipelined write, all nodes written
-// before any reply is read; redirected calls (MOVED / ASK) and NOSCRIPT are sent again
-// in a further round. A script call may declare keys of one slot only, so on a cluster
-// apply_batch makes one script call per slot (not one per batch). A call of several
-// keys (apply_all, a call of apply_batch) that meets its slot half migrated gets
-// -TRYAGAIN (the script did not run): it is sent again after a short backoff, a few
-// times within the command deadline (redis::TryAgainPolicy, set on the ClusterPool),
-// then it is kUnavailable naming TRYAGAIN, with nothing charged.
+// Guarantees. Decisions use the server's clock (TIME), never the caller's. Every
+// policy's twin is bit-identical to its C++ policy within the twin's exact range
+// (`check(policy)` names the bound a policy breaks). Failures are values: transport
+// errors, deadlines and error replies are kUnavailable, nothing allowed or denied (a
+// timed-out call may still have run); a key holding something else is kDataLoss; an
+// invalid key or attempt id is kInvalidArgument. Keys: keys.hpp ("{tenant}route": one
+// hash slot per tenant). On a Redis Cluster (RedisStoreOptions::cluster) calls follow
+// MOVED / ASK / TRYAGAIN (transport/script.hpp). With `replicas`, a decision is given
+// only once that many replicas have it (WAIT). docs/redis.md has the whole story.
 //
 // Thread safety: every method may be called from any number of threads; connections
-// come from the shared ConnectionPool.
+// come from the shared pool.
 #pragma once
 
 #include <algorithm>
@@ -276,27 +234,14 @@ class RedisStore {
   }
 
   // A batch in ONE script call: every item decided independently (each deducted when it
-  // alone allows), in order, atomically as a whole. Items may belong to different
-  // tenants. A key that repeats starts a new script call (the script reads every key
-  // before it writes), and all the calls go in one pipelined write. Per-item errors (an
-  // invalid key) fail the whole batch with that error; nothing is sent then.
-  //
-  //
-  // Results as apply_pipelined's: the outer status fails the whole batch (an invalid key,
-  // nothing sent; on a standalone server a pool or transport failure: some calls may
-  // have been applied); otherwise each item has its own result, and an item whose
-  // script call failed (an error reply, a corrupt bucket of its call) carries that
+  // alone allows), in order, atomically per script call. Items may belong to different
+  // tenants. A repeated key starts a new script call, and so, on a cluster, does each
+  // slot (redis::plan_batch); all calls go in one pipelined write per node. Results as
+  // apply_pipelined's: the outer status fails the whole batch (an invalid key: nothing
+  // sent; on a standalone server a pool or transport failure: some calls may have run);
+  // otherwise each item has its own result, and an item whose script call failed (an
+  // error reply, a corrupt bucket, a node down, TRYAGAIN past its retries) carries that
   // call's error.
-  //
-  // On a cluster a script may only declare keys of ONE slot (even with Redis 7's
-  // `allow-cross-slot-keys` flag, which only lifts the check for keys a script touches
-  // without declaring them), so the batch becomes one script call per slot (items of a
-  // slot in their order; a repeated key starts the slot's next call), and each node's
-  // calls go in one pipelined write (execute_many). Decisions come back in the
-  // caller's order. Atomic per script call only; as in apply_pipelined, a node that fails
-  // (transport, pool, too many redirections, TRYAGAIN past its retries) makes each of
-  // ITS items kUnavailable (they may have been applied, except after TRYAGAIN), and the
-  // other nodes' decisions are returned.
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> apply_batch(
       const P& policy, std::span<const BatchItem> items, Nanos now) {
     std::vector<Request> reqs;
@@ -350,93 +295,36 @@ class RedisStore {
   }
 
   // apply_batch over requests that may each have their own policy and, in caller-time
-  // mode, their own time (`times[i]` for reqs[i]; empty: `now` for all): a change of
-  // time starts a new script call, as a repeated key does.
+  // mode, their own time (`times[i]` for reqs[i]; empty: `now` for all): the items
+  // become script calls (redis::plan_batch), all sent in one pipelined write per node.
   absl::StatusOr<std::vector<absl::StatusOr<Decision>>> decide_batch(
       std::span<const Request> reqs, Nanos now, std::span<const Nanos> times = {}) {
     if (reqs.empty()) return std::vector<absl::StatusOr<Decision>>{};
-    auto time_of = [&](std::size_t i) { return times.empty() ? now : times[i]; };
-    if (options_.cluster != nullptr) return apply_batch_cluster(reqs, time_of);
-    std::vector<std::vector<Request>> chunks(1);
-    std::vector<Nanos> chunk_time = {time_of(0)};
-    std::vector<std::string_view> seen;
-    for (std::size_t i = 0; i < reqs.size(); ++i) {
-      if (std::find(seen.begin(), seen.end(), reqs[i].key) != seen.end() ||
-          time_of(i) != chunk_time.back()) {
-        chunks.emplace_back();
-        chunk_time.push_back(time_of(i));
-        seen.clear();
-      }
-      seen.push_back(reqs[i].key);
-      chunks.back().push_back(reqs[i]);
-    }
+    const bool cluster = options_.cluster != nullptr;
+    auto chunks = redis::plan_batch<P>(reqs, now, times, cluster);
+    if (!chunks.ok()) return chunks.status();
     std::vector<Call> calls;
-    for (std::size_t c = 0; c < chunks.size(); ++c) {
-      auto call = build(chunks[c], chunk_time[c], {}, /*batch=*/true);
-      if (!call.ok()) return call.status();
-      calls.push_back(std::move(*call));
-    }
-    auto replies = execute_many(calls);
-    // One server: a failed write fails the whole batch (some calls may have run).
-    if (auto s = first_failure(replies); !s.ok()) return s;
-    std::vector<absl::StatusOr<Decision>> out;
-    out.reserve(reqs.size());
-    for (std::size_t c = 0; c < calls.size(); ++c) {
-      auto parsed = parse(**replies[c], chunks[c], /*batch=*/true);
-      for (std::size_t j = 0; j < chunks[c].size(); ++j) {
-        out.push_back(parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
-                                  : absl::StatusOr<Decision>(parsed.status()));
-      }
-    }
-    return out;
-  }
-
-  // apply_batch on a cluster: one script call per slot (see apply_batch).
-  // `time_of(i)`: item i's time.
-  template <class TimeOf>
-  absl::StatusOr<std::vector<absl::StatusOr<Decision>>> apply_batch_cluster(
-      std::span<const Request> items, const TimeOf& time_of) {
-    struct Chunk {
-      Nanos time;
-      std::vector<Request> reqs;
-      std::vector<std::size_t> items;  // reqs[j] is items[this->items[j]]
-    };
-    std::vector<Chunk> chunks;
-    // (slot, time) -> its chunk taking items
-    std::map<std::pair<int, std::int64_t>, std::size_t> open;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      auto parts = redis::split_key(items[i].key);
-      if (!parts.ok()) return parts.status();
-      const std::pair<int, std::int64_t> slot{redis::key_slot(parts->tag), time_of(i).count()};
-      auto it = open.find(slot);
-      const bool repeats =
-          it != open.end() &&
-          std::any_of(chunks[it->second].reqs.begin(), chunks[it->second].reqs.end(),
-                      [&](const Request& r) { return r.key == items[i].key; });
-      if (it == open.end() || repeats) {
-        chunks.push_back(Chunk{.time = time_of(i), .reqs = {}, .items = {}});
-        open[slot] = chunks.size() - 1;
-      }
-      Chunk& chunk = chunks[open[slot]];
-      chunk.reqs.push_back(items[i]);
-      chunk.items.push_back(i);
-    }
-    std::vector<Call> calls;
-    calls.reserve(chunks.size());
-    for (const Chunk& chunk : chunks) {
+    calls.reserve(chunks->size());
+    for (const auto& chunk : *chunks) {
       auto call = build(chunk.reqs, chunk.time, {}, /*batch=*/true);
       if (!call.ok()) return call.status();
       calls.push_back(std::move(*call));
     }
     auto replies = execute_many(calls);
-    std::vector<absl::StatusOr<Decision>> out(items.size(), absl::UnknownError("unset"));
+    // One server: a failed write fails the whole batch (some calls may have run). On a
+    // cluster a failed node fails only its own items.
+    if (!cluster) {
+      if (auto s = first_failure(replies); !s.ok()) return s;
+    }
+    std::vector<absl::StatusOr<Decision>> out(reqs.size(), absl::UnknownError("unset"));
     for (std::size_t c = 0; c < calls.size(); ++c) {
+      const auto& chunk = (*chunks)[c];
       absl::StatusOr<redis::ScriptResult> parsed =
-          replies[c].ok() ? parse(**replies[c], chunks[c].reqs, /*batch=*/true)
+          replies[c].ok() ? parse(**replies[c], chunk.reqs, /*batch=*/true)
                           : absl::StatusOr<redis::ScriptResult>(replies[c].status());
-      for (std::size_t j = 0; j < chunks[c].items.size(); ++j) {
-        out[chunks[c].items[j]] = parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
-                                              : absl::StatusOr<Decision>(parsed.status());
+      for (std::size_t j = 0; j < chunk.items.size(); ++j) {
+        out[chunk.items[j]] = parsed.ok() ? absl::StatusOr<Decision>(parsed->parts[j])
+                                          : absl::StatusOr<Decision>(parsed.status());
       }
     }
     return out;

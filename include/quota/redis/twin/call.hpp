@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,7 @@
 #include "quota/decision.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/redis/keys.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/twin/common.hpp"
 #include "quota/units.hpp"
@@ -160,6 +162,52 @@ absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const Buck
     for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
   }
   return call;
+}
+
+// One script call of a batch: the time it decides at and its requests, which are
+// items[this->items[j]] of the batch.
+template <Policy P>
+struct BatchChunk {
+  Nanos time{0};
+  std::vector<BucketRequest<P>> reqs;
+  std::vector<std::size_t> items;
+};
+
+// How a batch of independent decisions (`reqs`, item i at `times[i]`, or at `now` when
+// `times` is empty) becomes script calls, in order: a call reads every key before it
+// writes, so a key that repeats starts a new call, as does a change of time (one time per
+// call). `by_slot` (a cluster): a script may declare keys of one slot only, so the items
+// are grouped into one call per slot and time (a slot's items in their order); else the
+// calls are consecutive runs of the batch. Each key's items keep their order either way.
+// InvalidArgument for an invalid key.
+template <Policy P>
+absl::StatusOr<std::vector<BatchChunk<P>>> plan_batch(std::span<const BucketRequest<P>> reqs,
+                                                      Nanos now, std::span<const Nanos> times,
+                                                      bool by_slot) {
+  std::vector<BatchChunk<P>> chunks;
+  // (slot, time) -> the chunk taking that slot's items at that time
+  std::map<std::pair<int, std::int64_t>, std::size_t> open;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    auto parts = split_key(reqs[i].key);
+    if (!parts.ok()) return parts.status();
+    const Nanos time = times.empty() ? now : times[i];
+    const std::pair<int, std::int64_t> at{by_slot ? key_slot(parts->tag) : 0, time.count()};
+    auto it = open.find(at);
+    const bool repeats =
+        it != open.end() &&
+        std::any_of(chunks[it->second].reqs.begin(), chunks[it->second].reqs.end(),
+                    [&](const BucketRequest<P>& r) { return r.key == reqs[i].key; });
+    if (it == open.end() || repeats) {
+      // Without slots the calls are consecutive: a new one closes the others.
+      if (!by_slot) open.clear();
+      chunks.push_back(BatchChunk<P>{.time = time, .reqs = {}, .items = {}});
+      open[at] = chunks.size() - 1;
+    }
+    BatchChunk<P>& chunk = chunks[open[at]];
+    chunk.reqs.push_back(reqs[i]);
+    chunk.items.push_back(i);
+  }
+  return chunks;
 }
 
 namespace detail {

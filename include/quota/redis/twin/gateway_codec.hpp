@@ -1,0 +1,218 @@
+// quota/redis/twin/gateway_codec.hpp — the C++ side of the gateway's Lua twin.
+//
+// twin/gateway.hpp is the script GatewayStore runs; this header is what the store sends
+// and reads: the twin's exact range (checked when a rule is used, the bound named), a
+// policy packed as ONE script argument, the decide reply decoded into one Decision per
+// level, the refund / charge reply, and the attempt record's text form. Together they
+// are the gateway twin; tests/redis/redis_gateway_differential_test.cpp proves it equal
+// to the in-process key_state.hpp.
+//
+//   auto arg = quota::redis::GatewayTwin::params(policy);   // 33 packed bytes, or the bound
+//   auto decided = quota::redis::GatewayTwin::parse_decide(*reply, levels);
+//
+// Errors are values: a policy outside the range is kInvalidArgument naming the bound; an
+// error reply is kUnavailable (kDataLoss for QUOTA_CORRUPT); a reply of the wrong shape
+// is kUnavailable ("malformed reply"). Pure functions: thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <hiredis/hiredis.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/backend.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/twin/token_bucket.hpp"
+#include "quota/units.hpp"
+
+namespace quota::redis {
+
+// The Lua twin's exact range (see twin/gateway.hpp).
+inline constexpr std::int64_t kGatewayMaxCapacity = 2'000'000'000;        // units
+inline constexpr std::int64_t kGatewayMaxSpanNs = 4'000'000'000'000'000;  // ~46 days
+inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
+
+// The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
+// the replies decoded, and the attempt record's format. Pure functions: thread-safe.
+struct GatewayTwin {
+  // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
+  // '<BI4I7I7I7I7' (kind, burst|limit, m|window µs, p|0, g|0, fill ns|0), or
+  // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
+  using PolicyArgs = std::string;
+  static constexpr std::size_t kPolicyArgBytes = 33;
+  static PolicyArgs pack_policy(int kind, std::int64_t capacity, std::int64_t m, std::int64_t p,
+                                std::int64_t g, std::int64_t fill) {
+    PolicyArgs out;
+    out.reserve(kPolicyArgBytes);
+    auto put = [&out](std::int64_t v, int bytes) {
+      const auto u = static_cast<std::uint64_t>(v);
+      for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+    };
+    put(kind, 1);
+    put(capacity, 4);
+    for (std::int64_t v : {m, p, g, fill}) put(v, 7);
+    return out;
+  }
+  static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
+    if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
+    const std::int64_t cap = gateway::detail::capacity(policy);
+    if (cap > kGatewayMaxCapacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capacity %d units: the Redis gateway store keeps micro-units with debt in Lua "
+          "doubles, exact below 2^53, so burst or limit must be at most %d",
+          cap, kGatewayMaxCapacity));
+    }
+    if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
+      auto twin = LuaTwin<TokenBucket>::params(*tb);
+      if (!twin.ok()) return twin.status();
+      if (twin->m > 0 && twin->fill > kGatewayMaxSpanNs) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis gateway store's "
+            "bound is %d ns (~46 days) — raise rate.units or lower burst",
+            tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
+      }
+      // Rate 0: m 0, p 1, g 1 whatever rate.per (it refills nothing; converting between
+      // two such buckets of one burst changes nothing, so they decide alike).
+      if (twin->m == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
+      return pack_policy(1, tb->burst, twin->m, twin->p, twin->g, twin->fill);
+    }
+    const auto& fw = std::get<FixedWindow>(policy);
+    const std::int64_t w = fw.window.count();
+    if (w % 1000 != 0 || w > kGatewayMaxSpanNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window=%d ns: the Redis gateway store needs a window of whole microseconds, at most "
+          "%d ns (~46 days)",
+          w, kGatewayMaxSpanNs));
+    }
+    return pack_policy(2, fw.limit, w / 1000, 0, 0, 0);
+  }
+
+  struct Decided {
+    Nanos time{0};
+    gateway::LevelVector<Decision> parts;
+  };
+
+  static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+    if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: element %d is not an integer", i));
+    }
+    return static_cast<std::int64_t>(r.element[i]->integer);
+  }
+
+  static absl::Status script_error(const redisReply& r) {
+    const std::string_view msg = reply_string(r);
+    if (msg.find("QUOTA_CORRUPT") != std::string_view::npos) {
+      return absl::DataLossError(absl::StrCat("redis: ", detail::av(msg)));
+    }
+    return error_status(r);
+  }
+
+  static absl::StatusOr<Decided> parse_decide(const redisReply& r, std::size_t n) {
+    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
+    auto time = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 0) : absl::StatusOr<std::int64_t>(0);
+    auto count = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 1) : absl::StatusOr<std::int64_t>(0);
+    if (!time.ok()) return time.status();
+    if (!count.ok()) return count.status();
+    if (r.type != REDIS_REPLY_ARRAY || *count < 1 || static_cast<std::size_t>(*count) > n ||
+        r.elements != 2 + 6 * static_cast<std::size_t>(*count)) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: type %d with %d elements for %d levels", r.type,
+          r.type == REDIS_REPLY_ARRAY ? r.elements : 0, n));
+    }
+    Decided out{.time = Nanos{*time * 1000}, .parts = {}};
+    for (std::size_t i = 0; i < static_cast<std::size_t>(*count); ++i) {
+      std::int64_t f[6];
+      for (std::size_t k = 0; k < 6; ++k) {
+        auto x = integer_at(r, 2 + 6 * i + k);
+        if (!x.ok()) return x.status();
+        f[k] = *x;
+      }
+      if (f[1] < 0 || f[1] > 3 || (f[0] != 0) != (f[1] == 0) || f[5] < 0) {
+        return absl::UnavailableError(absl::StrFormat(
+            "malformed reply from the gateway script: allowed %d with reason %d, version %d", f[0],
+            f[1], f[5]));
+      }
+      out.parts.push_back(Decision{.allowed = f[0] != 0,
+                                   .remaining = f[2],
+                                   .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
+                                   .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
+                                   .version = static_cast<std::uint64_t>(f[5]),
+                                   .reason = static_cast<Reason>(f[1])});
+    }
+    return out;
+  }
+
+  // The reply of a refund or charge: the micro-units the key holds after it.
+  static absl::StatusOr<MicroUnits> parse_units(const redisReply& r) {
+    if (r.type == REDIS_REPLY_ERROR) return script_error(r);
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: type %d, expected an array of 2", r.type));
+    }
+    auto v = integer_at(r, 1);
+    if (!v.ok()) return v.status();
+    if (*v < 0) {
+      return absl::UnavailableError(
+          absl::StrFormat("malformed reply from the gateway script: %d micro-units", *v));
+    }
+    return *v;
+  }
+
+  // A stored attempt record: "P\x1f<fp>" or "D\x1f<fp>\x1f<decision>".
+  static absl::StatusOr<std::optional<Decision>> parse_record(std::string_view record,
+                                                              std::string_view id,
+                                                              std::string_view fingerprint) {
+    const std::vector<absl::string_view> fields = absl::StrSplit(detail::av(record), '\x1f');
+    if (fields.size() < 2 || (fields[0] != "P" && fields[0] != "D") ||
+        (fields[0] == "D") != (fields.size() == 3)) {
+      return absl::DataLossError(
+          absl::StrFormat("attempt \"%s\": the stored record is not ours", detail::av(id)));
+    }
+    if (fields[1] != detail::av(fingerprint)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "attempt id \"%s\" was first used for another request (key or cost differ)",
+          detail::av(id)));
+    }
+    if (fields[0] == "P") {
+      return absl::AbortedError(absl::StrFormat(
+          "attempt \"%s\" is being decided by another call; retry", detail::av(id)));
+    }
+    const std::vector<absl::string_view> v = absl::StrSplit(fields[2], ' ');
+    std::int64_t f[6];
+    bool ok = v.size() == 6;
+    for (std::size_t i = 0; ok && i < 6; ++i) ok = absl::SimpleAtoi(v[i], &f[i]);
+    if (!ok || f[1] < 0 || f[1] > static_cast<std::int64_t>(Reason::kFailOpen) || f[5] < 0) {
+      return absl::DataLossError(
+          absl::StrFormat("attempt \"%s\": the stored decision is malformed", detail::av(id)));
+    }
+    return std::optional<Decision>(Decision{.allowed = f[0] != 0,
+                                            .remaining = f[2],
+                                            .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
+                                            .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
+                                            .version = static_cast<std::uint64_t>(f[5]),
+                                            .reason = static_cast<Reason>(f[1])});
+  }
+
+  // The stored form of an attempt's decision (parse_record reads it back).
+  static std::string format_record(const Decision& d) {
+    return absl::StrFormat("%d %d %d %d %d %d", d.allowed ? 1 : 0, static_cast<int>(d.reason),
+                           d.remaining, d.retry_after == kNever ? -1 : d.retry_after.count(),
+                           d.reset_after == kNever ? -1 : d.reset_after.count(), d.version);
+  }
+};
+
+}  // namespace quota::redis
