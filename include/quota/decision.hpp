@@ -20,7 +20,11 @@
 //   reason      — why.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <string_view>
 
 #include "quota/units.hpp"
@@ -72,5 +76,46 @@ struct Decision {
 
   friend constexpr bool operator==(const Decision&, const Decision&) = default;
 };
+
+// The decision of an all-or-nothing check over several limits, from each limit's own
+// decision in order (`parts`). Every layer that decides several limits for one request
+// combines them with this function (RedisStore::apply_all, the gateway's levels).
+// `is_shadow(i)`: limit i is only recorded (shadow mode) and never denies. The result is
+// allowed iff no enforcing limit denies; `remaining` is the least and `reset_after` the
+// largest over all parts; `retry_after` the largest over the enforcing denials (when all
+// of them would pass; kNever wins), 0 when allowed; `reason` that of the first enforcing
+// denial, else kShadow when a shadow limit would have denied, else kAllowed; `version`
+// the highest any part carries. No parts: allowed, remaining INT64_MAX.
+//
+//   Decision d = quota::combine_all(parts);   // every part enforcing
+template <class IsShadow>
+constexpr Decision combine_all(std::span<const Decision> parts, const IsShadow& is_shadow) {
+  Decision out{.allowed = true,
+               .remaining = std::numeric_limits<std::int64_t>::max(),
+               .retry_after = Nanos{0},
+               .reset_after = Nanos{0},
+               .version = 0,
+               .reason = Reason::kAllowed};
+  bool shadowed = false;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const Decision& d = parts[i];
+    out.remaining = std::min(out.remaining, d.remaining);
+    out.reset_after = std::max(out.reset_after, d.reset_after);
+    out.version = std::max(out.version, d.version);
+    if (d.allowed) continue;
+    if (is_shadow(i)) {
+      shadowed = true;
+      continue;
+    }
+    out.retry_after = std::max(out.retry_after, d.retry_after);
+    if (out.allowed) out.reason = d.reason;
+    out.allowed = false;
+  }
+  if (out.allowed && shadowed) out.reason = Reason::kShadow;
+  return out;
+}
+constexpr Decision combine_all(std::span<const Decision> parts) {
+  return combine_all(parts, [](std::size_t) { return false; });
+}
 
 }  // namespace quota

@@ -280,30 +280,18 @@ class Gateway {
       return absl::InternalError(
           absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
     }
-    Decision combined{.allowed = true,
-                      .remaining = std::numeric_limits<std::int64_t>::max(),
-                      .retry_after = Nanos{0},
-                      .reset_after = Nanos{0},
-                      .version = version,
-                      .reason = Reason::kAllowed};
-    bool shadowed = false;
+    const auto is_shadow = [&](std::size_t i) { return checks[i].rule->shadow; };
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      const Decision& d = parts[i];
       const Rule& rule = *checks[i].rule;
-      combined.remaining = std::min(combined.remaining, d.remaining);
-      combined.reset_after = std::max(combined.reset_after, d.reset_after);
-      combined.version = std::max(combined.version, d.version);
-      if (d.allowed) continue;
+      if (parts[i].allowed) continue;
       if (rule.shadow) {
-        shadowed = true;
         record(rule, Outcome::kShadowWouldDeny, cost);
         continue;
       }
+      // The backend stops at the first enforcing denial: it decides.
       record(rule, Outcome::kDenied, cost);
-      Decision denial = d;
-      denial.version = combined.version;
-      denial.remaining = combined.remaining;
-      denial.reset_after = combined.reset_after;
+      Decision denial = combine_all(std::span(parts.data(), i + 1), is_shadow);
+      denial.version = std::max(denial.version, version);
       return RuledDecision{.decision = denial, .rule = rule.name};
     }
     if (parts.size() != checks.size()) {
@@ -321,7 +309,8 @@ class Gateway {
       }
     }
     if (deducted != nullptr) deducted->time = result->time;
-    if (shadowed) combined.reason = Reason::kShadow;
+    Decision combined = combine_all(std::span(parts.data(), parts.size()), is_shadow);
+    combined.version = std::max(combined.version, version);
     const Check& tenant = tenant_check(checks);
     return RuledDecision{.decision = combined, .rule = tenant.rule->name};
   }

@@ -50,11 +50,11 @@ struct Request {
   std::string_view attempt_id = {};
 };
 
-// The combined decision over the levels decided: allowed iff every enforcing level
-// allows; remaining the least, reset_after the largest over the levels decided;
-// retry_after, reason and rule those of the first level that denies. The version is the
-// highest any level used (a key already converted by a newer rule set is decided by that
-// rule).
+// The combined decision over the levels decided (quota::combine_all, decision.hpp):
+// allowed iff every enforcing level allows; remaining the least, reset_after the largest
+// over the levels decided; retry_after, reason and rule those of the level that denies
+// (the backend stops there). The version is the highest any level used (a key already
+// converted by a newer rule set is decided by that rule).
 struct Result {
   Decision decision{};
   std::string rule{};     // the rule that decided (first denier, else the tenant rule)

@@ -294,24 +294,15 @@ absl::StatusOr<ScriptResult> parse_reply(const redisReply& r,
                                    .reason = static_cast<Reason>(f[1])});
     }
   }
-  Decision combined{.allowed = all,
-                    .remaining = std::numeric_limits<std::int64_t>::max(),
-                    .retry_after = Nanos{0},
-                    .reset_after = Nanos{0},
-                    .version = 0,
-                    .reason = Reason::kAllowed};
-  bool have_reason = false;
-  for (Decision& d : out.parts) {
-    combined.remaining = std::min(combined.remaining, d.remaining);
-    combined.retry_after = std::max(combined.retry_after, d.retry_after);
-    combined.reset_after = std::max(combined.reset_after, d.reset_after);
-    if (!all && !d.allowed && !have_reason) {
-      combined.reason = d.reason;
-      have_reason = true;
-    }
-    if (!batch) d.allowed = all;
+  out.decision = combine_all(out.parts);
+  if (out.decision.allowed != all) {
+    return absl::UnavailableError(absl::StrFormat(
+        "malformed reply from the quota script: all allowed %d, but the buckets say %d", all,
+        out.decision.allowed));
   }
-  out.decision = combined;
+  if (!batch) {
+    for (Decision& d : out.parts) d.allowed = all;
+  }
   return out;
 }
 
