@@ -1,0 +1,323 @@
+// Tests of the gateway's keys in Redis: rules outside the Lua twin's exact range,
+// corrupted keys, TTLs (kept while they cover the idle time), states of the earlier form
+// (13 doubles) and bytes per key.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "quota/gateway/gateway.hpp"
+#include "quota/redis/gateway_store.hpp"
+#include "support/gateway_fixtures.hpp"
+#include "support/gateway_rules.hpp"
+#include "support/printers.hpp"
+#include "support/redis_server.hpp"
+#include "support/seed.hpp"
+
+using namespace std::chrono_literals;
+using quota::FixedWindow;
+using quota::MicroUnits;
+using quota::Nanos;
+using quota::Reason;
+using quota::TokenBucket;
+using quota::gateway::Gateway;
+using quota::gateway::Level;
+using quota::gateway::LevelCheck;
+using quota::gateway::Request;
+using quota::gateway::RuleRegistry;
+using quota::gateway::RuleSetSpec;
+using quota::redis::GatewayStore;
+using quota::testing::admit;
+using quota::testing::build;
+using quota::testing::kSlow;
+using quota::testing::make_store;
+using quota::testing::read;
+using quota::testing::spec;
+
+namespace {
+
+// Runs one command on the test server.
+quota::redis::Reply admin(const std::vector<std::string>& argv) {
+  static auto pool = quota::testing::redis_pool(1);
+  auto lease = pool->acquire();
+  REQUIRE(lease.ok());
+  auto r = (*lease)->command(std::vector<std::string_view>(argv.begin(), argv.end()));
+  REQUIRE(r.ok());
+  return *std::move(r);
+}
+
+// Writes `key` as the gateway twin of earlier versions did: 13 doubles (version, kind,
+// units|limit, per|window ns, burst|0, m|window µs, p, g, fill, tokens|count, carry over
+// rate.per, last µs, debt).
+void set_legacy(const std::string& key, const std::vector<std::int64_t>& fields) {
+  REQUIRE(fields.size() == 13);
+  std::vector<std::string> argv = {
+      "EVAL",
+      "redis.call('SET', KEYS[1], struct.pack('<ddddddddddddd', ARGV[1] + 0, ARGV[2] + 0, "
+      "ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0, "
+      "ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0, ARGV[13] + 0))",
+      "1", key};
+  for (std::int64_t f : fields) argv.push_back(std::to_string(f));
+  admin(argv);
+  REQUIRE(admin({"STRLEN", key})->integer == 104);
+}
+
+// Every field (Decision's ==; support/printers.hpp shows both on a mismatch).
+void check_same(const quota::Decision& local, const quota::Decision& redis) {
+  CHECK(local == redis);
+}
+
+}  // namespace
+
+TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") {
+  SECTION("a rule the Lua twin cannot decide exactly is rejected, naming the bound") {
+    auto s =
+        GatewayStore::check(TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 3'000'000'000});
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(s.message().find("2000000000") != std::string::npos);
+    auto w = GatewayStore::check(FixedWindow{.limit = 10, .window = Nanos{1500}});
+    CHECK(w.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(w.message().find("whole microseconds") != std::string::npos);
+    CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
+  }
+  SECTION("a decision under such a rule gets check()'s error every time") {
+    // The store keeps each policy's checked arguments, never its errors.
+    GatewayStore store = make_store("gw-range");
+    const quota::gateway::RulePolicy wide =
+        TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 3'000'000'000};
+    const quota::gateway::RulePolicy fine = TokenBucket{.rate = kSlow, .burst = 10};
+    const absl::Status expected = GatewayStore::check(wide);
+    REQUIRE(expected.code() == absl::StatusCode::kInvalidArgument);
+    for (int i = 0; i < 3; ++i) {
+      const LevelCheck bad[] = {{.policy = &wide, .key = "{acme}read", .shadow = false}};
+      auto r = store.decide(bad, 1, 1, Nanos{0});
+      CHECK(r.status() == expected);
+      const LevelCheck ok[] = {{.policy = &fine, .key = "{acme}read", .shadow = false}};
+      auto d = store.decide(ok, 1, 1, Nanos{0});
+      REQUIRE(d.ok());
+      CHECK(d->parts.back().remaining == 9 - i);
+      CHECK(store.charge(wide, 1, "{acme}read", 1, Nanos{0}).status() == expected);
+    }
+  }
+  SECTION("a key holding something else is DataLoss naming it; nothing is decided") {
+    GatewayStore store = make_store("gw-corrupt");
+    RuleRegistry registry(build(spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+    Gateway gw(store, registry);
+    auto key = store.redis_key("{acme}read");
+    REQUIRE(key.ok());
+    auto admin = quota::testing::redis_pool(1);
+    auto lease = admin->acquire();
+    REQUIRE(lease.ok());
+    REQUIRE((*lease)->command({"SET", *key, "not a state"}).ok());
+    auto r = gw.decide(read("acme"), Nanos{0});
+    CHECK(r.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(r.status().message().find(*key) != std::string::npos);
+    REQUIRE((*lease)->command({"DEL", *key}).ok());
+    CHECK(gw.decide(read("acme"), Nanos{0}).ok());
+  }
+  SECTION("a key's TTL covers its time until full again, and a one-off budget keeps none") {
+    GatewayStore store = make_store("gw-ttl");
+    RuleRegistry registry(
+        build(spec(1, TokenBucket{.rate = {.units = 1, .per = 10s}, .burst = 10})));
+    Gateway gw(store, registry);
+    REQUIRE(admit(gw, read("acme"), 2) == 2);  // 20 s until full again
+    auto key = store.redis_key("{acme}read");
+    REQUIRE(key.ok());
+    auto admin = quota::testing::redis_pool(1);
+    auto lease = admin->acquire();
+    REQUIRE(lease.ok());
+    auto ttl = (*lease)->command({"PTTL", *key});
+    REQUIRE(ttl.ok());
+    REQUIRE((*ttl)->type == REDIS_REPLY_INTEGER);
+    CHECK((*ttl)->integer > 19'000);  // ~20 s + the 1 s margin
+    CHECK((*ttl)->integer <= 21'000);
+    RuleRegistry once(build(spec(2, TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 10})));
+    Gateway gw_once(store, once);
+    REQUIRE(admit(gw_once, read("once"), 1) == 1);
+    auto once_key = store.redis_key("{once}read");
+    REQUIRE(once_key.ok());
+    auto none = (*lease)->command({"PTTL", *once_key});
+    REQUIRE(none.ok());
+    CHECK((*none)->integer == -1);  // persists: a one-off budget must not come back
+  }
+}
+
+TEST_CASE("redis gateway: a state written by earlier versions (13 doubles) is still read") {
+  // A deployed Redis holds states in the earlier form: the next decision, refund or
+  // charge continues from it exactly as the in-process KeyState does, and rewrites it in
+  // the current, smaller form.
+  using quota::gateway::KeyPolicy;
+  using quota::gateway::KeyState;
+  GatewayStore store({.pool = quota::testing::redis_pool(2),
+                      .prefix = quota::testing::unique_prefix("gw-legacy"),
+                      .time = quota::redis::TimeSource::kCaller,
+                      .ttl_margin = 1h});
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const quota::gateway::RulePolicy fw = FixedWindow{.limit = 10, .window = 1s};
+  auto decide = [&](const quota::gateway::RulePolicy& policy, std::uint64_t version,
+                    const std::string& route, KeyState& local, std::int64_t now_us,
+                    std::int64_t cost) {
+    const Nanos now{now_us * 1000};
+    const quota::Decision expected = KeyPolicy{&policy, version}.apply(local, now, cost);
+    const LevelCheck level[] = {{.policy = &policy, .key = route, .shadow = false}};
+    auto got = store.decide(level, version, cost, now);
+    REQUIRE(got.ok());
+    REQUIRE(got->parts.size() == 1);
+    check_same(expected, got->parts[0]);
+    return expected;
+  };
+  SECTION("a token bucket with a carried fraction") {
+    // 3.5 units at 5 s and a carry of 7 over p = 1000 (7·10^6 over rate.per): rate 1/s is
+    // m/p = 1/1000 micro-units per ns with g = 10^6; 10 s to fill.
+    auto key = store.redis_key("{acme}tb");
+    REQUIRE(key.ok());
+    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 3'500'000,
+                      7'000'000, 5'000'000, 0});
+    KeyState local{
+        .version = 1,
+        .idle_at = 0,
+        .policy = tb,
+        .state = TokenBucket::State{.tokens = 3'500'000, .carry = 7'000'000, .last = 5'000'000'000},
+        .debt = 0};
+    const quota::Decision first = decide(tb, 1, "{acme}tb", local, 5'500'000, 1);
+    CHECK(first.remaining == 3);
+    // The carry counts: 7 units to full less 7 ns.
+    CHECK(first.reset_after == Nanos{7'000'000'000 - 7});
+    CHECK(admin({"STRLEN", *key})->integer == 72);
+    decide(tb, 1, "{acme}tb", local, 6'200'013, 2);
+    // A charge and a refund continue from it too.
+    const MicroUnits charged = quota::gateway::charge(local, 9, Nanos{6'300'000'000});
+    auto c = store.charge(tb, 1, "{acme}tb", 9, Nanos{6'300'000'000});
+    REQUIRE(c.ok());
+    CHECK(*c == charged);
+    decide(tb, 1, "{acme}tb", local, 6'400'000, 1);
+  }
+  SECTION("a fixed window with debt, then converted to a token bucket") {
+    auto key = store.redis_key("{acme}fw");
+    REQUIRE(key.ok());
+    // Count 4 at 5.2 s (window [5 s, 6 s)) with 2.5 units of debt.
+    set_legacy(*key, {1, 2, 10, 1'000'000'000, 0, 1'000'000, 0, 0, 0, 4, 0, 5'200'000, 2'500'000});
+    KeyState local{.version = 1,
+                   .idle_at = 0,
+                   .policy = fw,
+                   .state = FixedWindow::State{.count = 4, .last = 5'200'000'000},
+                   .debt = 2'500'000};
+    const quota::Decision first = decide(fw, 1, "{acme}fw", local, 5'300'000, 1);
+    CHECK(first.remaining == 2);  // 4 + 3 (the debt, rounded up) + 1
+    const MicroUnits back =
+        quota::gateway::refund(local, 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
+    auto r = store.refund(fw, 1, "{acme}fw", 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
+    REQUIRE(r.ok());
+    CHECK(*r == back);
+    CHECK(back == 1'000'000);
+    // A rule change: the window's remaining becomes the bucket's tokens.
+    decide(tb, 2, "{acme}fw", local, 5'500'000, 1);
+    decide(tb, 2, "{acme}fw", local, 7'000'001, 3);
+  }
+  SECTION("an earlier state out of range is still QUOTA_CORRUPT naming the key") {
+    auto key = store.redis_key("{acme}bad");
+    REQUIRE(key.ok());
+    // tokens 11 units in a bucket of 10
+    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 11'000'000, 0,
+                      5'000'000, 0});
+    const LevelCheck level[] = {{.policy = &tb, .key = "{acme}bad", .shadow = false}};
+    auto got = store.decide(level, 1, 1, Nanos{6'000'000'000});
+    CHECK(got.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(got.status().message().find(*key) != std::string::npos);
+    CHECK(admin({"STRLEN", *key})->integer == 104);  // nothing written
+  }
+}
+
+TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORRUPT") {
+  GatewayStore store = make_store("gw-corrupt72");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = kSlow, .burst = 10};
+  auto key = store.redis_key("{acme}read");
+  REQUIRE(key.ok());
+  const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
+  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  REQUIRE(admin({"STRLEN", *key})->integer == 72);
+  SECTION("all bits set") { admin({"SET", *key, std::string(72, '\xff')}); }
+  SECTION("kind 3") {
+    auto v = admin({"GET", *key});
+    std::string s(v->str, v->len);
+    REQUIRE(s.size() == 72);
+    s[39] = 3;  // the kind, first byte of the parameters after the 39 bytes of state
+    admin({"SET", *key, s});
+  }
+  auto d = store.decide(level, 1, 1, Nanos{0});
+  CHECK(d.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(d.status().message().find(*key) != std::string::npos);
+}
+
+TEST_CASE("redis gateway: a key takes fewer bytes than in the earlier form (MEMORY USAGE)") {
+  GatewayStore store = make_store("gw-memory");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
+  const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
+  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  auto key = store.redis_key("{acme}read");
+  auto old_key = store.redis_key("{acme}reax");  // as long
+  REQUIRE(key.ok());
+  REQUIRE(old_key.ok());
+  // The same state in the earlier form, with a TTL too.
+  set_legacy(*old_key,
+             {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 9'000'000, 0, 5, 0});
+  admin({"PEXPIRE", *old_key, "60000"});
+  const long long now_bytes = admin({"MEMORY", "USAGE", *key})->integer;
+  const long long old_bytes = admin({"MEMORY", "USAGE", *old_key})->integer;
+  std::printf(
+      "MEMORY USAGE of one gateway key (key of %zu bytes): %lld bytes (earlier form: %lld)\n",
+      key->size(), now_bytes, old_bytes);
+  CHECK(now_bytes < old_bytes);
+}
+
+TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
+  // The twin keeps a key's TTL while the expiry it set last still covers the idle time +
+  // margin (the state overwritten in place: SETRANGE, the value a raw string of 72 bytes,
+  // MEMORY USAGE that of the same value written new), and sets one margin more when a
+  // busy key's fell short.
+  GatewayStore store = make_store("gw-ttl-kept");
+  const quota::gateway::RulePolicy tb =
+      TokenBucket{.rate = {.units = 1000, .per = 1s}, .burst = 1000};  // full in 1 s
+  const std::int64_t margin = store.options().ttl_margin.count();
+  auto key = store.redis_key("{acme}kept");
+  auto ref = store.redis_key("{acme}kepu");  // as long
+  REQUIRE(key.ok());
+  REQUIRE(ref.ok());
+  // MEMORY USAGE of a key of the same length holding the same value, written new.
+  auto as_new = [&] {
+    auto value = admin({"GET", *key});
+    REQUIRE(value->type == REDIS_REPLY_STRING);
+    admin({"SET", *ref, std::string(value->str, value->len)});
+    return admin({"MEMORY", "USAGE", *ref})->integer;
+  };
+  std::mt19937_64 rng(quota::testing::test_seed(20261130));
+  int kept = 0;
+  long long last_pttl = -1;
+  for (int i = 0; i < 300; ++i) {
+    const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
+    const LevelCheck level[] = {{.policy = &tb, .key = "{acme}kept", .shadow = false}};
+    auto d = store.decide(level, 1, cost, Nanos{0});
+    REQUIRE(d.ok());
+    const long long pttl = admin({"PTTL", *key})->integer;
+    const long long need =
+        std::chrono::ceil<std::chrono::milliseconds>(d->parts[0].reset_after).count() + margin;
+    INFO("request " << i << " cost " << cost << " reset_after " << d->parts[0].reset_after.count()
+                    << " ns, PTTL " << pttl << " ms");
+    // 10 ms of slack for the time between the script and PTTL on a busy machine.
+    REQUIRE(pttl >= need - 10);
+    CHECK(pttl <= need + margin + 2);
+    if (last_pttl >= 0 && pttl < last_pttl) {  // the expiry did not move
+      ++kept;
+      CHECK(admin({"STRLEN", *key})->integer == 72);
+      CHECK(std::string(admin({"OBJECT", "ENCODING", *key})->str) == "raw");
+      CHECK(admin({"MEMORY", "USAGE", *key})->integer == as_new());
+    }
+    last_pttl = pttl;
+  }
+  CHECK(kept > 0);
+}
