@@ -5,7 +5,10 @@
 #   bash cmake/run.sh test   — install what is missing, build, run every test
 #
 # Also: `bash cmake/run.sh test asan|tsan|release` (other presets), `bash cmake/run.sh
-# bench` (release build, benchmarks as JSON into build/release/bench/). Debian packages
+# bench` (release build, benchmarks as JSON into build/release/bench/), `bash cmake/run.sh
+# fuzz` (clang++ and libFuzzer: each fuzz target under UBSan for QUOTA_FUZZ_SECONDS, 60 by
+# default, from its corpus fuzz/corpus/<target>/; new inputs go to build/fuzz/corpus/,
+# a failing input to build/fuzz/crash-*). Debian packages
 # are installed with apt-get as root, with sudo otherwise; nothing else is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,8 +67,26 @@ case "$what" in
            --benchmark_out_format=json
     done
     ;;
+  fuzz)
+    packages+=(clang libfuzzer-14-dev)
+    install_missing
+    cmake -S . -B build/fuzz -DQUOTA_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DQUOTA_BUILD_TESTS=OFF \
+          -DQUOTA_BUILD_BENCHMARKS=OFF -DQUOTA_BUILD_EXAMPLES=OFF -DQUOTA_INSTALL=OFF >/dev/null
+    cmake --build build/fuzz -j2
+    for t in policy lease; do
+      bin=build/fuzz/fuzz/${t}_fuzz
+      if [ ! -x "$bin" ]; then
+        echo "quota: $bin was not built (see the configure warning); skipped" >&2
+        continue
+      fi
+      mkdir -p "build/fuzz/corpus/$t"
+      echo "== $bin, ${QUOTA_FUZZ_SECONDS:-60} s"
+      "$bin" -max_total_time="${QUOTA_FUZZ_SECONDS:-60}" -print_final_stats=1 \
+             -artifact_prefix=build/fuzz/ "build/fuzz/corpus/$t" "fuzz/corpus/$t"
+    done
+    ;;
   *)
-    echo "usage: bash cmake/run.sh demo|test [preset] | bench" >&2
+    echo "usage: bash cmake/run.sh demo|test [preset] | bench | fuzz" >&2
     exit 2
     ;;
 esac

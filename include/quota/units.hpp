@@ -37,7 +37,9 @@ inline constexpr std::int64_t kMicrosPerUnit = 1'000'000;
 inline constexpr std::int64_t kMaxUnits = std::numeric_limits<std::int64_t>::max() / kMicrosPerUnit;
 
 // "Never": the retry_after / reset_after of a request that cannot pass by waiting
-// (a rate of zero, or a cost larger than the burst).
+// (a rate of zero, or a cost larger than the burst). Reserved: the bounds every policy's
+// validate() checks (the time to fill a token bucket, kMaxWindow) keep every finite wait
+// at most 2^63 − 2 ns, so kNever is never a finite wait.
 inline constexpr Nanos kNever = Nanos::max();
 
 // Converts whole units to micro-units. Precondition: 0 <= units <= kMaxUnits (policies

@@ -29,7 +29,7 @@ class ExactTokenBucket {
     }
     if (now > last_) {
       const absl::int128 gap = cap_ - t_;
-      const absl::int128 dt = now - last_;
+      const absl::int128 dt = absl::int128(now) - last_;  // any two int64 times
       // rate·dt could exceed 128 bits only when far beyond full; compare by division.
       t_ = (rate_ == 0 || dt < gap / rate_ + 1) ? (t_ + rate_ * dt < cap_ ? t_ + rate_ * dt : cap_)
                                                 : cap_;

@@ -33,9 +33,11 @@
 
 namespace quota {
 
-// The longest window a window policy accepts: 2^62 ns (~146 years), so that two
-// windows (the longest reset_after of SlidingWindowEstimate) still fit in int64.
-inline constexpr Nanos kMaxWindow{std::int64_t{1} << 62};
+// The longest window a window policy accepts: 2^62 − 1 ns (~146 years), so that two
+// windows (the longest retry_after and reset_after of SlidingWindowEstimate) are at
+// most 2^63 − 2 ns: every finite wait is below kNever (2^63 − 1 ns), which therefore
+// means only "never" (cost > limit).
+inline constexpr Nanos kMaxWindow{(std::int64_t{1} << 62) - 1};
 
 namespace detail {
 
@@ -64,7 +66,7 @@ inline absl::Status validate_window_params(std::int64_t limit, Nanos window) {
   if (auto s = validate_amount(limit, "limit"); !s.ok()) return s;
   if (window.count() <= 0 || window > kMaxWindow) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("window must be in [1, %d] ns (2^62 ns, ~146 years) (got %d ns)",
+        absl::StrFormat("window must be in [1, %d] ns (2^62-1 ns, ~146 years) (got %d ns)",
                         kMaxWindow.count(), window.count()));
   }
   return absl::OkStatus();
@@ -83,13 +85,14 @@ inline absl::Status validate_window_params(std::int64_t limit, Nanos window) {
 //   - reset_after = (k+1)·W − t when count > 0 (the count drops to 0 at the next window
 //     start), 0 when count = 0.
 //
-// Time. The state keeps the latest time it has seen (`last`). A `now` earlier than it
-// is treated as `last`: backwards time neither un-counts (it cannot reach an earlier
-// window) nor re-counts, and is never stored. Results that would leave int64 (a next
-// window start past the end of the int64 timeline) saturate to kNever.
+// Time. The state keeps the latest time it has seen (`last`); any int64 time is allowed.
+// A `now` earlier than it is treated as `last`: backwards time neither un-counts (it
+// cannot reach an earlier window) nor re-counts, and is never stored. Durations are at
+// most one window, so they always fit; only idle_at, a time, saturates to kNever when
+// the next window starts past the end of the int64 timeline.
 //
 // Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window > 0
-// and at most kMaxWindow (2^62 ns, ~146 years) so that every duration reported fits.
+// and at most kMaxWindow (2^62 − 1 ns, ~146 years).
 //
 // State: 16 bytes (count, last). idle_at: `last` when count = 0, else the next window
 // start.

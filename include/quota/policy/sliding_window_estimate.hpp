@@ -70,12 +70,14 @@ inline absl::int128 mul_div_floor(std::int64_t a, std::int64_t b, std::int64_t d
 //     cur > 0, of window k+1 − t when only prev > 0, else 0.
 //
 // Time. The state keeps the latest time it has seen (`last`) and derives the window
-// index from it. A `now` earlier than it is treated as `last`: backwards time neither
-// un-counts nor re-counts (the previous window's weight never grows back). Durations
-// past the end of int64 saturate to kNever.
+// index from it; any int64 time is allowed. A `now` earlier than it is treated as
+// `last`: backwards time neither un-counts nor re-counts (the previous window's weight
+// never grows back). Durations are at most two windows, 2^63 − 2 ns, so a finite wait
+// is never kNever; only idle_at, a time, saturates to kNever when both counters drop
+// to 0 past the end of the int64 timeline.
 //
 // Bounds (validate(), the message names the field): limit in [1, kMaxUnits], window in
-// [1 ns, kMaxWindow]. Products (cur + cost)·W < 2^44·2^62 fit int128.
+// [1 ns, kMaxWindow] (2^62 − 1 ns). Products (cur + cost)·W < 2^44·2^62 fit int128.
 // State: 24 bytes. idle_at: `last` when both counters are 0, else when they will be.
 struct SlidingWindowEstimate {
   std::int64_t limit = 1;                 // N

@@ -40,9 +40,12 @@ namespace quota {
 
 // Bounds (checked by validate(), the message names the field): burst and rate.units in
 // [1, kMaxUnits] and [0, kMaxUnits] so that micro-units fit in int64; rate.per > 0; the
-// time to refill a whole burst, burst/rate, at most ~292 years (it must fit in int64
-// nanoseconds, since it is the longest retry_after). Idle time is unbounded: refill is
-// formed in 128 bits (rate·Δt < 2^126), so 10 years idle simply yields a full bucket.
+// time to refill a whole burst, ceil(burst/rate), at most 2^63 − 2 ns (~292 years). It
+// is the longest retry_after and reset_after, so every finite wait is below kNever
+// (2^63 − 1 ns), which therefore means only "never" (rate 0, cost > burst). Idle time is
+// unbounded: refill is formed in 128 bits (rate·Δt < 2^126), and two times 2^63 ns or
+// more apart (any two int64 times are allowed) are further apart than the fill time, so
+// they simply yield a full bucket at any positive rate.
 //
 // State: 24 bytes (tokens in micro-units, the carried remainder, last time).
 struct TokenBucket {
@@ -61,9 +64,9 @@ struct TokenBucket {
     if (rate.units > 0) {
       const absl::int128 fill =
           detail::ceil_div(absl::int128(to_micro(burst)) * rate.per.count(), to_micro(rate.units));
-      if (fill > detail::kInt64Max) {
+      if (fill >= detail::kInt64Max) {  // kNever (2^63 − 1 ns) is kept for "never"
         return absl::InvalidArgumentError(absl::StrFormat(
-            "burst/rate: refilling burst=%d at rate=%s takes longer than the bound of 2^63-1 ns "
+            "burst/rate: refilling burst=%d at rate=%s takes longer than the bound of 2^63-2 ns "
             "(~292 years); raise rate.units or lower burst",
             burst, to_string(rate)));
       }
@@ -101,9 +104,19 @@ struct TokenBucket {
   void refill(State& s, std::int64_t now) const {
     if (now <= s.last) return;  // backwards (or same) time: nothing to add, keep `last`
     const MicroUnits cap = to_micro(burst);
-    const std::int64_t dt = now - s.last;
+    std::int64_t dt;
+    const bool far = __builtin_sub_overflow(now, s.last, &dt);
     s.last = now;
     if (s.tokens >= cap) return;  // full stays full; carry is 0 whenever full
+    if (far) {
+      // now − last >= 2^63 ns: longer than the time to fill the whole burst (validate()
+      // keeps it below 2^63 − 1 ns), so any positive rate has filled the bucket.
+      if (rate.units > 0) {
+        s.tokens = cap;
+        s.carry = 0;
+      }
+      return;
+    }
     const std::int64_t per = rate.per.count();
     const std::int64_t micros_per_period = to_micro(rate.units);
     std::int64_t added;
@@ -146,7 +159,7 @@ struct TokenBucket {
       return Nanos{numer / micros_per_period + (numer % micros_per_period != 0)};
     }
     const absl::int128 wide = absl::int128(need - s.tokens) * rate.per.count() - s.carry;
-    // Bounded by burst/rate, which validate() keeps below 2^63 ns.
+    // Bounded by burst/rate, which validate() keeps below 2^63 − 1 ns (kNever).
     return Nanos{static_cast<std::int64_t>(detail::ceil_div(wide, micros_per_period))};
   }
 
