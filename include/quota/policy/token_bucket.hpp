@@ -108,7 +108,7 @@ struct TokenBucket {
     const bool far = __builtin_sub_overflow(now, s.last, &dt);
     s.last = now;
     if (s.tokens >= cap) return;  // full stays full; carry is 0 whenever full
-    if (far) {
+    if (far) [[unlikely]] {
       // now − last >= 2^63 ns: longer than the time to fill the whole burst (validate()
       // keeps it below 2^63 − 1 ns), so any positive rate has filled the bucket.
       if (rate.units > 0) {
