@@ -2,7 +2,10 @@
 // in-process stores: random operations (creations, decisions, sweeps that compact the
 // arena, evictions of a full table) against a std::map model, for a policy with a plain
 // state (TokenBucket) and one that owns memory (SlidingLog, so ASan sees every move and
-// destruction in a compaction); keys of every length up to the bound; stable addresses.
+// destruction in a compaction); keys of every length up to the bound; stable addresses;
+// and, through both stores, a full table that evicts whenever a key is idle, also when
+// refunds made it so.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/store/local_store.hpp"
+#include "quota/store/sharded_store.hpp"
 #include "support/printers.hpp"
 #include "support/seed.hpp"
 
@@ -185,4 +189,61 @@ TEST_CASE("a moved store keeps its keys and states", "[keyed_states]") {
   }
   CHECK(b.apply(tb, "new", Nanos{0}, 3)->allowed);
   CHECK(b.size() == 1001);
+}
+
+namespace {
+
+// A refund of `units` (capped at the burst): moves the key's idle time earlier.
+void refund(const TokenBucket& tb, TokenBucket::State& s, Nanos now, std::int64_t units) {
+  tb.refill(s, now.count());
+  s.tokens = std::min(quota::to_micro(tb.burst), s.tokens + quota::to_micro(units));
+  if (s.tokens == quota::to_micro(tb.burst)) s.carry = 0;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a full store evicts whenever a key is idle, also after refunds",
+                   "[keyed_states]", quota::LocalStore<TokenBucket>,
+                   quota::ShardedStore<TokenBucket>) {
+  const std::uint64_t seed = quota::testing::test_seed(20261201);
+  // Slow refill, so that keys are idle mostly because a refund made them whole.
+  const TokenBucket tb{.rate = {.units = 1, .per = 1s}, .burst = 5};
+  for (const std::size_t capacity : {std::size_t{3}, std::size_t{40}}) {
+    INFO("seed " << seed << ", capacity " << capacity);
+    std::mt19937_64 rng(seed + capacity);
+    const auto keys = key_pool<TokenBucket>(rng);
+    TestType store({.max_keys = capacity, .shards = 1});
+    Model<TokenBucket> model{capacity, {}};
+    std::int64_t now = 0;
+    for (int op = 0; op < 20'000; ++op) {
+      INFO("op " << op);
+      now += static_cast<std::int64_t>(rng() % 20'000'000);
+      const Nanos t{now};
+      const std::string& key = keys[rng() % 3 == 0 ? rng() % 8 : rng() % keys.size()];
+      const bool is_refund = rng() % 3 == 0;
+      const std::int64_t units = 1 + static_cast<std::int64_t>(rng() % 5);
+      auto* want = model.find_or_create(tb, key, t);
+      auto got = store.update(tb, key, t, [&](TokenBucket::State& s) {
+        if (is_refund) {
+          refund(tb, s, t, units);
+          return s.tokens;
+        }
+        (void)tb.apply(s, t, units);
+        return s.tokens;
+      });
+      // The store creates the key exactly when the model (which evicts every idle key
+      // when full) does.
+      REQUIRE(got.ok() == (want != nullptr));
+      if (!got.ok()) {
+        REQUIRE(got.status().code() == absl::StatusCode::kResourceExhausted);
+        continue;
+      }
+      if (is_refund) {
+        refund(tb, *want, t, units);
+      } else {
+        (void)tb.apply(*want, t, units);
+      }
+      REQUIRE(*got == want->tokens);
+    }
+  }
 }

@@ -364,3 +364,89 @@ TEST_CASE("invalid lease options are rejected with the field named", "[lease]") 
   REQUIRE_FALSE(bad_ttl.ok());
   CHECK_THAT(std::string(bad_ttl.status().message()), Catch::Contains("grant_ttl"));
 }
+
+TEST_CASE("a denial with a finite wait far in the future: the holder waits, and says so",
+          "[lease]") {
+  // One unit per 2^62 ns: after the burst of 1, the authority's wait is about 2^62 ns,
+  // and now + wait is past the int64 range.
+  const Nanos per{std::int64_t{1} << 62};
+  const TokenBucket central{.rate = {.units = 1, .per = per}, .burst = 1};
+  ManualClock clock(per);
+  Authority authority(central, clock);
+  FlakyAuthority counting(authority);
+  auto leased = make(counting, {.q_min = 1, .q_max = 1, .grant_ttl = 1s}, clock);
+  REQUIRE(leased->acquire("{acme}read", 1)->allowed);
+  auto denied = leased->acquire("{acme}read", 1);
+  REQUIRE(denied.ok());
+  REQUIRE_FALSE(denied->allowed);
+  CHECK(denied->reason == quota::Reason::kOverLimit);
+  CHECK(denied->retry_after > Nanos{0});
+  CHECK(denied->retry_after < quota::kNever);
+  const int calls = counting.calls();
+  CHECK(calls == 2);
+  // Asked again (even a little later), the holder answers from the denial it holds: a
+  // finite wait no longer than the authority's, and no round trip.
+  for (int i = 0; i < 10; ++i) {
+    clock.advance(1h);
+    auto again = leased->acquire("{acme}read", 1);
+    REQUIRE(again.ok());
+    CHECK_FALSE(again->allowed);
+    CHECK(again->retry_after > Nanos{0});
+    CHECK(again->retry_after < quota::kNever);
+    CHECK(again->retry_after <= denied->retry_after);
+  }
+  CHECK(counting.calls() == calls);
+}
+
+TEST_CASE("a one-off budget (rate 0): once spent, the holder denies with kNever, not per request",
+          "[lease]") {
+  // 10 units that never refill; grants of 4: 4 + 4 + the last 2 are all spendable.
+  const TokenBucket central{.rate = {.units = 0, .per = 1s}, .burst = 10};
+  ManualClock clock;
+  Authority authority(central, clock);
+  auto with_central = GENERATE(false, true);
+  INFO("central policy known to the holder: " << with_central);
+  quota::LeaseOptions o{.q_min = 4, .q_max = 4, .grant_ttl = 1s};
+  if (with_central) o.central = central;
+  auto leased = make(authority, o, clock);
+  int admitted = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto d = leased->acquire("{acme}read", 1);
+    REQUIRE(d.ok());
+    if (d->allowed) ++admitted;
+  }
+  CHECK(admitted == 10);
+  // Spent: every later request is "never", and asks the authority at most once per
+  // grant_ttl (so that a rule change still reaches the holder), not once per request.
+  const std::int64_t trips = authority.round_trips();
+  for (int round = 0; round < 3; ++round) {
+    const std::int64_t before = authority.round_trips();
+    for (int i = 0; i < 50; ++i) {
+      auto d = leased->acquire("{acme}read", 1);
+      REQUIRE(d.ok());
+      CHECK_FALSE(d->allowed);
+      CHECK(d->retry_after == quota::kNever);
+    }
+    CHECK(authority.round_trips() - before <= 2);
+    clock.advance(1s);
+  }
+  CHECK(authority.round_trips() - trips <= 6);
+}
+
+TEST_CASE("a one-off budget: a denial of a large grant is not 'never' for a smaller request",
+          "[lease]") {
+  const TokenBucket central{.rate = {.units = 0, .per = 1s}, .burst = 10};
+  ManualClock clock;
+  Authority authority(central, clock);
+  auto leased = make(authority, {.q_min = 1, .q_max = 8, .grant_ttl = 1s}, clock);
+  // 8 units taken at once, 2 left centrally.
+  REQUIRE(leased->acquire("{acme}read", 8)->allowed);
+  auto big = leased->acquire("{acme}read", 3);
+  REQUIRE(big.ok());
+  CHECK_FALSE(big->allowed);
+  CHECK(big->retry_after == quota::kNever);
+  // 2 units are still there: a request of 2 passes although 3 was "never".
+  auto small = leased->acquire("{acme}read", 2);
+  REQUIRE(small.ok());
+  CHECK(small->allowed);
+}

@@ -120,6 +120,16 @@ class KeyedStates {
     return &arena_->state(*id);
   }
 
+  // Records that the state `s` (found or created by find_or_create, under the same lock)
+  // was written. A write may move the key's idle time earlier — a refund, a give-back, a
+  // rule downgrade converting the state — so the cached earliest idle time is lowered to
+  // it: a full store then finds the key idle. One comparison while the cache is unset
+  // (the store has not been full since its last insertion); one idle_at() otherwise.
+  void note_written(const P& policy, const State& s) {
+    if (next_sweep_ == Nanos::min()) return;
+    next_sweep_ = std::min(next_sweep_, policy.idle_at(s));
+  }
+
   // Forgets every key that is idle at `now` (its state equals a fresh one) and compacts the
   // rest. Returns how many were removed.
   std::size_t sweep(const P& policy, Nanos now) {
@@ -318,9 +328,12 @@ class KeyedStates {
   using Index = absl::flat_hash_set<std::uint32_t, IdHash, IdEq>;
 
   // A full sweep is O(size); it runs only when the map is full and some key may have
-  // become idle since the last sweep. next_sweep_ is the earliest idle time the last
-  // sweep saw; spending only moves a key's idle time later, so it stays a lower bound
-  // until a key is inserted. A full store of active keys thus rejects new keys in O(1).
+  // become idle since the last sweep. next_sweep_ is a lower bound of every key's idle
+  // time: the earliest the last sweep saw, lowered by note_written() after every write
+  // (spending moves an idle time later, a refund or a downgrade earlier), and reset by an
+  // insertion (the new key is written only after find_or_create returns). So a full store
+  // sweeps whenever an idle key may exist, and a full store of active keys rejects new
+  // keys in O(1).
   bool evict_idle(const P& policy, Nanos now) {
     if (now < next_sweep_) return false;
     return sweep(policy, now) > 0;

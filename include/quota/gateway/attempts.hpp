@@ -10,7 +10,9 @@
 // In process only: two gateway processes do not share this cache (use the Redis store's
 // attempts for that). While the first decision for an id is still being made, a
 // concurrent duplicate gets Aborted ("in progress; retry") rather than a second
-// decision. A failed decision (store error) is forgotten so that the retry decides.
+// decision. Only a decision the store made is kept: a store error, and the route's
+// fail-mode answer to one (Gateway: kUnavailable, kFailOpen), are forgotten (abandon())
+// so that the retry decides.
 //
 // Bounded: at most `max_entries` ids; when full, expired ids are swept first, and if none
 // has expired a new id gets ResourceExhausted (nothing decided).

@@ -213,14 +213,18 @@ class Gateway {
     }
 
     auto r = run(rules.version(), *checks, cost, now, deducted);
-    if (r.ok()) {
+    const bool decided = r.ok();
+    if (decided) {
       note_success();
     } else if (is_unavailable(r.status())) {
       r = on_unavailable(rules.version(), route, *checks, cost, now);
       if (deducted != nullptr) deducted->levels.clear();
     }
+    // Only the store's own decision is an attempt's decision. An error, and the fail
+    // mode's answer to one (kUnavailable, kFailOpen), are forgotten, so that a retry with
+    // the same id decides afresh instead of replaying a 503 for the attempt's lifetime.
     if (attempt_open) {
-      if (r.ok()) {
+      if (decided) {
         finish_attempt(tenant_key, req.attempt_id, fingerprint, r->decision);
       } else {
         abandon_attempt(tenant_key, req.attempt_id);

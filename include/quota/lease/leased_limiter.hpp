@@ -100,9 +100,14 @@ struct LeaseOptions {
 //     half its ttl, so a quiet gateway does not hoard budget. A cost above q_max is not
 //     leased: it goes to the authority directly.
 //   - A holder out of units that the authority denies waits (answering local denials
-//     with the authority's retry_after) instead of asking again at once, and after a
-//     grant that left less than q at the authority it does not ask before q could have
-//     refilled: at saturation every round trip brings q units.
+//     with what is left of the authority's retry_after, finite even when now plus that
+//     wait leaves the int64 range: times saturate) instead of asking again at once, and
+//     after a grant that left less than q at the authority it does not ask before q
+//     could have refilled: at saturation every round trip brings q units.
+//   - A budget that cannot refill (rate 0, a one-off budget): a grant it denies with
+//     kNever is asked again for just what the request needs; once that is denied too,
+//     the holder answers kNever locally (for that need and more) and asks the authority
+//     again only once per grant_ttl, so that a rule change still reaches it.
 //
 // Overshoot bound. Units held at time s were granted before s; units granted in
 // [s, t] obey the central bucket, ≤ r·(t − s) + B; and each holder holds at most q_max
@@ -154,7 +159,9 @@ class LeasedLimiter {
     if (h->units >= cost) return spend(*h, now, cost);
     if (now < h->retry_at) {
       if (!h->last_failure.ok()) return h->last_failure;  // backing off after a failure
-      return wait_decision(*h, now);
+      // A budget that never refills is "never" for what it denied, and for more; a
+      // request that needs less may still pass, so it asks.
+      if (!h->never || cost - h->units >= h->never_need) return wait_decision(*h, now);
     }
     return refill_and_spend(key, *h, now, cost);
   }
@@ -199,9 +206,14 @@ class LeasedLimiter {
     std::string pending_id ABSL_GUARDED_BY(mu);
     std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
     // Do not ask the authority before this time (a denial, a failure, or a grant that
-    // left less than q centrally).
+    // left less than q centrally): now + retry_wait when it was set, saturated.
     Nanos retry_at ABSL_GUARDED_BY(mu){Nanos::min()};
+    Nanos retry_wait ABSL_GUARDED_BY(mu){0};
     Decision last_denial ABSL_GUARDED_BY(mu);
+    // The last denial was kNever (a budget that cannot refill) for a request needing
+    // `never_need` more units than were held.
+    bool never ABSL_GUARDED_BY(mu) = false;
+    std::int64_t never_need ABSL_GUARDED_BY(mu) = 0;
     absl::Status last_failure ABSL_GUARDED_BY(mu);
     int failures ABSL_GUARDED_BY(mu) = 0;
   };
@@ -234,13 +246,36 @@ class LeasedLimiter {
                     .reason = Reason::kAllowed};
   }
 
+  // A local denial while waiting for retry_at. Its retry_after is kNever after a "never"
+  // denial; otherwise what is left of the wait, finite: never more than the wait that was
+  // set (so a retry_at saturated at the end of the int64 range, or a clock set back,
+  // cannot make it longer or turn it into kNever).
   Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     Decision d = h.last_denial;
     d.allowed = false;
     d.reason = d.reason == Reason::kAllowed ? Reason::kOverLimit : d.reason;
     d.remaining = h.units;
-    d.retry_after = h.retry_at - now;
+    if (h.never) {
+      d.retry_after = kNever;
+    } else {
+      const absl::int128 left = absl::int128(h.retry_at.count()) - now.count();
+      d.retry_after = Nanos{static_cast<std::int64_t>(
+          std::clamp<absl::int128>(left, 0, absl::int128(h.retry_wait.count())))};
+    }
     return d;
+  }
+
+  // now + wait for wait >= 0, saturating at the end of the int64 range (a wait that
+  // long is not reached before then).
+  static Nanos later(Nanos now, Nanos wait) {
+    std::int64_t t;
+    return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
+  }
+
+  // Do not ask the authority for `wait` (>= 0, finite) from `now`.
+  static void hold_off(Holding& h, Nanos now, Nanos wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+    h.retry_at = later(now, wait);
+    h.retry_wait = std::min(wait, kNever - Nanos{1});
   }
 
   // The grant size for the next request: about half a ttl of the local rate since the
@@ -249,7 +284,9 @@ class LeasedLimiter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     std::int64_t q = h.q == 0 ? options_.q_min : h.q;
     if (h.granted_at != Nanos::min()) {
-      const std::int64_t elapsed = std::max<std::int64_t>(1, (now - h.granted_at).count());
+      // In 128 bits: two times may be further apart than int64 holds.
+      const absl::int128 elapsed =
+          std::max<absl::int128>(1, absl::int128(now.count()) - h.granted_at.count());
       const absl::int128 target =
           absl::int128(h.spent_since_grant) * (options_.grant_ttl.count() / 2) / elapsed;
       q = target > options_.q_max ? options_.q_max : static_cast<std::int64_t>(target);
@@ -259,9 +296,11 @@ class LeasedLimiter {
 
   absl::StatusOr<Decision> refill_and_spend(std::string_view key, Holding& h, Nanos now,
                                             std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    // At most two grant requests: a retried (pending) one may bring fewer units than this
-    // request needs, and a grant larger than the central burst is refused as a whole.
-    for (int round = 0; round < 2; ++round) {
+    // At most three grant requests: a retried (pending) one may bring fewer units than
+    // this request needs; a grant larger than the central burst is refused as a whole; a
+    // grant larger than what is left of a budget that never refills is refused for ever.
+    // The last two are asked again for just what this request needs.
+    for (int round = 0; round < 3; ++round) {
       if (h.pending_id.empty()) {
         // Units still held (fewer than cost) stay; the grant tops them up to the target,
         // so no holder ever holds more than q_max: the overshoot bound.
@@ -278,7 +317,7 @@ class LeasedLimiter {
         // Unknown outcome: keep the id, so that the retry replays a grant already taken.
         h.failures = std::min(h.failures + 1, 62);
         h.last_failure = d.status();
-        h.retry_at = now + backoff(h.failures);
+        hold_off(h, now, backoff(h.failures));
         return d.status();
       }
       if (d->allowed) h.grant_id = h.pending_id;
@@ -291,10 +330,15 @@ class LeasedLimiter {
         granted_units_.fetch_add(units, std::memory_order_relaxed);
         h.units += units;
         h.q = h.units;
-        h.expires_at = now + options_.grant_ttl;  // `now` was read before the request: early
+        h.expires_at = later(now, options_.grant_ttl);  // `now` was read before the request
         h.granted_at = now;
         h.spent_since_grant = 0;
-        h.retry_at = not_before(*d, now, next_q(h, now, cost));
+        h.never = false;
+        if (const auto wait = not_before(*d, next_q(h, now, cost))) {
+          hold_off(h, now, *wait);
+        } else {
+          h.retry_at = Nanos::min();
+        }
         if (h.units >= cost) return spend(h, now, cost);
         continue;  // a replayed grant smaller than this request needs: top up once more
       }
@@ -305,26 +349,36 @@ class LeasedLimiter {
         continue;
       }
       if (d->reason != Reason::kOverLimit) return *d;  // a configuration error: not cached
+      const std::int64_t need = cost - h.units;
+      if (d->retry_after == kNever && units > need) {
+        // Never `units` more; what this request needs may still be there.
+        h.pending_units = need;
+        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+        continue;
+      }
       h.last_denial = *d;
-      // Wait for the authority's retry time; a budget that never refills is asked again
-      // once per grant_ttl, so that a rule change still reaches this holder.
-      h.retry_at = now + (d->retry_after == kNever ? options_.grant_ttl : d->retry_after);
+      // Wait for the authority's retry time. A budget that never refills answers kNever
+      // (for this need and more) and is asked again once per grant_ttl, so that a rule
+      // change still reaches this holder.
+      h.never = d->retry_after == kNever;
+      h.never_need = need;
+      hold_off(h, now, h.never ? options_.grant_ttl : d->retry_after);
       return wait_decision(h, now);
     }
     return wait_decision(h, now);
   }
 
   // After a grant that left `d.remaining` centrally, q more units cannot be there
-  // before they refill: do not ask earlier (if the central policy is known).
-  Nanos not_before(const Decision& d, Nanos now, std::int64_t q) const {
-    if (!options_.central || d.remaining >= q) return Nanos::min();
+  // before they refill: how long not to ask (if the central policy is known), finite.
+  std::optional<Nanos> not_before(const Decision& d, std::int64_t q) const {
+    if (!options_.central || d.remaining >= q) return std::nullopt;
     const TokenBucket& tb = *options_.central;
-    if (tb.rate.units == 0) return Nanos::min();  // never refills: ask (and be denied)
+    if (tb.rate.units == 0) return std::nullopt;  // never refills: ask (and be denied)
     // `remaining` is rounded down, so this wait is an upper bound: by then q units are
     // there unless someone else spent them (then the request is denied and waits).
     const absl::int128 wait =
         detail::ceil_div(absl::int128(q - d.remaining) * tb.rate.per.count(), tb.rate.units);
-    return now + Nanos{static_cast<std::int64_t>(std::min(wait, detail::kInt64Max))};
+    return Nanos{static_cast<std::int64_t>(std::min(wait, detail::kInt64Max - 1))};
   }
 
   // Exponential backoff from backoff_min, capped at backoff_max, with jitter: uniformly

@@ -49,7 +49,9 @@ class LocalStore {
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
     auto state = states_.find_or_create(policy, key, detail::key_hash(key), now);
     if (!state.ok()) return state.status();
-    return std::forward<Fn>(fn)(**state);
+    auto result = std::forward<Fn>(fn)(**state);
+    states_.note_written(policy, **state);  // fn may have moved the key's idle time earlier
+    return result;
   }
 
   // Forgets every idle key; returns how many.

@@ -72,7 +72,9 @@ class ShardedStore {
     detail::MutexLock lock(shard.mu);
     auto state = shard.states->find_or_create(policy, key, hash, now);
     if (!state.ok()) return state.status();
-    return std::forward<Fn>(fn)(**state);
+    auto result = std::forward<Fn>(fn)(**state);
+    shard.states->note_written(policy, **state);  // fn may have moved the key's idle time earlier
+    return result;
   }
 
   // Forgets every idle key in every shard; returns how many.

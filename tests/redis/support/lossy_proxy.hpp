@@ -2,6 +2,9 @@
 // that can lose a reply: armed with drop_next_reply(), it forwards the next command to
 // the server (which runs it) and closes the client's connection when the reply comes
 // back, instead of forwarding it. That is the "reply lost" fault of idempotent attempts.
+// Armed with drop_reply_to(needle), it does the same to the reply of the next command
+// whose bytes contain `needle` (one caller at a time: the reply dropped is the next one
+// the server sends after that command).
 #pragma once
 
 #include <arpa/inet.h>
@@ -11,7 +14,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,6 +50,10 @@ class LossyProxy {
 
   int port() const { return port_; }
   void drop_next_reply() { drop_ = true; }
+  void drop_reply_to(std::string needle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    needle_ = std::move(needle);
+  }
   int dropped() const { return dropped_.load(); }
 
  private:
@@ -91,6 +101,7 @@ class LossyProxy {
         bool closed = false;
         if (fds[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
           const ssize_t n = ::read(p.client, buf, sizeof buf);
+          if (n > 0) arm_if_matches(std::string_view(buf, static_cast<std::size_t>(n)));
           closed = n <= 0 || ::write(p.server, buf, static_cast<std::size_t>(n)) != n;
         }
         if (!closed && (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -117,8 +128,18 @@ class LossyProxy {
     }
   }
 
+  void arm_if_matches(std::string_view command) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!needle_.empty() && command.find(needle_) != std::string_view::npos) {
+      needle_.clear();
+      drop_ = true;
+    }
+  }
+
   int server_port_;
   int listen_fd_ = -1;
+  std::mutex mu_;
+  std::string needle_;  // guarded by mu_
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drop_{false};
