@@ -13,7 +13,8 @@
 //     retry_after;
 //   - a holder told to wait does not ask the authority again before the wait is over: a
 //     request of at most q_max units on that key earlier than t + retry_after makes no
-//     round trip (the authority counts them);
+//     round trip (the authority counts them); told "never", not before grant_ttl has
+//     passed since the authority's answer;
 // and at the end, per key, the admitted events, at the latest clock time seen, stay
 // inside the lease envelope with one holder: admitted(T) <= r·T + B + q_max.
 #pragma once
@@ -86,9 +87,13 @@ inline void check_lease_input(const std::uint8_t* data, std::size_t size) {
       keys[k].admitted.push_back({latest, cost});
     } else if (d->reason == Reason::kOverLimit) {
       check(d->retry_after > Nanos{0}, where + ": denied with a wait <= 0 " + str(*d));
-      if (cost <= o.q_max) {
-        keys[k].quiet_until = d->retry_after == kNever ? absl::int128(kMax) + 1
-                                                       : absl::int128(now) + d->retry_after.count();
+      // A finite wait: no round trip before it is over. "Never" (a budget that cannot
+      // refill): the holder answers it locally and asks again at most once per grant_ttl
+      // (to see a rule change), counted from the answer it got.
+      if (cost <= o.q_max && d->retry_after != kNever) {
+        keys[k].quiet_until = absl::int128(now) + d->retry_after.count();
+      } else if (cost <= o.q_max && authority.round_trips() != trips) {
+        keys[k].quiet_until = absl::int128(now) + o.grant_ttl.count();
       }
       hint = d->retry_after.count();
     }

@@ -47,7 +47,9 @@ concept LeaseAuthority = requires(A& a, std::string_view key, std::int64_t units
 // An in-process authority: the central token bucket in an in-process store, with grant
 // ids remembered for `grant_id_ttl`. For tests, simulations and single-host setups; the
 // Redis authority is quota/redis/lease_authority.hpp. Thread-safe.
-template <template <Policy> class Store = ShardedStore, Clock C = SteadyClock>
+// (`template <class>`, not `template <Policy>`: clang 14 crashes on a constrained template
+// template parameter with a default here; the stores constrain their policy themselves.)
+template <template <class> class Store = ShardedStore, Clock C = SteadyClock>
 class StoreAuthority {
  public:
   explicit StoreAuthority(TokenBucket policy, C clock = {},

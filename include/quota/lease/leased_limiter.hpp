@@ -152,12 +152,12 @@ class LeasedLimiter {
     if (h == nullptr) return direct(key, cost);
     detail::MutexLock lock(h->mu);
     const Nanos now = clock_.now();
-    if (h->units > 0 && now >= h->expires_at) {
+    if (h->units > 0 && reached(now, h->expires_at)) {
       h->units = 0;  // expired (or the process was paused): nothing of it is spent
       h->q = std::max(options_.q_min, h->q / 2);
     }
     if (h->units >= cost) return spend(*h, now, cost);
-    if (now < h->retry_at) {
+    if (!reached(now, h->retry_at)) {
       if (!h->last_failure.ok()) return h->last_failure;  // backing off after a failure
       // A budget that never refills is "never" for what it denied, and for more; a
       // request that needs less may still pass, so it asks.
@@ -177,7 +177,7 @@ class LeasedLimiter {
       h = it->second.get();
     }
     detail::MutexLock lock(h->mu);
-    if (h->units <= 0 || clock_.now() >= h->expires_at) return std::nullopt;
+    if (h->units <= 0 || reached(clock_.now(), h->expires_at)) return std::nullopt;
     return Grant{.grant_id = h->grant_id,
                  .incarnation = options_.incarnation,
                  .version = h->version,
@@ -247,9 +247,9 @@ class LeasedLimiter {
   }
 
   // A local denial while waiting for retry_at. Its retry_after is kNever after a "never"
-  // denial; otherwise what is left of the wait, finite: never more than the wait that was
-  // set (so a retry_at saturated at the end of the int64 range, or a clock set back,
-  // cannot make it longer or turn it into kNever).
+  // denial; otherwise what is left of the wait, finite and positive: never more than the
+  // wait that was set (so a retry_at saturated at the end of the int64 range, or a clock
+  // set back, cannot make it longer or turn it into kNever).
   Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     Decision d = h.last_denial;
     d.allowed = false;
@@ -258,9 +258,11 @@ class LeasedLimiter {
     if (h.never) {
       d.retry_after = kNever;
     } else {
+      // At the end of the int64 range retry_at saturates and may be reached at once: the
+      // wait is then the whole wait that was set (a denial never says "retry now").
       const absl::int128 left = absl::int128(h.retry_at.count()) - now.count();
-      d.retry_after = Nanos{static_cast<std::int64_t>(
-          std::clamp<absl::int128>(left, 0, absl::int128(h.retry_wait.count())))};
+      const absl::int128 wait = std::max<absl::int128>(h.retry_wait.count(), 1);
+      d.retry_after = Nanos{static_cast<std::int64_t>(left <= 0 ? wait : std::min(left, wait))};
     }
     return d;
   }
@@ -271,6 +273,8 @@ class LeasedLimiter {
     std::int64_t t;
     return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
   }
+  // Whether `now` has reached `at`; a time that later() saturated is never reached.
+  static bool reached(Nanos now, Nanos at) { return now >= at && at != Nanos::max(); }
 
   // Do not ask the authority for `wait` (>= 0, finite) from `now`.
   static void hold_off(Holding& h, Nanos now, Nanos wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
