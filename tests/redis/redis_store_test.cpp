@@ -194,27 +194,6 @@ TEST_CASE("a bucket's TTL never drops below its time to full plus the margin, al
   CHECK(kept > 0);
 }
 
-TEST_CASE("a token bucket state written by earlier versions (four doubles) is still read") {
-  RedisStore<TokenBucket> store(options("legacy"));
-  auto key = store.redis_key("{acme}old");
-  REQUIRE(key.ok());
-  // 3 of 10 units left at t = 5 s, no carry: the earlier 32-byte state.
-  run(store,
-      {"EVAL", "redis.call('SET', KEYS[1], struct.pack('<dddd', 3000000, 0, 5, 0))", "1", *key});
-  TokenBucket::State state{.tokens = 3'000'000, .carry = 0, .last = 5'000'000'000};
-  const Decision expected = kTen.apply(state, Nanos{5'500'000'000}, 2);
-  auto got = store.apply(kTen, "{acme}old", Nanos{5'500'000'000}, 2);
-  REQUIRE(got.ok());
-  CHECK(*got == expected);
-  CHECK(got->remaining == 1);
-  // Rewritten in the current, smaller form.
-  CHECK(run(store, {"STRLEN", *key})->integer < 32);
-  const Decision again = kTen.apply(state, Nanos{6'000'000'000}, 1);
-  auto got2 = store.apply(kTen, "{acme}old", Nanos{6'000'000'000}, 1);
-  REQUIRE(got2.ok());
-  CHECK(*got2 == again);
-}
-
 TEST_CASE("parameters outside the Lua twin's exact range are rejected, naming the bound") {
   using S = RedisStore<TokenBucket>;
   CHECK(S::check(kTen).ok());
@@ -395,9 +374,9 @@ quota::redis::Reply run_in(S& store, std::vector<std::string_view> args) {
   return std::move(*r);
 }
 
-// A window policy's state in the earlier form of its Lua twin (doubles): the fixed
-// window's (count, seconds, nanoseconds), the estimate's (cur, prev, seconds,
-// nanoseconds), written by a script as the earlier twins did.
+// A window policy's state as struct-packed doubles, the straightforward form the MEMORY
+// USAGE test compares the twin's with: the fixed window's (count, seconds, nanoseconds),
+// the estimate's (cur, prev, seconds, nanoseconds).
 void set_legacy(RedisStore<quota::FixedWindow>& store, const std::string& key,
                 const quota::FixedWindow::State& st) {
   const std::string c = std::to_string(st.count), sec = std::to_string(st.last / 1'000'000'000),
@@ -418,82 +397,39 @@ void set_legacy(RedisStore<quota::SlidingWindowEstimate>& store, const std::stri
                  "1", key, c, p, sec, ns});
 }
 
-quota::FixedWindow::State random_state(std::mt19937_64& rng, const quota::FixedWindow& p,
-                                       std::int64_t last) {
-  return {.count = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(p.limit + 1)),
-          .last = last};
+// A window policy's state in its Lua twin's current form, unmarked (its TTL not known to
+// cover it, as a caller-time write leaves it): the fixed window's '<I3i5I4' (count below
+// 2^24) or '<I7i5I4' (count, seconds, nanoseconds), the estimate's '<I6I6i5I4' (cur,
+// prev, seconds, nanoseconds).
+void set_state(RedisStore<quota::FixedWindow>& store, const std::string& key,
+               const quota::FixedWindow::State& st) {
+  const std::int64_t sec = st.last / 1'000'000'000 - (st.last % 1'000'000'000 < 0 ? 1 : 0);
+  const std::string c = std::to_string(st.count), s = std::to_string(sec),
+                    ns = std::to_string(st.last - sec * 1'000'000'000);
+  run_in(store, {"EVAL",
+                 "local f = '<I7i5I4' if ARGV[1] + 0 < 16777216 then f = '<I3i5I4' end "
+                 "redis.call('SET', KEYS[1], struct.pack(f, ARGV[1] + 0, ARGV[2] + 0, "
+                 "ARGV[3] + 0), 'PX', 3600000)",
+                 "1", key, c, s, ns});
 }
-quota::SlidingWindowEstimate::State random_state(std::mt19937_64& rng,
-                                                 const quota::SlidingWindowEstimate& p,
-                                                 std::int64_t last) {
-  const auto bound = static_cast<std::uint64_t>(p.limit + 1);
-  return {.cur = static_cast<std::int64_t>(rng() % bound),
-          .prev = static_cast<std::int64_t>(rng() % bound),
-          .last = last};
+void set_state(RedisStore<quota::SlidingWindowEstimate>& store, const std::string& key,
+               const quota::SlidingWindowEstimate::State& st) {
+  const std::int64_t sec = st.last / 1'000'000'000 - (st.last % 1'000'000'000 < 0 ? 1 : 0);
+  const std::string c = std::to_string(st.cur), p = std::to_string(st.prev),
+                    s = std::to_string(sec), ns = std::to_string(st.last - sec * 1'000'000'000);
+  run_in(store, {"EVAL",
+                 "redis.call('SET', KEYS[1], struct.pack('<I6I6i5I4', ARGV[1] + 0, ARGV[2] + 0, "
+                 "ARGV[3] + 0, ARGV[4] + 0), 'PX', 3600000)",
+                 "1", key, c, p, s, ns});
 }
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("window states written by earlier versions (doubles) are still read", "",
-                   quota::FixedWindow, quota::SlidingWindowEstimate) {
-  // A deployed Redis holds states in the earlier form: each is read, decided on exactly as
-  // the C++ policy decides from the same state, and rewritten in the current, smaller form.
-  const auto seed = quota::testing::test_seed(20261202);
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
-  using Ten = TenOf<TestType>;
-  RedisStore<TestType> store(options(std::string("legacy-") + Ten::name));
-  const Nanos windows[] = {Nanos{1'000'000}, 250ms, 1s, 60s, 1h};
-  int allowed = 0, denied = 0;
-  for (int trial = 0; trial < 60; ++trial) {
-    const TestType p{.limit = 1 + static_cast<std::int64_t>(rng() % 20),
-                     .window = windows[rng() % std::size(windows)]};
-    const std::int64_t w = p.window.count();
-    const std::int64_t last = static_cast<std::int64_t>(rng() >> 4);  // [0, 2^60)
-    auto state = random_state(rng, p, last);
-    const std::string route = "{acme}old" + std::to_string(trial);
-    auto key = store.redis_key(route);
-    REQUIRE(key.ok());
-    set_legacy(store, *key, state);
-    REQUIRE(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::legacy));
-    // The first request at the stored time, in the same window or a later one, or earlier
-    // (backwards time); then two more.
-    std::int64_t now = last;
-    for (int i = 0; i < 3; ++i) {
-      switch (rng() % 4) {
-        case 0:
-          now += static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(w / 3 + 1));
-          break;
-        case 1:
-          now += w + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(w));
-          break;
-        case 2:
-          now -= static_cast<std::int64_t>(rng() % 1'000'000'000);
-          break;
-        default:
-          break;
-      }
-      now = std::max<std::int64_t>(now, 0);
-      const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 6);
-      const Decision expected = p.apply(state, Nanos{now}, cost);
-      auto got = store.apply(p, route, Nanos{now}, cost);
-      INFO("trial " << trial << " request " << i << " limit " << p.limit << " window " << w
-                    << " last " << last << " now " << now << " cost " << cost);
-      REQUIRE(got.ok());
-      CHECK(*got == expected);
-      (expected.allowed ? allowed : denied) += 1;
-      CHECK(run_in(store, {"STRLEN", *key})->integer == static_cast<long long>(Ten::bytes));
-    }
-  }
-  CHECK(allowed > 20);
-  CHECK(denied > 20);
-}
-
 TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
   // The twin compares prev·(W − el) with (limit − cur − cost)·W as plain numbers while
   // both are below 2^53 and in two limbs beyond; remaining's prev·el / W likewise (2^52).
-  // States with both products within a few units of 2^53 (written in the earlier form,
-  // which the twin reads exactly) are decided as the C++ policy decides them.
+  // States with both products within a few units of 2^53 (written by hand in the twin's
+  // form) are decided as the C++ policy decides them.
   const auto seed = quota::testing::test_seed(20261204);
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -521,7 +457,7 @@ TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
     const std::string route = "{acme}e" + std::to_string(trial);
     auto key = store.redis_key(route);
     REQUIRE(key.ok());
-    set_legacy(store, *key, state);
+    set_state(store, *key, state);
     std::int64_t now = state.last;
     for (int i = 0; i < 3; ++i) {
       const Decision expected = p.apply(state, Nanos{now}, cost);
@@ -571,7 +507,7 @@ TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
     const std::string route = "{acme}tie" + std::to_string(ties);
     auto key = store.redis_key(route);
     REQUIRE(key.ok());
-    set_legacy(store, *key, state);
+    set_state(store, *key, state);
     const Decision expected = p.apply(state, Nanos{state.last}, 1);
     INFO("tie " << ties << " W " << w << " prev " << prev << " spare " << spare << " e " << e);
     REQUIRE(expected.allowed == (e < 0));
@@ -789,11 +725,11 @@ TEMPLATE_TEST_CASE("a window key's TTL is kept within its window and set again w
   auto counted = long_margin.apply(p, "{acme}unmarked", Nanos{0}, 1);
   REQUIRE(counted.ok());
   CHECK(run_in(long_margin, {"PTTL", *fresh})->integer >= need(*counted, 5s) - 10);
-  // A state of the earlier form is not marked either.
+  // A state written unmarked (as a caller-time write leaves it) is not marked either.
   auto old_key = long_margin.redis_key("{acme}old-ttl");
   REQUIRE(old_key.ok());
   auto legacy = p.init(Nanos{0});
-  set_legacy(short_margin, *old_key, legacy);
+  set_state(short_margin, *old_key, legacy);
   run_in(long_margin, {"PEXPIRE", *old_key, "50"});
   auto renewed = long_margin.apply(p, "{acme}old-ttl", Nanos{0}, 1);
   REQUIRE(renewed.ok());

@@ -97,14 +97,13 @@ end
 
 inline constexpr const char* kLuaHead = R"lua(
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
--- when it holds anything but `bytes` (or `legacy`, when given) bytes of a twin's state.
--- Allocates nothing.
-local function read_state(key, what, bytes, legacy)
+-- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
+local function read_state(key, what, bytes)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota ' .. what)
   end
-  if raw and #raw ~= bytes and #raw ~= legacy then
+  if raw and #raw ~= bytes then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
       ' bytes, expected ' .. bytes)
   end
@@ -121,7 +120,7 @@ if ARGV[8 + k] == '1' then pstep = 0 end
 -- another type, so each such key is looked at again (read_state) before anything is
 -- written. The values (false for a key that does not exist; for one key, GET's reply, an
 -- error table for another type), or nil and the QUOTA_CORRUPT error.
-local function read_states(what, bytes, legacy)
+local function read_states(what, bytes)
   if n == 1 then return {redis.pcall('GET', KEYS[1])} end
   local raws
   if n <= 4000 then
@@ -136,7 +135,7 @@ local function read_states(what, bytes, legacy)
   end
   for i = 1, n do
     if not raws[i] then
-      local _, corrupt = read_state(KEYS[i], what, bytes, legacy)
+      local _, corrupt = read_state(KEYS[i], what, bytes)
       if corrupt then return nil, corrupt end
     end
   end

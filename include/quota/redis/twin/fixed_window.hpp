@@ -73,7 +73,7 @@ local out = {0, sec, ns, 1}
 -- The script runs on the server's clock (the key's expiry is on that clock too).
 local server = ARGV[1] == ''
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window', 12, 24)
+local raws, corrupt = read_states('window', 12)
 if not raws then return corrupt end
 seen = raws
 -- One pass (advance, decide, count, write) for one window or a batch of independent ones,
@@ -129,15 +129,8 @@ for pass = first, 2 do
         end
         lns = t
         if t >= 1000000000 then known = true; lns = t - 1000000000 end
-      elseif len == 24 and type(raw) == 'string' then
-        -- the 24-byte state of earlier versions (three doubles)
-        count, lsec, lns = sunpack('<ddd', raw)
-        if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -549755813888, 549755813887) and
-                int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
       else
-        local _, corrupt = read_state(key, 'window', 12, 24)
+        local _, corrupt = read_state(key, 'window', 12)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
     else

@@ -110,28 +110,6 @@ local function window_pay(tok, debt, cap)
   if debt < 0 then debt = 0 end
   return tok + pay, debt
 end
--- A state of earlier versions: 13 doubles (version, kind, units|limit, per|window ns,
--- burst|0, m|window µs, p, g, fill, tokens|count, carry over rate.per, last µs, debt).
--- Returns its fields in the current order (the carry over p), or nil and what is wrong.
-local function legacy(raw)
-  local v = {sunpack('<ddddddddddddd', raw)}
-  for k = 1, 13 do
-    if not int_in(v[k], -9007199254740991, 9007199254740991) then
-      return nil, 'field ' .. k .. ' is not an exact integer'
-    end
-  end
-  local kind, cap, c, ok = v[2], v[3], 0, false
-  if kind == 1 then
-    cap = v[5]
-    ok = cap >= 1 and v[6] >= 0 and v[7] >= 1 and v[8] >= 1 and v[10] >= -cap * 1000000 and
-      v[10] <= cap * 1000000 and v[11] >= 0 and v[11] < v[4]
-    if ok then c = fdiv(v[11], v[8]) end
-  else
-    ok = kind == 2 and cap >= 1 and v[6] >= 1 and v[10] >= 0 and v[10] <= cap
-  end
-  if not ok or v[13] < 0 or v[13] > cap * 1000000 then return nil, 'field out of range' end
-  return v[1], kind, cap, v[6], v[7], v[8], v[9], v[10], c, v[12], v[13]
-end
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
@@ -224,12 +202,6 @@ for i = 1, n do
       if off > 0 then expiry = fdiv(last, 1000) + off end
     elseif type(raw) ~= 'string' then
       return corrupt(key, 'wrong type')
-    elseif len == 104 then
-      ver, kind, cap, m, p, g, fill, tok, c, last, debt = legacy(raw)
-      if not ver then return corrupt(key, kind) end
-      capM = cap * M6
-      same = kind == pkind and cap == pcap and m == pm and p == pp and g == pg
-      if same then id = pol else id = spack('<BI4I7I7I7I7', kind, cap, m, p, g, fill) end
     else
       return corrupt(key, len .. ' bytes, expected 72')
     end

@@ -114,7 +114,7 @@ local out = {0, sec, ns, 1}
 -- The script runs on the server's clock (the key's expiry is on that clock too).
 local server = ARGV[1] == ''
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window estimate', 21, 32)
+local raws, corrupt = read_states('window estimate', 21)
 if not raws then return corrupt end
 seen = raws
 -- One pass (advance, decide, count, write) for one window or a batch of independent ones,
@@ -170,15 +170,8 @@ for pass = first, 2 do
           lns = t - 1000000000
           if cur > 0 then known = 2 elseif prev > 0 then known = 1 end
         end
-      elseif len == 32 and type(raw) == 'string' then
-        -- the 32-byte state of earlier versions (four doubles)
-        cur, prev, lsec, lns = sunpack('<dddd', raw)
-        if not (int_in(cur, 0, 281474976710655) and int_in(prev, 0, 281474976710655) and
-                int_in(lsec, -549755813888, 549755813887) and int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
       else
-        local _, corrupt = read_state(key, 'window estimate', 21, 32)
+        local _, corrupt = read_state(key, 'window estimate', 21)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
     else

@@ -133,7 +133,7 @@ local now_ms
 if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('bucket', 28, 32)
+local raws, corrupt = read_states('bucket', 28)
 if not raws then return corrupt end
 seen = raws
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones, each
@@ -179,26 +179,16 @@ for pass = first, 2 do
     local expiry = 0
     if raw then
       local carry
-      local len = #raw
-      if len ~= 28 and (len ~= 32 or type(raw) ~= 'string') then
-        local _, corrupt = read_state(key, 'bucket', 28, 32)
+      if #raw ~= 28 then
+        local _, corrupt = read_state(key, 'bucket', 28)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
-      if len == 28 then
-        local off
-        tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
-        if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
-        if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
-      else
-        -- the 32-byte state of earlier versions (four doubles)
-        tokens, carry, lsec, lns = sunpack('<dddd', raw)
-        if not (int_in(tokens, 0, 9007199254740991) and int_in(carry, 0, 9007199254740991) and
-                int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
+      local off
+      tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
+      if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
+        return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
       end
+      if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
       -- c = floor(carry / g) (carry is stored multiplied by g), the division inlined
       c = carry
       if g > 1 then
