@@ -194,6 +194,15 @@ end
 return out
 )lua";
 
+// State format versions. Every twin's state carries a format version in bits that no
+// valid field value uses (each twin names them at its state): this release's format is
+// version 0, those bits zero, so the range checks every reader already makes reject any
+// other version as QUOTA_CORRUPT at no cost. The rule for each later format: a reader of
+// version k reads k and k-1 (rewriting k-1 as k on its next write) and rejects anything
+// else as QUOTA_CORRUPT (kDataLoss naming the key, nothing charged). A format whose
+// version no longer fits its bits changes the state's length, which every earlier reader
+// rejects (the length is checked before anything else).
+
 // 2^53: Lua numbers (doubles) hold every integer below it exactly.
 inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
 // The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).

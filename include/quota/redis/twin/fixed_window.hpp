@@ -18,8 +18,9 @@
 // ('<I7i5I4', count < 2^53): 12 bytes keep the value in jemalloc's 32-byte class (an
 // embedded string takes 16 + 3 + len + 1 bytes; the earlier 24-byte state of three doubles
 // needed 48): MEMORY USAGE 88 instead of 104 bytes with a 19-byte key. Every field is
-// checked in range on read. The 24-byte state of earlier versions ('<ddd') is still read
-// (and rewritten in the new form).
+// checked in range on read. Format version (twin/common.hpp): bit 31 of the nanoseconds
+// field (< 2·10^9 < 2^31 with the mark), version 0 = zero; `t > 1999999999` rejects any
+// other.
 //
 // TTL (set in the same script): the time to the next window start (when the count drops
 // to 0), rounded up to ms, plus the margin. Once the key has expired past its window's end

@@ -37,8 +37,8 @@
 // last 33 bytes are the caller's argument, one string comparison (Lua interns strings),
 // and only the state's six fields are unpacked. Every value is an exact integer, checked
 // on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte
-// class (the 104-byte state of 13 doubles of earlier versions needed 112); that earlier
-// state is still read (and rewritten in the new form).
+// class. Format version (twin/common.hpp): bits 53-55 of the first field (the rule-set
+// version, < 2^53), version 0 = zero; `ver <= 9007199254740991` rejects any other.
 //
 // TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
 // while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not

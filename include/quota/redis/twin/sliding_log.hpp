@@ -11,6 +11,9 @@
 //   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
 //                    nanoseconds, cost). No valid bucket key ends in '}', so the list
 //                    never collides with another bucket.
+// Format version (twin/common.hpp): the meta's nanoseconds carry it as a multiple of 2^30
+// (version 0: none; the range check int_in(lns, 0, 999999999) rejects any other); the
+// events follow their meta's version.
 // Expired events are trimmed from the head (amortized O(1)); a denial scans from the
 // first live event until the excess is covered (O(events that must leave)). At most
 // `limit` events are live. The first pass over the buckets only reads (a corrupt bucket

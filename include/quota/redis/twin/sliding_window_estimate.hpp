@@ -19,8 +19,9 @@
 // 10^9 when the key's TTL is known to cover its counters, below). 21 bytes keep the value
 // in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes; the
 // earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead of 120 bytes
-// with a 19-byte key. Every field is checked in range on read. The 32-byte state of
-// earlier versions ('<dddd') is still read (and rewritten in the new form).
+// with a 19-byte key. Every field is checked in range on read. Format version
+// (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 < 2^31 with the mark),
+// version 0 = zero; `t > 1999999999` rejects any other.
 //
 // TTL (set in the same script): reset_after (until both counters are 0: the end of the
 // window after the current one when cur > 0, of the current one when only prev > 0),

@@ -29,8 +29,9 @@
 // 0 = unknown) — every value an exact integer, no tostring precision loss. 28 bytes keep
 // the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
 // bytes; the earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead
-// of 120 bytes with a 20-byte key. The 32-byte state of earlier versions is still read
-// (and rewritten in the new form).
+// of 120 bytes with a 20-byte key. Format version (twin/common.hpp): bits 30-31 of the
+// nanoseconds field (< 10^9 < 2^30), version 0 = both zero; `lns > 999999999` rejects any
+// other.
 //
 // TTL (set in the same script): at least time to full (rounded up to ms) plus the
 // margin; none when the rate is 0 (a one-off budget must not come back). A new key gets
