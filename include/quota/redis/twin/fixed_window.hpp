@@ -51,8 +51,8 @@
 // another type is found before any write; a state of the wrong size or out of range,
 // found after some windows of a batch were written, puts those back as they were.
 //
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, W
-// (mode 1, ns) or s (mode 2, seconds), 0, 0.
+// Arguments: twin/common.hpp; the cost clamped to [0, limit+1], the parameter set
+// '<i8i8i8': limit, mode, W (mode 1, ns) or s (mode 2, seconds).
 #pragma once
 
 #include <algorithm>
@@ -71,8 +71,6 @@ namespace quota::redis {
 inline constexpr const char* kFixedWindowLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local out = {0, sec, ns, 1}
--- The script runs on the server's clock (the key's expiry is on that clock too).
-local server = ARGV[1] == ''
 -- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window', 12)
 if not raws then return corrupt end
@@ -90,18 +88,21 @@ local rcall = redis.call
 local varying = pstep ~= 0 or cstep ~= 0
 -- `start`: this call's window for the current parameters (mode 1: its first nanosecond
 -- within second `sec`; mode 2: its first second).
-local sc, sl, smode, sw, cost, limit, mode, w, start
+local sc, sset, limit, mode, w, start
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous window's.
-      local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      if a1 ~= sl or a2 ~= smode or a3 ~= sw then
-        sl, smode, sw = a1, a2, a3
-        limit, mode, w = a1 + 0, a2 + 0, a3 + 0
+      -- Arguments are unpacked only when their strings differ from the previous window's.
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        limit, mode, w = sunpack('<i8i8i8', set)
         -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
         local x = ns
         if mode ~= 1 then x = sec end
@@ -244,14 +245,16 @@ struct LuaTwin<FixedWindow> {
         w, kMaxFillNs / kSecond));
   }
 
-  static void append_args(const FixedWindow& fw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, fw.limit + 1)));
-    args.push_back(absl::StrCat(fw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back("0");
-    args.push_back("0");
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const FixedWindow& fw, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, fw.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8i8': limit, mode, w.
+  static std::string pack_params(const FixedWindow& fw, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {fw.limit, pr.mode, pr.w}) detail::pack_le(out, v, 8);
+    return out;
   }
 };
 

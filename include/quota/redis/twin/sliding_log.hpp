@@ -26,7 +26,8 @@
 // is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
 // store rejects W > 9·10^15 ns, ~104 days). Costs and `used` are <= kMaxUnits < 2^44.
 //
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, W ns, 0, 0, 0.
+// Arguments: twin/common.hpp; the cost clamped to [0, limit+1], the parameter set
+// '<i8i8': limit, W ns.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +44,10 @@
 namespace quota::redis {
 
 inline constexpr const char* kSlidingLogLuaBody = R"lua(
+-- an exact integer in [lo, hi] (the state's doubles are checked with it)
+local function int_in(x, lo, hi)
+  return x == x and x == floor(x) and x >= lo and x <= hi
+end
 local function age(s1, n1, s2, n2, w)
   local dsec = s1 - s2
   if dsec > 9000001 then return w end
@@ -58,8 +63,9 @@ local function event(raw, key)
 end
 local st = {} -- each bucket's decision: the first pass reads and decides, the second writes
 for i = 1, n do
-  local q = pbase + pstep * (i - 1)
-  local cost, limit, w = ARGV[8 + cstep * (i - 1)] + 0, ARGV[q] + 0, ARGV[q + 1] + 0
+  local cost = cost1
+  if cstep ~= 0 then cost = ARGV[cbase + i - 1] + 0 end
+  local limit, w = struct.unpack('<i8i8', ARGV[2 + pstep * (i - 1)])
   local key = KEYS[i]
   local lkey = key .. '}l'
   local raw, corrupt = read_state(key, 'log', 24)
@@ -178,14 +184,18 @@ struct LuaTwin<SlidingLog> {
     return Params{};
   }
 
-  static void append_args(const SlidingLog& sl, const Params&, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sl.limit + 1)));
-    args.push_back(absl::StrCat(sl.limit));
-    args.push_back(absl::StrCat(sl.window.count()));
-    args.push_back("0");
-    args.push_back("0");
-    args.push_back("0");
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const SlidingLog& sl, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, sl.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8': limit, W ns.
+  static std::string pack_params(const SlidingLog& sl, const Params&) {
+    std::string out;
+    for (std::int64_t v : {sl.limit, static_cast<std::int64_t>(sl.window.count())}) {
+      detail::pack_le(out, v, 8);
+    }
+    return out;
   }
 };
 

@@ -54,8 +54,9 @@
 // another type is found before any write; a state of the wrong size or out of range,
 // found after some windows of a batch were written, puts those back as they were.
 //
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, w
-// (mode 1: W ns; mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
+// Arguments: twin/common.hpp; the cost clamped to [0, limit+1], the parameter set
+// '<i8i8i8i8i8': limit, mode, w (mode 1: W ns; mode 2: W in seconds), W in ns, windows
+// per second (mode 1) or 0.
 #pragma once
 
 #include <algorithm>
@@ -112,8 +113,6 @@ local function muldiv(a, b, c)
   return q
 end
 local out = {0, sec, ns, 1}
--- The script runs on the server's clock (the key's expiry is on that clock too).
-local server = ARGV[1] == ''
 -- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window estimate', 21)
 if not raws then return corrupt end
@@ -131,19 +130,21 @@ local rcall = redis.call
 local varying = pstep ~= 0 or cstep ~= 0
 -- `idx`: this call's window for the current parameters (mode 1: its index within second
 -- `sec`; mode 2: its index).
-local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per, idx
+local sc, sset, limit, mode, w, W, per, idx
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous window's.
-      local a0 = ARGV[8 + cstep * (i - 1)]
-      local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
-        sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
-        limit, mode, w, W, per = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+      -- Arguments are unpacked only when their strings differ from the previous window's.
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        limit, mode, w, W, per = sunpack('<i8i8i8i8i8', set)
         -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
         local x = ns
         if mode ~= 1 then x = sec end
@@ -326,14 +327,18 @@ struct LuaTwin<SlidingWindowEstimate> {
         w, kMaxWindowNs / kSecond));
   }
 
-  static void append_args(const SlidingWindowEstimate& sw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sw.limit + 1)));
-    args.push_back(absl::StrCat(sw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back(absl::StrCat(sw.window.count()));
-    args.push_back(absl::StrCat(pr.per));
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const SlidingWindowEstimate& sw, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, sw.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8i8i8i8': limit, mode, w, W ns, per.
+  static std::string pack_params(const SlidingWindowEstimate& sw, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {sw.limit, pr.mode, pr.w, sw.window.count(), pr.per}) {
+      detail::pack_le(out, v, 8);
+    }
+    return out;
   }
 };
 

@@ -50,8 +50,8 @@
 // are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
 // single bucket and for apply_batch's independent decisions, with no per-bucket
 // function call or table; only the all-or-nothing check over several buckets decides
-// all before it writes any. Arguments are converted to numbers (`s + 0`) only when their
-// strings differ from the previous bucket's; one cost shared by a batch is sent once;
+// all before it writes any. A parameter set is unpacked only when its string differs
+// from the previous bucket's; one cost shared by a batch is sent once;
 // divisions are inlined (a corrected `%`), not function calls; a batch of one cost and
 // one parameter set looks at its arguments once. The reply is compact (below): a
 // bucket's fields as integers cost the server a table store and a conversion each, where
@@ -63,19 +63,9 @@
 // another type is found before any write; a state of the wrong size or out of range,
 // found after some buckets of a batch were written, puts those back as they were.
 //
-// KEYS[1..n]       bucket keys (one hash slot: one tenant)
-// KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
-// ARGV[1], ARGV[2] caller time (seconds, nanoseconds), or '' and '' for the server's TIME
-// ARGV[3]          TTL margin, ms
-// ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
-//                  decisions, apply_batch)
-// ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
-// ARGV[6]          n
-// ARGV[7]          k: 1 when all buckets have the same cost (sent once), else n
-// ARGV[7+j]        cost j (clamped to [0, burst+1])
-// ARGV[8+k]        1 when all buckets share their parameters (sent once), else n
-// ARGV[9+k+5(j-1)..] parameter set j: burst, m, p, g, fill (-1 when the rate is 0)
-// Reply, compact (no attempt: ARGV[4] '0' or '-1'): {replayed (0), time seconds, time
+// Keys and arguments: twin/common.hpp; the cost clamped to [0, burst+1], the parameter
+// set '<i8i8i8i8i8': burst, m, p, g, fill (-1 when the rate is 0).
+// Reply, compact (no attempt, or a batch): {replayed (0), time seconds, time
 //         nanoseconds, all allowed (1/0), then per bucket i = 1..n its state as written
 //         (the 28-byte string above), then for each bucket i that denies, in bucket
 //         order, the integer 4·i + reason (reason 1 over limit, 2 cost exceeds burst,
@@ -131,7 +121,7 @@ local den, nd = nil, 0
 -- Server time in ms, when the script runs on the server's clock (the key's expiry is on
 -- that clock too); nil in caller-time mode.
 local now_ms
-if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
+if server then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
 -- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('bucket', 28)
@@ -148,20 +138,18 @@ local first = 2
 if not batch and n > 1 then first = 1 end
 -- Arguments of bucket i > 1 are looked at only when they may differ from bucket 1's.
 local varying = pstep ~= 0 or cstep ~= 0
-local sc, sb, sm, sp, sg, sf, cost, burst, m, p, g, fill, cap, fillms
+local sc, sset, burst, m, p, g, fill, cap, fillms
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous bucket's
-      -- (Lua interns strings: these are pointer comparisons; the conversion is the costly
-      -- part).
-      local a0 = ARGV[8 + cstep * (i - 1)]
-      local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-      if a1 ~= sb or a2 ~= sm or a3 ~= sp or a4 ~= sg or a5 ~= sf then
-        sb, sm, sp, sg, sf = a1, a2, a3, a4, a5
-        burst, m, p, g, fill = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+      -- Arguments are unpacked only when their strings differ from the previous bucket's
+      -- (Lua interns strings: these are pointer comparisons).
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        burst, m, p, g, fill = sunpack('<i8i8i8i8i8', set)
         cap = burst * 1000000
         -- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
         -- (reset <= fill), so the expiry set last can be kept without computing reset.
@@ -170,7 +158,10 @@ for pass = first, 2 do
         if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
         fillms = (x - r) / 1000000 + margin + 10
       end
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
     end
     local key = KEYS[i]
     local raw = raws[i]
@@ -361,19 +352,17 @@ struct LuaTwin<TokenBucket> {
     return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
   }
 
-  // Appends the 6 per-bucket arguments: the cost, then the 5 parameters (build() sends
-  // the costs first and the parameters once when all buckets share them).
-  static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
-    // exact in Lua.
-    const std::int64_t c = std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
-    args.push_back(absl::StrCat(c));
-    args.push_back(absl::StrCat(tb.burst));
-    args.push_back(absl::StrCat(pr.m));
-    args.push_back(absl::StrCat(pr.p));
-    args.push_back(absl::StrCat(pr.g));
-    args.push_back(absl::StrCat(pr.fill));
+  // The cost as sent: costs outside [1, burst] decide the same whatever their size;
+  // clamping keeps them exact in Lua.
+  static std::int64_t script_cost(const TokenBucket& tb, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8i8i8i8': burst, m, p, g, fill.
+  static std::string pack_params(const TokenBucket& tb, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {tb.burst, pr.m, pr.p, pr.g, pr.fill}) detail::pack_le(out, v, 8);
+    return out;
   }
 
   // The compact reply (twin/token_bucket.hpp): each bucket's state as the script wrote it
