@@ -1,70 +1,33 @@
 // quota/redis/twin/gateway.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
 //
-// One script, three operations, each atomic on the server over the keys of ONE tenant
-// (one hash slot), bit-identical to the C++ functions of quota/gateway/key_state.hpp
-// (tests/redis/redis_gateway_test.cpp compares them on random operation sequences):
+// kGatewayLua runs one of three operations over the keys of ONE tenant (one hash slot),
+// bit-identical to the C++ functions of quota/gateway/key_state.hpp (tests compare them
+// on random operation sequences): 'd' decide (KeyPolicy::apply on each level in order,
+// stopping at the first level that denies and is not shadow; all or nothing), 'r' refund
+// (gateway::refund on each key) and 'c' charge (gateway::charge on each key).
+// kGatewayAttemptLua keeps the attempts GatewayStore shares between processes.
+// GatewayStore (redis/gateway_store.hpp) builds the arguments and parses the replies.
 //
-//   'd' decide  KeyPolicy::apply on each level in order — convert a state written under
-//               other parameters (migrate: refill with the old ones up to now, clamp to
-//               the new capacity; a state of a NEWER version is kept), pay debt, apply —
-//               stopping at the first level that denies and is not shadow. All or
-//               nothing: on such a denial the levels allowed before it are written
-//               WITHOUT their deduction (exactly what the in-process give-back leaves).
-//   'r' refund  gateway::refund on each key (give-back or a settle's surplus).
-//   'c' charge  gateway::charge on each key (a settle's deficit).
+// Guarantees: for every rule GatewayStore::check admits, every value is an exact integer
+// below 2^53 and every duration returned is exact nanoseconds, so with times of whole
+// microseconds both sides decide identically; a key's state is 72 bytes; its TTL is its
+// idle time plus the margin (none while it holds debt); a key that is not a gateway state
+// of ours is QUOTA_CORRUPT, nothing written. Thread safety: the constants are immutable
+// text; Redis runs each script call with nothing interleaved.
 //
-// Time is microseconds on the server's clock (TIME), or the caller's in a test mode; the
-// C++ side keeps nanoseconds, and every duration returned is exact nanoseconds, so with
-// times that are whole microseconds both sides decide identically.
-//
-// Exactness (Lua numbers are doubles, exact below 2^53). The C++ side
-// (GatewayStore::check) admits only rules that keep every value below 2^53: capacity
-// (burst or limit) at most 2·10^9 units, so micro-units with debt and refunds stay below
-// 6·10^15; a token bucket's rate m/p micro-units per ns (reduced by g) with
-// (m+2)(p+1) <= 2^53 and a time to fill of at most 4·10^15 ns (~46 days), so a refill
-// from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
-// most 4·10^15 ns. Refill and time-to-reach are split as in twin/token_bucket.hpp.
-//
-// State: one string of 72 bytes per key, struct-packed little-endian integers
-// ('<I7i7I7i7I7I4c33'): the version; the policy state — tokens (micro-units) | the
-// window's count, the carried remainder over p, the last time µs; the debt (micro-units);
-// the key's expiry as last set, ms after the last time (0: unknown); then the parameters
-// that wrote it, exactly as the policy argument that carried them ('<BI4I7I7I7I7': kind
-// 1 token bucket | 2 fixed window, capacity (burst|limit, units), m|window µs, p|0, g|0,
-// fill ns|0 — a token bucket's rate.units·10^6 / rate.per reduced by g = their gcd, and
-// its time to fill: these identify the rate exactly, as rate.units and rate.per do, and
-// are what the refill needs). The usual state was written under the caller's policy: its
-// last 33 bytes are the caller's argument, one string comparison (Lua interns strings),
-// and only the state's six fields are unpacked. Every value is an exact integer, checked
-// on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte
-// class. Format version (twin/common.hpp): bits 53-55 of the first field (the rule-set
-// version, < 2^53), version 0 = zero; `ver <= 9007199254740991` rejects any other.
-//
-// TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
-// while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
-// come back). A new key gets exactly that; later writes keep the key's TTL while the
-// expiry set last still covers idle time + margin with 10 ms to spare: they overwrite the
-// 72-byte state in place (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would,
-// with no expiry to compute, parse and propagate, no new value object and an integer
-// reply; the value stays a raw string, MEMORY USAGE unchanged). When it does not, they
-// set idle time + margin, one margin more when the expiry fell short by less than a
-// margin (a busy key, re-armed about once per margin; a key whose idle time grew more
-// keeps exactly what it needs). The expiry is known only on the server's clock: in
-// caller-time mode every write sets the TTL.
-//
-// Cost (server instructions, callgrind: benchmarks/redis_instructions_bench.cpp). One
-// argument per level: the policy as 33 packed bytes ('<BI4I7I7I7I7': kind, capacity,
-// m|window µs, p, g, fill), built and kept once per policy by the C++ side, unpacked only
-// when it differs from the previous level's (Lua interns strings: a pointer comparison);
-// the shadow flags of all levels in one argument. Several levels' states are read with
-// one MGET. No table or closure per level: a level's state lives in locals (a call with
-// several levels keeps the levels it has not written yet in one flat table, and the reply
-// table is sized at creation); the few helpers it defines hold no level's state;
-// divisions are inlined as corrected `%`. A busy key's write is SETRANGE in place (no
-// expiry to format and parse, no new value object). Measured ("gateway 1lvl", a busy
-// token bucket): ~79,000 instructions per call, from ~150,000 with the earlier state of
-// 13 doubles, 9 decimal arguments per level and per-level tables and closures; "gateway
-// 3lvl" (two calls: user + tenant, then global) ~200,000 per decision, from ~399,000.
+//   // GatewayStore sends, for one level of a token bucket, rule-set version 1, cost 1:
+//   // EVALSHA <sha of kGatewayLua> 1 "quota:{acme}read" "" d 1000 1 1 "" 0 <33-byte policy>
+//   // and reads {time µs, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
+//   //            version}.
+#pragma once
+
+#include <string>
+
+#include "quota/redis/twin/common.hpp"
+
+namespace quota::redis {
+
+// The script's body (after kLuaMath and kLuaReach of twin/common.hpp).
 //
 // KEYS[1..n]       the keys (one hash slot)
 // ARGV[1]          time in µs, or '' for the server's TIME
@@ -81,14 +44,46 @@
 //                   version used}
 // Reply 'r', 'c':  {time µs, then per key: micro-units given back | left as debt}
 // Errors:          "QUOTA_CORRUPT ..." (a key's value is not a gateway state of ours).
-#pragma once
-
-#include <string>
-
-#include "quota/redis/twin/common.hpp"
-
-namespace quota::redis {
-
+//
+// 'd' converts a state written under other parameters (migrate: refill with the old
+// ones up to now, clamp to the new capacity; a state of a NEWER rule-set version is
+// kept), pays debt, applies. On a denial that is not shadow the levels allowed before it
+// are written WITHOUT their deduction (exactly what the in-process give-back leaves).
+//
+// Time is microseconds on the server's clock (TIME), or the caller's in a test mode; the
+// C++ side keeps nanoseconds.
+//
+// Exactness. GatewayStore::check admits only rules that keep every value below 2^53:
+// capacity (burst or limit) at most 2·10^9 units, so micro-units with debt and refunds
+// stay below 6·10^15; a token bucket's rate m/p micro-units per ns (reduced by g) with
+// (m+2)(p+1) <= 2^53 and a time to fill of at most 4·10^15 ns (~46 days), so a refill
+// from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
+// most 4·10^15 ns. Refill and time-to-reach are split as in kTokenBucketLuaBody.
+//
+// State: 72 bytes per key, '<I7i7I7i7I7I4c33': the rule-set version; tokens
+// (micro-units) | the window's count, the carried remainder over p, the last time µs;
+// the debt (micro-units); the key's expiry as last set, ms after the last time (0:
+// unknown); then the parameters that wrote it, exactly as the policy argument that
+// carried them ('<BI4I7I7I7I7': kind 1 token bucket | 2 fixed window, capacity, m|window
+// µs, p|0, g|0, fill ns|0 — identifying the rate exactly, as rate.units and rate.per
+// do). A state written under the caller's policy ends with the caller's argument: one
+// string comparison (Lua interns strings), and only the six fields are unpacked. Every
+// value is checked on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in
+// jemalloc's 80-byte class. Format version (twin/common.hpp): bits 53-55 of the first
+// field (the rule-set version, < 2^53), version 0 = zero; the check `ver <=
+// 9007199254740991` rejects any other.
+//
+// TTL: the key's idle time (until its state equals a fresh one) plus the margin; none
+// while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
+// come back). A later write keeps the key's TTL while the expiry set last still covers
+// idle time + margin with 10 ms to spare, overwriting the state in place (SETRANGE key
+// 0); else it sets idle time + margin, one margin more when the expiry fell short by less
+// than a margin (a busy key, re-armed about once per margin). In caller-time mode every
+// write sets the TTL.
+//
+// Each level's policy is one packed argument, unpacked only when it differs from the
+// previous level's; several levels' states are read with one MGET; no table or closure
+// per level (the levels not yet written wait in one flat table).
 inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
 local MAXOFF = 4294967295

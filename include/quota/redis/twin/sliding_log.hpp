@@ -1,33 +1,24 @@
 // quota/redis/twin/sliding_log.hpp — the Lua twin of quota::SlidingLog.
 //
-// Bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the
-// admitted (time, cost) events still in the window (t − W, t]; a request admitted iff
-// used + cost <= limit; a denial's retry_after is when the oldest events holding the
-// excess have left. Shared arguments, reply and attempts: twin/common.hpp.
+// kSlidingLogLua decides one or more logs of one tenant in one script call,
+// bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the admitted
+// (time, cost) events still in the window (t − W, t]; a request admitted iff used + cost
+// <= limit; a denial's retry_after is when the oldest events holding the excess have
+// left. LuaTwin<SlidingLog> is its C++ codec: the exact range (params) and the arguments
+// (script_cost, pack_params); the call layout, the reply and attempts are
+// twin/common.hpp's and twin/call.hpp's.
 //
-// Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
-//   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
-//                    nanoseconds, used = the costs of the logged events);
-//   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
-//                    nanoseconds, cost). No valid bucket key ends in '}', so the list
-//                    never collides with another bucket.
-// Format version (twin/common.hpp): the meta's nanoseconds carry it as a multiple of 2^30
-// (version 0: none; the range check int_in(lns, 0, 999999999) rejects any other); the
-// events follow their meta's version.
-// Expired events are trimmed from the head (amortized O(1)); a denial scans from the
-// first live event until the excess is covered (O(events that must leave)). At most
-// `limit` events are live. The first pass over the buckets only reads (a corrupt bucket
-// fails the call before anything is written); the second writes. Both keys expire at
-// reset_after (every event has left) plus the margin. (The list key is derived inside
-// the script rather than passed in KEYS; it is in the same slot, which is what Redis
-// Cluster checks.)
+// Guarantees: for every policy params() accepts (W <= 9·10^15 ns, ~104 days) the
+// decisions equal the C++ policy's; a key holds a 24-byte meta and a list of at most
+// `limit` live events, both expiring at reset_after plus the margin; a corrupt key fails
+// the whole call with QUOTA_CORRUPT before anything is written. Thread safety: the
+// constants are immutable text, LuaTwin's functions are pure; Redis runs each script call
+// with nothing interleaved.
 //
-// Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event
-// is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
-// store rejects W > 9·10^15 ns, ~104 days). Costs and `used` are <= kMaxUnits < 2^44.
-//
-// Arguments: twin/common.hpp; the cost clamped to [0, limit+1], the parameter set
-// '<i8i8': limit, W ns.
+//   const SlidingLog sl{.limit = 100, .window = 1min};
+//   const BucketRequest<SlidingLog> req{&sl, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kSlidingLogLua> 1 call->keys[0] call->args..., then parse_reply
 #pragma once
 
 #include <algorithm>
@@ -43,6 +34,28 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+//
+// Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
+//   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
+//                    nanoseconds, used = the costs of the logged events);
+//   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
+//                    nanoseconds, cost). No valid bucket key ends in '}', so the list
+//                    never collides with another bucket. (The list key is derived here
+//                    rather than passed in KEYS; it is in the same slot, which is what
+//                    Redis Cluster checks.)
+// Format version (twin/common.hpp): the meta's nanoseconds carry it as a multiple of 2^30
+// (version 0: none; the range check int_in(lns, 0, 999999999) rejects any other); the
+// events follow their meta's version.
+//
+// Expired events are trimmed from the head (amortized O(1)); a denial scans from the
+// first live event until the excess is covered (O(events that must leave)). The first
+// pass over the buckets only reads (a corrupt bucket fails the call before anything is
+// written); the second writes.
+//
+// Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event is
+// formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left). Costs
+// and `used` are <= kMaxUnits < 2^44.
 inline constexpr const char* kSlidingLogLuaBody = R"lua(
 -- an exact integer in [lo, hi] (the state's doubles are checked with it)
 local function int_in(x, lo, hi)

@@ -1,62 +1,27 @@
 // quota/redis/twin/sliding_window_estimate.hpp — the Lua twin of
 // quota::SlidingWindowEstimate.
 //
-// Bit-identical to SlidingWindowEstimate::apply (include/quota/policy/
-// sliding_window_estimate.hpp): counters `cur` and `prev` of the aligned windows, a
-// request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the same remaining,
-// retry_after and reset_after. Shared arguments, reply and attempts: twin/common.hpp.
+// kSlidingWindowEstimateLua decides one or more estimates of one tenant in one script
+// call, bit-identical to SlidingWindowEstimate::apply
+// (include/quota/policy/sliding_window_estimate.hpp): counters `cur` and `prev` of the
+// aligned windows, a request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the
+// same remaining, retry_after and reset_after. LuaTwin<SlidingWindowEstimate> is its C++
+// codec: the exact range (params) and the arguments (script_cost, pack_params); the call
+// layout, the reply and attempts are twin/common.hpp's and twin/call.hpp's.
 //
-// Exactness. Times are two limbs (seconds, nanoseconds) and windows tile the second
-// grid exactly as in twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole
-// number of seconds). Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44,
-// W and el < 2^52) are formed exactly as two limbs (`mul`: H·2^52 + L, via 26-bit
-// halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a floating
-// estimate corrected with those exact comparisons. The store rejects W >= 2^52 ns
-// (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+// Guarantees: for every policy params() accepts (windows that divide 1 s or are whole
+// seconds below 2^52 ns; it rejects the others, naming the bound) the products are
+// compared exactly, also beyond 2^53, so the decisions equal the C++ policy's; a key's
+// state is 21 bytes; its TTL lasts until both counters are 0 plus the margin; a corrupt
+// state fails the whole call with QUOTA_CORRUPT and charges nothing. Thread safety: the
+// constants are immutable text, LuaTwin's functions are pure; Redis runs each script call
+// with nothing interleaved.
 //
-// State: one 21-byte string per key, struct-packed little-endian integers ('<I6I6i5I4':
-// cur, prev (< 2^48), the last time's seconds and nanoseconds — the nanoseconds plus
-// 10^9 when the key's TTL is known to cover its counters, below). 21 bytes keep the value
-// in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes; the
-// earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead of 120 bytes
-// with a 19-byte key. Every field is checked in range on read. Format version
-// (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 < 2^31 with the mark),
-// version 0 = zero; `t > 1999999999` rejects any other.
-//
-// TTL (set in the same script): reset_after (until both counters are 0: the end of the
-// window after the current one when cur > 0, of the current one when only prev > 0),
-// rounded up to ms, plus the margin. Once past that the key is the same as a fresh one, so
-// the TTL only has to last until then. With `span` = 2, 1 or 0 as above (the number of
-// windows, counted from the start of the last time's window, that the counters need), a
-// write that sets a TTL while span > 0 (on the server's clock) marks the state ("TTL
-// known": nanoseconds + 10^9): the expiry reaches the end of that span plus the margin.
-// A later write, d windows on, keeps that TTL while its own span still ends no later (d +
-// span <= the span marked, span > 0): every write of a busy key within its window, and the
-// first of the next window when only prev is left. It overwrites the 21-byte state in
-// place (SETRANGE key 0 state: the TTL kept as SET ... KEEPTTL would, with no expiry to
-// compute, parse and propagate, and also no new value object and an integer reply instead
-// of SET's status table; the value becomes a raw string, MEMORY USAGE unchanged) — a
-// marked state is always a 21-byte one. Else (a new key, the 32-byte form, an unmarked
-// state, a span beyond the one marked) it sets the TTL again with SET ... PX. An idle key
-// is never extended: it expires at the end of its span plus the margin. In caller-time
-// mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
-//
-// Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
-// read with one MGET; one pass per window for one window and for apply_batch's
-// independent decisions, with no per-window table; two passes only for the
-// all-or-nothing check over several windows; a batch of one cost and one parameter set
-// looks at its arguments once; the products of `le` and `muldiv` are formed as one number
-// when they are below 2^53 (2^52 for muldiv), as two limbs only beyond. (Callgrind: the
-// in-place write and the arguments looked at once took 13-14 % off a decision at 16 per
-// call, the in-place write alone 2 % at one per call.)
-//
-// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
-// another type is found before any write; a state of the wrong size or out of range,
-// found after some windows of a batch were written, puts those back as they were.
-//
-// Arguments: twin/common.hpp; the cost clamped to [0, limit+1], the parameter set
-// '<i8i8i8i8i8': limit, mode, w (mode 1: W ns; mode 2: W in seconds), W in ns, windows
-// per second (mode 1) or 0.
+//   const SlidingWindowEstimate sw{.limit = 100, .window = 1min};
+//   const BucketRequest<SlidingWindowEstimate> req{&sw, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kSlidingWindowEstimateLua> 1 call->keys[0] call->args..., then
+//   // parse_reply
 #pragma once
 
 #include <algorithm>
@@ -72,6 +37,34 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+//
+// Exactness. Times are two limbs and windows tile the second grid as in
+// twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole number of seconds).
+// Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44, W and el < 2^52) are
+// formed as one number while below 2^53, else exactly as two limbs (`mul`: H·2^52 + L,
+// via 26-bit halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a
+// floating estimate corrected with those exact comparisons. params() rejects W >= 2^52
+// ns (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+//
+// State: 21 bytes, '<I6I6i5I4': cur, prev (< 2^48), the last time's seconds and
+// nanoseconds, plus 10^9 when the key's TTL is known to cover its counters. 21 bytes keep
+// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
+// bytes). Format version (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 <
+// 2^31 with the mark), version 0 = zero; the check `t > 1999999999` rejects any other.
+//
+// TTL, set in the same script: reset_after (until both counters are 0: the end of the
+// window after the current one when cur > 0, of the current one when only prev > 0),
+// rounded up to ms, plus the margin. With `span` = 2, 1 or 0 as above (the windows,
+// from the start of the last time's, that the counters need), a write that sets a TTL
+// while span > 0 (on the server's clock) marks the state ("TTL known"); a later write, d
+// windows on, keeps that TTL while d + span <= the span marked, overwriting the state in
+// place (SETRANGE key 0); else it sets the TTL again (SET ... PX). An idle key is never
+// extended. In caller-time mode every write sets the TTL, unmarked.
+//
+// One pass per window for one window and for a batch of independent decisions; two for
+// the all-or-nothing check of several. A corrupt state found after some windows of a
+// batch were written puts those back (`fail`).
 inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local T26 = 67108864
@@ -309,7 +302,8 @@ struct LuaTwin<SlidingWindowEstimate> {
   static const std::string& script() { return kSlidingWindowEstimateLua; }
 
   struct Params {
-    std::int64_t mode = 1, w = 1, per = 0;  // see twin/sliding_window_estimate.hpp
+    // mode 1: w = W ns, per = windows per second; mode 2: w = W in seconds, per = 0
+    std::int64_t mode = 1, w = 1, per = 0;
   };
 
   // The longest window: below 2^52 ns (products of two values below 2^52 are exact).

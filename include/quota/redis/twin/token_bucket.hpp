@@ -1,91 +1,25 @@
 // quota/redis/twin/token_bucket.hpp — the Lua twin of quota::TokenBucket.
 //
-// One EVALSHA runs read–refill–decide–deduct–write for one or more buckets of one
-// tenant atomically (Redis runs a script with nothing interleaved), bit-identical to
-// TokenBucket::apply in include/quota/policy/token_bucket.hpp. It also implements the
-// idempotent attempt (a stored first result, replayed) and the hierarchical check (all
-// buckets allow, or nothing is deducted). The C++ side is RedisTwin<TokenBucket> in
-// redis_store.hpp, which builds the arguments and parses the reply.
+// kTokenBucketLua decides one or more buckets of one tenant in one script call — read,
+// refill, decide, deduct, write — bit-identical to TokenBucket::apply
+// (include/quota/policy/token_bucket.hpp), with the idempotent attempt and the
+// all-or-nothing check of several buckets. LuaTwin<TokenBucket> is its C++ codec: the
+// exact range (params), the arguments (script_cost, pack_params) and the compact reply
+// (decision, compact_parts). twin/call.hpp lays out a call with it; RedisStore<TokenBucket>
+// (redis_store.hpp) sends it.
 //
-// Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53. The script
-// never forms a value at or above 2^53:
-//   - the rate M/P micro-units per ns is passed reduced by g = gcd(M, P) as m/p, so the
-//     carried remainder c lives over p (stored multiplied back by g, i.e. exactly the
-//     C++ state's carry over rate.per);
-//   - time is two limbs (seconds, nanoseconds); an elapsed time is formed only when it
-//     is below the time to fill the bucket, `fill`, else the bucket is simply full —
-//     exactly what the C++ refill computes for such a gap;
-//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
-//   - time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
-//     a·p + ceil((b·p − c)/m);
-//   - floor division is corrected by one step (a floating quotient is off by at most 1).
-// The C++ side rejects parameters for which any of this could reach 2^53 (the message
-// names the bound): burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
-// days), rate.per < 2^53 ns.
+// Guarantees: for every policy params() accepts (it rejects the others, naming the
+// bound), every value the script forms is an exact integer below 2^53, so its decisions
+// equal the C++ policy's; a bucket's state is 28 bytes; its TTL is at least its time to
+// full plus the margin (none at rate 0); a corrupt state fails the whole call with
+// QUOTA_CORRUPT and charges nothing. Thread safety: the constants are immutable text,
+// LuaTwin's functions are pure; Redis runs each script call with nothing interleaved.
 //
-// State: one string of 28 bytes per bucket, struct-packed little-endian integers
-// ('<I7I7i6I4I4': tokens in micro-units < 2^53, carry over rate.per < 2^53, last time
-// seconds, last time nanoseconds, the key's expiry as last set: ms after the last time,
-// 0 = unknown) — every value an exact integer, no tostring precision loss. 28 bytes keep
-// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
-// bytes; the earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead
-// of 120 bytes with a 20-byte key. Format version (twin/common.hpp): bits 30-31 of the
-// nanoseconds field (< 10^9 < 2^30), version 0 = both zero; `lns > 999999999` rejects any
-// other.
-//
-// TTL (set in the same script): at least time to full (rounded up to ms) plus the
-// margin; none when the rate is 0 (a one-off budget must not come back). A new key gets
-// exactly that. Later writes keep the key's TTL while the expiry set last still covers
-// time to full + margin with 10 ms to spare: they overwrite the 28-byte state in place
-// (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would, with no expiry to
-// recompute, parse and propagate, and also no new value object and an integer reply
-// instead of SET's status table; the value becomes a raw string, MEMORY USAGE
-// unchanged). When it does not, they set time to full + 2·margin, so that a busy key is
-// re-armed about once per margin. The expiry is known only on the server's clock: in
-// caller-time mode every write sets the TTL. Whether the expiry covers time to full is
-// first asked of the longest time to full (fill, which bounds every reset_after): when
-// it does, the bucket's own time to full is not computed.
-//
-// Cost (server instructions, measured with callgrind: README). Several buckets' states
-// are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
-// single bucket and for apply_batch's independent decisions, with no per-bucket
-// function call or table; only the all-or-nothing check over several buckets decides
-// all before it writes any. A parameter set is unpacked only when its string differs
-// from the previous bucket's; one cost shared by a batch is sent once;
-// divisions are inlined (a corrected `%`), not function calls; a batch of one cost and
-// one parameter set looks at its arguments once. The reply is compact (below): a
-// bucket's fields as integers cost the server a table store and a conversion each, where
-// the state it has just written is one string. (At 16 decisions per call: the compact
-// reply took 9.5 % off the instructions, the arguments looked at once 6 %, the TTL
-// check against fill 6 %, SETRANGE 8.6 %.)
-//
-// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
-// another type is found before any write; a state of the wrong size or out of range,
-// found after some buckets of a batch were written, puts those back as they were.
-//
-// Keys and arguments: twin/common.hpp; the cost clamped to [0, burst+1], the parameter
-// set '<i8i8i8i8i8': burst, m, p, g, fill (-1 when the rate is 0).
-// Reply, compact (no attempt, or a batch): {replayed (0), time seconds, time
-//         nanoseconds, all allowed (1/0), then per bucket i = 1..n its state as written
-//         (the 28-byte string above), then for each bucket i that denies, in bucket
-//         order, the integer 4·i + reason (reason 1 over limit, 2 cost exceeds burst,
-//         3 invalid cost)}: 4 + n + (denials) elements. A bucket not listed allowed on
-//         its own (reason 0). The caller derives the rest from the state's tokens and
-//         carry (stored over rate.per), as TokenBucket::apply does
-//         (LuaTwin<TokenBucket>::decision in redis_store.hpp): remaining = floor(tokens /
-//         10^6); reset_after = the time to reach burst·10^6 (0 when full, never at rate
-//         0); retry_after = 0 when allowed, never for reasons 2 and 3, else the time to
-//         reach cost·10^6 (never at rate 0). In an all-or-nothing check that denies,
-//         the states are the refilled ones, nothing deducted.
-// Reply, full (with an attempt, and an attempt's replay, which earlier versions may
-//         have stored): the shared form of twin/common.hpp: {replayed, time seconds,
-//         time nanoseconds, all allowed (1/0), then per bucket: allowed (1/0: this
-//         bucket alone had enough), reason, remaining, retry_after ns (-1 = never),
-//         reset_after ns (-1 = never)}. The caller tells the forms apart by the type of
-//         element 5 (a string: compact). Scripts are keyed by their SHA, so a caller
-//         only gets the compact form from the script it ships with; an attempt stored by
-//         either version is in the full form, which both read.
-// Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
+//   const TokenBucket tb{.rate = {.units = 100, .per = 1s}, .burst = 20};
+//   const BucketRequest<TokenBucket> req{&tb, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kTokenBucketLua> 1 call->keys[0] call->args..., then
+//   // parse_reply(*reply, std::span(&req, 1)): the Decision TokenBucket::apply gives.
 #pragma once
 
 #include <algorithm>
@@ -110,11 +44,56 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath, kLuaReach and kLuaHead of twin/common.hpp).
+//
+// Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53; nothing formed
+// here reaches 2^53:
+//   - the rate M/P micro-units per ns is sent reduced by g = gcd(M, P) as m/p, so the
+//     carried remainder c lives over p (stored multiplied back by g: exactly the C++
+//     state's carry over rate.per);
+//   - time is two limbs (seconds, nanoseconds); an elapsed time is formed only when it is
+//     below the time to fill, `fill`, else the bucket is simply full (what the C++ refill
+//     computes for such a gap);
+//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
+//   - the time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
+//     a·p + ceil((b·p − c)/m) (kLuaReach);
+//   - a floor division is corrected by one step (a floating quotient is off by at most 1).
+// params() enforces burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
+// days) and rate.per < 2^53 ns.
+//
+// State: 28 bytes per bucket, '<I7I7i6I4I4': tokens (micro-units, < 2^53), carry over
+// rate.per (< 2^53), last time seconds, last time nanoseconds, the key's expiry as last
+// set (ms after the last time, 0 = unknown). 28 bytes keep the value in jemalloc's
+// 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes). Format version
+// (twin/common.hpp): bits 30-31 of the nanoseconds (< 10^9 < 2^30), version 0 = both
+// zero; the check `lns > 999999999` rejects any other.
+//
+// TTL, set in the same script: time to full (rounded up to ms) plus the margin for a new
+// key; none at rate 0 (a one-off budget must not come back). A later write keeps the
+// key's TTL while the expiry set last still covers time to full + margin with 10 ms to
+// spare, overwriting the state in place (SETRANGE key 0: the TTL kept as KEEPTTL would,
+// no new value object); else it sets time to full + 2·margin, so that a busy key is
+// re-armed about once per margin. The expiry is known only on the server's clock: in
+// caller-time mode every write sets the TTL.
+//
+// One pass per bucket (refill, decide, deduct, write) for one bucket and for a batch of
+// independent decisions; two for the all-or-nothing check of several (decide all, then
+// write). A corrupt state found after some buckets of a batch were written puts those
+// back (`fail`, twin/common.hpp).
+//
+// Reply, compact (no attempt, or a batch): {0, time seconds, time nanoseconds, all
+// allowed (1/0), then each bucket's state as written (28 bytes), then for each bucket i
+// that denies, in bucket order, 4·i + reason (1 over limit, 2 cost exceeds burst, 3
+// invalid cost)}. LuaTwin<TokenBucket>::decision derives remaining, retry_after and
+// reset_after from a state as TokenBucket::apply does. In an all-or-nothing check that
+// denies, the states are the refilled ones, nothing deducted. With an attempt (and its
+// replay) the reply is the full form of twin/common.hpp; element 5's type (a string:
+// compact) tells them apart.
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local rcall = redis.call
 local out = {0, sec, ns, 1}
--- The compact reply (see the header comment) unless an attempt is stored: an attempt's
+-- The compact reply (see above) unless an attempt is stored: an attempt's
 -- stored reply keeps the full form, which every version reads.
 local compact = attempt_ttl <= 0
 local den, nd = nil, 0
@@ -131,8 +110,7 @@ seen = raws
 -- deducted when it alone allows. All-or-nothing over several buckets takes two: the first
 -- decides every bucket and writes none (out[4]: all allowed), the second decides each
 -- again from the same state and time (the same outcome), deducting only when all allow,
--- and writes. (One body for both, with no per-bucket function call or table: 3 % of the
--- server's instructions at 16 decisions per call.)
+-- and writes. (One body for both, with no per-bucket function call or table.)
 local deduct = true
 local first = 2
 if not batch and n > 1 then first = 1 end
@@ -312,7 +290,8 @@ template <>
 struct LuaTwin<TokenBucket> {
   static const std::string& script() { return kTokenBucketLua; }
 
-  // The script's per-bucket parameters; see twin/token_bucket.hpp.
+  // The script's per-bucket parameters (kTokenBucketLuaBody: m/p the rate reduced by g,
+  // fill the time to fill in ns, -1 at rate 0).
   struct Params {
     std::int64_t m = 0, p = 1, g = 1, fill = -1;
   };
@@ -365,7 +344,7 @@ struct LuaTwin<TokenBucket> {
     return out;
   }
 
-  // The compact reply (twin/token_bucket.hpp): each bucket's state as the script wrote it
+  // The compact reply (kTokenBucketLuaBody): each bucket's state as the script wrote it
   // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
   // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
   // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
