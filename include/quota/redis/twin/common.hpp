@@ -2,10 +2,10 @@
 // layout, the reply, exact integer helpers and the state format version rule.
 //
 // Each RedisStore twin is one script, kLuaMath + kLuaHead + its own body + kLuaTail (the
-// token bucket's also has kLuaReach). twin/call.hpp builds the keys and arguments below
-// and parses the reply; a script runs atomically on the server (nothing interleaves), so
-// a call's buckets are read, decided and written as one step. The Lua constants are pure
-// text, the C++ helpers pure functions: thread-safe.
+// token bucket's also has kLuaReach, the others kLuaPut). twin/call.hpp builds the keys and
+// arguments below and parses the reply; a script runs atomically on the server (nothing
+// interleaves), so a call's buckets are read, decided and written as one step. The Lua constants
+// are pure text, the C++ helpers pure functions: thread-safe.
 //
 // KEYS[1..n]  bucket keys (one hash slot: one tenant; distinct in a batch)
 // KEYS[n+1]   attempt key, when the attempt TTL is above 0
@@ -171,7 +171,12 @@ local function fail(err)
   end
   return err
 end
--- Decision i's five reply fields, after the reply's four header fields.
+)lua";
+
+// put(out, i, ...): decision i's five reply fields, after the reply's four header fields
+// (after kLuaHead, in the twins that answer in the full form only; the token bucket's
+// writes them inline, sparing a closure per call).
+inline constexpr const char* kLuaPut = R"lua(
 local function put(out, i, ok, reason, rem, retry, reset)
   local k = 5 * i - 1
   out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset

@@ -63,7 +63,8 @@ namespace quota::redis {
 // found after some windows of a batch were written puts those back (`fail`).
 inline constexpr const char* kFixedWindowLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
-local out = {0, sec, ns, 1}
+-- (sized for one window's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 -- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window', 12)
 if not raws then return corrupt end
@@ -210,7 +211,7 @@ end
 
 // The whole script.
 inline const std::string kFixedWindowLua =
-    std::string(kLuaMath) + kLuaHead + kFixedWindowLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kFixedWindowLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<FixedWindow> {

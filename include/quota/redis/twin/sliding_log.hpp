@@ -152,7 +152,8 @@ for i = 1, n do
   if ok == 0 then all = 0 end
   st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w, drop}
 end
-local out = {0, sec, ns, all}
+-- (sized for one log's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, all, 0, 0, 0, 0, 0}
 for i = 1, n do
   local s = st[i]
   local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
@@ -178,7 +179,7 @@ end
 
 // The whole script.
 inline const std::string kSlidingLogLua =
-    std::string(kLuaMath) + kLuaHead + kSlidingLogLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingLogLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<SlidingLog> {

@@ -105,7 +105,8 @@ local function muldiv(a, b, c)
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
-local out = {0, sec, ns, 1}
+-- (sized for one window's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 -- The states, read at once (read_states, twin/common.hpp).
 local raws, corrupt = read_states('window estimate', 21)
 if not raws then return corrupt end
@@ -295,7 +296,7 @@ end
 
 // The whole script.
 inline const std::string kSlidingWindowEstimateLua =
-    std::string(kLuaMath) + kLuaHead + kSlidingWindowEstimateLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingWindowEstimateLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<SlidingWindowEstimate> {

@@ -92,7 +92,8 @@ namespace quota::redis {
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local rcall = redis.call
-local out = {0, sec, ns, 1}
+-- (sized for one bucket's compact reply: a table that grows is resized)
+local out = {0, sec, ns, 1, false}
 -- The compact reply (see above) unless an attempt is stored: an attempt's
 -- stored reply keeps the full form, which every version reads.
 local compact = attempt_ttl <= 0
@@ -273,7 +274,9 @@ for pass = first, 2 do
         end
         local r = tokens % 1000000
         if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
+        local k = 5 * i - 1
+        out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000
+        out[k + 4] = retry; out[k + 5] = reset
       end
     end
   end
