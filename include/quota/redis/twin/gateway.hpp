@@ -29,16 +29,15 @@ namespace quota::redis {
 
 // The script's body (after kLuaMath and kLuaReach of twin/common.hpp).
 //
-// KEYS[1..n]       the keys (one hash slot)
-// ARGV[1]          time in µs, or '' for the server's TIME
-// ARGV[2]          op: 'd', 'r' or 'c'
-// ARGV[3]          TTL margin, ms (>= 1)
-// ARGV[4]          the caller's rule-set version
-// ARGV[5]          units: the cost ('d'), units to give back ('r') or to charge ('c')
-// ARGV[6]          'r': the time the units were spent, µs; '' = the key's own latest time
-// ARGV[7]          'd': the levels' shadow flags, one character each ('1' shadow, '0' not)
-// ARGV[7+i]        level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
-//                  µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
+// KEYS[1..n]  the keys (one hash slot)
+// ARGV[1]     the head, struct-packed '<Bi8Bi8i8i8Bi8' and then one byte per level: the
+//             caller's time (1) or the server's TIME (0); the time, µs; the op ('d', 'r'
+//             or 'c'); the TTL margin, ms (>= 1); the caller's rule-set version; units
+//             (the cost 'd', units to give back 'r' or to charge 'c'); for 'r', whether
+//             the time the units were spent is given (1; 0: the key's own latest time)
+//             and that time, µs; then 'd': the levels' shadow flags ('1' shadow, '0' not)
+// ARGV[1+i]   level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
+//             µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
 // Reply 'd':       {time µs, levels decided, then per level decided: allowed, reason,
 //                   remaining, retry_after ns (-1 never), reset_after ns (-1 never),
 //                   version used}
@@ -109,21 +108,21 @@ local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
 
-local t, now_ms
-if ARGV[1] == '' then
+-- The head (ARGV[1], one struct.unpack where decimal arguments would each cost an
+-- argument and a conversion); op is a character code: 100 'd', 114 'r', 99 'c'.
+local caller, t, op, margin, version, units, has_spent, spent =
+  struct.unpack('<Bi8Bi8i8i8Bi8', ARGV[1])
+local now_ms
+if caller == 0 then
   local now = redis.call('TIME')
   local sec, us = now[1] + 0, now[2] + 0
   t = sec * M6 + us
   now_ms = sec * 1000 + (us - us % 1000) / 1000
-else
-  t = ARGV[1] + 0
 end
-local op = ARGV[2]
-if op ~= 'd' and op ~= 'r' and op ~= 'c' then
-  return redis.error_reply('QUOTA_BAD_OP ' .. tostring(op))
+if op ~= 100 and op ~= 114 and op ~= 99 then
+  return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
-local decide = op == 'd'
-local margin, version, units = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0
+local decide = op == 100
 local n = #KEYS
 -- Several levels' states are read at once (MGET answers nil also for a key of another
 -- type, so each nil is looked at again before anything is written).
@@ -141,12 +140,12 @@ end
 -- 'd' with several levels: the levels decided and not written yet, 15 values each. All
 -- are written once the last level is decided, without their deduction when it denied.
 local W
--- The caller's policy of the level (ARGV[7+i]), unpacked when it differs from the
+-- The caller's policy of the level (ARGV[1+i]), unpacked when it differs from the
 -- previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfill
 for i = 1, n do
   local key = KEYS[i]
-  local pol = ARGV[7 + i]
+  local pol = ARGV[1 + i]
   if pol ~= spol then
     spol = pol
     pkind, pcap, pm, pp, pg, pfill = sunpack('<BI4I7I7I7I7', pol)
@@ -295,8 +294,8 @@ for i = 1, n do
     res[2] = i
     res[k + 1] = ok; res[k + 2] = reason; res[k + 3] = rem; res[k + 4] = retry
     res[k + 6] = ver
-    denied = ok == 0 and string.byte(ARGV[7], i) ~= 49
-  elseif op == 'r' then
+    denied = ok == 0 and string.byte(ARGV[1], 43 + i) ~= 49
+  elseif op == 114 then
     local give = units
     if give > 3 * cap + 2 then give = 3 * cap + 2 end
     give = give * M6
@@ -312,7 +311,7 @@ for i = 1, n do
       if tok == capM then c = 0 end
     else
       local s = last
-      if ARGV[6] ~= '' then s = ARGV[6] + 0 end
+      if has_spent == 1 then s = spent end
       if fdiv(s, m) == fdiv(last, m) then
         local back = fdiv(give, M6)
         if back > tok then back = tok end
