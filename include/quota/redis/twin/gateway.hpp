@@ -16,7 +16,8 @@
 // text; Redis runs each script call with nothing interleaved.
 //
 //   // GatewayStore sends, for one level of a token bucket, rule-set version 1, cost 1:
-//   // EVALSHA <sha of kGatewayLua> 1 "quota:{acme}read" "" d 1000 1 1 "" 0 <33-byte policy>
+//   // EVALSHA <sha of kGatewayLua> 1 "quota:{acme}read" <head: server time, 'd', margin,
+//   //   version 1, units 1, shadow "0"> <the level's 33-byte policy>
 //   // and reads {time µs, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
 //   //            version}.
 #pragma once
