@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -80,15 +81,14 @@ inline void loop_and_paced_rows(const Bench& b) {
       if (r.ok() && (*r)->type == REDIS_REPLY_STRING) *sha = quota::redis::reply_string(**r);
     }
   }
-  const auto params = *quota::redis::LuaTwin<TokenBucket>::params(policy);
   auto quota_cmd = [&](std::mt19937_64& rng, std::vector<std::string>& a) {
-    const std::string k = "bench:" + key(rng);
-    // Laid out as RedisStore::build does (lua_common.hpp): server time, margin, no attempt
-    // (and no fingerprint), n, 1 (one cost), the cost, 1 (one parameter set), the set.
-    std::vector<std::string> b;
-    quota::redis::LuaTwin<TokenBucket>::append_args(policy, params, 1, b);
-    a = {"EVALSHA", quota_sha, "1", k, "", "", "1000", "0", "", "1", "1", b[0], "1"};
-    a.insert(a.end(), b.begin() + 1, b.end());
+    // Laid out as RedisStore::apply does (twin/call.hpp): server time, no attempt.
+    const std::string k = key(rng);
+    const quota::redis::BucketRequest<TokenBucket> req{&policy, k, 1};
+    auto call = quota::redis::build_call(quota::redis::CallOptions{.prefix = "bench:"},
+                                         std::span(&req, 1), Nanos{0}, {});
+    a = {"EVALSHA", quota_sha, "1", call->keys[0]};
+    a.insert(a.end(), call->args.begin(), call->args.end());
   };
   auto is_array = [](const redisReply& r) { return r.type == REDIS_REPLY_ARRAY; };
   auto is_int = [](const redisReply& r) { return r.type == REDIS_REPLY_INTEGER; };

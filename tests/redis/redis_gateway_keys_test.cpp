@@ -1,6 +1,5 @@
 // Tests of the gateway's keys in Redis: rules outside the Lua twin's exact range,
-// corrupted keys, TTLs (kept while they cover the idle time), states of the earlier form
-// (13 doubles) and bytes per key.
+// corrupted keys, TTLs (kept while they cover the idle time) and bytes per key.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -51,10 +50,10 @@ quota::redis::Reply admin(const std::vector<std::string>& argv) {
   return *std::move(r);
 }
 
-// Writes `key` as the gateway twin of earlier versions did: 13 doubles (version, kind,
-// units|limit, per|window ns, burst|0, m|window µs, p, g, fill, tokens|count, carry over
-// rate.per, last µs, debt).
-void set_legacy(const std::string& key, const std::vector<std::int64_t>& fields) {
+// Writes `key` as 13 struct-packed doubles (version, kind, units|limit, per|window ns,
+// burst|0, m|window µs, p, g, fill, tokens|count, carry over rate.per, last µs, debt):
+// the straightforward form the MEMORY USAGE test compares the twin's state with.
+void set_doubles(const std::string& key, const std::vector<std::int64_t>& fields) {
   REQUIRE(fields.size() == 13);
   std::vector<std::string> argv = {
       "EVAL",
@@ -65,11 +64,6 @@ void set_legacy(const std::string& key, const std::vector<std::int64_t>& fields)
   for (std::int64_t f : fields) argv.push_back(std::to_string(f));
   admin(argv);
   REQUIRE(admin({"STRLEN", key})->integer == 104);
-}
-
-// Every field (Decision's ==; support/printers.hpp shows both on a mismatch).
-void check_same(const quota::Decision& local, const quota::Decision& redis) {
-  CHECK(local == redis);
 }
 
 }  // namespace
@@ -147,92 +141,6 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
   }
 }
 
-TEST_CASE("redis gateway: a state written by earlier versions (13 doubles) is still read") {
-  // A deployed Redis holds states in the earlier form: the next decision, refund or
-  // charge continues from it exactly as the in-process KeyState does, and rewrites it in
-  // the current, smaller form.
-  using quota::gateway::KeyPolicy;
-  using quota::gateway::KeyState;
-  GatewayStore store({.pool = quota::testing::redis_pool(2),
-                      .prefix = quota::testing::unique_prefix("gw-legacy"),
-                      .time = quota::redis::TimeSource::kCaller,
-                      .ttl_margin = 1h});
-  const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
-  const quota::gateway::RulePolicy fw = FixedWindow{.limit = 10, .window = 1s};
-  auto decide = [&](const quota::gateway::RulePolicy& policy, std::uint64_t version,
-                    const std::string& route, KeyState& local, std::int64_t now_us,
-                    std::int64_t cost) {
-    const Nanos now{now_us * 1000};
-    const quota::Decision expected = KeyPolicy{&policy, version}.apply(local, now, cost);
-    const LevelCheck level[] = {{.policy = &policy, .key = route, .shadow = false}};
-    auto got = store.decide(level, version, cost, now);
-    REQUIRE(got.ok());
-    REQUIRE(got->parts.size() == 1);
-    check_same(expected, got->parts[0]);
-    return expected;
-  };
-  SECTION("a token bucket with a carried fraction") {
-    // 3.5 units at 5 s and a carry of 7 over p = 1000 (7·10^6 over rate.per): rate 1/s is
-    // m/p = 1/1000 micro-units per ns with g = 10^6; 10 s to fill.
-    auto key = store.redis_key("{acme}tb");
-    REQUIRE(key.ok());
-    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 3'500'000,
-                      7'000'000, 5'000'000, 0});
-    KeyState local{
-        .version = 1,
-        .idle_at = 0,
-        .policy = tb,
-        .state = TokenBucket::State{.tokens = 3'500'000, .carry = 7'000'000, .last = 5'000'000'000},
-        .debt = 0};
-    const quota::Decision first = decide(tb, 1, "{acme}tb", local, 5'500'000, 1);
-    CHECK(first.remaining == 3);
-    // The carry counts: 7 units to full less 7 ns.
-    CHECK(first.reset_after == Nanos{7'000'000'000 - 7});
-    CHECK(admin({"STRLEN", *key})->integer == 72);
-    decide(tb, 1, "{acme}tb", local, 6'200'013, 2);
-    // A charge and a refund continue from it too.
-    const MicroUnits charged = quota::gateway::charge(local, 9, Nanos{6'300'000'000});
-    auto c = store.charge(tb, 1, "{acme}tb", 9, Nanos{6'300'000'000});
-    REQUIRE(c.ok());
-    CHECK(*c == charged);
-    decide(tb, 1, "{acme}tb", local, 6'400'000, 1);
-  }
-  SECTION("a fixed window with debt, then converted to a token bucket") {
-    auto key = store.redis_key("{acme}fw");
-    REQUIRE(key.ok());
-    // Count 4 at 5.2 s (window [5 s, 6 s)) with 2.5 units of debt.
-    set_legacy(*key, {1, 2, 10, 1'000'000'000, 0, 1'000'000, 0, 0, 0, 4, 0, 5'200'000, 2'500'000});
-    KeyState local{.version = 1,
-                   .idle_at = 0,
-                   .policy = fw,
-                   .state = FixedWindow::State{.count = 4, .last = 5'200'000'000},
-                   .debt = 2'500'000};
-    const quota::Decision first = decide(fw, 1, "{acme}fw", local, 5'300'000, 1);
-    CHECK(first.remaining == 2);  // 4 + 3 (the debt, rounded up) + 1
-    const MicroUnits back =
-        quota::gateway::refund(local, 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
-    auto r = store.refund(fw, 1, "{acme}fw", 1, Nanos{5'300'000'000}, Nanos{5'400'000'000});
-    REQUIRE(r.ok());
-    CHECK(*r == back);
-    CHECK(back == 1'000'000);
-    // A rule change: the window's remaining becomes the bucket's tokens.
-    decide(tb, 2, "{acme}fw", local, 5'500'000, 1);
-    decide(tb, 2, "{acme}fw", local, 7'000'001, 3);
-  }
-  SECTION("an earlier state out of range is still QUOTA_CORRUPT naming the key") {
-    auto key = store.redis_key("{acme}bad");
-    REQUIRE(key.ok());
-    // tokens 11 units in a bucket of 10
-    set_legacy(*key, {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 11'000'000, 0,
-                      5'000'000, 0});
-    const LevelCheck level[] = {{.policy = &tb, .key = "{acme}bad", .shadow = false}};
-    auto got = store.decide(level, 1, 1, Nanos{6'000'000'000});
-    CHECK(got.status().code() == absl::StatusCode::kDataLoss);
-    CHECK(got.status().message().find(*key) != std::string::npos);
-    CHECK(admin({"STRLEN", *key})->integer == 104);  // nothing written
-  }
-}
-
 TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORRUPT") {
   GatewayStore store = make_store("gw-corrupt72");
   const quota::gateway::RulePolicy tb = TokenBucket{.rate = kSlow, .burst = 10};
@@ -254,7 +162,7 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
   CHECK(d.status().message().find(*key) != std::string::npos);
 }
 
-TEST_CASE("redis gateway: a key takes fewer bytes than in the earlier form (MEMORY USAGE)") {
+TEST_CASE("redis gateway: a key takes fewer bytes than as doubles (MEMORY USAGE)") {
   GatewayStore store = make_store("gw-memory");
   const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
   const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
@@ -263,15 +171,14 @@ TEST_CASE("redis gateway: a key takes fewer bytes than in the earlier form (MEMO
   auto old_key = store.redis_key("{acme}reax");  // as long
   REQUIRE(key.ok());
   REQUIRE(old_key.ok());
-  // The same state in the earlier form, with a TTL too.
-  set_legacy(*old_key,
-             {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 9'000'000, 0, 5, 0});
+  // The same state as doubles, with a TTL too.
+  set_doubles(*old_key,
+              {1, 1, 1, 1'000'000'000, 10, 1, 1000, 1'000'000, 10'000'000'000, 9'000'000, 0, 5, 0});
   admin({"PEXPIRE", *old_key, "60000"});
   const long long now_bytes = admin({"MEMORY", "USAGE", *key})->integer;
   const long long old_bytes = admin({"MEMORY", "USAGE", *old_key})->integer;
-  std::printf(
-      "MEMORY USAGE of one gateway key (key of %zu bytes): %lld bytes (earlier form: %lld)\n",
-      key->size(), now_bytes, old_bytes);
+  std::printf("MEMORY USAGE of one gateway key (key of %zu bytes): %lld bytes (as doubles: %lld)\n",
+              key->size(), now_bytes, old_bytes);
   CHECK(now_bytes < old_bytes);
 }
 

@@ -110,9 +110,9 @@ TEMPLATE_TEST_CASE("a corrupt key among several fails the call, and nothing is c
   SECTION("another type") { cmd({"LPUSH", *key, "x"}); }
   SECTION("wrong size") { cmd({"SET", *key, "17"}); }
   SECTION("out of range") { cmd({"SET", *key, std::string(Ten::bytes, '\xff')}); }
-  if constexpr (Ten::legacy != 0) {
-    SECTION("out of range, the earlier form") {
-      cmd({"SET", *key, std::string(Ten::legacy, '\xff')});
+  if constexpr (Ten::doubles != 0) {
+    SECTION("a state of another length (the same state as doubles)") {
+      cmd({"SET", *key, std::string(Ten::doubles, '\xff')});
     }
   }
   if constexpr (std::is_same_v<TestType, quota::FixedWindow>) {

@@ -26,13 +26,13 @@ using quota::RedisStoreOptions;
 using quota::TokenBucket;
 using quota::redis::TimeSource;
 using quota::testing::options;
-using quota::testing::set_legacy;
+using quota::testing::set_state;
 
 TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
   // The twin compares prev·(W − el) with (limit − cur − cost)·W as plain numbers while
   // both are below 2^53 and in two limbs beyond; remaining's prev·el / W likewise (2^52).
-  // States with both products within a few units of 2^53 (written in the earlier form,
-  // which the twin reads exactly) are decided as the C++ policy decides them.
+  // States with both products within a few units of 2^53 (written by hand in the twin's
+  // form) are decided as the C++ policy decides them.
   const auto seed = quota::testing::test_seed(20261204);
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -60,7 +60,7 @@ TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
     const std::string route = "{acme}e" + std::to_string(trial);
     auto key = store.redis_key(route);
     REQUIRE(key.ok());
-    set_legacy(store, *key, state);
+    set_state(store, *key, state);
     std::int64_t now = state.last;
     for (int i = 0; i < 3; ++i) {
       const Decision expected = p.apply(state, Nanos{now}, cost);
@@ -110,7 +110,7 @@ TEST_CASE("the estimate twin decides exactly where its products cross 2^53") {
     const std::string route = "{acme}tie" + std::to_string(ties);
     auto key = store.redis_key(route);
     REQUIRE(key.ok());
-    set_legacy(store, *key, state);
+    set_state(store, *key, state);
     const Decision expected = p.apply(state, Nanos{state.last}, 1);
     INFO("tie " << ties << " W " << w << " prev " << prev << " spare " << spare << " e " << e);
     REQUIRE(expected.allowed == (e < 0));

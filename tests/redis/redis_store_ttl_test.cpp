@@ -32,7 +32,7 @@ using quota::redis::TimeSource;
 using quota::testing::options;
 using quota::testing::run;
 using quota::testing::run_in;
-using quota::testing::set_legacy;
+using quota::testing::set_state;
 using quota::testing::TenOf;
 
 TEST_CASE("a bucket's TTL covers its time to full plus the margin; state is compact") {
@@ -281,11 +281,11 @@ TEMPLATE_TEST_CASE("a window key's TTL is kept within its window and set again w
   auto counted = long_margin.apply(p, "{acme}unmarked", Nanos{0}, 1);
   REQUIRE(counted.ok());
   CHECK(run_in(long_margin, {"PTTL", *fresh})->integer >= need(*counted, 5s) - 10);
-  // A state of the earlier form is not marked either.
+  // A state written unmarked (as a caller-time write leaves it) is not marked either.
   auto old_key = long_margin.redis_key("{acme}old-ttl");
   REQUIRE(old_key.ok());
-  auto legacy = p.init(Nanos{0});
-  set_legacy(short_margin, *old_key, legacy);
+  auto unmarked = p.init(Nanos{0});
+  set_state(short_margin, *old_key, unmarked);
   run_in(long_margin, {"PEXPIRE", *old_key, "50"});
   auto renewed = long_margin.apply(p, "{acme}old-ttl", Nanos{0}, 1);
   REQUIRE(renewed.ok());

@@ -162,7 +162,7 @@ class GatewayStore {
     std::vector<std::size_t> deducted_groups;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const auto [begin, end] = groups[g];
-      auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, "");
+      auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, std::nullopt);
       if (!call.ok()) return call.status();
       auto reply = run_script(*call);
       absl::StatusOr<GatewayTwin::Decided> decided =
@@ -192,14 +192,13 @@ class GatewayStore {
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
-    return one(level, 'r', version, units, now,
-               absl::StrCat(quota::detail::floor_div(spent_at.count(), 1000)));
+    return one(level, 'r', version, units, now, quota::detail::floor_div(spent_at.count(), 1000));
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
-    return one(level, 'c', version, units, now, "");
+    return one(level, 'c', version, units, now, std::nullopt);
   }
 
   // Attempts (see the header comment); `tenant_key` is the request's tenant-level key.
@@ -325,7 +324,7 @@ class GatewayStore {
 
   absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
                              std::uint64_t version, std::int64_t units, Nanos now,
-                             std::string_view spent_at) const {
+                             std::optional<std::int64_t> spent_us) const {
     if (!config_error_.ok()) return config_error_;
     if (version > kGatewayMaxVersion) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -333,20 +332,20 @@ class GatewayStore {
     }
     Call call;
     call.keys.reserve(levels.size());
-    call.args.reserve(7 + levels.size());
-    if (options_.time == TimeSource::kCaller) {
-      call.args.push_back(absl::StrCat(quota::detail::floor_div(now.count(), 1000)));
-    } else {
-      call.args.emplace_back();
-    }
-    call.args.emplace_back(1, op);
-    call.args.push_back(absl::StrCat(std::max<std::int64_t>(options_.ttl_margin.count(), 1)));
-    call.args.push_back(absl::StrCat(version));
-    call.args.push_back(absl::StrCat(std::clamp<std::int64_t>(units, 0, kMaxUnits)));
-    call.args.emplace_back(spent_at);
-    std::string& shadow = call.args.emplace_back();
+    call.args.reserve(1 + levels.size());
+    // The head (twin/gateway.hpp): '<Bi8Bi8i8i8Bi8', then the shadow flags.
+    const bool caller = options_.time == TimeSource::kCaller;
+    std::string& head = call.args.emplace_back();
+    detail::pack_le(head, caller ? 1 : 0, 1);
+    detail::pack_le(head, caller ? quota::detail::floor_div(now.count(), 1000) : 0, 8);
+    detail::pack_le(head, static_cast<unsigned char>(op), 1);
+    detail::pack_le(head, std::max<std::int64_t>(options_.ttl_margin.count(), 1), 8);
+    detail::pack_le(head, static_cast<std::int64_t>(version), 8);
+    detail::pack_le(head, std::clamp<std::int64_t>(units, 0, kMaxUnits), 8);
+    detail::pack_le(head, spent_us.has_value() ? 1 : 0, 1);
+    detail::pack_le(head, spent_us.value_or(0), 8);
     if (op == 'd') {
-      for (const gateway::LevelCheck& level : levels) shadow.push_back(level.shadow ? '1' : '0');
+      for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
     }
     for (const gateway::LevelCheck& level : levels) {
       auto parts = split_key(level.key);
@@ -358,9 +357,10 @@ class GatewayStore {
   }
 
   absl::StatusOr<MicroUnits> one(const gateway::LevelCheck& level, char op, std::uint64_t version,
-                                 std::int64_t units, Nanos now, std::string_view spent_at) {
+                                 std::int64_t units, Nanos now,
+                                 std::optional<std::int64_t> spent_us) {
     auto call =
-        build(std::span<const gateway::LevelCheck>(&level, 1), op, version, units, now, spent_at);
+        build(std::span<const gateway::LevelCheck>(&level, 1), op, version, units, now, spent_us);
     if (!call.ok()) return call.status();
     auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
@@ -380,7 +380,7 @@ class GatewayStore {
         if (parts[i].allowed) back.push_back(levels[i]);
       }
       if (back.empty()) continue;
-      auto call = build(back, 'r', version, cost, now, "");
+      auto call = build(back, 'r', version, cost, now, std::nullopt);
       if (call.ok()) (void)run_script(*call);
     }
   }

@@ -93,7 +93,8 @@ absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const Buck
   Call call;
   std::string tag;
   std::string fingerprint;
-  std::vector<std::string> bucket_args;
+  std::vector<std::int64_t> costs;
+  std::vector<std::string> sets;
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     auto parts = split_key(reqs[i].key);
     if (!parts.ok()) return parts.status();
@@ -106,7 +107,8 @@ absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const Buck
     auto params = LuaTwin<P>::params(*reqs[i].policy);
     if (!params.ok()) return params.status();
     call.keys.push_back(bucket_key(options.prefix, *parts));
-    LuaTwin<P>::append_args(*reqs[i].policy, *params, reqs[i].cost, bucket_args);
+    costs.push_back(LuaTwin<P>::script_cost(*reqs[i].policy, reqs[i].cost));
+    sets.push_back(LuaTwin<P>::pack_params(*reqs[i].policy, *params));
     if (!attempt_id.empty()) {
       absl::StrAppend(&fingerprint, call.keys.back(), "\x1f", reqs[i].cost, "\x1f");
     }
@@ -117,50 +119,45 @@ absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const Buck
     if (!akey.ok()) return akey.status();
     call.keys.push_back(std::move(*akey));
   }
+  // The costs and the parameter sets are sent once when every bucket has the same (a
+  // batch of one policy and one cost: the server looks at them once), else per bucket.
+  const std::size_t n = reqs.size();
+  const bool same_cost =
+      std::all_of(costs.begin(), costs.end(), [&](std::int64_t c) { return c == costs[0]; });
+  const bool same_params =
+      std::all_of(sets.begin(), sets.end(), [&](const std::string& x) { return x == sets[0]; });
+  std::int64_t sec = 0, ns = 0;
   if (options.time == TimeSource::kCaller) {
     // floor division, so that the nanoseconds limb is in [0, 1e9) for negative times too
-    std::int64_t sec = now.count() / 1'000'000'000;
-    std::int64_t ns = now.count() % 1'000'000'000;
+    sec = now.count() / 1'000'000'000;
+    ns = now.count() % 1'000'000'000;
     if (ns < 0) {
       ns += 1'000'000'000;
       --sec;
     }
-    call.args.push_back(absl::StrCat(sec));
-    call.args.push_back(absl::StrCat(ns));
-  } else {
-    call.args.emplace_back();
-    call.args.emplace_back();
   }
-  call.args.push_back(absl::StrCat(options.ttl_margin.count()));
+  std::int64_t attempt = 0;
   if (batch) {
-    call.args.push_back("-1");
+    attempt = -1;
   } else if (has_attempt) {
-    call.args.push_back(absl::StrCat(std::max<std::int64_t>(options.attempt_ttl.count(), 1)));
-  } else {
-    call.args.push_back("0");
+    attempt = std::max<std::int64_t>(options.attempt_ttl.count(), 1);
   }
-  call.args.push_back(std::move(fingerprint));  // empty without an attempt: unused
-  // append_args gave 6 per bucket: the cost, then 5 parameters. The costs go first,
-  // once when every bucket has the same, then the parameters, once when every bucket
-  // has the same (a batch of one policy and one cost: the server converts a sixth of
-  // the values), else once per bucket (twin/common.hpp).
-  const std::size_t n = reqs.size();
-  bool shared = true;
-  bool same_cost = true;
-  for (std::size_t i = 1; i < n; ++i) {
-    shared = shared && std::equal(bucket_args.begin() + 6 * i + 1, bucket_args.begin() + 6 * i + 6,
-                                  bucket_args.begin() + 1);
-    same_cost = same_cost && bucket_args[6 * i] == bucket_args[0];
+  std::string head;
+  detail::pack_le(head, options.time == TimeSource::kCaller ? 1 : 0, 1);
+  detail::pack_le(head, same_cost ? 0 : 1, 1);
+  detail::pack_le(head, same_params ? 0 : 1, 1);
+  detail::pack_le(head, sec, 8);
+  detail::pack_le(head, ns, 4);
+  detail::pack_le(head, options.ttl_margin.count(), 8);
+  detail::pack_le(head, attempt, 8);
+  detail::pack_le(head, static_cast<std::int64_t>(n), 4);
+  detail::pack_le(head, costs[0], 8);
+  call.args.push_back(std::move(head));
+  for (std::size_t i = 0; i < (same_params ? 1 : n); ++i) call.args.push_back(std::move(sets[i]));
+  if (!same_cost) {
+    for (std::int64_t c : costs) call.args.push_back(absl::StrCat(c));
   }
-  call.args.push_back(absl::StrCat(n));
-  call.args.push_back(same_cost ? std::string("1") : absl::StrCat(n));
-  for (std::size_t i = 0; i < (same_cost ? 1 : n); ++i) {
-    call.args.push_back(std::move(bucket_args[6 * i]));
-  }
-  call.args.push_back(shared ? std::string("1") : absl::StrCat(n));
-  for (std::size_t i = 0; i < (shared ? 1 : n); ++i) {
-    for (std::size_t j = 1; j < 6; ++j) call.args.push_back(std::move(bucket_args[6 * i + j]));
-  }
+  if (has_attempt) call.args.push_back(std::move(fingerprint));
   return call;
 }
 

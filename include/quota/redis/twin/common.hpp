@@ -1,52 +1,48 @@
-// quota/redis/twin/common.hpp — the parts every policy's Lua twin shares.
+// quota/redis/twin/common.hpp — the parts every policy's Lua twin shares: the call
+// layout, the reply, exact integer helpers and the state format version rule.
 //
-// Each twin is kLuaMath + kLuaHead + its own body + kLuaTail, one script (the token
-// bucket's also has kLuaReach). The shared contract (the
-// store builds the arguments and parses the reply, redis_store.hpp):
+// Each RedisStore twin is one script, kLuaMath + kLuaHead + its own body + kLuaTail (the
+// token bucket's also has kLuaReach, the others kLuaPut). twin/call.hpp builds the keys and
+// arguments below and parses the reply; a script runs atomically on the server (nothing
+// interleaves), so a call's buckets are read, decided and written as one step. The Lua constants
+// are pure text, the C++ helpers pure functions: thread-safe.
 //
-// KEYS[1..n]       bucket keys (one hash slot: one tenant; distinct in a batch)
-// KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
-// ARGV[1], ARGV[2] caller time (seconds, nanoseconds in [0, 1e9)), or '' and '' for the
-//                  server's TIME
-// ARGV[3]          TTL margin, ms
-// ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
-//                  decisions: each bucket deducted when it alone allows)
-// ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
-// ARGV[6]          n
-// ARGV[7]          k: 1 when every bucket has the same cost (sent once), else n
-// ARGV[7+j]        cost j (j = 1..k); bucket i's cost is ARGV[8 + cstep·(i-1)] (the head
-//                  sets `cstep`: 0 when k is 1, else 1)
-// ARGV[8+k]        s: 1 when every bucket has the same parameters (sent once), else n
-// ARGV[9+k+5(j-1)..] parameter set j: 5 values, the twin's own; bucket i uses set 1
-//                  when s is 1, else set i. The head sets `pbase` and `pstep` so that
-//                  bucket i's set starts at ARGV[pbase + pstep·(i-1)].
-// (Each value sent costs the server about as much as a GET: a batch of one policy and
-// one cost sends both once.)
+// KEYS[1..n]  bucket keys (one hash slot: one tenant; distinct in a batch)
+// KEYS[n+1]   attempt key, when the attempt TTL is above 0
+// ARGV[1]     the head, struct-packed '<BBBi8I4i8i8I4i8': caller time (1) or the
+//             server's TIME (0); costs vary (1: one per bucket, below) or not (0);
+//             parameter sets vary (1) or not (0); the caller's time (seconds, nanoseconds
+//             in [0, 1e9)); TTL margin, ms; attempt TTL, ms (0: no attempt; -1: a batch
+//             of independent decisions, each deducted when it alone allows); n; the cost
+//             shared by every bucket
+// ARGV[2..]   the parameter sets, one packed string each (the twin's pack_params): one
+//             when they do not vary, else n; then, when the costs vary, n decimal costs;
+//             then, with an attempt, its fingerprint (keys and costs; no newline)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
-//         (-1 = never), reset_after ns (-1 = never)}. (The token bucket's twin answers a
-//         call without an attempt in a compact form instead: twin/token_bucket.hpp.)
+//         (-1 = never), reset_after ns (-1 = never)}; the token bucket's twin answers a
+//         call without an attempt in a compact form (twin/token_bucket.hpp).
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
-// The head (after kLuaMath) replays a stored attempt, reads the time into `sec`, `ns` and
-// sets `n`, `margin`, `all`, and `seen`, `nwritten` and `fail` (a failed batch charges
-// nothing). The body must fill `out` (the reply); a body that decides in two passes keeps
-// its own scratch table. The tail stores the attempt's reply and returns `out`.
+// The head replays a stored attempt and sets `sec`, `ns` (the time), `n`, `margin`,
+// `server`, `batch`, `cost1`, `cstep`, `pstep`, `cbase`, `all`, and `seen`, `nwritten` and
+// `fail` (a failed batch charges nothing). The body fills `out` (the reply); the tail
+// stores an attempt's reply and returns `out`.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "quota/policy/policy.hpp"
 
 namespace quota::redis {
 
-// Numbers from argument strings are read as `s + 0`: Lua 5.1 converts the string with one
-// strtod, where tonumber(s) is a function call that converts it twice (a tenth of a
-// one-bucket call's server time went to tonumber).
+// Numbers from decimal strings (TIME's reply, varying costs) are read as `s + 0`: Lua
+// 5.1 converts the string with one strtod, where tonumber(s) is a function call that
+// converts it twice.
 //
-// Exact integer arithmetic in Lua doubles, for every script of quota: idiv (floor
-// division and remainder of integers below 2^53: the quotient of a floating division is
-// off by at most one, and one correction step fixes it) and int_in (an exact integer in
-// [lo, hi]).
+// Exact integer arithmetic in Lua doubles, for every script of quota: idiv, the floor
+// division and remainder of integers below 2^53 (the quotient of a floating division is
+// off by at most one, and one correction step fixes it).
 inline constexpr const char* kLuaMath = R"lua(
 local floor = math.floor
 local function idiv(a, b)
@@ -54,9 +50,6 @@ local function idiv(a, b)
   local r = a - q * b
   if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
   return q, r
-end
-local function int_in(x, lo, hi)
-  return x == x and x == floor(x) and x >= lo and x <= hi
 end
 )lua";
 
@@ -97,31 +90,36 @@ end
 
 inline constexpr const char* kLuaHead = R"lua(
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
--- when it holds anything but `bytes` (or `legacy`, when given) bytes of a twin's state.
--- Allocates nothing.
-local function read_state(key, what, bytes, legacy)
+-- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
+local function read_state(key, what, bytes)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota ' .. what)
   end
-  if raw and #raw ~= bytes and #raw ~= legacy then
+  if raw and #raw ~= bytes then
     return nil, redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': state is ' .. #raw ..
       ' bytes, expected ' .. bytes)
   end
   return raw
 end
-local n = ARGV[6] + 0
-local cstep, k = 1, n
-if ARGV[7] == '1' then cstep, k = 0, 1 end
-local pbase, pstep = 9 + k, 5
-if ARGV[8 + k] == '1' then pstep = 0 end
+-- The call's head (ARGV[1], one packed string: a single struct.unpack where decimal
+-- arguments would each cost an argument and a conversion): whether the time is the
+-- caller's, whether the costs and the parameter sets vary per bucket (cstep, pstep: 0 or
+-- 1), the caller's time, the TTL margin, the attempt TTL, n and the shared cost.
+local caller, cstep, pstep, sec, ns, margin, attempt_ttl, n, cost1 =
+  struct.unpack('<BBBi8I4i8i8I4i8', ARGV[1])
+local server = caller == 0
+-- bucket i's parameter set is ARGV[2 + pstep·(i-1)], its cost (when they vary)
+-- ARGV[cbase + i - 1]; the attempt's fingerprint is ARGV[fpi]
+local cbase = 3 + pstep * (n - 1)
+local fpi = cbase + cstep * n
 -- The states of KEYS[1..n], read at once: one MGET for several keys (a call costs the
 -- server about as much as a decision's arithmetic; the keys of one call are distinct: the
 -- store starts a new call at a repeated key). MGET answers nil also for a key holding
 -- another type, so each such key is looked at again (read_state) before anything is
 -- written. The values (false for a key that does not exist; for one key, GET's reply, an
 -- error table for another type), or nil and the QUOTA_CORRUPT error.
-local function read_states(what, bytes, legacy)
+local function read_states(what, bytes)
   if n == 1 then return {redis.pcall('GET', KEYS[1])} end
   local raws
   if n <= 4000 then
@@ -136,19 +134,18 @@ local function read_states(what, bytes, legacy)
   end
   for i = 1, n do
     if not raws[i] then
-      local _, corrupt = read_state(KEYS[i], what, bytes, legacy)
+      local _, corrupt = read_state(KEYS[i], what, bytes)
       if corrupt then return nil, corrupt end
     end
   end
   return raws
 end
-local attempt_ttl = ARGV[4] + 0
 local batch = attempt_ttl < 0
 if attempt_ttl > 0 then
   local prev = redis.call('GET', KEYS[n + 1])
   if prev then
     local fp, rest = string.match(prev, '^(.-)\n(.*)$')
-    if fp ~= ARGV[5] then
+    if fp ~= ARGV[fpi] then
       return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
     end
     local out = {1}
@@ -156,16 +153,11 @@ if attempt_ttl > 0 then
     return out
   end
 end
-local sec, ns
-if ARGV[1] == '' then
+if server then
   local t = redis.call('TIME')
   sec = t[1] + 0
   ns = (t[2] + 0) * 1000
-else
-  sec = ARGV[1] + 0
-  ns = ARGV[2] + 0
 end
-local margin = ARGV[3] + 0
 local all = 1
 -- A batch writes each bucket as soon as it is decided. A corrupt state found after some
 -- were written fails the call, and `fail` first puts those back as they were read, so
@@ -179,7 +171,12 @@ local function fail(err)
   end
   return err
 end
--- Decision i's five reply fields, after the reply's four header fields.
+)lua";
+
+// put(out, i, ...): decision i's five reply fields, after the reply's four header fields
+// (after kLuaHead, in the twins that answer in the full form only; the token bucket's
+// writes them inline, sparing a closure per call).
+inline constexpr const char* kLuaPut = R"lua(
 local function put(out, i, ok, reason, rem, retry, reset)
   local k = 5 * i - 1
   out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = rem; out[k + 4] = retry; out[k + 5] = reset
@@ -190,10 +187,19 @@ inline constexpr const char* kLuaTail = R"lua(
 if attempt_ttl > 0 then
   local parts = {}
   for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
-  redis.call('SET', KEYS[n + 1], ARGV[5] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
+  redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
 end
 return out
 )lua";
+
+// State format versions. Every twin's state carries a format version in bits that no
+// valid field value uses (each twin names them at its state): this release's format is
+// version 0, those bits zero, so the range checks every reader already makes reject any
+// other version as QUOTA_CORRUPT at no cost. The rule for each later format: a reader of
+// version k reads k and k-1 (rewriting k-1 as k on its next write) and rejects anything
+// else as QUOTA_CORRUPT (kDataLoss naming the key, nothing charged). A format whose
+// version no longer fits its bits changes the state's length, which every earlier reader
+// rejects (the length is checked before anything else).
 
 // 2^53: Lua numbers (doubles) hold every integer below it exactly.
 inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
@@ -204,5 +210,17 @@ inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
 // range in which the script is exact. Specialized per policy.
 template <Policy P>
 struct LuaTwin;
+
+namespace detail {
+
+// Appends the low `bytes` bytes of v, little-endian: the script reads them with
+// struct.unpack ('i8', 'I4', 'B': two's complement, so a negative value reads back as
+// itself in a signed field).
+inline void pack_le(std::string& out, std::int64_t v, int bytes) {
+  const auto u = static_cast<std::uint64_t>(v);
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+}
+
+}  // namespace detail
 
 }  // namespace quota::redis

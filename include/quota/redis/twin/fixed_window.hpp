@@ -1,57 +1,23 @@
 // quota/redis/twin/fixed_window.hpp — the Lua twin of quota::FixedWindow.
 //
-// Bit-identical to FixedWindow::apply (include/quota/policy/fixed_window.hpp): a count
-// per aligned window [k·W, (k+1)·W), reset when the window index advances; backwards
-// time changes nothing. Shared arguments, reply and attempt handling: twin/common.hpp.
+// kFixedWindowLua decides one or more windows of one tenant in one script call,
+// bit-identical to FixedWindow::apply (include/quota/policy/fixed_window.hpp): a count
+// per aligned window [k·W, (k+1)·W), reset when the window index advances; backwards time
+// changes nothing. LuaTwin<FixedWindow> is its C++ codec: the exact range (params) and
+// the arguments (script_cost, pack_params); the call layout, the reply and attempts are
+// twin/common.hpp's and twin/call.hpp's.
 //
-// Exactness. Times are two limbs (seconds, nanoseconds), so the window index of a time
-// is never formed as one number. The store accepts windows that tile the second grid:
-//   mode 1: W divides 1 s (1 ns … 1 s): the window of (sec, ns) is (sec, floor(ns / W)),
-//           the time to the next window start W − ns mod W;
-//   mode 2: W is a whole number s of seconds, s <= 9·10^6 (~104 days): the window is
-//           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns.
-// Every value stays below 2^53: counts are <= limit < 2^53, durations <= 9·10^15 ns.
+// Guarantees: for every policy params() accepts (it rejects the others, naming the
+// bound), every value stays an exact integer below 2^53, so the decisions equal the C++
+// policy's; a key's state is 12 bytes (16 once the count reaches 2^24); its TTL lasts to
+// the window's end plus the margin; a corrupt state fails the whole call with
+// QUOTA_CORRUPT and charges nothing. Thread safety: the constants are immutable text,
+// LuaTwin's functions are pure; Redis runs each script call with nothing interleaved.
 //
-// State: one string per key, struct-packed little-endian integers: the count, the last
-// time's seconds and nanoseconds (the nanoseconds plus 10^9 when the key's TTL is known to
-// cover its window, below). 12 bytes ('<I3i5I4') while the count is below 2^24, else 16
-// ('<I7i5I4', count < 2^53): 12 bytes keep the value in jemalloc's 32-byte class (an
-// embedded string takes 16 + 3 + len + 1 bytes; the earlier 24-byte state of three doubles
-// needed 48): MEMORY USAGE 88 instead of 104 bytes with a 19-byte key. Every field is
-// checked in range on read. The 24-byte state of earlier versions ('<ddd') is still read
-// (and rewritten in the new form).
-//
-// TTL (set in the same script): the time to the next window start (when the count drops
-// to 0), rounded up to ms, plus the margin. Once the key has expired past its window's end
-// it is the same as a fresh key, so the TTL only has to last until then. A write that
-// sets a TTL while the count is above 0 (on the server's clock) marks the state ("TTL
-// known": nanoseconds + 10^9); a later write in the same window (the count still above 0)
-// keeps that TTL, which ends at the window's end plus the margin of the write that set
-// it — what a new TTL would be. It overwrites the state in place (SETRANGE key 0 state:
-// the TTL kept as SET ... KEEPTTL would, with no expiry to compute, parse and propagate,
-// and also no new value object and an integer reply instead of SET's status table; the
-// value becomes a raw string, MEMORY USAGE unchanged) when the new state has the length
-// of the one read (a marked state is always 12 or 16 bytes); when the count crosses 2^24
-// in the window (12 -> 16 bytes) it writes SET ... KEEPTTL. A new window, a count of 0 or
-// an unmarked state (a new key, the 24-byte form) sets the TTL again with SET ... PX. In
-// caller-time mode the expiry is not on the caller's clock: every write sets the TTL,
-// unmarked.
-//
-// Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
-// read with one MGET; one pass per window (advance, decide, count, write) for one window
-// and for apply_batch's independent decisions, with no per-window function call or
-// table; two passes only for the all-or-nothing check over several windows; divisions
-// inlined (a corrected `%`); arguments converted only when they differ from the previous
-// window's, and a batch of one cost and one parameter set looks at its arguments once.
-// (Callgrind: the in-place write and the arguments looked at once took 13 % off a decision
-// at 16 per call, the in-place write alone 2 % at one per call.)
-//
-// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
-// another type is found before any write; a state of the wrong size or out of range,
-// found after some windows of a batch were written, puts those back as they were.
-//
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, W
-// (mode 1, ns) or s (mode 2, seconds), 0, 0.
+//   const FixedWindow fw{.limit = 100, .window = 1min};
+//   const BucketRequest<FixedWindow> req{&fw, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kFixedWindowLua> 1 call->keys[0] call->args..., then parse_reply
 #pragma once
 
 #include <algorithm>
@@ -67,13 +33,40 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+//
+// Exactness. Times are two limbs (seconds, nanoseconds), so the window index of a time is
+// never formed as one number. params() accepts windows that tile the second grid:
+//   mode 1: W divides 1 s (1 ns … 1 s): the window of (sec, ns) is (sec, floor(ns / W)),
+//           the time to the next window start W − ns mod W;
+//   mode 2: W is a whole number s of seconds, s <= 9·10^6 (~104 days): the window is
+//           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns.
+// Counts are <= limit < 2^53, durations <= 9·10^15 ns.
+//
+// State: '<I3i5I4' (12 bytes) while the count is below 2^24, else '<I7i5I4' (16): the
+// count, the last time's seconds and nanoseconds, plus 10^9 when the key's TTL is known
+// to cover its window. 12 bytes keep the value in jemalloc's 32-byte class (an embedded
+// string takes 16 + 3 + len + 1 bytes). Every field is checked in range on read. Format
+// version (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 < 2^31 with the
+// mark), version 0 = zero; the check `t > 1999999999` rejects any other.
+//
+// TTL, set in the same script: the time to the next window start (when the count drops to
+// 0), rounded up to ms, plus the margin: a key expired past its window's end is the same
+// as a fresh one. A write that sets a TTL while the count is above 0 (on the server's
+// clock) marks the state ("TTL known"); a later write in the same window keeps that TTL,
+// overwriting the state in place (SETRANGE key 0) when its length is unchanged, with SET
+// ... KEEPTTL when the count crosses 2^24. A new window, a count of 0 or an unmarked state
+// sets the TTL again (SET ... PX). In caller-time mode every write sets the TTL, unmarked.
+//
+// One pass per window (advance, decide, count, write) for one window and for a batch of
+// independent decisions; two for the all-or-nothing check of several. A corrupt state
+// found after some windows of a batch were written puts those back (`fail`).
 inline constexpr const char* kFixedWindowLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
-local out = {0, sec, ns, 1}
--- The script runs on the server's clock (the key's expiry is on that clock too).
-local server = ARGV[1] == ''
+-- (sized for one window's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window', 12, 24)
+local raws, corrupt = read_states('window', 12)
 if not raws then return corrupt end
 seen = raws
 -- One pass (advance, decide, count, write) for one window or a batch of independent ones,
@@ -89,18 +82,21 @@ local rcall = redis.call
 local varying = pstep ~= 0 or cstep ~= 0
 -- `start`: this call's window for the current parameters (mode 1: its first nanosecond
 -- within second `sec`; mode 2: its first second).
-local sc, sl, smode, sw, cost, limit, mode, w, start
+local sc, sset, limit, mode, w, start
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous window's.
-      local a0, a1, a2, a3 = ARGV[8 + cstep * (i - 1)], ARGV[q], ARGV[q + 1], ARGV[q + 2]
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      if a1 ~= sl or a2 ~= smode or a3 ~= sw then
-        sl, smode, sw = a1, a2, a3
-        limit, mode, w = a1 + 0, a2 + 0, a3 + 0
+      -- Arguments are unpacked only when their strings differ from the previous window's.
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        limit, mode, w = sunpack('<i8i8i8', set)
         -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
         local x = ns
         if mode ~= 1 then x = sec end
@@ -129,15 +125,8 @@ for pass = first, 2 do
         end
         lns = t
         if t >= 1000000000 then known = true; lns = t - 1000000000 end
-      elseif len == 24 and type(raw) == 'string' then
-        -- the 24-byte state of earlier versions (three doubles)
-        count, lsec, lns = sunpack('<ddd', raw)
-        if not (int_in(count, 0, 9007199254740991) and int_in(lsec, -549755813888, 549755813887) and
-                int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
       else
-        local _, corrupt = read_state(key, 'window', 12, 24)
+        local _, corrupt = read_state(key, 'window', 12)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
     else
@@ -222,14 +211,14 @@ end
 
 // The whole script.
 inline const std::string kFixedWindowLua =
-    std::string(kLuaMath) + kLuaHead + kFixedWindowLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kFixedWindowLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<FixedWindow> {
   static const std::string& script() { return kFixedWindowLua; }
 
   struct Params {
-    std::int64_t mode = 1, w = 1;  // see twin/fixed_window.hpp
+    std::int64_t mode = 1, w = 1;  // mode 1: w = W ns; mode 2: w = W in seconds
   };
 
   static absl::StatusOr<Params> params(const FixedWindow& fw) {
@@ -250,14 +239,16 @@ struct LuaTwin<FixedWindow> {
         w, kMaxFillNs / kSecond));
   }
 
-  static void append_args(const FixedWindow& fw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, fw.limit + 1)));
-    args.push_back(absl::StrCat(fw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back("0");
-    args.push_back("0");
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const FixedWindow& fw, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, fw.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8i8': limit, mode, w.
+  static std::string pack_params(const FixedWindow& fw, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {fw.limit, pr.mode, pr.w}) detail::pack_le(out, v, 8);
+    return out;
   }
 };
 

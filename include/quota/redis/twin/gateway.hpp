@@ -1,86 +1,25 @@
 // quota/redis/twin/gateway.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
 //
-// One script, three operations, each atomic on the server over the keys of ONE tenant
-// (one hash slot), bit-identical to the C++ functions of quota/gateway/key_state.hpp
-// (tests/redis/redis_gateway_test.cpp compares them on random operation sequences):
+// kGatewayLua runs one of three operations over the keys of ONE tenant (one hash slot),
+// bit-identical to the C++ functions of quota/gateway/key_state.hpp (tests compare them
+// on random operation sequences): 'd' decide (KeyPolicy::apply on each level in order,
+// stopping at the first level that denies and is not shadow; all or nothing), 'r' refund
+// (gateway::refund on each key) and 'c' charge (gateway::charge on each key).
+// kGatewayAttemptLua keeps the attempts GatewayStore shares between processes.
+// GatewayStore (redis/gateway_store.hpp) builds the arguments and parses the replies.
 //
-//   'd' decide  KeyPolicy::apply on each level in order — convert a state written under
-//               other parameters (migrate: refill with the old ones up to now, clamp to
-//               the new capacity; a state of a NEWER version is kept), pay debt, apply —
-//               stopping at the first level that denies and is not shadow. All or
-//               nothing: on such a denial the levels allowed before it are written
-//               WITHOUT their deduction (exactly what the in-process give-back leaves).
-//   'r' refund  gateway::refund on each key (give-back or a settle's surplus).
-//   'c' charge  gateway::charge on each key (a settle's deficit).
+// Guarantees: for every rule GatewayStore::check admits, every value is an exact integer
+// below 2^53 and every duration returned is exact nanoseconds, so with times of whole
+// microseconds both sides decide identically; a key's state is 72 bytes; its TTL is its
+// idle time plus the margin (none while it holds debt); a key that is not a gateway state
+// of ours is QUOTA_CORRUPT, nothing written. Thread safety: the constants are immutable
+// text; Redis runs each script call with nothing interleaved.
 //
-// Time is microseconds on the server's clock (TIME), or the caller's in a test mode; the
-// C++ side keeps nanoseconds, and every duration returned is exact nanoseconds, so with
-// times that are whole microseconds both sides decide identically.
-//
-// Exactness (Lua numbers are doubles, exact below 2^53). The C++ side
-// (GatewayStore::check) admits only rules that keep every value below 2^53: capacity
-// (burst or limit) at most 2·10^9 units, so micro-units with debt and refunds stay below
-// 6·10^15; a token bucket's rate m/p micro-units per ns (reduced by g) with
-// (m+2)(p+1) <= 2^53 and a time to fill of at most 4·10^15 ns (~46 days), so a refill
-// from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
-// most 4·10^15 ns. Refill and time-to-reach are split as in twin/token_bucket.hpp.
-//
-// State: one string of 72 bytes per key, struct-packed little-endian integers
-// ('<I7i7I7i7I7I4c33'): the version; the policy state — tokens (micro-units) | the
-// window's count, the carried remainder over p, the last time µs; the debt (micro-units);
-// the key's expiry as last set, ms after the last time (0: unknown); then the parameters
-// that wrote it, exactly as the policy argument that carried them ('<BI4I7I7I7I7': kind
-// 1 token bucket | 2 fixed window, capacity (burst|limit, units), m|window µs, p|0, g|0,
-// fill ns|0 — a token bucket's rate.units·10^6 / rate.per reduced by g = their gcd, and
-// its time to fill: these identify the rate exactly, as rate.units and rate.per do, and
-// are what the refill needs). The usual state was written under the caller's policy: its
-// last 33 bytes are the caller's argument, one string comparison (Lua interns strings),
-// and only the state's six fields are unpacked. Every value is an exact integer, checked
-// on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in jemalloc's 80-byte
-// class (the 104-byte state of 13 doubles of earlier versions needed 112); that earlier
-// state is still read (and rewritten in the new form).
-//
-// TTL: the key's idle time (when its state equals a fresh one) plus the margin; none
-// while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
-// come back). A new key gets exactly that; later writes keep the key's TTL while the
-// expiry set last still covers idle time + margin with 10 ms to spare: they overwrite the
-// 72-byte state in place (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would,
-// with no expiry to compute, parse and propagate, no new value object and an integer
-// reply; the value stays a raw string, MEMORY USAGE unchanged). When it does not, they
-// set idle time + margin, one margin more when the expiry fell short by less than a
-// margin (a busy key, re-armed about once per margin; a key whose idle time grew more
-// keeps exactly what it needs). The expiry is known only on the server's clock: in
-// caller-time mode every write sets the TTL.
-//
-// Cost (server instructions, callgrind: benchmarks/redis_instructions_bench.cpp). One
-// argument per level: the policy as 33 packed bytes ('<BI4I7I7I7I7': kind, capacity,
-// m|window µs, p, g, fill), built and kept once per policy by the C++ side, unpacked only
-// when it differs from the previous level's (Lua interns strings: a pointer comparison);
-// the shadow flags of all levels in one argument. Several levels' states are read with
-// one MGET. No table or closure per level: a level's state lives in locals (a call with
-// several levels keeps the levels it has not written yet in one flat table, and the reply
-// table is sized at creation); the few helpers it defines hold no level's state;
-// divisions are inlined as corrected `%`. A busy key's write is SETRANGE in place (no
-// expiry to format and parse, no new value object). Measured ("gateway 1lvl", a busy
-// token bucket): ~79,000 instructions per call, from ~150,000 with the earlier state of
-// 13 doubles, 9 decimal arguments per level and per-level tables and closures; "gateway
-// 3lvl" (two calls: user + tenant, then global) ~200,000 per decision, from ~399,000.
-//
-// KEYS[1..n]       the keys (one hash slot)
-// ARGV[1]          time in µs, or '' for the server's TIME
-// ARGV[2]          op: 'd', 'r' or 'c'
-// ARGV[3]          TTL margin, ms (>= 1)
-// ARGV[4]          the caller's rule-set version
-// ARGV[5]          units: the cost ('d'), units to give back ('r') or to charge ('c')
-// ARGV[6]          'r': the time the units were spent, µs; '' = the key's own latest time
-// ARGV[7]          'd': the levels' shadow flags, one character each ('1' shadow, '0' not)
-// ARGV[7+i]        level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
-//                  µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
-// Reply 'd':       {time µs, levels decided, then per level decided: allowed, reason,
-//                   remaining, retry_after ns (-1 never), reset_after ns (-1 never),
-//                   version used}
-// Reply 'r', 'c':  {time µs, then per key: micro-units given back | left as debt}
-// Errors:          "QUOTA_CORRUPT ..." (a key's value is not a gateway state of ours).
+//   // GatewayStore sends, for one level of a token bucket, rule-set version 1, cost 1:
+//   // EVALSHA <sha of kGatewayLua> 1 "quota:{acme}read" <head: server time, 'd', margin,
+//   //   version 1, units 1, shadow "0"> <the level's 33-byte policy>
+//   // and reads {time µs, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
+//   //            version}.
 #pragma once
 
 #include <string>
@@ -89,6 +28,62 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaReach of twin/common.hpp).
+//
+// KEYS[1..n]  the keys (one hash slot)
+// ARGV[1]     the head, struct-packed '<Bi8Bi8i8i8Bi8' and then one byte per level: the
+//             caller's time (1) or the server's TIME (0); the time, µs; the op ('d', 'r'
+//             or 'c'); the TTL margin, ms (>= 1); the caller's rule-set version; units
+//             (the cost 'd', units to give back 'r' or to charge 'c'); for 'r', whether
+//             the time the units were spent is given (1; 0: the key's own latest time)
+//             and that time, µs; then 'd': the levels' shadow flags ('1' shadow, '0' not)
+// ARGV[1+i]   level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
+//             µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
+// Reply 'd':       {time µs, levels decided, then per level decided: allowed, reason,
+//                   remaining, retry_after ns (-1 never), reset_after ns (-1 never),
+//                   version used}
+// Reply 'r', 'c':  {time µs, then per key: micro-units given back | left as debt}
+// Errors:          "QUOTA_CORRUPT ..." (a key's value is not a gateway state of ours).
+//
+// 'd' converts a state written under other parameters (migrate: refill with the old
+// ones up to now, clamp to the new capacity; a state of a NEWER rule-set version is
+// kept), pays debt, applies. On a denial that is not shadow the levels allowed before it
+// are written WITHOUT their deduction (exactly what the in-process give-back leaves).
+//
+// Time is microseconds on the server's clock (TIME), or the caller's in a test mode; the
+// C++ side keeps nanoseconds.
+//
+// Exactness. GatewayStore::check admits only rules that keep every value below 2^53:
+// capacity (burst or limit) at most 2·10^9 units, so micro-units with debt and refunds
+// stay below 6·10^15; a token bucket's rate m/p micro-units per ns (reduced by g) with
+// (m+2)(p+1) <= 2^53 and a time to fill of at most 4·10^15 ns (~46 days), so a refill
+// from the deepest debt (2 fills) is formed exactly; a window of whole microseconds, at
+// most 4·10^15 ns. Refill and time-to-reach are split as in kTokenBucketLuaBody.
+//
+// State: 72 bytes per key, '<I7i7I7i7I7I4c33': the rule-set version; tokens
+// (micro-units) | the window's count, the carried remainder over p, the last time µs;
+// the debt (micro-units); the key's expiry as last set, ms after the last time (0:
+// unknown); then the parameters that wrote it, exactly as the policy argument that
+// carried them ('<BI4I7I7I7I7': kind 1 token bucket | 2 fixed window, capacity, m|window
+// µs, p|0, g|0, fill ns|0 — identifying the rate exactly, as rate.units and rate.per
+// do). A state written under the caller's policy ends with the caller's argument: one
+// string comparison (Lua interns strings), and only the six fields are unpacked. Every
+// value is checked on reading (out of range: QUOTA_CORRUPT). 72 bytes keep the value in
+// jemalloc's 80-byte class. Format version (twin/common.hpp): bits 53-55 of the first
+// field (the rule-set version, < 2^53), version 0 = zero; the check `ver <=
+// 9007199254740991` rejects any other.
+//
+// TTL: the key's idle time (until its state equals a fresh one) plus the margin; none
+// while it holds debt, or for a rate-0 bucket that is not full (a one-off budget must not
+// come back). A later write keeps the key's TTL while the expiry set last still covers
+// idle time + margin with 10 ms to spare, overwriting the state in place (SETRANGE key
+// 0); else it sets idle time + margin, one margin more when the expiry fell short by less
+// than a margin (a busy key, re-armed about once per margin). In caller-time mode every
+// write sets the TTL.
+//
+// Each level's policy is one packed argument, unpacked only when it differs from the
+// previous level's; several levels' states are read with one MGET; no table or closure
+// per level (the levels not yet written wait in one flat table).
 inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
 local MAXOFF = 4294967295
@@ -110,47 +105,25 @@ local function window_pay(tok, debt, cap)
   if debt < 0 then debt = 0 end
   return tok + pay, debt
 end
--- A state of earlier versions: 13 doubles (version, kind, units|limit, per|window ns,
--- burst|0, m|window µs, p, g, fill, tokens|count, carry over rate.per, last µs, debt).
--- Returns its fields in the current order (the carry over p), or nil and what is wrong.
-local function legacy(raw)
-  local v = {sunpack('<ddddddddddddd', raw)}
-  for k = 1, 13 do
-    if not int_in(v[k], -9007199254740991, 9007199254740991) then
-      return nil, 'field ' .. k .. ' is not an exact integer'
-    end
-  end
-  local kind, cap, c, ok = v[2], v[3], 0, false
-  if kind == 1 then
-    cap = v[5]
-    ok = cap >= 1 and v[6] >= 0 and v[7] >= 1 and v[8] >= 1 and v[10] >= -cap * 1000000 and
-      v[10] <= cap * 1000000 and v[11] >= 0 and v[11] < v[4]
-    if ok then c = fdiv(v[11], v[8]) end
-  else
-    ok = kind == 2 and cap >= 1 and v[6] >= 1 and v[10] >= 0 and v[10] <= cap
-  end
-  if not ok or v[13] < 0 or v[13] > cap * 1000000 then return nil, 'field out of range' end
-  return v[1], kind, cap, v[6], v[7], v[8], v[9], v[10], c, v[12], v[13]
-end
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
 
-local t, now_ms
-if ARGV[1] == '' then
+-- The head (ARGV[1], one struct.unpack where decimal arguments would each cost an
+-- argument and a conversion); op is a character code: 100 'd', 114 'r', 99 'c'.
+local caller, t, op, margin, version, units, has_spent, spent =
+  struct.unpack('<Bi8Bi8i8i8Bi8', ARGV[1])
+local now_ms
+if caller == 0 then
   local now = redis.call('TIME')
   local sec, us = now[1] + 0, now[2] + 0
   t = sec * M6 + us
   now_ms = sec * 1000 + (us - us % 1000) / 1000
-else
-  t = ARGV[1] + 0
 end
-local op = ARGV[2]
-if op ~= 'd' and op ~= 'r' and op ~= 'c' then
-  return redis.error_reply('QUOTA_BAD_OP ' .. tostring(op))
+if op ~= 100 and op ~= 114 and op ~= 99 then
+  return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
-local decide = op == 'd'
-local margin, version, units = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0
+local decide = op == 100
 local n = #KEYS
 -- Several levels' states are read at once (MGET answers nil also for a key of another
 -- type, so each nil is looked at again before anything is written).
@@ -168,12 +141,12 @@ end
 -- 'd' with several levels: the levels decided and not written yet, 15 values each. All
 -- are written once the last level is decided, without their deduction when it denied.
 local W
--- The caller's policy of the level (ARGV[7+i]), unpacked when it differs from the
+-- The caller's policy of the level (ARGV[1+i]), unpacked when it differs from the
 -- previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfill
 for i = 1, n do
   local key = KEYS[i]
-  local pol = ARGV[7 + i]
+  local pol = ARGV[1 + i]
   if pol ~= spol then
     spol = pol
     pkind, pcap, pm, pp, pg, pfill = sunpack('<BI4I7I7I7I7', pol)
@@ -224,12 +197,6 @@ for i = 1, n do
       if off > 0 then expiry = fdiv(last, 1000) + off end
     elseif type(raw) ~= 'string' then
       return corrupt(key, 'wrong type')
-    elseif len == 104 then
-      ver, kind, cap, m, p, g, fill, tok, c, last, debt = legacy(raw)
-      if not ver then return corrupt(key, kind) end
-      capM = cap * M6
-      same = kind == pkind and cap == pcap and m == pm and p == pp and g == pg
-      if same then id = pol else id = spack('<BI4I7I7I7I7', kind, cap, m, p, g, fill) end
     else
       return corrupt(key, len .. ' bytes, expected 72')
     end
@@ -328,8 +295,8 @@ for i = 1, n do
     res[2] = i
     res[k + 1] = ok; res[k + 2] = reason; res[k + 3] = rem; res[k + 4] = retry
     res[k + 6] = ver
-    denied = ok == 0 and string.byte(ARGV[7], i) ~= 49
-  elseif op == 'r' then
+    denied = ok == 0 and string.byte(ARGV[1], 43 + i) ~= 49
+  elseif op == 114 then
     local give = units
     if give > 3 * cap + 2 then give = 3 * cap + 2 end
     give = give * M6
@@ -345,7 +312,7 @@ for i = 1, n do
       if tok == capM then c = 0 end
     else
       local s = last
-      if ARGV[6] ~= '' then s = ARGV[6] + 0 end
+      if has_spent == 1 then s = spent end
       if fdiv(s, m) == fdiv(last, m) then
         local back = fdiv(give, M6)
         if back > tok then back = tok end

@@ -1,29 +1,24 @@
 // quota/redis/twin/sliding_log.hpp — the Lua twin of quota::SlidingLog.
 //
-// Bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the
-// admitted (time, cost) events still in the window (t − W, t]; a request admitted iff
-// used + cost <= limit; a denial's retry_after is when the oldest events holding the
-// excess have left. Shared arguments, reply and attempts: twin/common.hpp.
+// kSlidingLogLua decides one or more logs of one tenant in one script call,
+// bit-identical to SlidingLog::apply (include/quota/policy/sliding_log.hpp): the admitted
+// (time, cost) events still in the window (t − W, t]; a request admitted iff used + cost
+// <= limit; a denial's retry_after is when the oldest events holding the excess have
+// left. LuaTwin<SlidingLog> is its C++ codec: the exact range (params) and the arguments
+// (script_cost, pack_params); the call layout, the reply and attempts are
+// twin/common.hpp's and twin/call.hpp's.
 //
-// Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
-//   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
-//                    nanoseconds, used = the costs of the logged events);
-//   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
-//                    nanoseconds, cost). No valid bucket key ends in '}', so the list
-//                    never collides with another bucket.
-// Expired events are trimmed from the head (amortized O(1)); a denial scans from the
-// first live event until the excess is covered (O(events that must leave)). At most
-// `limit` events are live. The first pass over the buckets only reads (a corrupt bucket
-// fails the call before anything is written); the second writes. Both keys expire at
-// reset_after (every event has left) plus the margin. (The list key is derived inside
-// the script rather than passed in KEYS; it is in the same slot, which is what Redis
-// Cluster checks.)
+// Guarantees: for every policy params() accepts (W <= 9·10^15 ns, ~104 days) the
+// decisions equal the C++ policy's; a key holds a 24-byte meta and a list of at most
+// `limit` live events, both expiring at reset_after plus the margin; a corrupt key fails
+// the whole call with QUOTA_CORRUPT before anything is written. Thread safety: the
+// constants are immutable text, LuaTwin's functions are pure; Redis runs each script call
+// with nothing interleaved.
 //
-// Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event
-// is formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left: the
-// store rejects W > 9·10^15 ns, ~104 days). Costs and `used` are <= kMaxUnits < 2^44.
-//
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, W ns, 0, 0, 0.
+//   const SlidingLog sl{.limit = 100, .window = 1min};
+//   const BucketRequest<SlidingLog> req{&sl, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kSlidingLogLua> 1 call->keys[0] call->args..., then parse_reply
 #pragma once
 
 #include <algorithm>
@@ -39,7 +34,33 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+//
+// Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
+//   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
+//                    nanoseconds, used = the costs of the logged events);
+//   KEYS[i] .. '}l'  a LIST of events, oldest first, 24 bytes each (seconds,
+//                    nanoseconds, cost). No valid bucket key ends in '}', so the list
+//                    never collides with another bucket. (The list key is derived here
+//                    rather than passed in KEYS; it is in the same slot, which is what
+//                    Redis Cluster checks.)
+// Format version (twin/common.hpp): the meta's nanoseconds carry it as a multiple of 2^30
+// (version 0: none; the range check int_in(lns, 0, 999999999) rejects any other); the
+// events follow their meta's version.
+//
+// Expired events are trimmed from the head (amortized O(1)); a denial scans from the
+// first live event until the excess is covered (O(events that must leave)). The first
+// pass over the buckets only reads (a corrupt bucket fails the call before anything is
+// written); the second writes.
+//
+// Exactness. Times are two limbs (seconds, nanoseconds); the age last − e of an event is
+// formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left). Costs
+// and `used` are <= kMaxUnits < 2^44.
 inline constexpr const char* kSlidingLogLuaBody = R"lua(
+-- an exact integer in [lo, hi] (the state's doubles are checked with it)
+local function int_in(x, lo, hi)
+  return x == x and x == floor(x) and x >= lo and x <= hi
+end
 local function age(s1, n1, s2, n2, w)
   local dsec = s1 - s2
   if dsec > 9000001 then return w end
@@ -55,8 +76,9 @@ local function event(raw, key)
 end
 local st = {} -- each bucket's decision: the first pass reads and decides, the second writes
 for i = 1, n do
-  local q = pbase + pstep * (i - 1)
-  local cost, limit, w = ARGV[8 + cstep * (i - 1)] + 0, ARGV[q] + 0, ARGV[q + 1] + 0
+  local cost = cost1
+  if cstep ~= 0 then cost = ARGV[cbase + i - 1] + 0 end
+  local limit, w = struct.unpack('<i8i8', ARGV[2 + pstep * (i - 1)])
   local key = KEYS[i]
   local lkey = key .. '}l'
   local raw, corrupt = read_state(key, 'log', 24)
@@ -130,7 +152,8 @@ for i = 1, n do
   if ok == 0 then all = 0 end
   st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w, drop}
 end
-local out = {0, sec, ns, all}
+-- (sized for one log's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, all, 0, 0, 0, 0, 0}
 for i = 1, n do
   local s = st[i]
   local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
@@ -156,7 +179,7 @@ end
 
 // The whole script.
 inline const std::string kSlidingLogLua =
-    std::string(kLuaMath) + kLuaHead + kSlidingLogLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingLogLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<SlidingLog> {
@@ -175,14 +198,18 @@ struct LuaTwin<SlidingLog> {
     return Params{};
   }
 
-  static void append_args(const SlidingLog& sl, const Params&, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sl.limit + 1)));
-    args.push_back(absl::StrCat(sl.limit));
-    args.push_back(absl::StrCat(sl.window.count()));
-    args.push_back("0");
-    args.push_back("0");
-    args.push_back("0");
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const SlidingLog& sl, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, sl.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8': limit, W ns.
+  static std::string pack_params(const SlidingLog& sl, const Params&) {
+    std::string out;
+    for (std::int64_t v : {sl.limit, static_cast<std::int64_t>(sl.window.count())}) {
+      detail::pack_le(out, v, 8);
+    }
+    return out;
   }
 };
 

@@ -1,60 +1,27 @@
 // quota/redis/twin/sliding_window_estimate.hpp — the Lua twin of
 // quota::SlidingWindowEstimate.
 //
-// Bit-identical to SlidingWindowEstimate::apply (include/quota/policy/
-// sliding_window_estimate.hpp): counters `cur` and `prev` of the aligned windows, a
-// request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the same remaining,
-// retry_after and reset_after. Shared arguments, reply and attempts: twin/common.hpp.
+// kSlidingWindowEstimateLua decides one or more estimates of one tenant in one script
+// call, bit-identical to SlidingWindowEstimate::apply
+// (include/quota/policy/sliding_window_estimate.hpp): counters `cur` and `prev` of the
+// aligned windows, a request admitted iff (cur + cost)·W + prev·(W − el) <= limit·W, the
+// same remaining, retry_after and reset_after. LuaTwin<SlidingWindowEstimate> is its C++
+// codec: the exact range (params) and the arguments (script_cost, pack_params); the call
+// layout, the reply and attempts are twin/common.hpp's and twin/call.hpp's.
 //
-// Exactness. Times are two limbs (seconds, nanoseconds) and windows tile the second
-// grid exactly as in twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole
-// number of seconds). Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44,
-// W and el < 2^52) are formed exactly as two limbs (`mul`: H·2^52 + L, via 26-bit
-// halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a floating
-// estimate corrected with those exact comparisons. The store rejects W >= 2^52 ns
-// (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+// Guarantees: for every policy params() accepts (windows that divide 1 s or are whole
+// seconds below 2^52 ns; it rejects the others, naming the bound) the products are
+// compared exactly, also beyond 2^53, so the decisions equal the C++ policy's; a key's
+// state is 21 bytes; its TTL lasts until both counters are 0 plus the margin; a corrupt
+// state fails the whole call with QUOTA_CORRUPT and charges nothing. Thread safety: the
+// constants are immutable text, LuaTwin's functions are pure; Redis runs each script call
+// with nothing interleaved.
 //
-// State: one 21-byte string per key, struct-packed little-endian integers ('<I6I6i5I4':
-// cur, prev (< 2^48), the last time's seconds and nanoseconds — the nanoseconds plus
-// 10^9 when the key's TTL is known to cover its counters, below). 21 bytes keep the value
-// in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes; the
-// earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead of 120 bytes
-// with a 19-byte key. Every field is checked in range on read. The 32-byte state of
-// earlier versions ('<dddd') is still read (and rewritten in the new form).
-//
-// TTL (set in the same script): reset_after (until both counters are 0: the end of the
-// window after the current one when cur > 0, of the current one when only prev > 0),
-// rounded up to ms, plus the margin. Once past that the key is the same as a fresh one, so
-// the TTL only has to last until then. With `span` = 2, 1 or 0 as above (the number of
-// windows, counted from the start of the last time's window, that the counters need), a
-// write that sets a TTL while span > 0 (on the server's clock) marks the state ("TTL
-// known": nanoseconds + 10^9): the expiry reaches the end of that span plus the margin.
-// A later write, d windows on, keeps that TTL while its own span still ends no later (d +
-// span <= the span marked, span > 0): every write of a busy key within its window, and the
-// first of the next window when only prev is left. It overwrites the 21-byte state in
-// place (SETRANGE key 0 state: the TTL kept as SET ... KEEPTTL would, with no expiry to
-// compute, parse and propagate, and also no new value object and an integer reply instead
-// of SET's status table; the value becomes a raw string, MEMORY USAGE unchanged) — a
-// marked state is always a 21-byte one. Else (a new key, the 32-byte form, an unmarked
-// state, a span beyond the one marked) it sets the TTL again with SET ... PX. An idle key
-// is never extended: it expires at the end of its span plus the margin. In caller-time
-// mode the expiry is not on the caller's clock: every write sets the TTL, unmarked.
-//
-// Cost: as the token bucket's twin (twin/token_bucket.hpp): several windows' states are
-// read with one MGET; one pass per window for one window and for apply_batch's
-// independent decisions, with no per-window table; two passes only for the
-// all-or-nothing check over several windows; a batch of one cost and one parameter set
-// looks at its arguments once; the products of `le` and `muldiv` are formed as one number
-// when they are below 2^53 (2^52 for muldiv), as two limbs only beyond. (Callgrind: the
-// in-place write and the arguments looked at once took 13-14 % off a decision at 16 per
-// call, the in-place write alone 2 % at one per call.)
-//
-// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
-// another type is found before any write; a state of the wrong size or out of range,
-// found after some windows of a batch were written, puts those back as they were.
-//
-// Per-bucket ARGV: the cost (clamped to [0, limit+1]); parameter set (5): limit, mode, w
-// (mode 1: W ns; mode 2: W in seconds), W in ns, windows per second (mode 1) or 0.
+//   const SlidingWindowEstimate sw{.limit = 100, .window = 1min};
+//   const BucketRequest<SlidingWindowEstimate> req{&sw, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kSlidingWindowEstimateLua> 1 call->keys[0] call->args..., then
+//   // parse_reply
 #pragma once
 
 #include <algorithm>
@@ -70,6 +37,34 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+//
+// Exactness. Times are two limbs and windows tile the second grid as in
+// twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole number of seconds).
+// Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44, W and el < 2^52) are
+// formed as one number while below 2^53, else exactly as two limbs (`mul`: H·2^52 + L,
+// via 26-bit halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a
+// floating estimate corrected with those exact comparisons. params() rejects W >= 2^52
+// ns (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+//
+// State: 21 bytes, '<I6I6i5I4': cur, prev (< 2^48), the last time's seconds and
+// nanoseconds, plus 10^9 when the key's TTL is known to cover its counters. 21 bytes keep
+// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
+// bytes). Format version (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 <
+// 2^31 with the mark), version 0 = zero; the check `t > 1999999999` rejects any other.
+//
+// TTL, set in the same script: reset_after (until both counters are 0: the end of the
+// window after the current one when cur > 0, of the current one when only prev > 0),
+// rounded up to ms, plus the margin. With `span` = 2, 1 or 0 as above (the windows,
+// from the start of the last time's, that the counters need), a write that sets a TTL
+// while span > 0 (on the server's clock) marks the state ("TTL known"); a later write, d
+// windows on, keeps that TTL while d + span <= the span marked, overwriting the state in
+// place (SETRANGE key 0); else it sets the TTL again (SET ... PX). An idle key is never
+// extended. In caller-time mode every write sets the TTL, unmarked.
+//
+// One pass per window for one window and for a batch of independent decisions; two for
+// the all-or-nothing check of several. A corrupt state found after some windows of a
+// batch were written puts those back (`fail`).
 inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local T26 = 67108864
@@ -110,11 +105,10 @@ local function muldiv(a, b, c)
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
-local out = {0, sec, ns, 1}
--- The script runs on the server's clock (the key's expiry is on that clock too).
-local server = ARGV[1] == ''
+-- (sized for one window's reply: a table that grows is resized; put fills 5..9)
+local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window estimate', 21, 32)
+local raws, corrupt = read_states('window estimate', 21)
 if not raws then return corrupt end
 seen = raws
 -- One pass (advance, decide, count, write) for one window or a batch of independent ones,
@@ -130,19 +124,21 @@ local rcall = redis.call
 local varying = pstep ~= 0 or cstep ~= 0
 -- `idx`: this call's window for the current parameters (mode 1: its index within second
 -- `sec`; mode 2: its index).
-local sc, sl, smode, sw, sW, sper, cost, limit, mode, w, W, per, idx
+local sc, sset, limit, mode, w, W, per, idx
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous window's.
-      local a0 = ARGV[8 + cstep * (i - 1)]
-      local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      if a1 ~= sl or a2 ~= smode or a3 ~= sw or a4 ~= sW or a5 ~= sper then
-        sl, smode, sw, sW, sper = a1, a2, a3, a4, a5
-        limit, mode, w, W, per = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+      -- Arguments are unpacked only when their strings differ from the previous window's.
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        limit, mode, w, W, per = sunpack('<i8i8i8i8i8', set)
         -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
         local x = ns
         if mode ~= 1 then x = sec end
@@ -170,15 +166,8 @@ for pass = first, 2 do
           lns = t - 1000000000
           if cur > 0 then known = 2 elseif prev > 0 then known = 1 end
         end
-      elseif len == 32 and type(raw) == 'string' then
-        -- the 32-byte state of earlier versions (four doubles)
-        cur, prev, lsec, lns = sunpack('<dddd', raw)
-        if not (int_in(cur, 0, 281474976710655) and int_in(prev, 0, 281474976710655) and
-                int_in(lsec, -549755813888, 549755813887) and int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
       else
-        local _, corrupt = read_state(key, 'window estimate', 21, 32)
+        local _, corrupt = read_state(key, 'window estimate', 21)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
     else
@@ -307,14 +296,15 @@ end
 
 // The whole script.
 inline const std::string kSlidingWindowEstimateLua =
-    std::string(kLuaMath) + kLuaHead + kSlidingWindowEstimateLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingWindowEstimateLuaBody + kLuaTail;
 
 template <>
 struct LuaTwin<SlidingWindowEstimate> {
   static const std::string& script() { return kSlidingWindowEstimateLua; }
 
   struct Params {
-    std::int64_t mode = 1, w = 1, per = 0;  // see twin/sliding_window_estimate.hpp
+    // mode 1: w = W ns, per = windows per second; mode 2: w = W in seconds, per = 0
+    std::int64_t mode = 1, w = 1, per = 0;
   };
 
   // The longest window: below 2^52 ns (products of two values below 2^52 are exact).
@@ -332,14 +322,18 @@ struct LuaTwin<SlidingWindowEstimate> {
         w, kMaxWindowNs / kSecond));
   }
 
-  static void append_args(const SlidingWindowEstimate& sw, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    args.push_back(absl::StrCat(std::clamp<std::int64_t>(cost, 0, sw.limit + 1)));
-    args.push_back(absl::StrCat(sw.limit));
-    args.push_back(absl::StrCat(pr.mode));
-    args.push_back(absl::StrCat(pr.w));
-    args.push_back(absl::StrCat(sw.window.count()));
-    args.push_back(absl::StrCat(pr.per));
+  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  static std::int64_t script_cost(const SlidingWindowEstimate& sw, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, sw.limit + 1);
+  }
+
+  // The parameter set as one argument, '<i8i8i8i8i8': limit, mode, w, W ns, per.
+  static std::string pack_params(const SlidingWindowEstimate& sw, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {sw.limit, pr.mode, pr.w, sw.window.count(), pr.per}) {
+      detail::pack_le(out, v, 8);
+    }
+    return out;
   }
 };
 

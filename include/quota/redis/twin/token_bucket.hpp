@@ -1,100 +1,25 @@
 // quota/redis/twin/token_bucket.hpp — the Lua twin of quota::TokenBucket.
 //
-// One EVALSHA runs read–refill–decide–deduct–write for one or more buckets of one
-// tenant atomically (Redis runs a script with nothing interleaved), bit-identical to
-// TokenBucket::apply in include/quota/policy/token_bucket.hpp. It also implements the
-// idempotent attempt (a stored first result, replayed) and the hierarchical check (all
-// buckets allow, or nothing is deducted). The C++ side is RedisTwin<TokenBucket> in
-// redis_store.hpp, which builds the arguments and parses the reply.
+// kTokenBucketLua decides one or more buckets of one tenant in one script call — read,
+// refill, decide, deduct, write — bit-identical to TokenBucket::apply
+// (include/quota/policy/token_bucket.hpp), with the idempotent attempt and the
+// all-or-nothing check of several buckets. LuaTwin<TokenBucket> is its C++ codec: the
+// exact range (params), the arguments (script_cost, pack_params) and the compact reply
+// (decision, compact_parts). twin/call.hpp lays out a call with it; RedisStore<TokenBucket>
+// (redis_store.hpp) sends it.
 //
-// Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53. The script
-// never forms a value at or above 2^53:
-//   - the rate M/P micro-units per ns is passed reduced by g = gcd(M, P) as m/p, so the
-//     carried remainder c lives over p (stored multiplied back by g, i.e. exactly the
-//     C++ state's carry over rate.per);
-//   - time is two limbs (seconds, nanoseconds); an elapsed time is formed only when it
-//     is below the time to fill the bucket, `fill`, else the bucket is simply full —
-//     exactly what the C++ refill computes for such a gap;
-//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
-//   - time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
-//     a·p + ceil((b·p − c)/m);
-//   - floor division is corrected by one step (a floating quotient is off by at most 1).
-// The C++ side rejects parameters for which any of this could reach 2^53 (the message
-// names the bound): burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
-// days), rate.per < 2^53 ns.
+// Guarantees: for every policy params() accepts (it rejects the others, naming the
+// bound), every value the script forms is an exact integer below 2^53, so its decisions
+// equal the C++ policy's; a bucket's state is 28 bytes; its TTL is at least its time to
+// full plus the margin (none at rate 0); a corrupt state fails the whole call with
+// QUOTA_CORRUPT and charges nothing. Thread safety: the constants are immutable text,
+// LuaTwin's functions are pure; Redis runs each script call with nothing interleaved.
 //
-// State: one string of 28 bytes per bucket, struct-packed little-endian integers
-// ('<I7I7i6I4I4': tokens in micro-units < 2^53, carry over rate.per < 2^53, last time
-// seconds, last time nanoseconds, the key's expiry as last set: ms after the last time,
-// 0 = unknown) — every value an exact integer, no tostring precision loss. 28 bytes keep
-// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
-// bytes; the earlier 32-byte state of four doubles needed 64): MEMORY USAGE 104 instead
-// of 120 bytes with a 20-byte key. The 32-byte state of earlier versions is still read
-// (and rewritten in the new form).
-//
-// TTL (set in the same script): at least time to full (rounded up to ms) plus the
-// margin; none when the rate is 0 (a one-off budget must not come back). A new key gets
-// exactly that. Later writes keep the key's TTL while the expiry set last still covers
-// time to full + margin with 10 ms to spare: they overwrite the 28-byte state in place
-// (SETRANGE key 0 state keeps the TTL as SET ... KEEPTTL would, with no expiry to
-// recompute, parse and propagate, and also no new value object and an integer reply
-// instead of SET's status table; the value becomes a raw string, MEMORY USAGE
-// unchanged). When it does not, they set time to full + 2·margin, so that a busy key is
-// re-armed about once per margin. The expiry is known only on the server's clock: in
-// caller-time mode every write sets the TTL. Whether the expiry covers time to full is
-// first asked of the longest time to full (fill, which bounds every reset_after): when
-// it does, the bucket's own time to full is not computed.
-//
-// Cost (server instructions, measured with callgrind: README). Several buckets' states
-// are read with one MGET; one pass per bucket (refill, decide, deduct, write) for a
-// single bucket and for apply_batch's independent decisions, with no per-bucket
-// function call or table; only the all-or-nothing check over several buckets decides
-// all before it writes any. Arguments are converted to numbers (`s + 0`) only when their
-// strings differ from the previous bucket's; one cost shared by a batch is sent once;
-// divisions are inlined (a corrected `%`), not function calls; a batch of one cost and
-// one parameter set looks at its arguments once. The reply is compact (below): a
-// bucket's fields as integers cost the server a table store and a conversion each, where
-// the state it has just written is one string. (At 16 decisions per call: the compact
-// reply took 9.5 % off the instructions, the arguments looked at once 6 %, the TTL
-// check against fill 6 %, SETRANGE 8.6 %.)
-//
-// A corrupt state (QUOTA_CORRUPT) fails the whole call and charges nothing: a key of
-// another type is found before any write; a state of the wrong size or out of range,
-// found after some buckets of a batch were written, puts those back as they were.
-//
-// KEYS[1..n]       bucket keys (one hash slot: one tenant)
-// KEYS[n+1]        attempt key, when ARGV[4] ~= '0'
-// ARGV[1], ARGV[2] caller time (seconds, nanoseconds), or '' and '' for the server's TIME
-// ARGV[3]          TTL margin, ms
-// ARGV[4]          attempt TTL, ms ('0': no attempt; '-1': a batch of independent
-//                  decisions, apply_batch)
-// ARGV[5]          attempt fingerprint (keys and costs; no newline; '' without an attempt)
-// ARGV[6]          n
-// ARGV[7]          k: 1 when all buckets have the same cost (sent once), else n
-// ARGV[7+j]        cost j (clamped to [0, burst+1])
-// ARGV[8+k]        1 when all buckets share their parameters (sent once), else n
-// ARGV[9+k+5(j-1)..] parameter set j: burst, m, p, g, fill (-1 when the rate is 0)
-// Reply, compact (no attempt: ARGV[4] '0' or '-1'): {replayed (0), time seconds, time
-//         nanoseconds, all allowed (1/0), then per bucket i = 1..n its state as written
-//         (the 28-byte string above), then for each bucket i that denies, in bucket
-//         order, the integer 4·i + reason (reason 1 over limit, 2 cost exceeds burst,
-//         3 invalid cost)}: 4 + n + (denials) elements. A bucket not listed allowed on
-//         its own (reason 0). The caller derives the rest from the state's tokens and
-//         carry (stored over rate.per), as TokenBucket::apply does
-//         (LuaTwin<TokenBucket>::decision in redis_store.hpp): remaining = floor(tokens /
-//         10^6); reset_after = the time to reach burst·10^6 (0 when full, never at rate
-//         0); retry_after = 0 when allowed, never for reasons 2 and 3, else the time to
-//         reach cost·10^6 (never at rate 0). In an all-or-nothing check that denies,
-//         the states are the refilled ones, nothing deducted.
-// Reply, full (with an attempt, and an attempt's replay, which earlier versions may
-//         have stored): the shared form of twin/common.hpp: {replayed, time seconds,
-//         time nanoseconds, all allowed (1/0), then per bucket: allowed (1/0: this
-//         bucket alone had enough), reason, remaining, retry_after ns (-1 = never),
-//         reset_after ns (-1 = never)}. The caller tells the forms apart by the type of
-//         element 5 (a string: compact). Scripts are keyed by their SHA, so a caller
-//         only gets the compact form from the script it ships with; an attempt stored by
-//         either version is in the full form, which both read.
-// Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
+//   const TokenBucket tb{.rate = {.units = 100, .per = 1s}, .burst = 20};
+//   const BucketRequest<TokenBucket> req{&tb, "{acme}read", 1};
+//   auto call = build_call(CallOptions{}, std::span(&req, 1), Nanos{0}, {});
+//   // EVALSHA <sha of kTokenBucketLua> 1 call->keys[0] call->args..., then
+//   // parse_reply(*reply, std::span(&req, 1)): the Decision TokenBucket::apply gives.
 #pragma once
 
 #include <algorithm>
@@ -119,48 +44,91 @@
 
 namespace quota::redis {
 
+// The script's body (after kLuaMath, kLuaReach and kLuaHead of twin/common.hpp).
+//
+// Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53; nothing formed
+// here reaches 2^53:
+//   - the rate M/P micro-units per ns is sent reduced by g = gcd(M, P) as m/p, so the
+//     carried remainder c lives over p (stored multiplied back by g: exactly the C++
+//     state's carry over rate.per);
+//   - time is two limbs (seconds, nanoseconds); an elapsed time is formed only when it is
+//     below the time to fill, `fill`, else the bucket is simply full (what the C++ refill
+//     computes for such a gap);
+//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
+//   - the time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
+//     a·p + ceil((b·p − c)/m) (kLuaReach);
+//   - a floor division is corrected by one step (a floating quotient is off by at most 1).
+// params() enforces burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
+// days) and rate.per < 2^53 ns.
+//
+// State: 28 bytes per bucket, '<I7I7i6I4I4': tokens (micro-units, < 2^53), carry over
+// rate.per (< 2^53), last time seconds, last time nanoseconds, the key's expiry as last
+// set (ms after the last time, 0 = unknown). 28 bytes keep the value in jemalloc's
+// 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes). Format version
+// (twin/common.hpp): bits 30-31 of the nanoseconds (< 10^9 < 2^30), version 0 = both
+// zero; the check `lns > 999999999` rejects any other.
+//
+// TTL, set in the same script: time to full (rounded up to ms) plus the margin for a new
+// key; none at rate 0 (a one-off budget must not come back). A later write keeps the
+// key's TTL while the expiry set last still covers time to full + margin with 10 ms to
+// spare, overwriting the state in place (SETRANGE key 0: the TTL kept as KEEPTTL would,
+// no new value object); else it sets time to full + 2·margin, so that a busy key is
+// re-armed about once per margin. The expiry is known only on the server's clock: in
+// caller-time mode every write sets the TTL.
+//
+// One pass per bucket (refill, decide, deduct, write) for one bucket and for a batch of
+// independent decisions; two for the all-or-nothing check of several (decide all, then
+// write). A corrupt state found after some buckets of a batch were written puts those
+// back (`fail`, twin/common.hpp).
+//
+// Reply, compact (no attempt, or a batch): {0, time seconds, time nanoseconds, all
+// allowed (1/0), then each bucket's state as written (28 bytes), then for each bucket i
+// that denies, in bucket order, 4·i + reason (1 over limit, 2 cost exceeds burst, 3
+// invalid cost)}. LuaTwin<TokenBucket>::decision derives remaining, retry_after and
+// reset_after from a state as TokenBucket::apply does. In an all-or-nothing check that
+// denies, the states are the refilled ones, nothing deducted. With an attempt (and its
+// replay) the reply is the full form of twin/common.hpp; element 5's type (a string:
+// compact) tells them apart.
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
 local pack, sunpack = struct.pack, struct.unpack
 local rcall = redis.call
-local out = {0, sec, ns, 1}
--- The compact reply (see the header comment) unless an attempt is stored: an attempt's
+-- (sized for one bucket's compact reply: a table that grows is resized)
+local out = {0, sec, ns, 1, false}
+-- The compact reply (see above) unless an attempt is stored: an attempt's
 -- stored reply keeps the full form, which every version reads.
 local compact = attempt_ttl <= 0
 local den, nd = nil, 0
 -- Server time in ms, when the script runs on the server's clock (the key's expiry is on
 -- that clock too); nil in caller-time mode.
 local now_ms
-if ARGV[1] == '' then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
+if server then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
 -- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('bucket', 28, 32)
+local raws, corrupt = read_states('bucket', 28)
 if not raws then return corrupt end
 seen = raws
 -- One pass (decide, deduct, write) for one bucket or a batch of independent ones, each
 -- deducted when it alone allows. All-or-nothing over several buckets takes two: the first
 -- decides every bucket and writes none (out[4]: all allowed), the second decides each
 -- again from the same state and time (the same outcome), deducting only when all allow,
--- and writes. (One body for both, with no per-bucket function call or table: 3 % of the
--- server's instructions at 16 decisions per call.)
+-- and writes. (One body for both, with no per-bucket function call or table.)
 local deduct = true
 local first = 2
 if not batch and n > 1 then first = 1 end
 -- Arguments of bucket i > 1 are looked at only when they may differ from bucket 1's.
 local varying = pstep ~= 0 or cstep ~= 0
-local sc, sb, sm, sp, sg, sf, cost, burst, m, p, g, fill, cap, fillms
+local sc, sset, burst, m, p, g, fill, cap, fillms
+local cost = cost1
 for pass = first, 2 do
   local write = pass == 2
   for i = 1, n do
     if varying or i == 1 then
-      local q = pbase + pstep * (i - 1)
-      -- Arguments are parsed only when their strings differ from the previous bucket's
-      -- (Lua interns strings: these are pointer comparisons; the conversion is the costly
-      -- part).
-      local a0 = ARGV[8 + cstep * (i - 1)]
-      local a1, a2, a3, a4, a5 = ARGV[q], ARGV[q + 1], ARGV[q + 2], ARGV[q + 3], ARGV[q + 4]
-      if a1 ~= sb or a2 ~= sm or a3 ~= sp or a4 ~= sg or a5 ~= sf then
-        sb, sm, sp, sg, sf = a1, a2, a3, a4, a5
-        burst, m, p, g, fill = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0
+      -- Arguments are unpacked only when their strings differ from the previous bucket's
+      -- (Lua interns strings: these are pointer comparisons).
+      local set = ARGV[2 + pstep * (i - 1)]
+      if set ~= sset then
+        sset = set
+        burst, m, p, g, fill = sunpack('<i8i8i8i8i8', set)
         cap = burst * 1000000
         -- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
         -- (reset <= fill), so the expiry set last can be kept without computing reset.
@@ -169,7 +137,10 @@ for pass = first, 2 do
         if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
         fillms = (x - r) / 1000000 + margin + 10
       end
-      if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      if cstep ~= 0 then
+        local a0 = ARGV[cbase + i - 1]
+        if a0 ~= sc then sc = a0; cost = a0 + 0 end
+      end
     end
     local key = KEYS[i]
     local raw = raws[i]
@@ -179,26 +150,16 @@ for pass = first, 2 do
     local expiry = 0
     if raw then
       local carry
-      local len = #raw
-      if len ~= 28 and (len ~= 32 or type(raw) ~= 'string') then
-        local _, corrupt = read_state(key, 'bucket', 28, 32)
+      if #raw ~= 28 then
+        local _, corrupt = read_state(key, 'bucket', 28)
         return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
       end
-      if len == 28 then
-        local off
-        tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
-        if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
-        if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
-      else
-        -- the 32-byte state of earlier versions (four doubles)
-        tokens, carry, lsec, lns = sunpack('<dddd', raw)
-        if not (int_in(tokens, 0, 9007199254740991) and int_in(carry, 0, 9007199254740991) and
-                int_in(lsec, -1e12, 1e12) and int_in(lns, 0, 999999999)) then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
+      local off
+      tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
+      if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
+        return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
       end
+      if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
       -- c = floor(carry / g) (carry is stored multiplied by g), the division inlined
       c = carry
       if g > 1 then
@@ -313,7 +274,9 @@ for pass = first, 2 do
         end
         local r = tokens % 1000000
         if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        put(out, i, ok, reason, (tokens - r) / 1000000, retry, reset)
+        local k = 5 * i - 1
+        out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000
+        out[k + 4] = retry; out[k + 5] = reset
       end
     end
   end
@@ -330,7 +293,8 @@ template <>
 struct LuaTwin<TokenBucket> {
   static const std::string& script() { return kTokenBucketLua; }
 
-  // The script's per-bucket parameters; see twin/token_bucket.hpp.
+  // The script's per-bucket parameters (kTokenBucketLuaBody: m/p the rate reduced by g,
+  // fill the time to fill in ns, -1 at rate 0).
   struct Params {
     std::int64_t m = 0, p = 1, g = 1, fill = -1;
   };
@@ -370,22 +334,20 @@ struct LuaTwin<TokenBucket> {
     return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
   }
 
-  // Appends the 6 per-bucket arguments: the cost, then the 5 parameters (build() sends
-  // the costs first and the parameters once when all buckets share them).
-  static void append_args(const TokenBucket& tb, const Params& pr, std::int64_t cost,
-                          std::vector<std::string>& args) {
-    // Costs outside [1, burst] decide the same whatever their size; clamping keeps them
-    // exact in Lua.
-    const std::int64_t c = std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
-    args.push_back(absl::StrCat(c));
-    args.push_back(absl::StrCat(tb.burst));
-    args.push_back(absl::StrCat(pr.m));
-    args.push_back(absl::StrCat(pr.p));
-    args.push_back(absl::StrCat(pr.g));
-    args.push_back(absl::StrCat(pr.fill));
+  // The cost as sent: costs outside [1, burst] decide the same whatever their size;
+  // clamping keeps them exact in Lua.
+  static std::int64_t script_cost(const TokenBucket& tb, std::int64_t cost) {
+    return std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
   }
 
-  // The compact reply (twin/token_bucket.hpp): each bucket's state as the script wrote it
+  // The parameter set as one argument, '<i8i8i8i8i8': burst, m, p, g, fill.
+  static std::string pack_params(const TokenBucket& tb, const Params& pr) {
+    std::string out;
+    for (std::int64_t v : {tb.burst, pr.m, pr.p, pr.g, pr.fill}) detail::pack_le(out, v, 8);
+    return out;
+  }
+
+  // The compact reply (kTokenBucketLuaBody): each bucket's state as the script wrote it
   // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
   // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
   // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
