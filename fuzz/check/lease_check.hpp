@@ -13,10 +13,11 @@
 //     retry_after;
 //   - a holder told to wait does not ask the authority again before the wait is over: a
 //     request of at most q_max units on that key earlier than t + retry_after makes no
-//     round trip (the authority counts them); told "never", not before grant_ttl has
-//     passed since the authority's answer;
-// and at the end, per key, the admitted events, at the latest clock time seen, stay
-// inside the lease envelope with one holder: admitted(T) <= r·T + B + q_max.
+//     round trip (the authority counts them); told "never" for a cost, a request of that
+//     cost or more not before grant_ttl has passed since the authority's answer;
+// and at the end, per key, the admitted events, stamped with the latest time the key
+// reached the authority, stay inside the lease envelope with one holder:
+// admitted(T) <= r·T + B + q_max.
 #pragma once
 
 #include <algorithm>
@@ -63,37 +64,53 @@ inline void check_lease_input(const std::uint8_t* data, std::size_t size) {
   struct PerKey {
     std::vector<verify::AdmittedEvent> admitted;
     absl::int128 quiet_until = absl::int128(kMin);  // no round trip before this time
+    // After "never" for a cost: no round trip for that cost or more before this time
+    absl::int128 never_until = absl::int128(kMin);
+    std::int64_t never_cost = 0;
+    // The latest time a request on this key reached the authority: what its bucket there
+    // has seen (time that goes back refills nothing), so the key's events are stamped with
+    // it (every unit spent came from a grant taken at or before it).
+    std::int64_t latest = kMin;
   };
   std::array<PerKey, 2> keys;
-  std::int64_t latest = clock.now().count();
   absl::int128 hint = 0;
   for (int op = 0; op < kMaxOps && !in.empty(); ++op) {
     const std::int64_t now = in.time(clock.now().count(), hint, central.rate.per.count());
     const std::size_t k = in.byte() % 2;
     const std::int64_t cost = in.cost(std::min(o.q_max, central.burst));
     clock.set(Nanos{now});
-    latest = std::max(latest, now);
     const std::string where =
         absl::StrFormat("%s op %d key %d now=%d cost=%d", where_opts, op, k, now, cost);
     const std::int64_t trips = authority.round_trips();
     const auto d = (*holder)->acquire(kKeys[k], cost);
+    if (authority.round_trips() != trips) keys[k].latest = std::max(keys[k].latest, now);
     check(d.ok(), where + ": acquire failed: " + std::string(d.status().message()));
     if (cost >= 1 && cost <= o.q_max && absl::int128(now) < keys[k].quiet_until) {
       check(authority.round_trips() == trips,
             where + ": asked the authority again before the wait it answered was over");
     }
+    if (cost >= keys[k].never_cost && cost <= o.q_max && absl::int128(now) < keys[k].never_until) {
+      check(authority.round_trips() == trips,
+            where + ": asked the authority again within grant_ttl of a \"never\" for this cost");
+    }
+    if (d->allowed && authority.round_trips() != trips) {
+      // A new grant supersedes the waits answered before it (the clock may go back).
+      keys[k].quiet_until = keys[k].never_until = absl::int128(kMin);
+    }
     if (d->allowed) {
       check(d->retry_after == Nanos{0}, where + ": allowed with a wait " + str(*d));
-      keys[k].admitted.push_back({latest, cost});
+      keys[k].admitted.push_back({keys[k].latest, cost});
     } else if (d->reason == Reason::kOverLimit) {
       check(d->retry_after > Nanos{0}, where + ": denied with a wait <= 0 " + str(*d));
       // A finite wait: no round trip before it is over. "Never" (a budget that cannot
-      // refill): the holder answers it locally and asks again at most once per grant_ttl
-      // (to see a rule change), counted from the answer it got.
+      // refill) holds for this cost and more: the holder answers it locally and asks again
+      // at most once per grant_ttl (to see a rule change), counted from the answer it got;
+      // a smaller request may still pass, so it may ask.
       if (cost <= o.q_max && d->retry_after != kNever) {
         keys[k].quiet_until = absl::int128(now) + d->retry_after.count();
       } else if (cost <= o.q_max && authority.round_trips() != trips) {
-        keys[k].quiet_until = absl::int128(now) + o.grant_ttl.count();
+        keys[k].never_until = absl::int128(now) + o.grant_ttl.count();
+        keys[k].never_cost = cost;
       }
       hint = d->retry_after.count();
     }
