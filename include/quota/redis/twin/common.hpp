@@ -290,6 +290,37 @@ inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
 // The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
 inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
 
+// The range a twin decides exactly in, beyond its policy's own checks: the largest
+// capacity (burst or limit, units), the longest span (a token bucket's time to fill, a
+// window), and, for errors, the store it is and what its capacity bound keeps exact.
+// kRedisStoreRange is RedisStore's; GatewayStore's is narrower (kGatewayRange,
+// twin/gateway_codec.hpp: headroom for debt).
+struct TwinRange {
+  std::int64_t max_capacity;
+  std::int64_t max_span_ns;
+  std::string_view store;
+  std::string_view keeps;
+};
+inline constexpr TwinRange kRedisStoreRange{
+    .max_capacity = (kLuaExact - 1) / kMicrosPerUnit,
+    .max_span_ns = kMaxFillNs,
+    .store = "the Redis store",
+    .keeps = "keeps micro-units in Lua doubles, exact below 2^53"};
+
+// kInvalidArgument naming `field` and the bound when `capacity` exceeds range's.
+inline absl::Status check_capacity(std::string_view field, std::int64_t capacity,
+                                   const TwinRange& range) {
+  if (capacity <= range.max_capacity) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s=%d: %s %s, so %s must be at most %d units",
+                                                    field, capacity, range.store, range.keeps,
+                                                    field, range.max_capacity));
+}
+
+// "~N days" for a span of ns, rounded down (a bound's size in errors).
+inline std::string span_days(std::int64_t ns) {
+  return absl::StrFormat("~%d days", ns / 86'400'000'000'000);
+}
+
 // The window grid of the windowed twins (twin/fixed_window.hpp): mode 1, the window
 // divides 1 s (w = the window, ns); mode 2, it is a whole number of seconds, at most
 // max_ns (w = the window, s); any other window is kInvalidArgument naming the bound

@@ -227,37 +227,38 @@ struct LuaTwin<TokenBucket> {
     std::int64_t m = 0, p = 1, g = 1, fill = -1;
   };
 
-  static absl::StatusOr<Params> params(const TokenBucket& tb) {
+  // The parameters of `tb`, or kInvalidArgument naming the bound when the twin cannot
+  // decide it exactly within `range` (the store's: RedisStore's by default; GatewayStore
+  // passes its narrower kGatewayRange): burst at most range.max_capacity, rate.per below
+  // 2^53 ns, (m+2)(p+1) <= 2^53, time to fill at most range.max_span_ns.
+  static absl::StatusOr<Params> params(const TokenBucket& tb,
+                                       const TwinRange& range = kRedisStoreRange) {
     if (auto s = tb.validate(); !s.ok()) return s;
-    if (tb.burst > (kLuaExact - 1) / kMicrosPerUnit) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "burst=%d: the Redis store keeps micro-units in Lua doubles, exact below 2^53, so "
-          "burst must be at most %d units",
-          tb.burst, (kLuaExact - 1) / kMicrosPerUnit));
-    }
+    if (auto s = check_capacity("burst", tb.burst, range); !s.ok()) return s;
     const std::int64_t big_m = to_micro(tb.rate.units);
     const std::int64_t big_p = tb.rate.per.count();
     if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
     if (big_p >= kLuaExact) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "rate.per=%d ns: the Redis store needs rate.per below 2^53 ns (~104 days)", big_p));
+          "rate.per=%d ns: %s needs rate.per below 2^53 ns (~104 days)", big_p, range.store));
     }
     const std::int64_t g = std::gcd(big_m, big_p);
     const std::int64_t m = big_m / g, p = big_p / g;
     if ((absl::int128(m) + 2) * (absl::int128(p) + 1) > kLuaExact) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, the Redis store needs "
+          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, %s needs "
           "(rate.units*10^6/g + 2)*(rate.per/g + 1) <= 2^53 (Lua doubles); got %d/g and %d/g — "
           "use a rate.per that shares more factors with rate.units*10^6 (e.g. whole ms)",
-          to_string(tb.rate), g, big_m, big_p));
+          to_string(tb.rate), g, range.store, big_m, big_p));
     }
     const absl::int128 fill =
         quota::detail::ceil_div(absl::int128(to_micro(tb.burst)) * p, absl::int128(m));
-    if (fill > kMaxFillNs) {
+    if (fill > range.max_span_ns) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis store's bound is "
-          "%d ns (~104 days) — raise rate.units or lower burst",
-          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), kMaxFillNs));
+          "burst/rate: refilling burst=%d at rate=%s takes %d ns; %s's bound is %d ns (%s) — "
+          "raise rate.units or lower burst",
+          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), range.store,
+          range.max_span_ns, span_days(range.max_span_ns)));
     }
     return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
   }
