@@ -33,7 +33,7 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+// The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
 //
 // Exactness. Times are two limbs (seconds, nanoseconds), so the window index of a time is
 // never formed as one number. params() accepts windows that tile the second grid:
@@ -62,156 +62,88 @@ namespace quota::redis {
 // independent decisions; two for the all-or-nothing check of several. A corrupt state
 // found after some windows of a batch were written puts those back (`fail`).
 inline constexpr const char* kFixedWindowLuaBody = R"lua(
-local pack, sunpack = struct.pack, struct.unpack
+local state_what, state_bytes, state_long = 'window', 12, 16
 -- (sized for one window's reply: a table that grows is resized; put fills 5..9)
 local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
--- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window', 12)
-if not raws then return corrupt end
-seen = raws
--- One pass (advance, decide, count, write) for one window or a batch of independent ones,
--- each counted when it alone allows. All-or-nothing over several windows takes two: the
--- first decides every window and writes none (out[4]: all allowed), the second decides
--- each again from the same state and time (the same outcome), counting only when all
--- allow, and writes.
-local deduct = true
-local first = 2
-if not batch and n > 1 then first = 1 end
-local rcall = redis.call
--- Arguments of window i > 1 are looked at only when they may differ from window 1's.
-local varying = pstep ~= 0 or cstep ~= 0
 -- `start`: this call's window for the current parameters (mode 1: its first nanosecond
--- within second `sec`; mode 2: its first second).
-local sc, sset, limit, mode, w, start
-local cost = cost1
-for pass = first, 2 do
-  local write = pass == 2
-  for i = 1, n do
-    if varying or i == 1 then
-      -- Arguments are unpacked only when their strings differ from the previous window's.
-      if cstep ~= 0 then
-        local a0 = ARGV[cbase + i - 1]
-        if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      end
-      local set = ARGV[2 + pstep * (i - 1)]
-      if set ~= sset then
-        sset = set
-        limit, mode, w = sunpack('<i8i8i8', set)
-        -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
-        local x = ns
-        if mode ~= 1 then x = sec end
-        local r = x % w
-        if r < 0 then r = r + w elseif r >= w then r = r - w end
-        start = x - r
-      end
-    end
-    local key = KEYS[i]
-    local raw = raws[i]
-    local count, lsec, lns
-    -- the key's TTL is known to cover the end of the window of `lsec, lns`
-    local known = false
-    if raw then
-      -- (read_state, inlined: an error reply is a table, whose # is 0)
-      local len = #raw
-      if len == 12 or len == 16 then
-        local t
-        if len == 12 then
-          count, lsec, t = sunpack('<I3i5I4', raw)
-        else
-          count, lsec, t = sunpack('<I7i5I4', raw)
-        end
-        if count > 9007199254740991 or t > 1999999999 then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
-        lns = t
-        if t >= 1000000000 then known = true; lns = t - 1000000000 end
-      else
-        local _, corrupt = read_state(key, 'window', 12)
-        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
-      end
-    else
-      count, lsec, lns = 0, sec, ns
-    end
-    if sec > lsec or (sec == lsec and ns > lns) then
-      local same
-      if mode == 1 then
-        if sec == lsec then
-          local r = lns % w
-          if r < 0 then r = r + w elseif r >= w then r = r - w end
-          same = lns - r == start
-        end
-      else
-        local r = lsec % w
-        if r < 0 then r = r + w elseif r >= w then r = r - w end
-        same = lsec - r == start
-      end
-      if not same then count = 0; known = false end
-      lsec, lns = sec, ns
-    end
-    -- the time from the last time to the next window start
-    local to_next
-    if mode == 1 then
-      local r = lns % w
-      if r < 0 then r = r + w elseif r >= w then r = r - w end
-      to_next = w - r
-    else
-      local r = lsec % w
-      if r < 0 then r = r + w elseif r >= w then r = r - w end
-      to_next = (w - r) * 1000000000 - lns
-    end
-    local ok, reason, retry = 0, 1, 0
-    if cost < 1 then
-      reason = 3; retry = -1
-    elseif cost > limit then
-      reason = 2; retry = -1
-    elseif cost <= limit - count then
-      ok = 1; reason = 0
-    else
-      retry = to_next
-    end
-    if ok == 0 then out[4] = 0 end
-    if write then
-      if ok == 1 and deduct then count = count + cost end
-      local reset = 0
-      if count > 0 then reset = to_next end
-      -- Keep the TTL while it is known to cover this window (the count was above 0 in it
-      -- and still is); else set it, and mark it known when the count is above 0.
-      local keep = server and known and count > 0
-      local t = lns
-      if server and count > 0 then t = lns + 1000000000 end
-      local v
-      if count < 16777216 then
-        v = pack('<I3i5I4', count, lsec, t)
-      else
-        v = pack('<I7i5I4', count, lsec, t)
-      end
-      if keep and #v == #raw then
-        -- the key holds a state of the same length (`known` comes only from a 12- or
-        -- 16-byte state): overwritten in place, TTL kept
-        rcall('SETRANGE', key, '0', v)
-      elseif keep then
-        -- the count crossed 2^24 in this window (12 -> 16 bytes)
-        rcall('SET', key, v, 'KEEPTTL')
-      else
-        -- ceil(reset / 10^6) ms, the remainder corrected as above
-        local x = reset + 999999
-        local r = x % 1000000
-        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        rcall('SET', key, v, 'PX', (x - r) / 1000000 + margin)
-      end
-      nwritten = i
-      local rem = limit - count
-      if rem < 0 then rem = 0 end
-      put(out, i, ok, reason, rem, retry, reset)
-    end
-  end
-  deduct = out[4] == 1
+-- within second `sec`; mode 2: its first second); W: the window, ns.
+local limit, mode, w, W, start
+--@@ params
+limit, mode, w = sunpack('<i8i8i8', set)
+W = w
+if mode ~= 1 then W = w * 1000000000 end
+@window_start(start)
+--@@ state
+local count, lsec, lns
+-- the key's TTL is known to cover the end of the window of `lsec, lns`
+local known = false
+--@@ read
+local t
+if len == 12 then
+  count, lsec, t = sunpack('<I3i5I4', raw)
+else
+  count, lsec, t = sunpack('<I7i5I4', raw)
 end
+if count > 9007199254740991 or t > 1999999999 then
+  @out_of_range()
+end
+lns = t
+if t >= 1000000000 then known = true; lns = t - 1000000000 end
+--@@ fresh
+count, lsec, lns = 0, sec, ns
+--@@ step
+if sec > lsec or (sec == lsec and ns > lns) then
+  -- the same window: mode 1, the same second and window start; mode 2, the same start
+  local same = false
+  if mode ~= 1 then
+    @mod(local r, lsec, w)
+    same = lsec - r == start
+  elseif sec == lsec then
+    @mod(local r, lns, w)
+    same = lns - r == start
+  end
+  if not same then count = 0; known = false end
+  lsec, lns = sec, ns
+end
+-- the time from the last time to the next window start
+local el
+@offset(el)
+local to_next = W - el
+@decide(limit, cost <= limit - count)
+if reason == 1 then retry = to_next end
+--@@ write
+if ok == 1 and deduct then count = count + cost end
+local reset = 0
+if count > 0 then reset = to_next end
+-- Keep the TTL while it is known to cover this window (the count was above 0 in it and
+-- still is); else set it, and mark it known when the count is above 0.
+local keep = server and known and count > 0
+local t = lns
+if server and count > 0 then t = lns + 1000000000 end
+local v
+if count < 16777216 then
+  v = pack('<I3i5I4', count, lsec, t)
+else
+  v = pack('<I7i5I4', count, lsec, t)
+end
+if keep and #v == #raw then
+  -- the key holds a state of the same length (`known` comes only from a 12- or 16-byte
+  -- state): overwritten in place, TTL kept
+  rcall('SETRANGE', key, '0', v)
+elseif keep then
+  -- the count crossed 2^24 in this window (12 -> 16 bytes)
+  rcall('SET', key, v, 'KEEPTTL')
+else
+  @ceil_ms(local ms, reset)
+  rcall('SET', key, v, 'PX', ms + margin)
+end
+--@@ reply
+local rem = limit - count
+if rem < 0 then rem = 0 end
+put(out, i, ok, reason, rem, retry, reset)
 )lua";
 
-// The whole script.
-inline const std::string kFixedWindowLua =
-    std::string(kLuaMath) + kLuaHead + kLuaPut + kFixedWindowLuaBody + kLuaTail;
+inline const std::string kFixedWindowLua = detail::loop_script(kLuaPut, kFixedWindowLuaBody);
 
 template <>
 struct LuaTwin<FixedWindow> {
@@ -229,19 +161,15 @@ struct LuaTwin<FixedWindow> {
           "at most %d",
           fw.limit, kLuaExact - 2));
     }
-    const std::int64_t w = fw.window.count();
-    constexpr std::int64_t kSecond = 1'000'000'000;
-    if (kSecond % w == 0) return Params{.mode = 1, .w = w};
-    if (w % kSecond == 0 && w <= kMaxFillNs) return Params{.mode = 2, .w = w / kSecond};
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
-        "of seconds up to %d s (~104 days), so that window starts are exact in Lua",
-        w, kMaxFillNs / kSecond));
+    auto grid =
+        window_grid(fw.window, kMaxFillNs, "(~104 days), so that window starts are exact in Lua");
+    if (!grid.ok()) return grid.status();
+    return Params{.mode = grid->mode, .w = grid->w};
   }
 
-  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  // The cost as sent (window_cost).
   static std::int64_t script_cost(const FixedWindow& fw, std::int64_t cost) {
-    return std::clamp<std::int64_t>(cost, 0, fw.limit + 1);
+    return window_cost(fw.limit, cost);
   }
 
   // The parameter set as one argument, '<i8i8i8': limit, mode, w.

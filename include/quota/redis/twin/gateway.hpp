@@ -28,7 +28,7 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaReach of twin/common.hpp).
+// The script's body (after kLuaMath and kLuaReach of twin/common.hpp; its macros expanded).
 //
 // KEYS[1..n]  the keys (one hash slot)
 // ARGV[1]     the head, struct-packed '<Bi8Bi8i8i8Bi8' and then one byte per level: the
@@ -91,8 +91,7 @@ local sunpack, spack = struct.unpack, struct.pack
 -- floor(a / b) of exact integers, b > 0: a % b is a - floor(a / b) * b, off by at most b
 -- (a rounded quotient), corrected in one step; then (a - r) / b is an exact quotient.
 local function fdiv(a, b)
-  local r = a % b
-  if r < 0 then r = r + b elseif r >= b then r = r - b end
+  @mod(local r, a, b)
   return (a - r) / b
 end
 -- A window's count `tok` (of capacity `cap`) pays its debt (micro-units) in whole units,
@@ -212,19 +211,7 @@ for i = 1, n do
         if x > 2 * fill then
           tok = capM; c = 0
         else
-          -- floor((m·x + c) / p), split as x = q·p + r: m·q + floor((m·r + c) / p)
-          local whole, c2
-          if p == 1 then
-            whole, c2 = m * x, 0
-          else
-            local r = x % p
-            if r < 0 then r = r + p elseif r >= p then r = r - p end
-            local y = m * r + c
-            c2 = y % p
-            if c2 < 0 then c2 = c2 + p elseif c2 >= p then c2 = c2 - p end
-            whole = m * ((x - r) / p) + (y - c2) / p
-          end
-          if whole >= capM - tok then tok = capM; c = 0 else tok = tok + whole; c = c2 end
+          @refill(x, tok, c, capM)
         end
       end
     elseif fdiv(t, m) ~= fdiv(last, m) then
@@ -284,8 +271,7 @@ for i = 1, n do
       -- tokens / 10^6 toward zero
       local a = tok
       if a < 0 then a = -a end
-      local r = a % M6
-      if r < 0 then r = r + M6 elseif r >= M6 then r = r - M6 end
+      @mod(local r, a, M6)
       rem = (a - r) / M6
       if tok < 0 then rem = -rem end
     elseif tok < cap then
@@ -391,10 +377,8 @@ for i = 1, n do
       -- fell short by less than a margin (busy). `o`: the expiry as stored, ms after last.
       local px, keep, o = nil, false, 0
       if debt <= 0 and reset >= 0 then
-        local x = (last - t) * 1000 + reset + 999999
-        local r = x % M6
-        if r < 0 then r = r + M6 elseif r >= M6 then r = r - M6 end
-        local ttl = (x - r) / M6 + margin
+        @ceil_ms(local ttl, (last - t) * 1000 + reset)
+        ttl = ttl + margin
         if now_ms then
           local base = fdiv(last, 1000)
           if expiry >= now_ms + ttl + 10 then
@@ -432,7 +416,8 @@ return res
 )lua";
 
 // The whole script.
-inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach + kGatewayLuaBody;
+inline const std::string kGatewayLua =
+    std::string(kLuaMath) + kLuaReach + detail::expand_lua(kGatewayLuaBody);
 
 // Attempts shared by every gateway process (GatewayStore::begin_attempt and friends).
 // KEYS[1]: the attempt key (the tenant's slot). ARGV[1]: op 'b' begin, 'f' finish, 'a'

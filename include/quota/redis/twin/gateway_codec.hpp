@@ -40,9 +40,19 @@
 
 namespace quota::redis {
 
-// The Lua twin's exact range (see twin/gateway.hpp).
-inline constexpr std::int64_t kGatewayMaxCapacity = 2'000'000'000;        // units
-inline constexpr std::int64_t kGatewayMaxSpanNs = 4'000'000'000'000'000;  // ~46 days
+// The gateway twin's exact range (see twin/gateway.hpp): each policy's own twin range
+// (LuaTwin<TokenBucket>::params) narrowed by the headroom for debt. A level holds at most
+// a capacity of debt and tokens down to −capacity, a refund gives back up to 3·capacity + 2
+// units, and a refill from the deepest debt spans two times to fill; so capacity is at
+// most 2·10^9 units (micro-units with debt and refunds below 6·10^15 < 2^53) and every
+// span (time to fill, window) at most 4·10^15 ns (two of them below kMaxFillNs).
+inline constexpr TwinRange kGatewayRange{
+    .max_capacity = 2'000'000'000,
+    .max_span_ns = 4'000'000'000'000'000,
+    .store = "the Redis gateway store",
+    .keeps = "keeps micro-units with debt in Lua doubles, exact below 2^53"};
+static_assert((3 * kGatewayRange.max_capacity + 2) * kMicrosPerUnit < kLuaExact);
+static_assert(2 * kGatewayRange.max_span_ns <= kMaxFillNs);
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
@@ -68,34 +78,22 @@ struct GatewayTwin {
   }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
     if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
-    const std::int64_t cap = gateway::detail::capacity(policy);
-    if (cap > kGatewayMaxCapacity) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "capacity %d units: the Redis gateway store keeps micro-units with debt in Lua "
-          "doubles, exact below 2^53, so burst or limit must be at most %d",
-          cap, kGatewayMaxCapacity));
-    }
     if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
-      auto twin = LuaTwin<TokenBucket>::params(*tb);
+      auto twin = LuaTwin<TokenBucket>::params(*tb, kGatewayRange);
       if (!twin.ok()) return twin.status();
-      if (twin->m > 0 && twin->fill > kGatewayMaxSpanNs) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis gateway store's "
-            "bound is %d ns (~46 days) — raise rate.units or lower burst",
-            tb->burst, to_string(tb->rate), twin->fill, kGatewayMaxSpanNs));
-      }
       // Rate 0: m 0, p 1, g 1 whatever rate.per (it refills nothing; converting between
       // two such buckets of one burst changes nothing, so they decide alike).
       if (twin->m == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
       return pack_policy(1, tb->burst, twin->m, twin->p, twin->g, twin->fill);
     }
+    // The fixed window: whole microseconds (the twin's time unit), within the span.
     const auto& fw = std::get<FixedWindow>(policy);
+    if (auto s = check_capacity("limit", fw.limit, kGatewayRange); !s.ok()) return s;
     const std::int64_t w = fw.window.count();
-    if (w % 1000 != 0 || w > kGatewayMaxSpanNs) {
+    if (w % 1000 != 0 || w > kGatewayRange.max_span_ns) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "window=%d ns: the Redis gateway store needs a window of whole microseconds, at most "
-          "%d ns (~46 days)",
-          w, kGatewayMaxSpanNs));
+          "window=%d ns: %s needs a window of whole microseconds, at most %d ns (%s)", w,
+          kGatewayRange.store, kGatewayRange.max_span_ns, span_days(kGatewayRange.max_span_ns)));
     }
     return pack_policy(2, fw.limit, w / 1000, 0, 0, 0);
   }

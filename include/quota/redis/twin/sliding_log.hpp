@@ -34,7 +34,7 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+// The script's body (after kLuaMath and kLuaHead of twin/common.hpp; its macros expanded).
 //
 // Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
 //   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
@@ -120,14 +120,8 @@ for i = 1, n do
   if used < 0 or (len == 0 and used ~= 0) then
     return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used does not match the events')
   end
-  local ok, reason, retry = 0, 1, 0
-  if cost < 1 then
-    reason = 3; retry = -1
-  elseif cost > limit then
-    reason = 2; retry = -1
-  elseif cost <= limit - used then
-    ok = 1; reason = 0
-  else
+  @decide(limit, cost <= limit - used)
+  if reason == 1 then
     local excess = used + cost - limit
     local acc, from = 0, drop
     while retry == 0 do
@@ -168,7 +162,8 @@ for i = 1, n do
     local es, en = event(redis.call('LINDEX', lkey, -1))
     reset = w - age(lsec, lns, es, en, w)
   end
-  local ms = idiv(reset + 999999, 1000000) + margin
+  @ceil_ms(local ms, reset)
+  ms = ms + margin
   redis.call('SET', s[1], struct.pack('<ddd', lsec, lns, used), 'PX', ms)
   if len > 0 then redis.call('PEXPIRE', lkey, ms) end
   local rem = s[11] - used
@@ -179,7 +174,7 @@ end
 
 // The whole script.
 inline const std::string kSlidingLogLua =
-    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingLogLuaBody + kLuaTail;
+    std::string(kLuaMath) + kLuaHead + kLuaPut + detail::expand_lua(kSlidingLogLuaBody) + kLuaTail;
 
 template <>
 struct LuaTwin<SlidingLog> {
@@ -198,9 +193,9 @@ struct LuaTwin<SlidingLog> {
     return Params{};
   }
 
-  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  // The cost as sent (window_cost).
   static std::int64_t script_cost(const SlidingLog& sl, std::int64_t cost) {
-    return std::clamp<std::int64_t>(cost, 0, sl.limit + 1);
+    return window_cost(sl.limit, cost);
   }
 
   // The parameter set as one argument, '<i8i8': limit, W ns.

@@ -37,7 +37,7 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaHead of twin/common.hpp).
+// The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
 //
 // Exactness. Times are two limbs and windows tile the second grid as in
 // twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole number of seconds).
@@ -66,7 +66,6 @@ namespace quota::redis {
 // the all-or-nothing check of several. A corrupt state found after some windows of a
 // batch were written puts those back (`fail`).
 inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
-local pack, sunpack = struct.pack, struct.unpack
 local T26 = 67108864
 local T52 = 4503599627370496
 local T53 = 9007199254740992
@@ -105,198 +104,128 @@ local function muldiv(a, b, c)
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
+local state_what, state_bytes, state_long = 'window estimate', 21, 21
 -- (sized for one window's reply: a table that grows is resized; put fills 5..9)
 local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
--- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('window estimate', 21)
-if not raws then return corrupt end
-seen = raws
--- One pass (advance, decide, count, write) for one window or a batch of independent ones,
--- each counted when it alone allows. All-or-nothing over several windows takes two: the
--- first decides every window and writes none (out[4]: all allowed), the second decides
--- each again from the same state and time (the same outcome), counting only when all
--- allow, and writes.
-local deduct = true
-local first = 2
-if not batch and n > 1 then first = 1 end
-local rcall = redis.call
--- Arguments of window i > 1 are looked at only when they may differ from window 1's.
-local varying = pstep ~= 0 or cstep ~= 0
 -- `idx`: this call's window for the current parameters (mode 1: its index within second
 -- `sec`; mode 2: its index).
-local sc, sset, limit, mode, w, W, per, idx
-local cost = cost1
-for pass = first, 2 do
-  local write = pass == 2
-  for i = 1, n do
-    if varying or i == 1 then
-      -- Arguments are unpacked only when their strings differ from the previous window's.
-      if cstep ~= 0 then
-        local a0 = ARGV[cbase + i - 1]
-        if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      end
-      local set = ARGV[2 + pstep * (i - 1)]
-      if set ~= sset then
-        sset = set
-        limit, mode, w, W, per = sunpack('<i8i8i8i8i8', set)
-        -- x % w is x - floor(x / w) * w, off by at most w; corrected in one step
-        local x = ns
-        if mode ~= 1 then x = sec end
-        local r = x % w
-        if r < 0 then r = r + w elseif r >= w then r = r - w end
-        idx = (x - r) / w
-      end
-    end
-    local key = KEYS[i]
-    local raw = raws[i]
-    local cur, prev, lsec, lns
-    -- the windows the key's TTL is known to cover (from the start of the last time's)
-    local known = 0
-    if raw then
-      -- (read_state, inlined: an error reply is a table, whose # is 0)
-      local len = #raw
-      if len == 21 then
-        local t
-        cur, prev, lsec, t = sunpack('<I6I6i5I4', raw)
-        if t > 1999999999 then
-          return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-        end
-        lns = t
-        if t >= 1000000000 then
-          lns = t - 1000000000
-          if cur > 0 then known = 2 elseif prev > 0 then known = 1 end
-        end
-      else
-        local _, corrupt = read_state(key, 'window estimate', 21)
-        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
-      end
+local limit, mode, w, W, per, idx
+--@@ params
+limit, mode, w, W, per = sunpack('<i8i8i8i8i8', set)
+@window_start(idx)
+idx = idx / w
+--@@ state
+local cur, prev, lsec, lns
+-- the windows the key's TTL is known to cover (from the start of the last time's)
+local known = 0
+--@@ read
+local t
+cur, prev, lsec, t = sunpack('<I6I6i5I4', raw)
+if t > 1999999999 then
+  @out_of_range()
+end
+lns = t
+if t >= 1000000000 then
+  lns = t - 1000000000
+  if cur > 0 then known = 2 elseif prev > 0 then known = 1 end
+end
+--@@ fresh
+cur, prev, lsec, lns = 0, 0, sec, ns
+--@@ step
+-- d: windows advanced (2 standing for 2 or more)
+local d = 0
+if sec > lsec or (sec == lsec and ns > lns) then
+  if mode ~= 1 then
+    @mod(local r, lsec, w)
+    d = idx - (lsec - r) / w
+  elseif sec - lsec >= 2 then
+    d = 2
+  else
+    @mod(local r, lns, w)
+    d = (sec - lsec) * per + idx - (lns - r) / w
+  end
+  if d == 1 then
+    prev = cur; cur = 0
+  elseif d ~= 0 then
+    prev = 0; cur = 0
+  end
+  lsec, lns = sec, ns
+end
+-- el: the last time's offset in its window
+local el
+@offset(el)
+-- (cur + cost)·W + prev·(W − el) <= limit·W, le's products inlined
+local fits = cost >= 1 and cur + cost <= limit
+if fits and prev > 0 then
+  local x, y = prev * (W - el), (limit - cur - cost) * W
+  if x < T53 then
+    fits = y >= T53 or x <= y
+  elseif y < T53 then
+    fits = false
+  else
+    fits = le(prev, W - el, limit - cur - cost, W)
+  end
+end
+@decide(limit, fits)
+if reason == 1 then
+  local spare = limit - cur - cost
+  local to_next = W - el
+  retry = nil
+  if spare >= 0 and prev > 0 then
+    local mw = muldiv(spare, W, prev)
+    if mw >= 1 then retry = W - mw - el end
+  end
+  if retry == nil then
+    if cur == 0 or limit - cost >= cur then
+      retry = to_next
     else
-      cur, prev, lsec, lns = 0, 0, sec, ns
-    end
-    -- d: windows advanced (2 standing for 2 or more)
-    local d = 0
-    if sec > lsec or (sec == lsec and ns > lns) then
-      if mode == 1 then
-        local dsec = sec - lsec
-        if dsec >= 2 then
-          d = 2
-        else
-          local r = lns % w
-          if r < 0 then r = r + w elseif r >= w then r = r - w end
-          d = dsec * per + idx - (lns - r) / w
-        end
-      else
-        local r = lsec % w
-        if r < 0 then r = r + w elseif r >= w then r = r - w end
-        d = idx - (lsec - r) / w
-      end
-      if d == 1 then
-        prev = cur; cur = 0
-      elseif d ~= 0 then
-        prev = 0; cur = 0
-      end
-      lsec, lns = sec, ns
-    end
-    -- el: the last time's offset in its window
-    local el
-    if mode == 1 then
-      local r = lns % w
-      if r < 0 then r = r + w elseif r >= w then r = r - w end
-      el = r
-    else
-      local r = lsec % w
-      if r < 0 then r = r + w elseif r >= w then r = r - w end
-      el = r * 1000000000 + lns
-    end
-    -- (cur + cost)·W + prev·(W − el) <= limit·W, le's products inlined
-    local fits = cost >= 1 and cur + cost <= limit
-    if fits and prev > 0 then
-      local x, y = prev * (W - el), (limit - cur - cost) * W
-      if x < T53 then
-        fits = y >= T53 or x <= y
-      elseif y < T53 then
-        fits = false
-      else
-        fits = le(prev, W - el, limit - cur - cost, W)
-      end
-    end
-    local ok, reason, retry = 0, 1, 0
-    if cost < 1 then
-      reason = 3; retry = -1
-    elseif cost > limit then
-      reason = 2; retry = -1
-    elseif fits then
-      ok = 1; reason = 0
-    else
-      local spare = limit - cur - cost
-      local to_next = W - el
-      retry = nil
-      if spare >= 0 and prev > 0 then
-        local mw = muldiv(spare, W, prev)
-        if mw >= 1 then retry = W - mw - el end
-      end
-      if retry == nil then
-        if cur == 0 then
-          retry = to_next
-        elseif limit - cost >= cur then
-          retry = to_next
-        else
-          local mw = muldiv(limit - cost, W, cur)
-          if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
-        end
-      end
-    end
-    if ok == 0 then out[4] = 0 end
-    if write then
-      if ok == 1 and deduct then cur = cur + cost end
-      local reset, span = 0, 0
-      if cur > 0 then
-        reset = W - el + W; span = 2
-      elseif prev > 0 then
-        reset = W - el; span = 1
-      end
-      -- Keep the TTL while the windows it is known to cover include this span; else set
-      -- it, and mark it known when the span is not empty.
-      local t = lns
-      if server and span > 0 then t = lns + 1000000000 end
-      local v = pack('<I6I6i5I4', cur, prev, lsec, t)
-      if server and span > 0 and d + span <= known then
-        -- the key holds a 21-byte state (`known` comes only from one): overwritten in
-        -- place, TTL kept
-        rcall('SETRANGE', key, '0', v)
-      else
-        -- ceil(reset / 10^6) ms, the remainder corrected as above
-        local x = reset + 999999
-        local r = x % 1000000
-        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        rcall('SET', key, v, 'PX', (x - r) / 1000000 + margin)
-      end
-      nwritten = i
-      -- limit − cur − prev + floor(prev·el / W), muldiv's first case inlined
-      local rem = limit - cur
-      if prev > 0 then
-        local x = prev * el
-        local f
-        if x < T52 then
-          f = floor(x / W)
-          local r = x - f * W
-          if r < 0 then f = f - 1 elseif r >= W then f = f + 1 end
-        else
-          f = muldiv(prev, el, W)
-        end
-        rem = rem - prev + f
-      end
-      if rem < 0 then rem = 0 end
-      put(out, i, ok, reason, rem, retry, reset)
+      local mw = muldiv(limit - cost, W, cur)
+      if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
     end
   end
-  deduct = out[4] == 1
 end
+--@@ write
+if ok == 1 and deduct then cur = cur + cost end
+local reset, span = 0, 0
+if cur > 0 then
+  reset = W - el + W; span = 2
+elseif prev > 0 then
+  reset = W - el; span = 1
+end
+-- Keep the TTL while the windows it is known to cover include this span; else set it,
+-- and mark it known when the span is not empty.
+local t = lns
+if server and span > 0 then t = lns + 1000000000 end
+local v = pack('<I6I6i5I4', cur, prev, lsec, t)
+if server and span > 0 and d + span <= known then
+  -- the key holds a 21-byte state (`known` comes only from one): overwritten in place,
+  -- TTL kept
+  rcall('SETRANGE', key, '0', v)
+else
+  @ceil_ms(local ms, reset)
+  rcall('SET', key, v, 'PX', ms + margin)
+end
+--@@ reply
+-- limit − cur − prev + floor(prev·el / W), muldiv's first case inlined
+local rem = limit - cur
+if prev > 0 then
+  local x = prev * el
+  local f
+  if x < T52 then
+    f = floor(x / W)
+    local r = x - f * W
+    if r < 0 then f = f - 1 elseif r >= W then f = f + 1 end
+  else
+    f = muldiv(prev, el, W)
+  end
+  rem = rem - prev + f
+end
+if rem < 0 then rem = 0 end
+put(out, i, ok, reason, rem, retry, reset)
 )lua";
 
-// The whole script.
 inline const std::string kSlidingWindowEstimateLua =
-    std::string(kLuaMath) + kLuaHead + kLuaPut + kSlidingWindowEstimateLuaBody + kLuaTail;
+    detail::loop_script(kLuaPut, kSlidingWindowEstimateLuaBody);
 
 template <>
 struct LuaTwin<SlidingWindowEstimate> {
@@ -312,19 +241,16 @@ struct LuaTwin<SlidingWindowEstimate> {
 
   static absl::StatusOr<Params> params(const SlidingWindowEstimate& sw) {
     if (auto s = sw.validate(); !s.ok()) return s;
-    const std::int64_t w = sw.window.count();
+    auto grid = window_grid(sw.window, kMaxWindowNs,
+                            "(~52 days, below 2^52 ns), so that the estimate is exact in Lua");
+    if (!grid.ok()) return grid.status();
     constexpr std::int64_t kSecond = 1'000'000'000;
-    if (kSecond % w == 0) return Params{.mode = 1, .w = w, .per = kSecond / w};
-    if (w % kSecond == 0 && w <= kMaxWindowNs) return Params{.mode = 2, .w = w / kSecond, .per = 0};
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
-        "of seconds up to %d s (~52 days, below 2^52 ns), so that the estimate is exact in Lua",
-        w, kMaxWindowNs / kSecond));
+    return Params{.mode = grid->mode, .w = grid->w, .per = grid->mode == 1 ? kSecond / grid->w : 0};
   }
 
-  // The cost as sent, clamped to [0, limit + 1] (every cost beyond decides the same).
+  // The cost as sent (window_cost).
   static std::int64_t script_cost(const SlidingWindowEstimate& sw, std::int64_t cost) {
-    return std::clamp<std::int64_t>(cost, 0, sw.limit + 1);
+    return window_cost(sw.limit, cost);
   }
 
   // The parameter set as one argument, '<i8i8i8i8i8': limit, mode, w, W ns, per.

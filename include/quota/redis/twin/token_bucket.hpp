@@ -44,7 +44,7 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath, kLuaReach and kLuaHead of twin/common.hpp).
+// The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
 //
 // Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53; nothing formed
 // here reaches 2^53:
@@ -90,8 +90,7 @@ namespace quota::redis {
 // replay) the reply is the full form of twin/common.hpp; element 5's type (a string:
 // compact) tells them apart.
 inline constexpr const char* kTokenBucketLuaBody = R"lua(
-local pack, sunpack = struct.pack, struct.unpack
-local rcall = redis.call
+local state_what, state_bytes, state_long = 'bucket', 28, 28
 -- (sized for one bucket's compact reply: a table that grows is resized)
 local out = {0, sec, ns, 1, false}
 -- The compact reply (see above) unless an attempt is stored: an attempt's
@@ -103,191 +102,120 @@ local den, nd = nil, 0
 local now_ms
 if server then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
--- The states, read at once (read_states, twin/common.hpp).
-local raws, corrupt = read_states('bucket', 28)
-if not raws then return corrupt end
-seen = raws
--- One pass (decide, deduct, write) for one bucket or a batch of independent ones, each
--- deducted when it alone allows. All-or-nothing over several buckets takes two: the first
--- decides every bucket and writes none (out[4]: all allowed), the second decides each
--- again from the same state and time (the same outcome), deducting only when all allow,
--- and writes. (One body for both, with no per-bucket function call or table.)
-local deduct = true
-local first = 2
-if not batch and n > 1 then first = 1 end
--- Arguments of bucket i > 1 are looked at only when they may differ from bucket 1's.
-local varying = pstep ~= 0 or cstep ~= 0
-local sc, sset, burst, m, p, g, fill, cap, fillms
-local cost = cost1
-for pass = first, 2 do
-  local write = pass == 2
-  for i = 1, n do
-    if varying or i == 1 then
-      -- Arguments are unpacked only when their strings differ from the previous bucket's
-      -- (Lua interns strings: these are pointer comparisons).
-      local set = ARGV[2 + pstep * (i - 1)]
-      if set ~= sset then
-        sset = set
-        burst, m, p, g, fill = sunpack('<i8i8i8i8i8', set)
-        cap = burst * 1000000
-        -- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
-        -- (reset <= fill), so the expiry set last can be kept without computing reset.
-        local x = fill + 999999
-        local r = x % 1000000
-        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        fillms = (x - r) / 1000000 + margin + 10
-      end
-      if cstep ~= 0 then
-        local a0 = ARGV[cbase + i - 1]
-        if a0 ~= sc then sc = a0; cost = a0 + 0 end
-      end
+local burst, m, p, g, fill, cap, fillms
+--@@ params
+burst, m, p, g, fill = sunpack('<i8i8i8i8i8', set)
+cap = burst * 1000000
+-- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
+-- (reset <= fill), so the expiry set last can be kept without computing reset.
+@ceil_ms(local f, fill)
+fillms = f + margin + 10
+--@@ state
+local tokens, c, lsec, lns
+-- the key's expiry (server ms) as last set, or 0 if unknown
+local expiry = 0
+--@@ read
+local carry, off
+tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
+if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
+  @out_of_range()
+end
+if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
+-- c = floor(carry / g) (carry is stored multiplied by g)
+c = carry
+if g > 1 then
+  @mod(local r, carry, g)
+  c = (carry - r) / g
+end
+if tokens >= cap then tokens = cap; c = 0 end
+if c >= p then c = 0 end
+--@@ fresh
+tokens, c, lsec, lns = cap, 0, sec, ns
+--@@ step
+if sec > lsec or (sec == lsec and ns > lns) then
+  if tokens < cap and m > 0 then
+    -- an elapsed time is formed only below the time to fill
+    local dsec = sec - lsec
+    local full = dsec > 9000000
+    local dt = 0
+    if not full then
+      dt = dsec * 1000000000 + (ns - lns)
+      full = dt >= fill
     end
-    local key = KEYS[i]
-    local raw = raws[i]
-    -- (read_state, inlined: an error reply is a table, whose # is 0)
-    local tokens, c, lsec, lns
-    -- the key's expiry (server ms) as last set, or 0 if unknown
-    local expiry = 0
-    if raw then
-      local carry
-      if #raw ~= 28 then
-        local _, corrupt = read_state(key, 'bucket', 28)
-        return fail(corrupt or redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))
-      end
-      local off
-      tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
-      if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
-        return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))
-      end
-      if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
-      -- c = floor(carry / g) (carry is stored multiplied by g), the division inlined
-      c = carry
-      if g > 1 then
-        local r = carry % g
-        if r < 0 then r = r + g elseif r >= g then r = r - g end
-        c = (carry - r) / g
-      end
-      if tokens >= cap then tokens = cap; c = 0 end
-      if c >= p then c = 0 end
+    if full then
+      tokens = cap; c = 0
     else
-      tokens, c, lsec, lns = cap, 0, sec, ns
-    end
-    if sec > lsec or (sec == lsec and ns > lns) then
-      if tokens < cap and m > 0 then
-        local dsec = sec - lsec
-        local full = dsec > 9000000
-        local dt = 0
-        if not full then
-          dt = dsec * 1000000000 + (ns - lns)
-          full = dt >= fill
-        end
-        if full then
-          tokens = cap; c = 0
-        else
-          local whole, c2
-          if p == 1 then
-            whole, c2 = m * dt, 0
-          else
-            local q, r = idiv(dt, p)
-            local w
-            w, c2 = idiv(m * r + c, p)
-            whole = m * q + w
-          end
-          if whole >= cap - tokens then tokens = cap; c = 0 else tokens = tokens + whole; c = c2 end
-        end
-      end
-      lsec, lns = sec, ns
-    end
-    local ok, reason, need = 0, 1, 0
-    if cost < 1 then
-      reason = 3
-    elseif cost > burst then
-      reason = 2
-    else
-      need = cost * 1000000
-      if need <= tokens then ok = 1; reason = 0 end
-    end
-    if ok == 0 then out[4] = 0 end
-    if write then
-      if ok == 1 and deduct then tokens = tokens - need end
-      -- The TTL: none at rate 0 (a one-off budget must not come back); else the one set
-      -- earlier while it still covers time to full plus the margin (10 ms to spare for the
-      -- server's clock read at the write: a cheaper write, SETRANGE) — looked at first
-      -- against the longest time to full (fillms), then, if that fails, this bucket's;
-      -- else (px) time to full + margin for a new key, one margin more for one whose TTL
-      -- ran short, so that the following writes can keep it. `off`: the expiry as stored
-      -- in the state.
-      local off, px, reset = 0, nil, nil
-      if m > 0 then
-        local base = lsec * 1000 + (lns - lns % 1000000) / 1000000
-        if now_ms and expiry >= now_ms + fillms then off = expiry - base end
-        if off < 1 or off > MAXOFF then
-          reset = 0
-          if tokens < cap then reset = reach(tokens, c, cap, m, p) end
-          -- ceil(reset / 10^6) ms; x % 10^6 may be off by 10^6 (a rounded quotient), so it
-          -- is corrected, and then (x - r) / 10^6 is exact.
-          local x = reset + 999999
-          local r = x % 1000000
-          if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-          local ttl = (x - r) / 1000000 + margin
-          off = 0
-          if now_ms and expiry >= now_ms + ttl + 10 then off = expiry - base end
-          if off < 1 or off > MAXOFF then
-            px = ttl
-            if raw then px = ttl + margin end
-            off = 0
-            if now_ms then off = now_ms + px - base end
-            if off < 1 or off > MAXOFF then off = 0 end
-          end
-        end
-      end
-      local v = pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off)
-      if m == 0 then
-        rcall('SET', key, v)
-      elseif px then
-        rcall('SET', key, v, 'PX', px)
-      else
-        -- the key holds a 28-byte state (its expiry was read from it): overwritten in
-        -- place, TTL kept
-        rcall('SETRANGE', key, '0', v)
-      end
-      nwritten = i
-      if compact then
-        -- the state as written (the caller derives remaining, retry_after and reset_after
-        -- from its tokens and carry) and, for a denial, 4·i + reason after the states
-        out[4 + i] = v
-        if ok == 0 then
-          if not den then den = {} end
-          nd = nd + 1
-          den[nd] = 4 * i + reason
-        end
-      else
-        local retry = 0
-        if reason == 1 then
-          retry = reach(tokens, c, need, m, p)
-        elseif reason > 1 then
-          retry = -1
-        end
-        if not reset then
-          reset = 0
-          if tokens < cap then reset = reach(tokens, c, cap, m, p) end
-        end
-        local r = tokens % 1000000
-        if r < 0 then r = r + 1000000 elseif r >= 1000000 then r = r - 1000000 end
-        local k = 5 * i - 1
-        out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000
-        out[k + 4] = retry; out[k + 5] = reset
-      end
+      @refill(dt, tokens, c, cap)
     end
   end
-  deduct = out[4] == 1
+  lsec, lns = sec, ns
 end
+local need = cost * 1000000
+@decide(burst, need <= tokens)
+--@@ write
+if ok == 1 and deduct then tokens = tokens - need end
+-- The TTL: none at rate 0 (a one-off budget must not come back); else the one set
+-- earlier while it still covers time to full plus the margin (10 ms to spare for the
+-- server's clock read at the write: a cheaper write, SETRANGE) — looked at first against
+-- the longest time to full (fillms), then, if that fails, this bucket's; else (px) time
+-- to full + margin for a new key, one margin more for one whose TTL ran short, so that
+-- the following writes can keep it. `off`: the expiry as stored in the state.
+local off, px, reset = 0, nil, nil
+if m > 0 then
+  local base = lsec * 1000 + (lns - lns % 1000000) / 1000000
+  if now_ms and expiry >= now_ms + fillms then off = expiry - base end
+  if off < 1 or off > MAXOFF then
+    reset = 0
+    if tokens < cap then reset = reach(tokens, c, cap, m, p) end
+    @ceil_ms(local ttl, reset)
+    ttl = ttl + margin
+    off = 0
+    if now_ms and expiry >= now_ms + ttl + 10 then off = expiry - base end
+    if off < 1 or off > MAXOFF then
+      px = ttl
+      if raw then px = ttl + margin end
+      off = 0
+      if now_ms then off = now_ms + px - base end
+      if off < 1 or off > MAXOFF then off = 0 end
+    end
+  end
+end
+local v = pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off)
+if m == 0 then
+  rcall('SET', key, v)
+elseif px then
+  rcall('SET', key, v, 'PX', px)
+else
+  -- the key holds a 28-byte state (its expiry was read from it): overwritten in place,
+  -- TTL kept
+  rcall('SETRANGE', key, '0', v)
+end
+--@@ reply
+if compact then
+  -- the state as written (the caller derives remaining, retry_after and reset_after from
+  -- its tokens and carry) and, for a denial, 4·i + reason after the states
+  out[4 + i] = v
+  if ok == 0 then
+    if not den then den = {} end
+    nd = nd + 1
+    den[nd] = 4 * i + reason
+  end
+else
+  if reason == 1 then retry = reach(tokens, c, need, m, p) end
+  if not reset then
+    reset = 0
+    if tokens < cap then reset = reach(tokens, c, cap, m, p) end
+  end
+  @mod(local r, tokens, 1000000)
+  local k = 5 * i - 1
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000
+  out[k + 4] = retry; out[k + 5] = reset
+end
+--@@ epilogue
 for j = 1, nd do out[4 + n + j] = den[j] end
 )lua";
 
-// The whole script.
-inline const std::string kTokenBucketLua =
-    std::string(kLuaMath) + kLuaReach + kLuaHead + kTokenBucketLuaBody + kLuaTail;
+inline const std::string kTokenBucketLua = detail::loop_script(kLuaReach, kTokenBucketLuaBody);
 
 template <>
 struct LuaTwin<TokenBucket> {
@@ -299,37 +227,38 @@ struct LuaTwin<TokenBucket> {
     std::int64_t m = 0, p = 1, g = 1, fill = -1;
   };
 
-  static absl::StatusOr<Params> params(const TokenBucket& tb) {
+  // The parameters of `tb`, or kInvalidArgument naming the bound when the twin cannot
+  // decide it exactly within `range` (the store's: RedisStore's by default; GatewayStore
+  // passes its narrower kGatewayRange): burst at most range.max_capacity, rate.per below
+  // 2^53 ns, (m+2)(p+1) <= 2^53, time to fill at most range.max_span_ns.
+  static absl::StatusOr<Params> params(const TokenBucket& tb,
+                                       const TwinRange& range = kRedisStoreRange) {
     if (auto s = tb.validate(); !s.ok()) return s;
-    if (tb.burst > (kLuaExact - 1) / kMicrosPerUnit) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "burst=%d: the Redis store keeps micro-units in Lua doubles, exact below 2^53, so "
-          "burst must be at most %d units",
-          tb.burst, (kLuaExact - 1) / kMicrosPerUnit));
-    }
+    if (auto s = check_capacity("burst", tb.burst, range); !s.ok()) return s;
     const std::int64_t big_m = to_micro(tb.rate.units);
     const std::int64_t big_p = tb.rate.per.count();
     if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
     if (big_p >= kLuaExact) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "rate.per=%d ns: the Redis store needs rate.per below 2^53 ns (~104 days)", big_p));
+          "rate.per=%d ns: %s needs rate.per below 2^53 ns (~104 days)", big_p, range.store));
     }
     const std::int64_t g = std::gcd(big_m, big_p);
     const std::int64_t m = big_m / g, p = big_p / g;
     if ((absl::int128(m) + 2) * (absl::int128(p) + 1) > kLuaExact) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, the Redis store needs "
+          "rate=%s: with g = gcd(rate.units*10^6, rate.per) = %d, %s needs "
           "(rate.units*10^6/g + 2)*(rate.per/g + 1) <= 2^53 (Lua doubles); got %d/g and %d/g — "
           "use a rate.per that shares more factors with rate.units*10^6 (e.g. whole ms)",
-          to_string(tb.rate), g, big_m, big_p));
+          to_string(tb.rate), g, range.store, big_m, big_p));
     }
     const absl::int128 fill =
         quota::detail::ceil_div(absl::int128(to_micro(tb.burst)) * p, absl::int128(m));
-    if (fill > kMaxFillNs) {
+    if (fill > range.max_span_ns) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "burst/rate: refilling burst=%d at rate=%s takes %d ns; the Redis store's bound is "
-          "%d ns (~104 days) — raise rate.units or lower burst",
-          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), kMaxFillNs));
+          "burst/rate: refilling burst=%d at rate=%s takes %d ns; %s's bound is %d ns (%s) — "
+          "raise rate.units or lower burst",
+          tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), range.store,
+          range.max_span_ns, span_days(range.max_span_ns)));
     }
     return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
   }
