@@ -44,6 +44,7 @@
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {

@@ -30,6 +30,8 @@
 #include "absl/strings/str_format.h"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
 

@@ -25,6 +25,8 @@
 #include <string>
 
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
 

@@ -83,8 +83,8 @@ struct GatewayTwin {
       if (!twin.ok()) return twin.status();
       // Rate 0: m 0, p 1, g 1 whatever rate.per (it refills nothing; converting between
       // two such buckets of one burst changes nothing, so they decide alike).
-      if (twin->m == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
-      return pack_policy(1, tb->burst, twin->m, twin->p, twin->g, twin->fill);
+      if (twin->micros == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
+      return pack_policy(1, tb->burst, twin->micros, twin->per_ns, twin->gcd, twin->fill_ns);
     }
     // The fixed window: whole microseconds (the twin's time unit), within the span.
     const auto& fw = std::get<FixedWindow>(policy);

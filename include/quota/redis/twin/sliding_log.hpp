@@ -31,6 +31,8 @@
 #include "absl/strings/str_format.h"
 #include "quota/policy/sliding_log.hpp"
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
 

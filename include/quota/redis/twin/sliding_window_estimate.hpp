@@ -34,6 +34,8 @@
 #include "absl/strings/str_format.h"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
 

@@ -40,6 +40,8 @@
 #include "quota/decision.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
@@ -224,7 +226,10 @@ struct LuaTwin<TokenBucket> {
   // The script's per-bucket parameters (kTokenBucketLuaBody: m/p the rate reduced by g,
   // fill the time to fill in ns, -1 at rate 0).
   struct Params {
-    std::int64_t m = 0, p = 1, g = 1, fill = -1;
+    std::int64_t micros = 0;    // m: the rate is m micro-units every p ns, reduced by g
+    std::int64_t per_ns = 1;    // p
+    std::int64_t gcd = 1;       // g = gcd(rate.units·10^6, rate.per)
+    std::int64_t fill_ns = -1;  // the time to fill the burst; -1 at rate 0
   };
 
   // The parameters of `tb`, or kInvalidArgument naming the bound when the twin cannot
@@ -237,7 +242,7 @@ struct LuaTwin<TokenBucket> {
     if (auto s = check_capacity("burst", tb.burst, range); !s.ok()) return s;
     const std::int64_t big_m = to_micro(tb.rate.units);
     const std::int64_t big_p = tb.rate.per.count();
-    if (big_m == 0) return Params{.m = 0, .p = 1, .g = big_p, .fill = -1};
+    if (big_m == 0) return Params{.micros = 0, .per_ns = 1, .gcd = big_p, .fill_ns = -1};
     if (big_p >= kLuaExact) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "rate.per=%d ns: %s needs rate.per below 2^53 ns (~104 days)", big_p, range.store));
@@ -260,7 +265,7 @@ struct LuaTwin<TokenBucket> {
           tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), range.store,
           range.max_span_ns, span_days(range.max_span_ns)));
     }
-    return Params{.m = m, .p = p, .g = g, .fill = static_cast<std::int64_t>(fill)};
+    return Params{.micros = m, .per_ns = p, .gcd = g, .fill_ns = static_cast<std::int64_t>(fill)};
   }
 
   // The cost as sent: costs outside [1, burst] decide the same whatever their size;
@@ -272,7 +277,8 @@ struct LuaTwin<TokenBucket> {
   // The parameter set as one argument, '<i8i8i8i8i8': burst, m, p, g, fill.
   static std::string pack_params(const TokenBucket& tb, const Params& pr) {
     std::string out;
-    for (std::int64_t v : {tb.burst, pr.m, pr.p, pr.g, pr.fill}) detail::pack_le(out, v, 8);
+    for (std::int64_t v : {tb.burst, pr.micros, pr.per_ns, pr.gcd, pr.fill_ns})
+      detail::pack_le(out, v, 8);
     return out;
   }
 

@@ -1,0 +1,87 @@
+// quota/redis/twin/range.hpp — the range in which each Lua twin decides exactly.
+//
+// Lua 5.1 numbers are doubles, exact for integers below 2^53, so every twin accepts a
+// policy only where no value it forms can reach 2^53. Each policy's range is defined once
+// (its LuaTwin<P>::params, on the bounds here) and used by every store: RedisStore with
+// kRedisStoreRange, GatewayStore with its narrower kGatewayRange (headroom for debt,
+// twin/gateway_codec.hpp). A policy outside it is kInvalidArgument naming the bound.
+// Pure functions: thread-safe.
+//
+//   auto p = quota::redis::LuaTwin<quota::TokenBucket>::params(tb);   // or the bound
+//   auto g = quota::redis::window_grid(1s, quota::redis::kMaxFillNs, "(~104 days)");
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "quota/units.hpp"
+
+namespace quota::redis {
+
+// 2^53: Lua numbers (doubles) hold every integer below it exactly.
+inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
+// The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
+inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
+
+// The range a twin decides exactly in, beyond its policy's own checks: the largest
+// capacity (burst or limit, units), the longest span (a token bucket's time to fill, a
+// window), and, for errors, the store it is and what its capacity bound keeps exact.
+// kRedisStoreRange is RedisStore's; GatewayStore's is narrower (kGatewayRange,
+// twin/gateway_codec.hpp: headroom for debt).
+struct TwinRange {
+  std::int64_t max_capacity;
+  std::int64_t max_span_ns;
+  std::string_view store;
+  std::string_view keeps;
+};
+inline constexpr TwinRange kRedisStoreRange{
+    .max_capacity = (kLuaExact - 1) / kMicrosPerUnit,
+    .max_span_ns = kMaxFillNs,
+    .store = "the Redis store",
+    .keeps = "keeps micro-units in Lua doubles, exact below 2^53"};
+
+// kInvalidArgument naming `field` and the bound when `capacity` exceeds range's.
+inline absl::Status check_capacity(std::string_view field, std::int64_t capacity,
+                                   const TwinRange& range) {
+  if (capacity <= range.max_capacity) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s=%d: %s %s, so %s must be at most %d units",
+                                                    field, capacity, range.store, range.keeps,
+                                                    field, range.max_capacity));
+}
+
+// "~N days" for a span of ns, rounded down (a bound's size in errors).
+inline std::string span_days(std::int64_t ns) {
+  return absl::StrFormat("~%d days", ns / 86'400'000'000'000);
+}
+
+// The window grid of the windowed twins (twin/fixed_window.hpp): mode 1, the window
+// divides 1 s (w = the window, ns); mode 2, it is a whole number of seconds, at most
+// max_ns (w = the window, s); any other window is kInvalidArgument naming the bound
+// (`bound` says how far max_ns reaches and why).
+struct WindowGrid {
+  std::int64_t mode = 1, w = 1;
+};
+inline absl::StatusOr<WindowGrid> window_grid(Nanos window, std::int64_t max_ns,
+                                              std::string_view bound) {
+  const std::int64_t w = window.count();
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  if (w > 0 && kSecond % w == 0) return WindowGrid{.mode = 1, .w = w};
+  if (w > 0 && w % kSecond == 0 && w <= max_ns) return WindowGrid{.mode = 2, .w = w / kSecond};
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
+      "of seconds up to %d s %s",
+      w, max_ns / kSecond, bound));
+}
+
+// The cost a windowed twin is sent for a capacity `limit`: clamped to [0, limit + 1],
+// as every cost beyond decides the same (and stays exact in Lua).
+inline std::int64_t window_cost(std::int64_t limit, std::int64_t cost) {
+  return std::clamp<std::int64_t>(cost, 0, limit + 1);
+}
+
+}  // namespace quota::redis
