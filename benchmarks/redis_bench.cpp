@@ -50,7 +50,9 @@
 // the JSON), event_loop.hpp (the one-thread client), workloads.hpp (the closed-loop rows,
 // MEMORY USAGE, the naive client-side limiter), paced.hpp (the event-loop and open-loop
 // rows), targets.hpp (issue 5's targets). The JSON is shaped like
-// google-benchmark's: {"context": {...}, "benchmarks": [{"name", "run_type",#include <unistd.h>
+// google-benchmark's: {"context": {...}, "benchmarks": [{"name", "run_type",
+// "iterations", "real_time", "time_unit", counters...}], "targets": [...]}.
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>

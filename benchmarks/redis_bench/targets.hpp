@@ -2,7 +2,6 @@
 // (Part of redis_bench: see the top of benchmarks/redis_bench.cpp.)
 #pragma once
 
-// "iterations", "real_time", "time_unit", counters...}], "targets": [...]}.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>

@@ -3,7 +3,6 @@
 // benchmarks/redis_bench.cpp.)
 #pragma once
 
-// "iterations", "real_time", "time_unit", counters...}], "targets": [...]}.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
