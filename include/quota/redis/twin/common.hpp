@@ -32,6 +32,7 @@
 // `fail` (a failed batch charges nothing). The body fills `out` (the reply); the tail
 // stores an attempt's reply and returns `out`.
 #pragma once
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
