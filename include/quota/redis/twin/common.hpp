@@ -219,6 +219,13 @@ return out
 template <Policy P>
 struct LuaTwin;
 
+// What every LuaTwin<P> derives from: its whole script (`Text`, built once at static
+// initialization), by which Script (transport/script.hpp) loads and calls it.
+template <const std::string& Text>
+struct TwinScript {
+  static const std::string& script() { return Text; }
+};
+
 namespace detail {
 
 // Appends the low `bytes` bytes of v, little-endian: the script reads them with

@@ -148,9 +148,7 @@ put(out, i, ok, reason, rem, retry, reset)
 inline const std::string kFixedWindowLua = detail::loop_script(kLuaPut, kFixedWindowLuaBody);
 
 template <>
-struct LuaTwin<FixedWindow> {
-  static const std::string& script() { return kFixedWindowLua; }
-
+struct LuaTwin<FixedWindow> : TwinScript<kFixedWindowLua> {
   struct Params {
     std::int64_t mode = 1, w = 1;  // mode 1: w = W ns; mode 2: w = W in seconds
   };

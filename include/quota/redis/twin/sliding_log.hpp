@@ -179,9 +179,7 @@ inline const std::string kSlidingLogLua =
     std::string(kLuaMath) + kLuaHead + kLuaPut + detail::expand_lua(kSlidingLogLuaBody) + kLuaTail;
 
 template <>
-struct LuaTwin<SlidingLog> {
-  static const std::string& script() { return kSlidingLogLua; }
-
+struct LuaTwin<SlidingLog> : TwinScript<kSlidingLogLua> {
   struct Params {};
 
   static absl::StatusOr<Params> params(const SlidingLog& sl) {

@@ -230,9 +230,7 @@ inline const std::string kSlidingWindowEstimateLua =
     detail::loop_script(kLuaPut, kSlidingWindowEstimateLuaBody);
 
 template <>
-struct LuaTwin<SlidingWindowEstimate> {
-  static const std::string& script() { return kSlidingWindowEstimateLua; }
-
+struct LuaTwin<SlidingWindowEstimate> : TwinScript<kSlidingWindowEstimateLua> {
   struct Params {
     // mode 1: w = W ns, per = windows per second; mode 2: w = W in seconds, per = 0
     std::int64_t mode = 1, w = 1, per = 0;

@@ -220,9 +220,7 @@ for j = 1, nd do out[4 + n + j] = den[j] end
 inline const std::string kTokenBucketLua = detail::loop_script(kLuaReach, kTokenBucketLuaBody);
 
 template <>
-struct LuaTwin<TokenBucket> {
-  static const std::string& script() { return kTokenBucketLua; }
-
+struct LuaTwin<TokenBucket> : TwinScript<kTokenBucketLua> {
   // The script's per-bucket parameters (kTokenBucketLuaBody: m/p the rate reduced by g,
   // fill the time to fill in ns, -1 at rate 0).
   struct Params {
