@@ -4,7 +4,7 @@
 // state (TokenBucket) and one that owns memory (SlidingLog, so ASan sees every move and
 // destruction in a compaction); keys of every length up to the bound; stable addresses;
 // and, through both stores, a full table that evicts whenever a key is idle, also when
-// refunds made it so.
+// refunds made it so, and finds it without looking at every key.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "absl/status/status.h"
 
 #include "quota/detail/keyed_states.hpp"
 #include "quota/policy/sliding_log.hpp"
@@ -246,4 +248,69 @@ TEMPLATE_TEST_CASE("a full store evicts whenever a key is idle, also after refun
       REQUIRE(*got == want->tokens);
     }
   }
+}
+
+namespace {
+
+// A token bucket that counts its idle_at calls: the work a store does to find idle keys.
+struct CountingBucket {
+  using State = TokenBucket::State;
+  TokenBucket tb;
+  std::int64_t* idle_calls;
+  absl::Status validate() const { return tb.validate(); }
+  State init(Nanos now) const { return tb.init(now); }
+  quota::Decision apply(State& s, Nanos now, std::int64_t cost) const {
+    return tb.apply(s, now, cost);
+  }
+  Nanos idle_at(const State& s) const {
+    ++*idle_calls;
+    return tb.idle_at(s);
+  }
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a full store finds the one idle key without looking at every key",
+                   "[keyed_states]", quota::LocalStore<CountingBucket>,
+                   quota::ShardedStore<CountingBucket>) {
+  // n keys, each spending its one unit (refilled in 1 s) 0.2 ms after the previous: they
+  // turn idle one at a time, 0.2 ms apart. Then one new key per 0.2 ms: each needs room,
+  // and exactly one old key (the one that turned idle in that step) is there to give it;
+  // the new keys stay active (all within 0.4 s). A sweep per new key would call idle_at
+  // n times per key; the idle index needs a bounded number per decision.
+  constexpr int kKeys = 2000;
+  constexpr std::int64_t kStep = 200'000;  // ns
+  std::int64_t idle_calls = 0;
+  const CountingBucket policy{.tb = {.rate = {.units = 1, .per = 1s}, .burst = 1},
+                              .idle_calls = &idle_calls};
+  TestType store({.max_keys = kKeys, .shards = 1});
+  const auto spend = [&](const std::string& key, Nanos t) {
+    return store.update(policy, key, t,
+                        [&](TokenBucket::State& s) { return policy.apply(s, t, 1).allowed; });
+  };
+  for (int i = 0; i < kKeys; ++i) {
+    REQUIRE(*spend("old-" + std::to_string(i), Nanos{i * kStep}));
+  }
+  // Full: "old-0" is idle from 1 s on, nothing is before.
+  REQUIRE(spend("early", Nanos{999'999'999}).status().code() ==
+          absl::StatusCode::kResourceExhausted);
+  idle_calls = 0;
+  for (int j = 0; j < kKeys; ++j) {
+    const Nanos t{1'000'000'000 + j * kStep + kStep / 2};  // old-j idle, old-(j+1) not
+    auto admitted = spend("new-" + std::to_string(j), t);
+    INFO("new key " << j);
+    REQUIRE(admitted.ok());
+    REQUIRE(*admitted);
+    REQUIRE(store.size() == kKeys);
+    // old-(j+1) was not evicted: it still has no unit to give.
+    if (j + 1 < kKeys) {
+      auto old_next = spend("old-" + std::to_string(j + 1), t);
+      REQUIRE(old_next.ok());
+      REQUIRE_FALSE(*old_next);
+    }
+  }
+  // Every decision above is two spends; a sweep per new key would be kKeys calls each.
+  const double per_decision = static_cast<double>(idle_calls) / (2.0 * kKeys);
+  INFO("idle_at calls per decision: " << per_decision);
+  CHECK(per_decision < 16.0);
 }

@@ -2,19 +2,29 @@
 // in a compact layout. The building block of LocalStore (one of them) and ShardedStore
 // (one per shard, under the shard's lock). Not thread-safe by itself.
 //
-// Layout: each key is one record, [State][uint32 key size][key bytes] padded to 8 bytes,
-// appended to arena chunks that never move (1 KiB for the first, doubling to 64 KiB);
-// the hash index holds only a 4-byte record id per key. A 10-byte key with a 24-byte
-// token-bucket state takes 40 bytes of record plus about 10 bytes of index at the index's
-// usual load, where a `flat_hash_map<std::string, State>` takes a 56-byte slot (32 of
-// them the std::string) per table position, half of them empty after a growth (see
-// benchmarks/store_bench.cpp, bytes_per_key). A state's address is stable until the next
-// sweep: inserting keys allocates new chunks and never moves old records.
+// Layout: each key is one record of a RecordArena (detail/record_arena.hpp), and the hash
+// index holds only a 4-byte record id per key. A 10-byte key with a 24-byte token-bucket
+// state takes 40 bytes of record plus about 10 bytes of index at the index's usual load,
+// where a `flat_hash_map<std::string, State>` takes a 56-byte slot (32 of them the
+// std::string) per table position (benchmarks/store_bench.cpp, bytes_per_key). A state's
+// address is stable until the next sweep.
 //
-// Removal: sweep() destroys the idle records and compacts the survivors towards the
-// front in their original order (each moves to an address no later than its own, so the
-// compaction runs in place), frees the chunks left empty, and rebuilds the index at the
-// size it needs. Sweeps are O(keys) and run only when the store is full (or on demand).
+// Eviction. A key may be forgotten once it is idle (its state equals a fresh one), and
+// only then. A full store makes room by evicting every key idle at `now`, and refuses a
+// new key only when none is. Once the store has been full it keeps an idle index: a
+// min-heap of (lower bound of a key's idle time, record id), at least one entry per key
+// — built by the sweep that first found it full, an entry pushed for each new key and
+// for each write that moved a key's idle time earlier (a refund, a give-back, a rule
+// downgrade, a settle). Making room pops the entries due by `now`: a key found idle is
+// evicted in O(1) (its record marked dead), one written since is pushed again at its
+// real idle time. So each decision costs O(log keys) amortized and no decision scans the
+// keys, except the compacting sweep that reclaims dead records, which runs once per
+// capacity/2 evictions (amortized O(1) each). The index costs 16 bytes per entry, and
+// only in a store that has been full.
+//
+//   KeyedStates<TokenBucket> states(/*capacity=*/1000);
+//   auto d = states.update(tb, "tenant-1", key_hash("tenant-1"), now,
+//                          [&](TokenBucket::State& s) { return tb.apply(s, now, 1); });
 #pragma once
 
 #include <algorithm>
@@ -35,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "quota/detail/record_arena.hpp"
 #include "quota/policy/policy.hpp"
 
 namespace quota::detail {
@@ -53,28 +64,18 @@ template <Policy P>
 class KeyedStates {
  public:
   using State = typename P::State;
+  using Arena = RecordArena<State>;
 
-  // Records are aligned to kAlign inside chunks of at most kMaxChunk bytes; a record id is
-  // (chunk index << kOffsetBits) | (offset / kAlign).
-  static constexpr std::size_t kAlign = std::max<std::size_t>({alignof(State), 8});
-  static constexpr std::size_t kMinChunk = 1024;
-  static constexpr std::size_t kMaxChunk = 64 * 1024;
-  static constexpr int kOffsetBits = std::bit_width(kMaxChunk / kAlign - 1);
-  static constexpr std::size_t kMaxChunks = std::size_t{1} << (32 - kOffsetBits);
-  static constexpr std::size_t kHeader = sizeof(State) + sizeof(std::uint32_t);
   // The longest key a record holds (the limiter's own bound is far below it).
-  static constexpr std::size_t kMaxLocalKeyBytes = kMaxChunk - kHeader;
-  static_assert(kAlign <= 64, "chunks are 64-byte aligned");
+  static constexpr std::size_t kMaxLocalKeyBytes = Arena::kMaxKeyBytes;
 
   // Bytes one key's record takes in the arena (the index adds a 4-byte id and a control
   // byte per table position).
   static constexpr std::size_t record_bytes(std::size_t key_size) {
-    return (kHeader + key_size + kAlign - 1) / kAlign * kAlign;
+    return Arena::record_bytes(key_size);
   }
 
-  // At most `capacity` keys (see find_or_create). Records of two tables never share a
-  // cache line (chunks are 64-byte aligned), so the shards of a sharded store do not
-  // falsely share the states they write; their indexes are written only on insertion.
+  // At most `capacity` keys (see find_or_create).
   explicit KeyedStates(std::size_t capacity, Nanos assume_spent_at = Nanos::min())
       : capacity_(std::max<std::size_t>(capacity, 1)),
         assume_spent_at_(assume_spent_at),
@@ -87,24 +88,75 @@ class KeyedStates {
   KeyedStates& operator=(const KeyedStates&) = delete;
   ~KeyedStates() = default;
 
-  // Finds or creates the state of `key` (hash = key_hash(key)) and returns a pointer to it,
-  // valid until the next sweep. ResourceExhausted when the store is full and no key is idle;
-  // InvalidArgument for a key longer than kMaxLocalKeyBytes.
+  // Runs `fn(State&)` on the state of `key` (hash = key_hash(key)), created fresh if absent,
+  // and keeps the idle index true to the write. Errors as find_or_create.
+  template <class Fn>
+  auto update(const P& policy, std::string_view key, std::size_t hash, Nanos now, Fn&& fn)
+      -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
+    auto id = locate(policy, key, hash, now);
+    if (!id.ok()) return id.status();
+    State& s = arena_->state(*id);
+    if (!indexed_) return std::forward<Fn>(fn)(s);  // not full yet: no index to keep
+    const Nanos before = policy.idle_at(s);
+    auto result = std::forward<Fn>(fn)(s);
+    if (const Nanos after = policy.idle_at(s); after < before) push(policy, after, *id);
+    return result;
+  }
+
+  // Finds or creates the state of `key` and returns a pointer to it, valid until the next
+  // sweep. A caller that writes through it may only move the key's idle time later (spend);
+  // writes that may move it earlier go through update(). ResourceExhausted when the store
+  // is full and no key is idle; InvalidArgument for a key longer than kMaxLocalKeyBytes.
   absl::StatusOr<State*> find_or_create(const P& policy, std::string_view key, std::size_t hash,
                                         Nanos now) {
+    auto id = locate(policy, key, hash, now);
+    if (!id.ok()) return id.status();
+    return &arena_->state(*id);
+  }
+
+  // Forgets every key that is idle at `now` and compacts the rest. Returns how many were
+  // removed. O(keys).
+  std::size_t sweep(const P& policy, Nanos now) {
+    const std::size_t before = index_.size();
+    const bool moved = arena_->compact([&](const State& s) { return policy.idle_at(s) > now; });
+    const std::size_t removed = before - arena_->live();
+    // Ids change when a record moved: rebuild the index at the size it now needs (which
+    // also returns the memory of a table grown for more keys), and the idle index.
+    if (removed != 0 || moved) {
+      Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
+      rebuilt.reserve(arena_->live());
+      arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
+      index_ = std::move(rebuilt);
+    }
+    if (indexed_) rebuild_idle_index(policy);
+    return removed;
+  }
+
+  std::size_t size() const { return index_.size(); }
+
+ private:
+  // One entry of the idle index: the key of record `id` is idle no earlier than `at`.
+  struct IdleEntry {
+    std::int64_t at;
+    std::uint32_t id;
+  };
+  struct LaterFirst {
+    bool operator()(const IdleEntry& a, const IdleEntry& b) const { return a.at > b.at; }
+  };
+
+  absl::StatusOr<std::uint32_t> locate(const P& policy, std::string_view key, std::size_t hash,
+                                       Nanos now) {
     const Prehashed k{to_absl(key), hash};
     // Fetch the index slot together with its control byte: the record id the slot holds is
     // then one memory access away, not two (control byte, then slot, then record).
     index_.prefetch(k);
-    if (auto it = index_.find(k, hash); it != index_.end()) {
-      return &arena_->state(*it);
-    }
+    if (auto it = index_.find(k, hash); it != index_.end()) return *it;
     if (key.size() > kMaxLocalKeyBytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("key is %d bytes; the store holds keys of at most %d bytes", key.size(),
                           kMaxLocalKeyBytes));
     }
-    if (index_.size() >= capacity_ && !evict_idle(policy, now)) {
+    if (index_.size() >= capacity_ && !make_room(policy, now)) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "store full: %d keys held, none idle (full again) to evict; key \"%s\" not created",
           index_.size(), key));
@@ -114,48 +166,60 @@ class KeyedStates {
     auto id = arena_->append(key, *std::move(fresh));
     if (!id.ok()) return id.status();
     index_.insert(*id);
-    // The new key's idle time is not known until the caller has spent from it, so the
-    // next full store sweeps again rather than trusting next_sweep_.
-    next_sweep_ = Nanos::min();
-    return &arena_->state(*id);
+    // The new key's idle time is known only once the caller has written it: the lowest
+    // bound, so the next room-making looks at it.
+    if (indexed_) push(policy, Nanos::min(), *id);
+    return *id;
   }
 
-  // Records that the state `s` (found or created by find_or_create, under the same lock)
-  // was written. A write may move the key's idle time earlier — a refund, a give-back, a
-  // rule downgrade converting the state — so the cached earliest idle time is lowered to
-  // it: a full store then finds the key idle. One comparison while the cache is unset
-  // (the store has not been full since its last insertion); one idle_at() otherwise.
-  void note_written(const P& policy, const State& s) {
-    if (next_sweep_ == Nanos::min()) return;
-    next_sweep_ = std::min(next_sweep_, policy.idle_at(s));
+  // Evicts every key idle at `now`; true when one was. The first time, and whenever dead
+  // records reach half the capacity or the index holds twice as many entries as keys, by
+  // a compacting sweep (O(keys), amortized over the evictions or pushes since the last);
+  // otherwise from the idle index (O(log keys) per entry due).
+  bool make_room(const P& policy, Nanos now) {
+    if (!indexed_ || arena_->dead_count() > capacity_ / 2) {
+      indexed_ = true;
+      return sweep(policy, now) > 0;
+    }
+    bool evicted = false;
+    while (!idle_.empty() && idle_.front().at <= now.count()) {
+      std::pop_heap(idle_.begin(), idle_.end(), LaterFirst{});
+      const IdleEntry e = idle_.back();
+      idle_.pop_back();
+      if (arena_->dead(e.id)) continue;  // a second entry of an evicted key
+      const Nanos idle = policy.idle_at(arena_->state(e.id));
+      if (idle <= now) {
+        index_.erase(e.id);
+        arena_->kill(e.id);
+        evicted = true;
+      } else {
+        // Written since the entry: its true idle time, later than now.
+        idle_.push_back({idle.count(), e.id});
+        std::push_heap(idle_.begin(), idle_.end(), LaterFirst{});
+      }
+    }
+    return evicted;
   }
 
-  // Forgets every key that is idle at `now` (its state equals a fresh one) and compacts the
-  // rest. Returns how many were removed.
-  std::size_t sweep(const P& policy, Nanos now) {
-    Nanos next = kNever;
-    const std::size_t before = index_.size();
-    const bool moved = arena_->compact([&](const State& s) {
-      const Nanos idle = policy.idle_at(s);
-      if (idle <= now) return false;
-      next = std::min(next, idle);
-      return true;
+  void push(const P& policy, Nanos at, std::uint32_t id) {
+    if (idle_.size() >= 2 * capacity_ + 64) {
+      rebuild_idle_index(policy);  // every key once, at its current idle time
+      return;
+    }
+    idle_.push_back({at.count(), id});
+    std::push_heap(idle_.begin(), idle_.end(), LaterFirst{});
+  }
+
+  void rebuild_idle_index(const P& policy) {
+    idle_.clear();
+    if (idle_.capacity() > 4 * arena_->live() + 64) idle_.shrink_to_fit();
+    idle_.reserve(arena_->live());
+    arena_->for_each([&](std::uint32_t id) {
+      idle_.push_back({policy.idle_at(arena_->state(id)).count(), id});
     });
-    next_sweep_ = next;
-    const std::size_t removed = before - arena_->live();
-    // No record removed or moved: the ids stand. Otherwise rebuild the index at the size
-    // it now needs (which also returns the memory of a table grown for more keys).
-    if (removed == 0 && !moved) return 0;
-    Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
-    rebuilt.reserve(arena_->live());
-    arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
-    index_ = std::move(rebuilt);
-    return removed;
+    std::make_heap(idle_.begin(), idle_.end(), LaterFirst{});
   }
 
-  std::size_t size() const { return index_.size(); }
-
- private:
   // The state of a key seen for the first time at `now`: fresh, or with
   // StoreOptions::assume_spent_at, its whole budget spent then.
   absl::StatusOr<State> new_state(const P& policy, Nanos now) const {
@@ -168,140 +232,6 @@ class KeyedStates {
           "key cannot start with its budget spent");
     }
   }
-  // The records. Heap-allocated on its own so that the index's hash and equality, which
-  // hold a pointer to it, stay valid when the KeyedStates is moved.
-  class Arena {
-   public:
-    Arena() = default;
-    Arena(const Arena&) = delete;
-    Arena& operator=(const Arena&) = delete;
-    ~Arena() {
-      if constexpr (!std::is_trivially_destructible_v<State>) {
-        for_each([&](std::uint32_t id) { state(id).~State(); });
-      }
-    }
-
-    State& state(std::uint32_t id) const { return *std::launder(reinterpret_cast<State*>(at(id))); }
-    std::string_view key(std::uint32_t id) const {
-      const std::byte* rec = at(id);
-      std::uint32_t size;
-      std::memcpy(&size, rec + sizeof(State), sizeof size);
-      return {reinterpret_cast<const char*>(rec + kHeader), size};
-    }
-    std::size_t live() const { return live_; }
-
-    absl::StatusOr<std::uint32_t> append(std::string_view key, State&& init) {
-      const std::size_t bytes = record_bytes(key.size());
-      if (chunks_.empty() || chunks_.back().capacity - chunks_.back().used < bytes) {
-        if (chunks_.size() >= kMaxChunks) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "store arena full: %d chunks of at most %d bytes", kMaxChunks, kMaxChunk));
-        }
-        chunks_.push_back(Chunk::make(next_chunk_bytes(bytes)));
-      }
-      Chunk& c = chunks_.back();
-      const auto id = make_id(chunks_.size() - 1, c.used);
-      place(c.data.get() + c.used, key, std::move(init));
-      c.used += bytes;
-      ++live_;
-      return id;
-    }
-
-    // Calls fn(id) for every record, in arena order.
-    template <class Fn>
-    void for_each(Fn&& fn) const {
-      for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
-        for (std::size_t off = 0; off < chunks_[ci].used;) {
-          const std::uint32_t id = make_id(ci, off);
-          off += record_bytes(key(id).size());
-          fn(id);
-        }
-      }
-    }
-
-    // Keeps the records for which keep(state) is true, moved towards the front in order;
-    // destroys the others; frees the chunks left empty. True when a kept record moved.
-    template <class Keep>
-    bool compact(Keep&& keep) {
-      std::size_t wc = 0, woff = 0;  // write cursor; never past the read cursor
-      bool moved = false;
-      live_ = 0;
-      for (std::size_t rc = 0; rc < chunks_.size(); ++rc) {
-        const std::size_t used = chunks_[rc].used;
-        for (std::size_t off = 0; off < used;) {
-          const std::uint32_t id = make_id(rc, off);
-          const std::size_t bytes = record_bytes(key(id).size());
-          off += bytes;
-          State& s = state(id);
-          if (!keep(std::as_const(s))) {
-            s.~State();
-            continue;
-          }
-          // First chunk at or after the write cursor with room; at worst the record's own.
-          while (chunks_[wc].capacity - woff < bytes) {
-            chunks_[wc].used = woff;
-            ++wc;
-            woff = 0;
-          }
-          std::byte* dst = chunks_[wc].data.get() + woff;
-          std::byte* src = chunks_[rc].data.get() + (off - bytes);
-          if (dst != src) {
-            // The two may overlap: move the state out, then the key bytes, then the state in.
-            State state_out(std::move(s));
-            s.~State();
-            std::memmove(dst + sizeof(State), src + sizeof(State), bytes - sizeof(State));
-            new (dst) State(std::move(state_out));
-            moved = true;
-          }
-          woff += bytes;
-          ++live_;
-        }
-      }
-      if (chunks_.empty()) return moved;
-      chunks_[wc].used = woff;
-      chunks_.resize(woff == 0 && wc == 0 ? 0 : wc + 1);
-      return moved;
-    }
-
-   private:
-    struct FreeBytes {
-      void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
-    };
-    struct Chunk {
-      std::unique_ptr<std::byte[], FreeBytes> data;
-      std::size_t capacity = 0;
-      std::size_t used = 0;
-      // Cache-line aligned, so records of two shards never share a line.
-      static Chunk make(std::size_t capacity) {
-        return {std::unique_ptr<std::byte[], FreeBytes>(
-                    static_cast<std::byte*>(::operator new (capacity, std::align_val_t{64}))),
-                capacity, 0};
-      }
-    };
-
-    static std::uint32_t make_id(std::size_t chunk, std::size_t offset) {
-      return static_cast<std::uint32_t>((chunk << kOffsetBits) | (offset / kAlign));
-    }
-    std::byte* at(std::uint32_t id) const {
-      return chunks_[id >> kOffsetBits].data.get() +
-             (id & ((std::uint32_t{1} << kOffsetBits) - 1)) * kAlign;
-    }
-    // Chunk sizes grow twofold from kMinChunk to kMaxChunk, so a small store stays small and a
-    // large one wastes at most part of one chunk.
-    std::size_t next_chunk_bytes(std::size_t record) const {
-      const std::size_t grown = kMinChunk << std::min<std::size_t>(chunks_.size(), 6);
-      return std::max(std::min(grown, kMaxChunk), std::bit_ceil(record));
-    }
-    static void place(std::byte* rec, std::string_view key, State&& init) {
-      new (rec) State(std::move(init));
-      const auto size = static_cast<std::uint32_t>(key.size());
-      std::memcpy(rec + sizeof(State), &size, sizeof size);
-      if (!key.empty()) std::memcpy(rec + kHeader, key.data(), key.size());
-    }
-
-    std::vector<Chunk> chunks_;
-    std::size_t live_ = 0;
-  };
 
   // A key with its hash (key_hash), computed once by the caller.
   struct Prehashed {
@@ -327,23 +257,12 @@ class KeyedStates {
   };
   using Index = absl::flat_hash_set<std::uint32_t, IdHash, IdEq>;
 
-  // A full sweep is O(size); it runs only when the map is full and some key may have
-  // become idle since the last sweep. next_sweep_ is a lower bound of every key's idle
-  // time: the earliest the last sweep saw, lowered by note_written() after every write
-  // (spending moves an idle time later, a refund or a downgrade earlier), and reset by an
-  // insertion (the new key is written only after find_or_create returns). So a full store
-  // sweeps whenever an idle key may exist, and a full store of active keys rejects new
-  // keys in O(1).
-  bool evict_idle(const P& policy, Nanos now) {
-    if (now < next_sweep_) return false;
-    return sweep(policy, now) > 0;
-  }
-
   std::size_t capacity_;
   Nanos assume_spent_at_;  // StoreOptions::assume_spent_at
-  Nanos next_sweep_{Nanos::min()};
   std::unique_ptr<Arena> arena_;
   Index index_;
+  bool indexed_ = false;         // the store has been full: idle_ is kept
+  std::vector<IdleEntry> idle_;  // min-heap on `at` (LaterFirst)
 };
 
 }  // namespace quota::detail

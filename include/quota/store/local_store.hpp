@@ -47,11 +47,7 @@ class LocalStore {
   template <class Fn>
   auto update(const P& policy, std::string_view key, Nanos now, Fn&& fn)
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
-    auto state = states_.find_or_create(policy, key, detail::key_hash(key), now);
-    if (!state.ok()) return state.status();
-    auto result = std::forward<Fn>(fn)(**state);
-    states_.note_written(policy, **state);  // fn may have moved the key's idle time earlier
-    return result;
+    return states_.update(policy, key, detail::key_hash(key), now, std::forward<Fn>(fn));
   }
 
   // Forgets every idle key; returns how many.

@@ -70,11 +70,7 @@ class ShardedStore {
     const std::size_t hash = detail::key_hash(key);
     Shard& shard = shard_for(hash);
     detail::MutexLock lock(shard.mu);
-    auto state = shard.states->find_or_create(policy, key, hash, now);
-    if (!state.ok()) return state.status();
-    auto result = std::forward<Fn>(fn)(**state);
-    shard.states->note_written(policy, **state);  // fn may have moved the key's idle time earlier
-    return result;
+    return shard.states->update(policy, key, hash, now, std::forward<Fn>(fn));
   }
 
   // Forgets every idle key in every shard; returns how many.

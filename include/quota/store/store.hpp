@@ -53,8 +53,10 @@ struct StoreOptions {
   // The most keys the store holds at once. A new key that finds the store full first
   // evicts idle keys (those already full again); if none is idle, the new key gets
   // ResourceExhausted and nothing is created — existing keys keep their state, so an
-  // active key is never reset to a fresh burst. ShardedStore applies the bound per
-  // shard: each holds at most ceil(max_keys / shards).
+  // active key is never reset to a fresh burst. Finding the idle keys costs O(log keys)
+  // amortized per decision, never a scan of every key per new key
+  // (quota/detail/keyed_states.hpp). ShardedStore applies the bound per shard: each
+  // holds at most ceil(max_keys / shards).
   std::size_t max_keys = 10'000'000;
   // ShardedStore only: the number of independently locked shards (rounded up to a power
   // of two). More shards mean less contention between threads on distinct keys.
