@@ -50,9 +50,9 @@
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
-#include "quota/redis/transport/connection.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/connection.hpp"
 #include "redis/support/redis_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
         for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
         for (const auto& n : names) items.push_back({n, pass == 0 ? 1000 : 1});
         errors += !(pass == 0 ? prev_setup.apply_batch(estimate, items,
-                                                         Nanos{server_ns} - std::chrono::hours(1))
+                                                       Nanos{server_ns} - std::chrono::hours(1))
                               : prev_store.apply_batch(estimate, items, Nanos{0}))
                        .ok();
       }
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     if (levels == 3) checks.push_back({.policy = &gw_policy, .key = user});
     checks.push_back({.policy = &gw_policy, .key = tenant});
     if (levels == 3) checks.push_back({.policy = &gw_policy, .key = "{~global}read"});
-    auto r = gw_store.decide(checks, 1, 1, Nanos{0});
+    auto r = gw_store.decide(checks, 1, Nanos{0});
     return r.ok() && r->parts.size() == checks.size() && r->parts.back().allowed;
   };
   for (int pass = 0; pass < 3; ++pass) {

@@ -1,6 +1,6 @@
 // Tests that a warmed-up Gateway decides on an in-process store without heap allocation
 // (quota/gateway/gateway.hpp, backend.hpp, rules.hpp): the per-request level lists are
-// inline (LevelVector), keys are built in place, and rules are looked up by keys built
+// inline (CheckVector), keys are built in place, and rules are looked up by keys built
 // on the stack; metrics counters are atomics.
 //
 // The instrument: tests/support/count_new.hpp (replaces every global operator new and

@@ -22,6 +22,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 
@@ -30,6 +31,7 @@ using quota::Nanos;
 using quota::RedisStore;
 using quota::TokenBucket;
 using Clock = std::chrono::steady_clock;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -199,7 +201,7 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
       TokenBucket{.rate = {.units = 1, .per = 1h}, .burst = 100};  // within the gateway's bound
   const quota::gateway::LevelCheck level[] = {
       {.policy = &tb, .key = "{acme}read", .shadow = false}};
-  auto first = store.decide(level, 1, 1, Nanos{0});
+  auto first = store.decide(with_cost(level, 1), 1, Nanos{0});
   INFO(first.status());
   REQUIRE(first.ok());
   REQUIRE(first->parts.size() == 1);
@@ -207,7 +209,7 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
   {
     REQUIRE(quota::testing::signal_redis(SIGSTOP, replica_dir()));
     quota::testing::ResumeOnExit resume{replica_dir()};
-    auto paused = store.decide(level, 1, 1, Nanos{0});
+    auto paused = store.decide(with_cost(level, 1), 1, Nanos{0});
     REQUIRE_FALSE(paused.ok());
     INFO(paused.status());
     CHECK(absl::IsUnavailable(paused.status()));
@@ -216,7 +218,7 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
   }
   bool recovered = false;
   for (int i = 0; i < 40 && !recovered; ++i) {
-    auto d = store.decide(level, 1, 1, Nanos{0});
+    auto d = store.decide(with_cost(level, 1), 1, Nanos{0});
     recovered = d.ok();
     if (!recovered) std::this_thread::sleep_for(25ms);
   }
@@ -225,7 +227,7 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
   quota::redis::GatewayStore bad({.pool = pool_at(master),
                                   .prefix = quota::testing::unique_prefix("durable-gw-bad"),
                                   .replicas = -1});
-  auto rejected = bad.decide(level, 1, 1, Nanos{0});
+  auto rejected = bad.decide(with_cost(level, 1), 1, Nanos{0});
   REQUIRE_FALSE(rejected.ok());
   CHECK(absl::IsInvalidArgument(rejected.status()));
   CHECK(rejected.status().message().find("GatewayStoreOptions: replicas=-1") != std::string::npos);

@@ -26,6 +26,7 @@ using quota::gateway::Gateway;
 using quota::gateway::RuleRegistry;
 using quota::redis::GatewayStore;
 using quota::testing::build;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -138,7 +139,7 @@ TEST_CASE("redis cluster gateway: coalesced calls follow a slot moved under them
   const quota::gateway::RulePolicy ten = TokenBucket{.rate = kSlow, .burst = 10};
   auto decide = [&](const std::string& key, std::int64_t cost) {
     const quota::gateway::LevelCheck level[] = {{.policy = &ten, .key = key, .shadow = false}};
-    return store.decide(level, 1, cost, Nanos{0});
+    return store.decide(with_cost(level, cost), 1, Nanos{0});
   };
   // The tenant whose slot moves (from its owner to a second node), and one on the third
   // node, whose call holds the others back while that node is paused.

@@ -37,6 +37,7 @@ using quota::gateway::RuleRegistry;
 using quota::redis::GatewayStore;
 using quota::redis::GatewayStoreOptions;
 using quota::redis::TimeSource;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -130,8 +131,8 @@ TEST_CASE("coalesced gateway calls decide exactly like the in-process gateway, o
           levels.push_back({&rules.tenant, tenant_key, coin(rng) == 0});
           if (coin(rng) == 0) levels.push_back({&rules.global, global_key, coin(rng) == 0});
           const std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, 6)(rng);
-          auto l = local.decide(levels, version, cost, now);
-          auto r = redis.decide(levels, version, cost, now);
+          auto l = local.decide(with_cost(levels, cost), version, now);
+          auto r = redis.decide(with_cost(levels, cost), version, now);
           if (!l.ok() || !r.ok()) {
             errors.fetch_add(1);
             problem(where + ": " + r.status().ToString());
@@ -245,7 +246,7 @@ TEST_CASE("coalesced gateway: a corrupt key or a flushed script cache, per call"
     // Every script known to the store, then forgotten by the server: each call of the
     // write gets NOSCRIPT and is sent again with EVAL, all in one further write.
     const LevelCheck warm[] = {{.policy = &ten, .key = "{warm}a", .shadow = false}};
-    REQUIRE(store.decide(warm, 1, 1, Nanos{0}).ok());
+    REQUIRE(store.decide(with_cost(warm, 1), 1, Nanos{0}).ok());
     REQUIRE((*lease)->command({"SCRIPT", "FLUSH"}).ok());
   } else {
     REQUIRE((*lease)->command({"SET", *bad, "17"}).ok());
@@ -255,7 +256,7 @@ TEST_CASE("coalesced gateway: a corrupt key or a flushed script cache, per call"
                                                                 absl::UnknownError("not run"));
   auto call = [&](std::size_t i) {
     const LevelCheck level[] = {{.policy = &ten, .key = keys[i], .shadow = false}};
-    got[i] = store.decide(level, 1, static_cast<std::int64_t>(i) + 1, Nanos{0});
+    got[i] = store.decide(with_cost(level, static_cast<std::int64_t>(i) + 1), 1, Nanos{0});
   };
   const auto before = store.coalesce_stats().round_trips;
   std::vector<std::thread> threads;
@@ -285,7 +286,7 @@ TEST_CASE("coalesced gateway: a corrupt key or a flushed script cache, per call"
     // Charged exactly once: a charge of 0 reports the debt (none), a decision of cost 11
     // is over the burst and shows what is left.
     const LevelCheck level[] = {{.policy = &ten, .key = keys[i], .shadow = false}};
-    auto peek = store.decide(level, 1, 11, Nanos{0});
+    auto peek = store.decide(with_cost(level, 11), 1, Nanos{0});
     REQUIRE(peek.ok());
     CHECK(peek->parts[0].remaining == 10 - cost);
   }
@@ -299,7 +300,7 @@ TEST_CASE("coalesced gateway: bad options fail every call, naming the field") {
     GatewayStore store(coalescing("gw-coalesce-opts", coalesce, calls, TimeSource::kServer));
     const RulePolicy ten = TokenBucket{.rate = {.units = 1, .per = 1h}, .burst = 10};
     const LevelCheck level[] = {{.policy = &ten, .key = "{acme}a", .shadow = false}};
-    auto r = store.decide(level, 1, 1, Nanos{0});
+    auto r = store.decide(with_cost(level, 1), 1, Nanos{0});
     INFO(r.status());
     CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(r.status().message().find(std::string(field) + "=") != std::string::npos);

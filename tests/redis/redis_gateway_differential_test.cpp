@@ -15,6 +15,7 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/store/local_store.hpp"
+#include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 #include "support/seed.hpp"
@@ -26,6 +27,7 @@ using quota::TokenBucket;
 using quota::gateway::KeyPolicy;
 using quota::gateway::LevelCheck;
 using quota::gateway::RulePolicy;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -149,8 +151,8 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
       std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 0;
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 50;
-      auto l = local.decide(levels, version, cost, now);
-      auto r = redis.decide(levels, version, cost, now);
+      auto l = local.decide(with_cost(levels, cost), version, now);
+      auto r = redis.decide(with_cost(levels, cost), version, now);
       REQUIRE(l.ok());
       INFO(r.status().ToString());
       REQUIRE(r.ok());

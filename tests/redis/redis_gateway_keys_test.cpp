@@ -37,6 +37,7 @@ using quota::testing::kSlow;
 using quota::testing::make_store;
 using quota::testing::read;
 using quota::testing::spec;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -89,10 +90,10 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     REQUIRE(expected.code() == absl::StatusCode::kInvalidArgument);
     for (int i = 0; i < 3; ++i) {
       const LevelCheck bad[] = {{.policy = &wide, .key = "{acme}read", .shadow = false}};
-      auto r = store.decide(bad, 1, 1, Nanos{0});
+      auto r = store.decide(with_cost(bad, 1), 1, Nanos{0});
       CHECK(r.status() == expected);
       const LevelCheck ok[] = {{.policy = &fine, .key = "{acme}read", .shadow = false}};
-      auto d = store.decide(ok, 1, 1, Nanos{0});
+      auto d = store.decide(with_cost(ok, 1), 1, Nanos{0});
       REQUIRE(d.ok());
       CHECK(d->parts.back().remaining == 9 - i);
       CHECK(store.charge(wide, 1, "{acme}read", 1, Nanos{0}).status() == expected);
@@ -147,7 +148,7 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
   auto key = store.redis_key("{acme}read");
   REQUIRE(key.ok());
   const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
-  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{0}).ok());
   REQUIRE(admin({"STRLEN", *key})->integer == 72);
   SECTION("all bits set") { admin({"SET", *key, std::string(72, '\xff')}); }
   SECTION("kind 3") {
@@ -157,7 +158,7 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
     s[39] = 3;  // the kind, first byte of the parameters after the 39 bytes of state
     admin({"SET", *key, s});
   }
-  auto d = store.decide(level, 1, 1, Nanos{0});
+  auto d = store.decide(with_cost(level, 1), 1, Nanos{0});
   CHECK(d.status().code() == absl::StatusCode::kDataLoss);
   CHECK(d.status().message().find(*key) != std::string::npos);
 }
@@ -166,7 +167,7 @@ TEST_CASE("redis gateway: a key takes fewer bytes than as doubles (MEMORY USAGE)
   GatewayStore store = make_store("gw-memory");
   const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
   const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
-  REQUIRE(store.decide(level, 1, 1, Nanos{0}).ok());
+  REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{0}).ok());
   auto key = store.redis_key("{acme}read");
   auto old_key = store.redis_key("{acme}reax");  // as long
   REQUIRE(key.ok());
@@ -208,7 +209,7 @@ TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time pl
   for (int i = 0; i < 300; ++i) {
     const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 40);
     const LevelCheck level[] = {{.policy = &tb, .key = "{acme}kept", .shadow = false}};
-    auto d = store.decide(level, 1, cost, Nanos{0});
+    auto d = store.decide(with_cost(level, cost), 1, Nanos{0});
     REQUIRE(d.ok());
     const long long pttl = admin({"PTTL", *key})->integer;
     const long long need =

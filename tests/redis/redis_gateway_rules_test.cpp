@@ -33,6 +33,7 @@ using quota::testing::kSlow;
 using quota::testing::make_store;
 using quota::testing::read;
 using quota::testing::spec;
+using quota::testing::with_cost;
 
 TEST_CASE("redis gateway: a downgrade clamps to the new burst and carries the new version") {
   GatewayStore store = make_store("gw-down");
@@ -116,7 +117,7 @@ TEST_CASE("redis gateway: each of thousands of distinct policies gets its own ar
   int wrong = 0;
   auto first_decision = [&](int i, const std::string& key) {
     const LevelCheck level[] = {{.policy = &policies[i], .key = key, .shadow = false}};
-    auto d = store.decide(level, 1, 1, Nanos{0});
+    auto d = store.decide(with_cost(level, 1), 1, Nanos{0});
     if (!d.ok() || d->parts.size() != 1 || !d->parts[0].allowed ||
         d->parts[0].remaining != 10 + i - 1) {
       ++wrong;

@@ -15,6 +15,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "support/gateway_rules.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 
@@ -22,6 +23,7 @@ using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::RedisStore;
 using quota::TokenBucket;
+using quota::testing::with_cost;
 
 namespace {
 
@@ -140,7 +142,7 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
   const quota::gateway::RulePolicy tb = TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 10};
   const quota::gateway::LevelCheck level[] = {
       {.policy = &tb, .key = "{acme}read", .shadow = false}};
-  REQUIRE(store.decide(level, 1, 1, Nanos{5s}).ok());
+  REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{5s}).ok());
   auto key = store.redis_key("{acme}read");
   REQUIRE(key.ok());
   auto lease = store.options().pool->acquire();
@@ -157,13 +159,13 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
     std::string other = v0;
     other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | bits);
     cmd({"SET", *key, other});
-    auto d = store.decide(level, 1, 1, Nanos{6s});
+    auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
     CHECK(d.status().code() == absl::StatusCode::kDataLoss);
     CHECK(d.status().message().find(*key) != std::string::npos);
     CHECK(value_of(cmd({"GET", *key})) == other);
   }
   cmd({"SET", *key, v0});
-  auto d = store.decide(level, 1, 1, Nanos{6s});
+  auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
   REQUIRE(d.ok());
   CHECK(d->parts[0].allowed);
 }

@@ -4,16 +4,28 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "quota/gateway/backend.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/policy/token_bucket.hpp"
 
 namespace quota::testing {
+
+// The budgets `levels` (an array or a vector of LevelChecks), each costing `cost` units:
+// for tests that call a backend's decide() directly.
+template <class Levels>
+std::vector<gateway::LevelCheck> with_cost(const Levels& levels, std::int64_t cost) {
+  std::vector<gateway::LevelCheck> out(std::begin(levels), std::end(levels));
+  for (gateway::LevelCheck& l : out) l.cost = cost;
+  return out;
+}
 
 // Routes read (1 unit) and create (5 units); plan "free" gets a token bucket of
 // `burst` units refilled at `rate_units` per second on each route (at least 5 on create,

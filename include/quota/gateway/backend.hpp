@@ -2,10 +2,10 @@
 //
 // The Gateway (gateway.hpp) decides every budget level of a request through a backend:
 //
-//   decide(levels, version, cost, now) → LevelsResult
+//   decide(levels, version, now) → LevelsResult
 //       Decides the levels in order (user → tenant → global), each with its rule's policy
-//       under rule-set `version` (states written under other parameters are converted
-//       first: key_state.hpp). It stops at the first level that denies and is not in
+//       and its own cost under rule-set `version` (states written under other parameters are
+//       converted first: key_state.hpp). It stops at the first level that denies and is not in
 //       shadow mode. All or nothing: when it stops on a denial, no level keeps a
 //       deduction. A shadow level that would deny deducts nothing and does not stop.
 //       `parts` holds one decision per level decided (so the last one is the denier when
@@ -47,16 +47,18 @@
 
 namespace quota::gateway {
 
-// One budget level a request must pass.
+// One budget a request must pass: its policy, its store key, whether it is in shadow, and
+// what the request costs against it (whole units).
 struct LevelCheck {
   const RulePolicy* policy = nullptr;
   std::string_view key{};
   bool shadow = false;
+  std::int64_t cost = 1;
 };
 
-// Inline storage for kMaxLevels decisions (rules.hpp): a decision allocates nothing here.
+// Inline storage for kInlineChecks decisions (rules.hpp): a decision allocates nothing here.
 struct LevelsResult {
-  LevelVector<Decision> parts{};  // one per level decided, in order
+  CheckVector<Decision> parts{};  // one per level decided, in order
   Nanos time{0};                  // the backend's time of the decision
 };
 
@@ -64,7 +66,7 @@ template <class B>
 concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
                                   const RulePolicy& policy, std::string_view key,
                                   std::uint64_t version, std::int64_t units, Nanos t) {
-  { b.decide(levels, version, units, t) } -> std::same_as<absl::StatusOr<LevelsResult>>;
+  { b.decide(levels, version, t) } -> std::same_as<absl::StatusOr<LevelsResult>>;
   { b.refund(policy, version, key, units, t, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
   { b.charge(policy, version, key, units, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
 };
@@ -80,21 +82,21 @@ class StoreBackend {
   explicit StoreBackend(Store& store) : store_(store) {}
 
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
-                                      std::int64_t cost, Nanos now) {
+                                      Nanos now) {
     LevelsResult out{.parts = {}, .time = now};
-    LevelVector<std::size_t> taken;  // levels deducted so far
+    CheckVector<std::size_t> taken;  // levels deducted so far
     for (std::size_t i = 0; i < levels.size(); ++i) {
       const KeyPolicy kp{.policy = levels[i].policy, .version = version};
-      auto d = store_.apply(kp, levels[i].key, now, cost);
+      auto d = store_.apply(kp, levels[i].key, now, levels[i].cost);
       if (!d.ok()) {
-        give_back(levels, taken, version, cost, now);
+        give_back(levels, taken, version, now);
         return d.status();
       }
       out.parts.push_back(*d);
       if (d->allowed) {
         taken.push_back(i);
       } else if (!levels[i].shadow) {
-        give_back(levels, taken, version, cost, now);
+        give_back(levels, taken, version, now);
         return out;
       }
     }
@@ -116,16 +118,16 @@ class StoreBackend {
   }
 
  private:
-  // Gives `cost` back to the levels in `taken`: exactly what was deducted (capped).
+  // Gives each level in `taken` its cost back: exactly what was deducted (capped).
   void give_back(std::span<const LevelCheck> levels, std::span<const std::size_t> taken,
-                 std::uint64_t version, std::int64_t cost, Nanos now) {
+                 std::uint64_t version, Nanos now) {
     for (std::size_t i : taken) {
       const KeyPolicy kp{.policy = levels[i].policy, .version = version};
       // The key was just written and is not idle, so it exists; an error here cannot
       // over-admit (the level simply keeps the deduction).
       (void)store_.update(kp, levels[i].key, now, [&](KeyState& s) {
         const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
-        return gateway::refund(s, cost, spent_at, now);
+        return gateway::refund(s, levels[i].cost, spent_at, now);
       });
     }
   }

@@ -79,7 +79,7 @@ class Gateway {
   // other levels enforce normally. Unreachable stores: see is_unavailable().
   //
   // Allocation: on an in-process store, a decision of a key that exists allocates
-  // nothing: the levels are LevelVectors (inline, kMaxLevels), the keys StoreKeys built
+  // nothing: the levels are CheckVectors (inline, kInlineChecks), the keys StoreKeys built
   // in place (store_key.hpp); gateway_alloc_test counts it. What does allocate:
   // Result::rule, a copy of the deciding rule's name, when the name is longer than
   // std::string's inline capacity (15 bytes in libstdc++); a new key in the store; an
@@ -273,13 +273,14 @@ class Gateway {
   // Decides every level through the backend (all or nothing) and combines the result.
   absl::StatusOr<RuledDecision> run(std::uint64_t version, std::span<const Check> checks,
                                     std::int64_t cost, Nanos now, Deducted* deducted) {
-    LevelVector<LevelCheck> levels;  // inline: no allocation for up to kMaxLevels
+    CheckVector<LevelCheck> levels;  // inline: no allocation for up to kInlineChecks
     for (const Check& c : checks) {
-      levels.push_back({.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow});
+      levels.push_back(
+          {.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow, .cost = cost});
     }
-    auto result = backend_.decide(levels, version, cost, now);
+    auto result = backend_.decide(levels, version, now);
     if (!result.ok()) return result.status();
-    const LevelVector<Decision>& parts = result->parts;
+    const CheckVector<Decision>& parts = result->parts;
     if (parts.empty() || parts.size() > checks.size()) {
       return absl::InternalError(
           absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));

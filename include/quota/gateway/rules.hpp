@@ -40,103 +40,11 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rule_spec.hpp"
 #include "quota/gateway/store_key.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
-
-enum class FailMode : std::uint8_t { kClosed = 0, kOpen = 1 };
-enum class Level : std::uint8_t { kUser = 0, kTenant = 1, kGlobal = 2 };
-
-// A request passes at most one rule per level, so at most kMaxLevels budgets. Per-request
-// lists of levels (plan(), the backends' decisions) are LevelVectors: inline up to
-// kMaxLevels entries, so a decision allocates nothing for them (a longer list, which
-// only a direct backend caller can build, spills to the heap and stays correct).
-inline constexpr std::size_t kMaxLevels = 3;
-template <class T>
-using LevelVector = absl::InlinedVector<T, kMaxLevels>;
-
-constexpr std::string_view to_string(Level l) {
-  switch (l) {
-    case Level::kUser:
-      return "user";
-    case Level::kTenant:
-      return "tenant";
-    case Level::kGlobal:
-      return "global";
-  }
-  return "unknown";
-}
-
-// The local bucket a fail-open route admits from while the store is unreachable: per
-// process and per key, its own rate and burst, and at most `max_duration` after the
-// outage began (then the route fails closed). Extra admitted per key, per process, per
-// outage: at most outage_allowance() = burst + ceil(rate · max_duration) units.
-struct EmergencyBucket {
-  Rate rate{.units = 0, .per = std::chrono::seconds(1)};
-  std::int64_t burst = 1;
-  Nanos max_duration{0};
-
-  absl::Status validate() const {
-    if (auto s = TokenBucket{.rate = rate, .burst = burst}.validate(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("emergency: ", s.message()));
-    }
-    if (max_duration.count() < 0) {
-      return absl::InvalidArgumentError("emergency.max_duration must be >= 0");
-    }
-    if (outage_allowance_wide() > absl::int128(kMaxUnits)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("emergency: burst + rate*max_duration exceeds %d units", kMaxUnits));
-    }
-    return absl::OkStatus();
-  }
-
-  // The documented bound on what one outage can add, in whole units (rounded up).
-  std::int64_t outage_allowance() const {
-    return static_cast<std::int64_t>(outage_allowance_wide());
-  }
-
- private:
-  absl::int128 outage_allowance_wide() const {
-    return absl::int128(burst) +
-           quota::detail::ceil_div(absl::int128(rate.units) * max_duration.count(),
-                                   rate.per.count());
-  }
-};
-
-// A route class: one entry of the whitelist (`read`, `create`, ...), with its cost in
-// whole units (read = 1, create = 5) and its fail mode (fail_closed / fail_open with a
-// local emergency bucket: request.hpp, is_unavailable). A request for a class not in the
-// list is InvalidArgument, never a new key.
-struct RouteClass {
-  std::string name{};
-  std::int64_t cost = 1;  // whole units per request
-  FailMode fail_mode = FailMode::kClosed;
-  EmergencyBucket emergency{};  // used when fail_mode == kOpen
-};
-
-// A rule: (level, tenant id or plan, route class) → policy (TokenBucket or
-// FixedWindow), a name for metrics, and shadow mode. Levels: `kUser` (each user of a
-// tenant), `kTenant` (the tenant's shared budget), `kGlobal` (everyone on the route; no
-// tenant or plan). A tenant's own rule wins over its plan's.
-struct RuleSpec {
-  Level level = Level::kTenant;
-  std::string tenant{};  // kUser/kTenant: exactly one of tenant, plan; kGlobal: neither
-  std::string plan{};
-  std::string route{};
-  std::string name{};  // metrics label: keep the set of names small
-  RulePolicy policy{};
-  bool shadow = false;
-};
-
-struct RuleSetSpec {
-  // Returned in every decision made with the set and stored with each key's state
-  // (key_state.hpp), so a later set with other parameters converts the state without
-  // handing out a burst.
-  std::uint64_t version = 1;
-  std::vector<RouteClass> routes{};
-  std::vector<RuleSpec> rules{};
-};
 
 // A validated rule inside a RuleSet.
 struct Rule {
@@ -256,7 +164,7 @@ class RuleSet {
   // The budgets a request must pass, from the narrowest (user) to the widest (global).
   // InvalidArgument for a malformed identity or an unknown route; NotFound when no
   // tenant-level rule applies (a tenant must have a budget: no rule is not "unlimited").
-  absl::StatusOr<LevelVector<Check>> plan(const Identity& who, std::string_view route) const {
+  absl::StatusOr<CheckVector<Check>> plan(const Identity& who, std::string_view route) const {
     if (auto s = check_id(who.tenant, "tenant"); !s.ok()) return s;
     if (auto s = check_name(who.plan, "plan"); !s.ok()) return s;
     if (!who.user.empty()) {
@@ -264,7 +172,7 @@ class RuleSet {
     }
     auto rc = this->route(route);
     if (!rc.ok()) return rc.status();
-    LevelVector<Check> checks;
+    CheckVector<Check> checks;
     if (!who.user.empty()) {
       if (const Rule* u = find(Level::kUser, who, route)) {
         checks.push_back({u, StoreKey{"{", who.tenant, "}", route, "/", who.user}});

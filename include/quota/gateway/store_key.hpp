@@ -39,7 +39,8 @@ struct Identity {
 };
 
 // The longest store key: a user key, "{" tenant "}" route "/" user.
-inline constexpr std::size_t kMaxLevelKeyBytes = 1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
+inline constexpr std::size_t kMaxLevelKeyBytes =
+    1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
 
 // A store key held inline (no allocation): the concatenation of checked parts, at most
 // kMaxLevelKeyBytes. Reads as a std::string_view.

@@ -141,9 +141,18 @@ class GatewayStore {
   }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, std::int64_t cost,
-                                               Nanos now) {
+                                               std::uint64_t version, Nanos now) {
     if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
+    // The script deducts one cost from every level it decides.
+    const std::int64_t cost = levels.front().cost;
+    for (const gateway::LevelCheck& l : levels) {
+      if (l.cost != cost) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "GatewayStore: the budgets of one request cost %d and %d units; a decision on "
+            "Redis deducts one cost from every budget",
+            cost, l.cost));
+      }
+    }
     // Runs of consecutive levels in one slot (tenant levels, then the global one).
     std::vector<std::pair<std::size_t, std::size_t>> groups;  // [begin, end)
     std::vector<std::string> tags;
@@ -191,13 +200,13 @@ class GatewayStore {
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
-    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
+    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
     return one(level, 'r', version, units, now, quota::detail::floor_div(spent_at.count(), 1000));
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos now) {
-    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false};
+    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
     return one(level, 'c', version, units, now, std::nullopt);
   }
 

@@ -100,7 +100,7 @@ struct GatewayTwin {
 
   struct Decided {
     Nanos time{0};
-    gateway::LevelVector<Decision> parts;
+    gateway::CheckVector<Decision> parts;
   };
 
   static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
