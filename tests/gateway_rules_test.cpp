@@ -92,33 +92,36 @@ TEST_CASE("a tenant's own rule wins over its plan's; user and global levels are 
   CHECK((*user)[2].rule->level == Level::kGlobal);
 }
 
-TEST_CASE("plan: the longest ids and route make keys of exactly kMaxLevelKeyBytes, whole") {
+TEST_CASE("plan: the longest ids, route and limit make keys of exactly kMaxLevelKeyBytes, whole") {
   using quota::gateway::kMaxIdBytes;
   using quota::gateway::kMaxNameBytes;
   const std::string tenant(kMaxIdBytes, 'T');
   const std::string user(kMaxIdBytes, 'u');
   const std::string route(kMaxNameBytes, 'r');
+  const std::string limit(kMaxNameBytes, 'l');
   RuleSetSpec spec{.version = 1, .routes = {{.name = route, .cost = 1}}, .rules = {}};
   for (Level level : {Level::kUser, Level::kTenant}) {
     spec.rules.push_back({.level = level,
                           .tenant = tenant,
                           .route = route,
                           .name = "own",
-                          .policy = TokenBucket{.rate = {1, 1s}, .burst = 5}});
+                          .policy = TokenBucket{.rate = {1, 1s}, .burst = 5},
+                          .limit = limit});
   }
   spec.rules.push_back({.level = Level::kGlobal,
                         .route = route,
                         .name = "all",
-                        .policy = TokenBucket{.rate = {1, 1s}, .burst = 5}});
+                        .policy = TokenBucket{.rate = {1, 1s}, .burst = 5},
+                        .limit = limit});
   auto rules = build(spec);
   auto checks = rules->plan({.tenant = tenant, .plan = "free", .user = user}, route);
   REQUIRE(checks.ok());
   REQUIRE(checks->size() == 3);
-  const std::string user_key = "{" + tenant + "}" + route + "/" + user;
+  const std::string user_key = "{" + tenant + "}" + route + "#" + limit + "/" + user;
   CHECK(user_key.size() == quota::gateway::kMaxLevelKeyBytes);
   CHECK((*checks)[0].key == user_key);
-  CHECK((*checks)[1].key == "{" + tenant + "}" + route);
-  CHECK((*checks)[2].key == "{~global}" + route);
+  CHECK((*checks)[1].key == "{" + tenant + "}" + route + "#" + limit);
+  CHECK((*checks)[2].key == "{~global}" + route + "#" + limit);
   // Copies keep the whole key.
   const quota::gateway::Check copy = (*checks)[0];
   CHECK(copy.key == user_key);

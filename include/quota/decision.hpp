@@ -38,11 +38,14 @@ enum class Reason : std::uint8_t {
                           // it can never pass; retry_after = kNever
   kInvalidCost = 3,       // denied: cost < 1
   // Gateway layer (quota/gateway/gateway.hpp):
-  kUnavailable = 4,  // denied: the store is unreachable and the route fails closed
-                     // (HTTP 503, not 429); nothing was deducted
-  kShadow = 5,       // admitted: the rule is in shadow mode and would have denied
-  kFailOpen = 6,     // admitted by the local emergency bucket while the store is
-                     // unreachable and the route fails open
+  kUnavailable = 4,      // denied: the store is unreachable and the route fails closed
+                         // (HTTP 503, not 429); nothing was deducted
+  kShadow = 5,           // admitted: the rule is in shadow mode and would have denied
+  kFailOpen = 6,         // admitted by the local emergency bucket while the store is
+                         // unreachable and the route fails open
+  kRequestTooLarge = 7,  // denied: the request costs more than a per-request cap (a rule's
+                         // or route class's max_cost); nothing deducted; retry_after =
+                         // kNever (the same request never passes)
 };
 
 // The stable machine-readable name of a reason ("over_limit", ...).
@@ -54,6 +57,8 @@ constexpr std::string_view to_string(Reason reason) {
       return "over_limit";
     case Reason::kCostExceedsBurst:
       return "cost_exceeds_burst";
+    case Reason::kRequestTooLarge:
+      return "request_too_large";
     case Reason::kInvalidCost:
       return "invalid_cost";
     case Reason::kUnavailable:

@@ -4,9 +4,9 @@
 // IETF `RateLimit-Policy` and `RateLimit` structured fields (draft-ietf-httpapi-
 // ratelimit-headers, revisions 08–11: a List of Items whose bare item is the policy name
 // as an sf-string), and a stable machine-readable reason for the response body or logs.
-// A denial is 429, a cost that can never fit 400, an unreachable authority 503 (never
-// 429), any other store error 500: the table is on answer(). Pure functions, no floating
-// point, no allocation beyond the strings returned.
+// A denial is 429, a cost that can never fit 400, a request over its per-request cap 413,
+// an unreachable authority 503 (never 429), any other store error 500: the table is on
+// answer(). Pure functions, no floating point, no allocation beyond the strings returned.
 //
 // Thread safety: pure functions; thread-safe.
 //
@@ -182,6 +182,8 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
 //     (a one-off budget, rate 0)             helps, so no time is promised
 //   kCostExceedsBurst                400     omitted                     "cost_exceeds_burst"
 //   kInvalidCost                     400     omitted                     "invalid_cost"
+//   kRequestTooLarge (over a         413     omitted                     "request_too_large"
+//     per-request cap, max_cost)
 //   kUnavailable (fail-closed route) 503     Options::               "unavailable"
 //     or a store error Unavailable,          unavailable_retry_after
 //     ResourceExhausted, DeadlineExceeded    (omitted when 0)
@@ -208,6 +210,9 @@ inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options&
     case Reason::kCostExceedsBurst:
     case Reason::kInvalidCost:
       a.status = 400;
+      break;
+    case Reason::kRequestTooLarge:
+      a.status = 413;  // Content Too Large: this request, unchanged, never passes
       break;
     case Reason::kUnavailable:
       a.status = 503;

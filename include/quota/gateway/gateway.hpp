@@ -74,9 +74,11 @@ class Gateway {
   // state without handing out a burst (key_state.hpp). A key already converted by a NEWER
   // rule set (another process rolled out first) is decided by that newer rule.
   //
-  // Shadow mode, per rule: a shadow level is decided and counted; if it would deny, the
-  // request is not denied (reason kShadow) and nothing is deducted from that level;
-  // other levels enforce normally. Unreachable stores: see is_unavailable().
+  // Shadow mode, per rule (RuleSpec::shadow, its enforce_percent, the set's shadow_all, the
+  // registry's switch): a shadow budget is decided and counted; if it would deny, the
+  // request is not denied (reason kShadow) and nothing is deducted from it; other
+  // budgets enforce normally. A request over a per-request cap: over_cap(). Unreachable
+  // stores: see is_unavailable().
   //
   // Allocation: on an in-process store, a decision of a key that exists allocates
   // nothing: the levels are CheckVectors (inline, kInlineChecks), the keys StoreKeys built
@@ -93,11 +95,13 @@ class Gateway {
     const std::shared_ptr<const RuleSet> rules = rules_.current();
     auto route = rules->route(req.route);
     if (!route.ok()) return route.status();
-    return decide_with(*rules, **route, req, (*route)->cost, now, nullptr);
+    return decide_with(*rules, **route, req, std::nullopt, now, nullptr);
   }
 
-  // Deducts `estimate` units (instead of the route's cost) and, when the store admitted
-  // it, returns a ticket for settle().
+  // Deducts `estimate` units from the budgets the route pays by estimate (those without a
+  // fixed cost entry: RouteCost::estimate, or the route's default cost) and the fixed
+  // costs from the others; when the store admitted it, returns a ticket for settle(),
+  // which settles the estimated budgets only.
   absl::StatusOr<EstimateResult> acquire_estimate(const Request& req, std::int64_t estimate,
                                                   Nanos now) {
     const std::shared_ptr<const RuleSet> rules = rules_.current();
@@ -106,7 +110,10 @@ class Gateway {
     Deducted levels;
     auto r = decide_with(*rules, **route, req, estimate, now, &levels);
     if (!r.ok()) return r.status();
-    EstimateResult out{.decision = r->decision, .rule = r->rule, .ticket = std::nullopt};
+    EstimateResult out{.decision = r->decision,
+                       .rule = r->rule,
+                       .ticket = std::nullopt,
+                       .request_cap = r->request_cap};
     if (r->decision.allowed && !levels.levels.empty()) {
       const std::vector<TicketLevel> levels_copy = levels.levels;
       auto id = tickets_.issue({.levels = std::move(levels.levels),
@@ -186,18 +193,22 @@ class Gateway {
   };
 
   absl::StatusOr<Result> decide_with(const RuleSet& rules, const RouteClass& route,
-                                     const Request& req, std::int64_t cost, Nanos now,
-                                     Deducted* deducted) {
-    auto checks = rules.plan(req.who, req.route);
+                                     const Request& req, std::optional<std::int64_t> estimate,
+                                     Nanos now, Deducted* deducted) {
+    auto checks =
+        rules.plan(req.who, req.route, {.estimate = estimate, .shadow_all = rules_.shadow_all()});
     if (!checks.ok()) return checks.status();
+    if (auto capped = over_cap(rules, route, *checks)) return *std::move(capped);
 
     std::string fingerprint;
     const std::string_view tenant_key = tenant_check(*checks).key;
     bool attempt_open = false;
     if (!req.attempt_id.empty()) {
-      fingerprint = absl::StrCat(cost);
+      // "cost|key" of every budget, joined by '|': the same id with another cost or key
+      // is another request.
       for (const Check& c : *checks) {
-        absl::StrAppend(&fingerprint, "|", quota::detail::to_absl(c.key));
+        absl::StrAppend(&fingerprint, fingerprint.empty() ? "" : "|", c.cost, "|",
+                        quota::detail::to_absl(c.key));
       }
       auto replay = begin_attempt(tenant_key, req.attempt_id, fingerprint, now);
       if (replay.ok() && replay->has_value()) {
@@ -212,12 +223,12 @@ class Gateway {
       attempt_open = replay.ok();
     }
 
-    auto r = run(rules.version(), *checks, cost, now, deducted);
+    auto r = run(rules.version(), *checks, now, deducted);
     const bool decided = r.ok();
     if (decided) {
       note_success();
     } else if (is_unavailable(r.status())) {
-      r = on_unavailable(rules.version(), route, *checks, cost, now);
+      r = on_unavailable(rules.version(), route, *checks, now);
       if (deducted != nullptr) deducted->levels.clear();
     }
     // Only the store's own decision is an attempt's decision. An error, and the fail
@@ -232,6 +243,36 @@ class Gateway {
     }
     if (!r.ok()) return r.status();
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
+  }
+
+  // A request that costs more on a budget than its per-request cap (the rule's max_cost,
+  // or the route class's): denied with kRequestTooLarge and nothing deducted, decided
+  // before the store is asked. A cap of a budget in shadow only counts (as
+  // shadow_would_deny); the route's cap is in shadow only under the global switch.
+  std::optional<Result> over_cap(const RuleSet& rules, const RouteClass& route,
+                                 std::span<const Check> checks) {
+    const bool all_shadow = rules.shadow_all() || rules_.shadow_all();
+    for (const Check& c : checks) {
+      const bool rule_cap = c.rule->max_cost > 0 && c.cost > c.rule->max_cost;
+      const bool route_cap = route.max_cost > 0 && c.cost > route.max_cost;
+      if (!rule_cap && !route_cap) continue;
+      if (rule_cap ? c.shadow : all_shadow) {
+        record(*c.rule, Outcome::kShadowWouldDeny, c.cost);
+        continue;
+      }
+      record(*c.rule, Outcome::kDenied, c.cost);
+      const Decision too_large{.allowed = false,
+                               .remaining = 0,
+                               .retry_after = kNever,
+                               .reset_after = Nanos{0},
+                               .version = rules.version(),
+                               .reason = Reason::kRequestTooLarge};
+      return Result{.decision = too_large,
+                    .rule = rule_cap ? c.rule->name : route.name,
+                    .replayed = false,
+                    .request_cap = rule_cap ? c.rule->max_cost : route.max_cost};
+    }
+    return std::nullopt;
   }
 
   // Attempts: in the backend when it shares them between processes (Redis), else in this
@@ -271,12 +312,12 @@ class Gateway {
   }
 
   // Decides every level through the backend (all or nothing) and combines the result.
-  absl::StatusOr<RuledDecision> run(std::uint64_t version, std::span<const Check> checks,
-                                    std::int64_t cost, Nanos now, Deducted* deducted) {
+  absl::StatusOr<RuledDecision> run(std::uint64_t version, std::span<const Check> checks, Nanos now,
+                                    Deducted* deducted) {
     CheckVector<LevelCheck> levels;  // inline: no allocation for up to kInlineChecks
     for (const Check& c : checks) {
       levels.push_back(
-          {.policy = &c.rule->policy, .key = c.key, .shadow = c.rule->shadow, .cost = cost});
+          {.policy = &c.rule->policy, .key = c.key, .shadow = c.shadow, .cost = c.cost});
     }
     auto result = backend_.decide(levels, version, now);
     if (!result.ok()) return result.status();
@@ -285,16 +326,16 @@ class Gateway {
       return absl::InternalError(
           absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
     }
-    const auto is_shadow = [&](std::size_t i) { return checks[i].rule->shadow; };
+    const auto is_shadow = [&](std::size_t i) { return checks[i].shadow; };
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const Rule& rule = *checks[i].rule;
       if (parts[i].allowed) continue;
-      if (rule.shadow) {
-        record(rule, Outcome::kShadowWouldDeny, cost);
+      if (checks[i].shadow) {
+        record(rule, Outcome::kShadowWouldDeny, checks[i].cost);
         continue;
       }
       // The backend stops at the first enforcing denial: it decides.
-      record(rule, Outcome::kDenied, cost);
+      record(rule, Outcome::kDenied, checks[i].cost);
       Decision denial = combine_all(std::span(parts.data(), i + 1), is_shadow);
       denial.version = std::max(denial.version, version);
       return RuledDecision{.decision = denial, .rule = rule.name};
@@ -306,8 +347,8 @@ class Gateway {
     }
     for (std::size_t i = 0; i < parts.size(); ++i) {
       if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
-      record(*checks[i].rule, Outcome::kAllowed, cost);
-      if (deducted != nullptr) {
+      record(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
+      if (deducted != nullptr && checks[i].estimate) {
         deducted->levels.push_back({.key = std::string(checks[i].key.view()),
                                     .policy = checks[i].rule->policy,
                                     .version = version});
@@ -328,9 +369,9 @@ class Gateway {
   }
 
   absl::StatusOr<RuledDecision> on_unavailable(std::uint64_t version, const RouteClass& route,
-                                               std::span<const Check> checks, std::int64_t cost,
-                                               Nanos now) {
+                                               std::span<const Check> checks, Nanos now) {
     const Check& tenant = tenant_check(checks);
+    const std::int64_t cost = tenant.cost;
     const Decision unavailable{.allowed = false,
                                .remaining = 0,
                                .retry_after = Nanos{0},

@@ -59,6 +59,8 @@ struct Result {
   Decision decision{};
   std::string rule{};     // the rule that decided (first denier, else the tenant rule)
   bool replayed = false;  // an attempt's stored first decision
+  // kRequestTooLarge: the cap the request exceeded, whole units (for the 413's body).
+  std::int64_t request_cap = 0;
 };
 
 // Estimate, then settle (settle.hpp): acquire_estimate deducts an estimate and returns a
@@ -68,6 +70,7 @@ struct EstimateResult {
   std::string rule{};
   // Set when the estimate was deducted from the store (allowed, not fail-open).
   std::optional<TicketId> ticket{};
+  std::int64_t request_cap = 0;  // as Result::request_cap
 };
 
 // True for the store errors that mean "the authority cannot answer now" (Unavailable,

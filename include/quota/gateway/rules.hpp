@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,94 +54,91 @@ struct Rule {
   Level level = Level::kTenant;
   RulePolicy policy{};
   bool shadow = false;
+  std::string limit{};
+  int enforce_percent = 100;
+  std::int64_t max_cost = 0;                 // 0: no per-request cap
   std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
 };
 
-// One budget a request must pass.
+// One budget a request must pass, and what the request pays there.
 struct Check {
   const Rule* rule = nullptr;
   StoreKey key{};
+  std::int64_t cost = 1;  // whole units
+  bool estimate = false;  // the cost is the request's estimate: settled later
+  bool shadow = false;    // decided and counted, never denies (the rule, its rollout, a switch)
 };
+
+// What RuleSet::plan needs of a request beyond its identity and route.
+struct PlanOptions {
+  std::optional<std::int64_t> estimate{};  // Gateway::acquire_estimate's estimate
+  bool shadow_all = false;                 // RuleRegistry::set_shadow_all
+};
+
+// The rollout bucket of a tenant, 0..99: FNV-1a (64-bit) of the id, mod 100. Fixed for
+// good, so that a tenant is always in or always out of a rule's enforce_percent, and
+// raising the percentage only adds tenants.
+inline int rollout_bucket(std::string_view tenant) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : tenant) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return static_cast<int>(h % 100);
+}
 
 class RuleSet {
  public:
-  // Checks everything up front (ids, names, bounds, duplicate rules, unknown routes, a
-  // route cost that can never fit its rule's capacity) and names the offending entry.
+  // Checks everything up front (ids, names, bounds, duplicate rules, unknown routes and
+  // limits, a cost that can never fit its rule's capacity) and names the offending entry:
+  // "rules[2]: ..." or "routes[0]: ...".
   static absl::StatusOr<std::shared_ptr<const RuleSet>> create(RuleSetSpec spec,
                                                                Metrics* metrics = nullptr) {
     auto set = std::shared_ptr<RuleSet>(new RuleSet());
     set->version_ = spec.version;
+    set->shadow_all_ = spec.shadow_all;
     if (spec.routes.empty()) return absl::InvalidArgumentError("rule set: no route classes");
     for (std::size_t i = 0; i < spec.routes.size(); ++i) {
-      RouteClass& r = spec.routes[i];
-      const std::string where = absl::StrFormat("routes[%d]", i);
-      if (auto s = check_name(r.name, "route name"); !s.ok()) return annotate(s, where);
-      if (auto s = validate_amount(r.cost, "cost"); !s.ok()) return annotate(s, where);
-      if (r.fail_mode == FailMode::kOpen) {
-        if (auto s = r.emergency.validate(); !s.ok()) return annotate(s, where);
-        if (r.cost > r.emergency.burst) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: cost %d exceeds emergency.burst %d: the route could never fail open", where,
-              r.cost, r.emergency.burst));
-        }
+      if (auto s = set->add_route(spec.routes[i]); !s.ok()) {
+        return annotate(s, absl::StrFormat("routes[%d]", i));
       }
-      if (!set->routes_.emplace(r.name, r).second) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: route class \"%s\" listed twice", where, r.name));
+    }
+    absl::flat_hash_map<std::string, std::size_t> limit_rules;  // limit name → a rule using it
+    for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+      if (auto s = set->add_rule(spec.rules[i], metrics); !s.ok()) {
+        return annotate(s, absl::StrFormat("rules[%d]", i));
+      }
+      if (!spec.rules[i].limit.empty()) limit_rules.emplace(spec.rules[i].limit, i);
+    }
+    // Every cost entry names a limit some rule defines; every shared limit is paid by some
+    // route (else it would never be decided).
+    for (std::size_t i = 0; i < spec.routes.size(); ++i) {
+      for (const RouteCost& c : spec.routes[i].costs) {
+        if (!limit_rules.contains(c.limit)) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("routes[%d]: costs: no rule defines limit \"%s\"", i, c.limit));
+        }
       }
     }
     for (std::size_t i = 0; i < spec.rules.size(); ++i) {
-      RuleSpec& r = spec.rules[i];
-      const std::string where = absl::StrFormat("rules[%d]", i);
-      if (auto s = check_name(r.name, "rule name"); !s.ok()) return annotate(s, where);
-      auto route = set->routes_.find(r.route);
-      if (route == set->routes_.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: unknown route class \"%s\"", where, r.route));
-      }
-      if (auto s = detail::validate(r.policy); !s.ok()) return annotate(s, where);
-      if (route->second.cost > detail::capacity(r.policy)) {
+      const RuleSpec& r = spec.rules[i];
+      if (!r.route.empty()) continue;
+      const bool paid = std::any_of(spec.routes.begin(), spec.routes.end(), [&](const auto& rc) {
+        return find_cost(rc, r.limit) != nullptr;
+      });
+      if (!paid) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: route \"%s\" costs %d units but the policy holds only %d: it could never pass",
-            where, r.route, route->second.cost, detail::capacity(r.policy)));
-      }
-      std::string scope;
-      if (r.level == Level::kGlobal) {
-        if (!r.tenant.empty() || !r.plan.empty()) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("%s: a global rule names no tenant or plan", where));
-        }
-      } else if (r.tenant.empty() == r.plan.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: set exactly one of tenant and plan", where));
-      } else if (!r.tenant.empty()) {
-        if (auto s = check_id(r.tenant, "tenant"); !s.ok()) return annotate(s, where);
-        scope = "t:" + r.tenant;
-      } else {
-        if (auto s = check_name(r.plan, "plan"); !s.ok()) return annotate(s, where);
-        scope = "p:" + r.plan;
-      }
-      Rule rule{.name = r.name,
-                .level = r.level,
-                .policy = r.policy,
-                .shadow = r.shadow,
-                .counters = nullptr};
-      if (metrics != nullptr) {
-        auto c = metrics->counters(
-            {.rule = r.name, .route = r.route, .level = std::string(to_string(r.level))});
-        if (!c.ok()) return c.status();
-        rule.counters = *c;
-      }
-      if (!set->rules_.emplace(rule_key(r.level, scope, r.route), std::move(rule)).second) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: a %s rule for %s on route \"%s\" is already defined", where,
-                            to_string(r.level), scope.empty() ? "everyone" : scope, r.route));
+            "rules[%d]: no route class lists limit \"%s\" in its costs: it would never be "
+            "decided",
+            i, r.limit));
       }
     }
     return std::shared_ptr<const RuleSet>(std::move(set));
   }
 
   std::uint64_t version() const { return version_; }
+  // RuleSetSpec::shadow_all: every rule of this set is in shadow.
+  bool shadow_all() const { return shadow_all_; }
 
   // The route class, or InvalidArgument for a class not on the whitelist.
   absl::StatusOr<const RouteClass*> route(std::string_view name) const {
@@ -150,44 +149,61 @@ class RuleSet {
           absl::StrFormat("unknown route class \"%s\" (not on the rule set's whitelist)",
                           quota::detail::to_absl(name)));
     }
-    return &it->second;
+    return &it->second.route;
   }
 
-  // The rule of `level` for this identity and route: the tenant's own, else its plan's;
-  // null when there is none. Allocates nothing.
-  const Rule* find(Level level, const Identity& who, std::string_view route) const {
-    if (level == Level::kGlobal) return lookup(level, "", "", route);
-    if (const Rule* own = lookup(level, "t:", who.tenant, route)) return own;
-    return lookup(level, "p:", who.plan, route);
+  // The rule of (level, the tenant's own or else its plan's, route part, limit); null when
+  // there is none. `route` is "" for a limit shared by route classes. Allocates nothing.
+  const Rule* find(Level level, const Identity& who, std::string_view route,
+                   std::string_view limit = {}) const {
+    if (level == Level::kGlobal) return lookup(level, "", "", route, limit);
+    if (const Rule* own = lookup(level, "t:", who.tenant, route, limit)) return own;
+    return lookup(level, "p:", who.plan, route, limit);
   }
 
-  // The budgets a request must pass, from the narrowest (user) to the widest (global).
-  // InvalidArgument for a malformed identity or an unknown route; NotFound when no
-  // tenant-level rule applies (a tenant must have a budget: no rule is not "unlimited").
-  absl::StatusOr<CheckVector<Check>> plan(const Identity& who, std::string_view route) const {
+  // The budgets a request must pass, from the narrowest (user) to the widest (global),
+  // each with its cost and whether it is in shadow. InvalidArgument for a malformed
+  // identity or an unknown route; NotFound when no tenant-level rule applies (a tenant
+  // must have a budget: no rule is not "unlimited").
+  absl::StatusOr<CheckVector<Check>> plan(const Identity& who, std::string_view route,
+                                          const PlanOptions& options = {}) const {
     if (auto s = check_id(who.tenant, "tenant"); !s.ok()) return s;
     if (auto s = check_name(who.plan, "plan"); !s.ok()) return s;
     if (!who.user.empty()) {
       if (auto s = check_id(who.user, "user"); !s.ok()) return s;
     }
-    auto rc = this->route(route);
-    if (!rc.ok()) return rc.status();
+    auto it = routes_.find(quota::detail::to_absl(route));
+    if (it == routes_.end()) return this->route(route).status();
+    const bool all_shadow = options.shadow_all || shadow_all_;
+    const int bucket = rollout_bucket(who.tenant);
     CheckVector<Check> checks;
-    if (!who.user.empty()) {
-      if (const Rule* u = find(Level::kUser, who, route)) {
-        checks.push_back({u, StoreKey{"{", who.tenant, "}", route, "/", who.user}});
+    bool tenant_level = false;
+    for (const Slot& slot : it->second.slots) {
+      if (slot.level == Level::kUser && who.user.empty()) continue;
+      const std::string_view part = slot.own_route ? route : std::string_view();
+      const Rule* rule = find(slot.level, who, part, slot.limit);
+      if (rule == nullptr) continue;
+      tenant_level = tenant_level || slot.level == Level::kTenant;
+      const std::string_view hash = slot.limit.empty() ? "" : "#";
+      Check c{.rule = rule,
+              .key = {},
+              .cost = slot.estimate && options.estimate ? *options.estimate : slot.units,
+              .estimate = slot.estimate,
+              .shadow = all_shadow || rule->shadow || bucket >= rule->enforce_percent};
+      if (slot.level == Level::kGlobal) {
+        c.key = StoreKey{"{~global}", part, hash, slot.limit};
+      } else if (slot.level == Level::kTenant) {
+        c.key = StoreKey{"{", who.tenant, "}", part, hash, slot.limit};
+      } else {
+        c.key = StoreKey{"{", who.tenant, "}", part, hash, slot.limit, "/", who.user};
       }
+      checks.push_back(std::move(c));
     }
-    const Rule* t = find(Level::kTenant, who, route);
-    if (t == nullptr) {
+    if (!tenant_level) {
       return absl::NotFoundError(
           absl::StrFormat("no tenant rule for tenant \"%s\" (plan \"%s\") on route \"%s\"",
                           quota::detail::to_absl(who.tenant), quota::detail::to_absl(who.plan),
                           quota::detail::to_absl(route)));
-    }
-    checks.push_back({t, StoreKey{"{", who.tenant, "}", route}});
-    if (const Rule* g = find(Level::kGlobal, who, route)) {
-      checks.push_back({g, StoreKey{"{~global}", route}});
     }
     return checks;
   }
@@ -195,27 +211,168 @@ class RuleSet {
  private:
   RuleSet() = default;
 
+  // One budget identity a route class pays, whichever tenant or plan defines it: its
+  // level, whether it is the route's own (route part = the route) or shared (""), the
+  // limit's name, and the cost.
+  struct Slot {
+    Level level = Level::kTenant;
+    bool own_route = true;
+    std::string limit{};
+    std::int64_t units = 1;
+    bool estimate = true;
+  };
+  struct RouteEntry {
+    RouteClass route;
+    std::vector<Slot> slots;  // by level (user, tenant, global), then in the rules' order
+  };
+
   static absl::Status annotate(const absl::Status& s, const std::string& where) {
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
   }
 
-  // The rules' map key: "<level digit><scope> <route>" (scope "", "t:<tenant>" or
-  // "p:<plan>"). Unambiguous: no id or name contains a space.
-  static constexpr std::size_t kMaxRuleKeyBytes = 1 + 2 + kMaxIdBytes + 1 + kMaxNameBytes;
-  static std::string rule_key(Level level, std::string_view scope, std::string_view route) {
-    return absl::StrCat(static_cast<int>(level), quota::detail::to_absl(scope), " ",
-                        quota::detail::to_absl(route));
+  static const RouteCost* find_cost(const RouteClass& r, std::string_view limit) {
+    for (const RouteCost& c : r.costs) {
+      if (c.limit == limit) return &c;
+    }
+    return nullptr;
   }
 
-  // Looks up the rule of (level, kind + id, route), the key built in place: no
-  // allocation on the decision path. An id or route too long for any rule has none.
+  absl::Status add_route(const RouteClass& r) {
+    if (auto s = check_name(r.name, "route name"); !s.ok()) return s;
+    if (auto s = validate_amount(r.cost, "cost"); !s.ok()) return s;
+    if (r.max_cost < 0) return absl::InvalidArgumentError("max_cost must be >= 0 (0: no cap)");
+    if (r.fail_mode == FailMode::kOpen) {
+      if (auto s = r.emergency.validate(); !s.ok()) return s;
+      if (r.cost > r.emergency.burst) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("cost %d exceeds emergency.burst %d: the route could never fail open",
+                            r.cost, r.emergency.burst));
+      }
+    }
+    for (std::size_t j = 0; j < r.costs.size(); ++j) {
+      const RouteCost& c = r.costs[j];
+      if (auto s = check_name(c.limit, "costs: limit"); !s.ok()) return s;
+      if (auto s = validate_amount(c.units, "costs: units"); !s.ok()) return s;
+      if (find_cost(r, c.limit) != &c) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("costs: limit \"%s\" listed twice", c.limit));
+      }
+    }
+    if (!routes_.emplace(r.name, RouteEntry{.route = r, .slots = {}}).second) {
+      return absl::InvalidArgumentError(absl::StrFormat("route class \"%s\" listed twice", r.name));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status add_rule(const RuleSpec& r, Metrics* metrics) {
+    if (auto s = check_name(r.name, "rule name"); !s.ok()) return s;
+    if (!r.limit.empty()) {
+      if (auto s = check_name(r.limit, "limit"); !s.ok()) return s;
+    } else if (r.route.empty()) {
+      return absl::InvalidArgumentError(
+          "a rule names its route class, or a limit shared by the route classes whose costs "
+          "list it");
+    }
+    if (!r.route.empty() && !routes_.contains(r.route)) {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown route class \"%s\"", r.route));
+    }
+    if (auto s = detail::validate(r.policy); !s.ok()) return s;
+    if (r.enforce_percent < 0 || r.enforce_percent > 100) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("enforce_percent is %d; it must be 0..100", r.enforce_percent));
+    }
+    if (r.max_cost < 0) return absl::InvalidArgumentError("max_cost must be >= 0 (0: no cap)");
+    std::string scope;
+    if (r.level == Level::kGlobal) {
+      if (!r.tenant.empty() || !r.plan.empty()) {
+        return absl::InvalidArgumentError("a global rule names no tenant or plan");
+      }
+    } else if (r.tenant.empty() == r.plan.empty()) {
+      return absl::InvalidArgumentError("set exactly one of tenant and plan");
+    } else if (!r.tenant.empty()) {
+      if (auto s = check_id(r.tenant, "tenant"); !s.ok()) return s;
+      scope = "t:" + r.tenant;
+    } else {
+      if (auto s = check_name(r.plan, "plan"); !s.ok()) return s;
+      scope = "p:" + r.plan;
+    }
+    // The routes that pay this rule, and what each pays: every cost must fit the capacity.
+    const std::int64_t capacity = detail::capacity(r.policy);
+    for (auto& [name, entry] : routes_) {
+      const RouteCost* c = r.limit.empty() ? nullptr : find_cost(entry.route, r.limit);
+      if (r.route.empty() ? c == nullptr : r.route != name) continue;
+      const Slot slot{.level = r.level,
+                      .own_route = !r.route.empty(),
+                      .limit = r.limit,
+                      .units = c != nullptr ? c->units : entry.route.cost,
+                      .estimate = c == nullptr || c->estimate};
+      if (slot.units > capacity) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "route \"%s\" costs %d units but the policy holds only %d: it could never pass", name,
+            slot.units, capacity));
+      }
+      add_slot(entry, slot);
+    }
+    Rule rule{.name = r.name,
+              .level = r.level,
+              .policy = r.policy,
+              .shadow = r.shadow,
+              .limit = r.limit,
+              .enforce_percent = r.enforce_percent,
+              .max_cost = r.max_cost,
+              .counters = nullptr};
+    if (metrics != nullptr) {
+      const std::string route = r.route.empty() ? "#" + r.limit : r.route;
+      auto c = metrics->counters(
+          {.rule = r.name, .route = route, .level = std::string(to_string(r.level))});
+      if (!c.ok()) return c.status();
+      rule.counters = *c;
+    }
+    if (!rules_.emplace(rule_key(r.level, scope, r.route, r.limit), std::move(rule)).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a %s rule for %s on %s is already defined", to_string(r.level),
+          scope.empty() ? "everyone" : scope,
+          r.route.empty()
+              ? absl::StrCat("limit \"", r.limit, "\"")
+              : absl::StrCat("route \"", r.route, "\"",
+                             r.limit.empty() ? "" : absl::StrCat(", limit \"", r.limit, "\""))));
+    }
+    return absl::OkStatus();
+  }
+
+  // Adds `slot` to the route's list once per identity, keeping the levels in order.
+  static void add_slot(RouteEntry& entry, const Slot& slot) {
+    for (const Slot& s : entry.slots) {
+      if (s.level == slot.level && s.own_route == slot.own_route && s.limit == slot.limit) return;
+    }
+    auto at = std::find_if(entry.slots.begin(), entry.slots.end(),
+                           [&](const Slot& s) { return s.level > slot.level; });
+    entry.slots.insert(at, slot);
+  }
+
+  // The rules' map key: "<level digit><scope> <route>#<limit>" (scope "", "t:<tenant>" or
+  // "p:<plan>"). Unambiguous: no id or name contains a space or '#'.
+  static constexpr std::size_t kMaxRuleKeyBytes =
+      1 + 2 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxNameBytes;
+  static std::string rule_key(Level level, std::string_view scope, std::string_view route,
+                              std::string_view limit) {
+    return absl::StrCat(static_cast<int>(level), quota::detail::to_absl(scope), " ",
+                        quota::detail::to_absl(route), "#", quota::detail::to_absl(limit));
+  }
+
+  // Looks up the rule of (level, kind + id, route, limit), the key built in place: no
+  // allocation on the decision path. An id or name too long for any rule has none.
   const Rule* lookup(Level level, std::string_view kind, std::string_view id,
-                     std::string_view route) const {
-    if (kind.size() + id.size() > 2 + kMaxIdBytes || route.size() > kMaxNameBytes) return nullptr;
+                     std::string_view route, std::string_view limit) const {
+    if (kind.size() + id.size() > 2 + kMaxIdBytes || route.size() > kMaxNameBytes ||
+        limit.size() > kMaxNameBytes) {
+      return nullptr;
+    }
     std::array<char, kMaxRuleKeyBytes> buf;
     std::size_t n = 0;
     buf[n++] = static_cast<char>('0' + static_cast<int>(level));
-    for (std::string_view part : {kind, id, std::string_view(" "), route}) {
+    for (std::string_view part :
+         {kind, id, std::string_view(" "), route, std::string_view("#"), limit}) {
       std::copy(part.begin(), part.end(), buf.begin() + n);
       n += part.size();
     }
@@ -224,7 +381,8 @@ class RuleSet {
   }
 
   std::uint64_t version_ = 0;
-  absl::flat_hash_map<std::string, RouteClass> routes_;
+  bool shadow_all_ = false;
+  absl::flat_hash_map<std::string, RouteEntry> routes_;
   absl::flat_hash_map<std::string, Rule> rules_;
 };
 
@@ -235,6 +393,11 @@ class RuleSet {
 class RuleRegistry {
  public:
   explicit RuleRegistry(std::shared_ptr<const RuleSet> initial) : current_(std::move(initial)) {}
+
+  // The global switch: while on, every rule of every set is in shadow (decided and
+  // counted, nothing denied), whatever the sets say; off, the sets' own shadow_all holds.
+  void set_shadow_all(bool on) { shadow_all_.store(on, std::memory_order_relaxed); }
+  bool shadow_all() const { return shadow_all_.load(std::memory_order_relaxed); }
 
   // The set in force now. Hold the returned pointer for the whole request.
   std::shared_ptr<const RuleSet> current() const {
@@ -260,6 +423,7 @@ class RuleRegistry {
  private:
   mutable quota::detail::Mutex mu_;
   std::shared_ptr<const RuleSet> current_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> shadow_all_{false};
 };
 
 }  // namespace quota::gateway

@@ -6,7 +6,10 @@
 // [a-z0-9_.-]; check_id() and check_name() reject anything else with InvalidArgument.
 // The store keys are those of quota/redis/keys.hpp (one hash slot per tenant):
 // "{tenant}route" (tenant level), "{tenant}route/user" (user level) and "{~global}route"
-// (global level; '~' is not allowed in tenant ids, so no collision). A StoreKey holds one
+// (global level; '~' is not allowed in tenant ids, so no collision). A named limit
+// (RuleSpec::limit) adds "#limit" after the route, which is empty for a limit shared by
+// route classes: "{tenant}#units", "{tenant}#requests/u-1", "{~global}#tokens". No id or
+// name contains '{', '}', '#' or '/', so no two budgets share a key. A StoreKey holds one
 // inline, so building it allocates nothing.
 //
 // Thread safety: values and pure functions.
@@ -38,9 +41,9 @@ struct Identity {
   std::string_view user = {};  // optional: enables user-level rules
 };
 
-// The longest store key: a user key, "{" tenant "}" route "/" user.
+// The longest store key: a user key of a named limit, "{" tenant "}" route "#" limit "/" user.
 inline constexpr std::size_t kMaxLevelKeyBytes =
-    1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
+    1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
 
 // A store key held inline (no allocation): the concatenation of checked parts, at most
 // kMaxLevelKeyBytes. Reads as a std::string_view.
