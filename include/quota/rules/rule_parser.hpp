@@ -97,6 +97,11 @@ inline absl::StatusOr<std::int64_t> parse_integer(
         absl::StrFormat("expected an integer (whole number), got \"%s\"", sv(text)));
   }
   if (negative) v = -v;
+  if (v < absl::int128(std::numeric_limits<std::int64_t>::min()) ||
+      v > absl::int128(std::numeric_limits<std::int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s does not fit in a 64-bit integer", sv(text)));
+  }
   if (v < absl::int128(lo) || v > absl::int128(hi)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s is out of range: it must be in [%d, %d]", sv(text), lo, hi));
