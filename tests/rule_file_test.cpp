@@ -129,7 +129,7 @@ TEST_CASE("fields left out take the spec's defaults") {
 }
 
 TEST_CASE("integers: whole numbers with optional _ separators, within int64") {
-  using quota::rules::detail::parse_integer;
+  using quota::rules::parse_integer;
   CHECK(*parse_integer("0") == 0);
   CHECK(*parse_integer("1_000_000") == 1'000'000);
   CHECK(*parse_integer("-5") == -5);
@@ -149,7 +149,7 @@ TEST_CASE("integers: whole numbers with optional _ separators, within int64") {
 }
 
 TEST_CASE("durations: an integer and a unit, at most 2^63-1 ns") {
-  using quota::rules::detail::parse_duration;
+  using quota::rules::parse_duration;
   CHECK(*parse_duration("0s") == Nanos{0});
   CHECK(*parse_duration("7ns") == 7ns);
   CHECK(*parse_duration("7us") == 7us);
@@ -171,7 +171,7 @@ TEST_CASE("durations: an integer and a unit, at most 2^63-1 ns") {
 
 TEST_CASE("rates: units per period, the period a unit or a duration") {
   using quota::Rate;
-  using quota::rules::detail::parse_rate;
+  using quota::rules::parse_rate;
   CHECK(*parse_rate("100/s") == Rate{.units = 100, .per = 1s});
   CHECK(*parse_rate("1000000/1min") == Rate{.units = 1'000'000, .per = 1min});
   CHECK(*parse_rate("20/100ms") == Rate{.units = 20, .per = 100ms});

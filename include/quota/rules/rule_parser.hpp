@@ -46,6 +46,7 @@
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
+#include "quota/rules/scalars.hpp"
 #include "quota/units.hpp"
 
 namespace quota::rules {
@@ -60,118 +61,6 @@ template <class P, class... Ts>
 struct is_alternative<P, std::variant<Ts...>> : std::disjunction<std::is_same<P, Ts>...> {};
 template <class P>
 inline constexpr bool kIsRulePolicy = is_alternative<P, gateway::RulePolicy>::value;
-
-// Debian's abseil has its own string_view: these convert at the boundary.
-inline absl::string_view sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-inline std::string_view sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
-
-template <class Range>
-std::string join(const Range& names, std::string_view separator) {
-  std::string out;
-  for (std::string_view n : names) absl::StrAppend(&out, out.empty() ? "" : sv(separator), sv(n));
-  return out;
-}
-
-// "-12", "1_000_000": an optional sign, digits, single '_' between digits. InvalidArgument
-// for anything else (1.5, 1e3, 0x10) and for a value outside [lo, hi].
-inline absl::StatusOr<std::int64_t> parse_integer(
-    std::string_view text, std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
-    std::int64_t hi = std::numeric_limits<std::int64_t>::max()) {
-  std::string_view s = text;
-  const bool negative = !s.empty() && s.front() == '-';
-  if (!s.empty() && (s.front() == '-' || s.front() == '+')) s.remove_prefix(1);
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  bool ok = !s.empty() && digit(s.front()) && digit(s.back());
-  absl::int128 v = 0;
-  for (std::size_t i = 0; ok && i < s.size(); ++i) {
-    if (s[i] == '_') {
-      ok = digit(s[i + 1]);  // s.back() is a digit, so s[i + 1] exists
-    } else if (!digit(s[i])) {
-      ok = false;
-    } else if (v <= absl::int128(std::numeric_limits<std::int64_t>::max()) + 1) {
-      v = v * 10 + (s[i] - '0');  // stops growing once out of range: no int128 overflow
-    }
-  }
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("expected an integer (whole number), got \"%s\"", sv(text)));
-  }
-  if (negative) v = -v;
-  if (v < absl::int128(std::numeric_limits<std::int64_t>::min()) ||
-      v > absl::int128(std::numeric_limits<std::int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s does not fit in a 64-bit integer", sv(text)));
-  }
-  if (v < absl::int128(lo) || v > absl::int128(hi)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s is out of range: it must be in [%d, %d]", sv(text), lo, hi));
-  }
-  return static_cast<std::int64_t>(v);
-}
-
-inline constexpr std::array<std::pair<std::string_view, std::int64_t>, 7> kDurationUnits{{
-    {"ns", 1},
-    {"us", 1'000},
-    {"ms", 1'000'000},
-    {"s", 1'000'000'000},
-    {"min", 60'000'000'000},
-    {"h", 3'600'000'000'000},
-    {"d", 86'400'000'000'000},
-}};
-
-// The nanoseconds of a unit name, or 0 for an unknown one.
-inline std::int64_t unit_nanos(std::string_view unit) {
-  for (const auto& [name, ns] : kDurationUnits) {
-    if (name == unit) return ns;
-  }
-  return 0;
-}
-
-// "<integer><ns|us|ms|s|min|h|d>", at least 0 and at most 2^63 - 1 ns.
-inline absl::StatusOr<Nanos> parse_duration(std::string_view text) {
-  const std::size_t split = text.find_first_not_of("0123456789_");
-  const std::int64_t unit = split == std::string_view::npos ? 0 : unit_nanos(text.substr(split));
-  auto count = parse_integer(text.substr(0, split), 0);
-  if (split == 0 || unit == 0 || !count.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "expected a duration <integer><ns|us|ms|s|min|h|d> such as 60s, got \"%s\"", sv(text)));
-  }
-  const absl::int128 ns = absl::int128(*count) * unit;
-  if (ns > absl::int128(std::numeric_limits<std::int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("duration %s exceeds 2^63-1 ns (~292 years)", sv(text)));
-  }
-  return Nanos{static_cast<std::int64_t>(ns)};
-}
-
-// "<units>/<period>": 100/s, 1000000/1min, 20/100ms. units >= 0, period > 0.
-inline absl::StatusOr<Rate> parse_rate(std::string_view text) {
-  const std::size_t slash = text.find('/');
-  const auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "expected a rate <units>/<period> such as 100/s, 1000000/1min or 20/100ms, got \"%s\"",
-        sv(text)));
-  };
-  if (slash == std::string_view::npos) return bad();
-  auto units = parse_integer(text.substr(0, slash));
-  if (!units.ok()) return bad();
-  if (*units < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("rate %s: the units must not be negative", sv(text)));
-  }
-  const std::string_view period = text.substr(slash + 1);
-  Nanos per{unit_nanos(period)};  // a bare unit: one of it
-  if (per.count() == 0) {
-    auto d = parse_duration(period);
-    if (!d.ok()) return bad();
-    per = *d;
-  }
-  if (per.count() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("rate %s: the period must be positive", sv(text)));
-  }
-  return Rate{.units = *units, .per = per};
-}
 
 // A position in the file, 1-based.
 struct Position {
