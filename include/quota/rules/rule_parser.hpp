@@ -8,8 +8,19 @@
 // a missing required field and YAML syntax errors are all errors, never skipped. Integers
 // are whole numbers that fit in int64 (`1_000_000` is allowed); rates are
 // `<units>/<period>` (`100/s`, `1000000/1min`, `20/100ms`), durations
-// `<integer><ns|us|ms|s|min|h|d>`. The schema, with an example, is in docs/gateway.md
-// ("Rule files"). Needs yaml-cpp: link quota::rules.
+// `<integer><ns|us|ms|s|min|h|d>` (scalars.hpp). The schema, field for field the
+// RuleSetSpec (a * marks a required field; docs/gateway.md "Rule files" has the details):
+//
+//   version, shadow_all
+//   routes*: [{name*, cost, max_cost, fail_mode: closed|open,
+//              emergency: {rate*, burst*, max_duration*} (required with open, else refused),
+//              costs: {<limit>: <units> | estimate | {units, estimate}}}]
+//   rules*:  [{name*, level*: user|tenant|global, tenant | plan, route, limit,
+//              exactly one of token_bucket: {rate*, burst*}, fixed_window: {limit*, window*},
+//              sliding_log: {...}, sliding_window_estimate: {...};
+//              shadow, enforce_percent: 0..100, max_cost}]
+//
+// Needs yaml-cpp: link quota::rules.
 //
 // Thread safety: pure functions.
 //
