@@ -45,7 +45,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
