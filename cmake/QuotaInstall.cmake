@@ -10,6 +10,10 @@ if(QUOTA_HAVE_REDIS)
   install(TARGETS quota_redis EXPORT quotaRedisTargets)
   install(EXPORT quotaRedisTargets NAMESPACE quota:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/quota)
 endif()
+if(QUOTA_HAVE_RULES)
+  install(TARGETS quota_rules EXPORT quotaRulesTargets)
+  install(EXPORT quotaRulesTargets NAMESPACE quota:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/quota)
+endif()
 
 configure_package_config_file(cmake/quotaConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/quotaConfig.cmake

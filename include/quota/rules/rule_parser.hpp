@@ -1,0 +1,532 @@
+// quota/rules/rule_parser.hpp — a rule file's YAML text into a gateway::RuleSetSpec.
+//
+// parse_rules() checks a rule file's syntax and schema and builds the RuleSetSpec it
+// describes (gateway/rule_spec.hpp); it does not check what RuleSet::create checks (ids,
+// bounds, duplicates, unknown routes): load_rules() in rule_file.hpp does both. Every error
+// reads `<file>:<line>:<column>: <field path>: <message>` with a 1-based position and a
+// path such as `rules[2].token_bucket.burst`; unknown fields, wrong types, a second policy,
+// a missing required field and YAML syntax errors are all errors, never skipped. Integers
+// are whole numbers that fit in int64 (`1_000_000` is allowed); rates are
+// `<units>/<period>` (`100/s`, `1000000/1min`, `20/100ms`), durations
+// `<integer><ns|us|ms|s|min|h|d>` (scalars.hpp). The schema, field for field the
+// RuleSetSpec (a * marks a required field; docs/gateway.md "Rule files" has the details):
+//
+//   version, shadow_all
+//   routes*: [{name*, cost, max_cost, fail_mode: closed|open,
+//              emergency: {rate*, burst*, max_duration*} (required with open, else refused),
+//              costs: {<limit>: <units> | estimate | {units, estimate}}}]
+//   rules*:  [{name*, level*: user|tenant|global, tenant | plan, route, limit,
+//              exactly one of token_bucket: {rate*, burst*}, fixed_window: {limit*, window*},
+//              sliding_log: {...}, sliding_window_estimate: {...};
+//              shadow, enforce_percent: 0..100, max_cost}]
+//
+// Needs yaml-cpp: link quota::rules.
+//
+// Thread safety: pure functions.
+//
+//   auto spec = quota::rules::parse_rules(text, "rules.yaml");
+//   if (!spec.ok()) std::cerr << spec.status().message() << "\n";  // rules.yaml:7:14: ...
+//   // spec->routes, spec->rules, spec->version (1 when the file gives none)
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "quota/gateway/key_state.hpp"
+#include "quota/gateway/rule_spec.hpp"
+#include "quota/policy/fixed_window.hpp"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/rules/scalars.hpp"
+#include "quota/units.hpp"
+
+namespace quota::rules {
+
+namespace detail {
+
+// Whether P is one of the kinds gateway::RulePolicy holds: a policy kind the file format
+// knows but the gateway does not (yet) is an error naming it, not a compile error.
+template <class P, class Variant>
+struct is_alternative : std::false_type {};
+template <class P, class... Ts>
+struct is_alternative<P, std::variant<Ts...>> : std::disjunction<std::is_same<P, Ts>...> {};
+template <class P>
+inline constexpr bool kIsRulePolicy = is_alternative<P, gateway::RulePolicy>::value;
+
+// A position in the file, 1-based.
+struct Position {
+  int line = 1;
+  int column = 1;
+};
+
+inline Position position(const YAML::Mark& m) {
+  if (m.is_null()) return {};
+  return {.line = m.line + 1, .column = m.column + 1};
+}
+
+inline absl::Status located(std::string_view file, Position at, std::string_view path,
+                            std::string_view message,
+                            absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  return absl::Status(code, absl::StrFormat("%s:%d:%d: %s: %s", sv(file), at.line, at.column,
+                                            sv(path), sv(message)));
+}
+
+// Where a routes[i] or rules[i] entry and its fields are in the file, so that an error
+// RuleSet::create reports later ("rules[2]: burst must be ...") gets a position too.
+struct EntrySource {
+  Position at{};
+  std::vector<std::pair<std::string, Position>> fields{};  // "token_bucket.burst" -> its value
+  std::string policy{};                                    // rules: "token_bucket", ...
+
+  const Position* find(std::string_view path) const {
+    for (const auto& [p, at_field] : fields) {
+      if (p == path) return &at_field;
+    }
+    return nullptr;
+  }
+};
+
+struct SourceMap {
+  Position root{};
+  Position version{};  // the version's value, else the root
+  std::vector<EntrySource> routes{};
+  std::vector<EntrySource> rules{};
+};
+
+struct ParsedRules {
+  gateway::RuleSetSpec spec{};
+  bool has_version = false;  // false: spec.version is RuleSetSpec's default, 1
+  SourceMap source{};
+};
+
+}  // namespace detail
+
+// Parses a rule file (`file_name` is used only in messages). Errors are InvalidArgument,
+// located as described in the header comment. A file without `version:` gets version 1.
+inline absl::StatusOr<gateway::RuleSetSpec> parse_rules(std::string_view yaml,
+                                                        std::string_view file_name);
+
+// Implementation details follow.
+
+namespace detail {
+
+// Walks the YAML tree. Errors are thrown as a Failure and caught by parse_with_source(),
+// the only entry point: yaml-cpp reports syntax errors by exception, so one catch turns
+// both into the returned Status, and no walker function needs to forward one.
+class Parser {
+ public:
+  struct Failure {
+    absl::Status status;
+  };
+
+  explicit Parser(std::string_view file) : file_(file) {}
+
+  ParsedRules parse(std::string_view yaml) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(std::string(yaml));
+    } catch (const YAML::Exception& e) {
+      throw Failure{located(file_, position(e.mark), "YAML syntax", e.msg)};
+    }
+    if (docs.size() > 1) {
+      fail(position(docs[1].Mark()), "rule file", "expected one YAML document, found several");
+    }
+    ParsedRules out;
+    if (docs.empty() || !docs[0].IsMap()) {
+      fail(docs.empty() ? Position{} : position(docs[0].Mark()), "rule file",
+           absl::StrCat("expected a mapping with routes and rules, got ",
+                        docs.empty() ? "an empty file" : describe(docs[0])));
+    }
+    out.source.root = out.source.version = position(docs[0].Mark());
+    bool have_routes = false, have_rules = false;
+    static constexpr std::array<std::string_view, 4> kTop{"version", "shadow_all", "routes",
+                                                          "rules"};
+    for (const Field& f : fields(docs[0], "", kTop)) {
+      if (f.key == "version") {
+        out.spec.version = static_cast<std::uint64_t>(integer(f, 1));
+        out.has_version = true;
+        out.source.version = f.at;
+      } else if (f.key == "shadow_all") {
+        out.spec.shadow_all = boolean(f);
+      } else if (f.key == "routes") {
+        have_routes = true;
+        for (const Field& item : sequence(f, "route classes")) {
+          out.spec.routes.push_back(route(item, out.source.routes.emplace_back()));
+        }
+        if (out.spec.routes.empty()) fail(f.at, f.path, "at least one route class is required");
+      } else {
+        have_rules = true;
+        for (const Field& item : sequence(f, "rules")) {
+          out.spec.rules.push_back(rule(item, out.source.rules.emplace_back()));
+        }
+      }
+    }
+    if (!have_routes) fail(out.source.root, "routes", "required field missing");
+    if (!have_rules) fail(out.source.root, "rules", "required field missing");
+    return out;
+  }
+
+ private:
+  // One value with its path and position (the value's; its key's when it is empty).
+  struct Field {
+    std::string key;
+    Position key_at;
+    YAML::Node node;
+    std::string path;
+    Position at;
+  };
+
+  [[noreturn]] void fail(Position at, std::string_view path, std::string_view message) const {
+    throw Failure{located(file_, at, path, message)};
+  }
+
+  static std::string describe(const YAML::Node& n) {
+    if (n.IsMap()) return "a mapping";
+    if (n.IsSequence()) return "a sequence";
+    if (!n.IsScalar()) return "nothing";
+    if (n.Tag() == "!") return absl::StrFormat("the quoted string \"%s\"", n.Scalar());
+    return absl::StrFormat("\"%s\"", n.Scalar());
+  }
+
+  [[noreturn]] void wrong_type(const Field& f, std::string_view expected) const {
+    fail(f.at, f.path, absl::StrCat("expected ", sv(expected), ", got ", describe(f.node)));
+  }
+
+  // The entries of a mapping, in order; a key not in `allowed` or given twice is an error.
+  std::vector<Field> fields(const YAML::Node& map, const std::string& path,
+                            std::span<const std::string_view> allowed) const {
+    std::vector<Field> out;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const Position key_at = position(it->first.Mark());
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : describe(it->first);
+      const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      if (!it->first.IsScalar() ||
+          std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        fail(key_at, field_path,
+             absl::StrFormat("unknown field \"%s\"; allowed: %s", key, join(allowed, ", ")));
+      }
+      for (const Field& seen : out) {
+        if (seen.key == key) {
+          fail(key_at, field_path,
+               absl::StrFormat("field given twice (first at line %d)", seen.key_at.line));
+        }
+      }
+      // An empty value's mark is where the next token starts: point at its key instead.
+      const Position at = it->second.IsNull() ? key_at : position(it->second.Mark());
+      out.push_back({key, key_at, it->second, field_path, at});
+    }
+    return out;
+  }
+
+  // A nested mapping: its fields, each recorded in `entry` relative to `entry_path`.
+  std::vector<Field> submap(const Field& f, std::span<const std::string_view> allowed,
+                            std::string_view expected, EntrySource& entry,
+                            std::string_view entry_path) const {
+    if (!f.node.IsMap()) wrong_type(f, expected);
+    std::vector<Field> out = fields(f.node, f.path, allowed);
+    for (const Field& sub : out) record(entry, entry_path, sub);
+    return out;
+  }
+
+  std::vector<Field> sequence(const Field& f, std::string_view what) const {
+    if (!f.node.IsSequence()) wrong_type(f, absl::StrCat("a sequence of ", sv(what)));
+    std::vector<Field> out;
+    for (std::size_t i = 0; i < f.node.size(); ++i) {
+      const YAML::Node item = f.node[i];
+      const Position at = item.IsNull() ? f.at : position(item.Mark());
+      out.push_back({"", at, item, absl::StrFormat("%s[%d]", f.path, i), at});
+    }
+    return out;
+  }
+
+  static void record(EntrySource& entry, std::string_view entry_path, const Field& f) {
+    entry.fields.emplace_back(f.path.substr(entry_path.size() + 1), f.at);
+  }
+
+  // Scalars. Integers, booleans and names of kinds must be plain (unquoted) scalars; a
+  // quoted "20" is a string, and saying so beats guessing.
+  std::string_view plain(const Field& f, std::string_view expected) const {
+    if (!f.node.IsScalar() || f.node.Tag() == "!") wrong_type(f, expected);
+    return f.node.Scalar();
+  }
+
+  std::string text(const Field& f) const {
+    if (!f.node.IsScalar()) wrong_type(f, "a string");
+    return f.node.Scalar();
+  }
+
+  std::int64_t integer(const Field& f, std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
+                       std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
+    return check(f, parse_integer(plain(f, "an integer"), lo, hi));
+  }
+
+  bool boolean(const Field& f) const {
+    const std::string_view s = plain(f, "true or false");
+    if (s != "true" && s != "false") wrong_type(f, "true or false");
+    return s == "true";
+  }
+
+  Nanos duration(const Field& f) const {
+    return check(f, parse_duration(plain(f, "a duration such as 60s")));
+  }
+
+  Rate rate(const Field& f, bool allow_zero) const {
+    Rate r = check(f, parse_rate(plain(f, "a rate such as 100/s")));
+    if (r.units == 0 && !allow_zero) {
+      fail(f.at, f.path,
+           absl::StrFormat("rate %s never refills: a rule's rate must be positive",
+                           f.node.Scalar()));
+    }
+    return r;
+  }
+
+  template <std::size_t N>
+  std::string_view one_of(const Field& f, const std::array<std::string_view, N>& choices) const {
+    const std::string expected = join(choices, " | ");
+    const std::string_view s = plain(f, expected);
+    if (std::find(choices.begin(), choices.end(), s) == choices.end()) wrong_type(f, expected);
+    return s;
+  }
+
+  template <class T>
+  T check(const Field& f, absl::StatusOr<T> v) const {
+    if (!v.ok()) fail(f.at, f.path, sv(v.status().message()));
+    return *std::move(v);
+  }
+
+  template <class... Required>
+  void require(Position at, std::string_view path, std::span<const Field> got,
+               Required... names) const {
+    for (std::string_view name : {std::string_view(names)...}) {
+      if (std::none_of(got.begin(), got.end(), [&](const Field& f) { return f.key == name; })) {
+        fail(at, absl::StrCat(sv(path), ".", sv(name)), "required field missing");
+      }
+    }
+  }
+
+  gateway::RouteClass route(const Field& item, EntrySource& entry) const {
+    static constexpr std::array<std::string_view, 6> kRouteFields{
+        "name", "cost", "max_cost", "fail_mode", "emergency", "costs"};
+    if (!item.node.IsMap()) wrong_type(item, "a route class (a mapping with a name)");
+    entry.at = item.at;
+    gateway::RouteClass r;
+    const std::vector<Field> got = fields(item.node, item.path, kRouteFields);
+    const Field* emergency = nullptr;
+    for (const Field& f : got) {
+      record(entry, item.path, f);
+      if (f.key == "name") {
+        r.name = text(f);
+      } else if (f.key == "cost") {
+        r.cost = integer(f);
+      } else if (f.key == "max_cost") {
+        r.max_cost = integer(f, 0);
+      } else if (f.key == "fail_mode") {
+        static constexpr std::array<std::string_view, 2> kModes{"closed", "open"};
+        r.fail_mode =
+            one_of(f, kModes) == "open" ? gateway::FailMode::kOpen : gateway::FailMode::kClosed;
+      } else if (f.key == "emergency") {
+        emergency = &f;
+        static constexpr std::array<std::string_view, 3> kBucket{"rate", "burst", "max_duration"};
+        const std::vector<Field> sub =
+            submap(f, kBucket, "{rate, burst, max_duration}", entry, item.path);
+        require(f.at, f.path, sub, "rate", "burst", "max_duration");
+        for (const Field& s : sub) {
+          if (s.key == "rate") r.emergency.rate = rate(s, true);
+          if (s.key == "burst") r.emergency.burst = integer(s);
+          if (s.key == "max_duration") r.emergency.max_duration = duration(s);
+        }
+      } else {
+        r.costs = costs(f, entry, item.path);
+      }
+    }
+    require(item.at, item.path, got, "name");
+    if (emergency != nullptr && r.fail_mode != gateway::FailMode::kOpen) {
+      fail(emergency->key_at, emergency->path, "applies only to a route with fail_mode: open");
+    }
+    if (emergency == nullptr && r.fail_mode == gateway::FailMode::kOpen) {
+      fail(item.at, absl::StrCat(item.path, ".emergency"),
+           "required with fail_mode: open: {rate, burst, max_duration}");
+    }
+    return r;
+  }
+
+  // costs: {units: 1, tokens: estimate, requests: {units: 1, estimate: false}}
+  std::vector<gateway::RouteCost> costs(const Field& f, EntrySource& entry,
+                                        std::string_view entry_path) const {
+    if (!f.node.IsMap()) wrong_type(f, "a mapping of limit names to costs");
+    std::vector<gateway::RouteCost> out;
+    for (auto it = f.node.begin(); it != f.node.end(); ++it) {
+      const Position key_at = position(it->first.Mark());
+      const std::string limit = it->first.IsScalar() ? it->first.Scalar() : describe(it->first);
+      const Field c{limit, key_at, it->second, absl::StrCat(f.path, ".", limit),
+                    it->second.IsNull() ? key_at : position(it->second.Mark())};
+      if (!it->first.IsScalar()) fail(key_at, c.path, "a limit name must be a string");
+      for (const gateway::RouteCost& seen : out) {
+        if (seen.limit == limit) fail(key_at, c.path, "limit given twice");
+      }
+      record(entry, entry_path, c);
+      gateway::RouteCost cost{.limit = limit};
+      if (c.node.IsMap()) {
+        static constexpr std::array<std::string_view, 2> kCost{"units", "estimate"};
+        for (const Field& s : submap(c, kCost, "", entry, entry_path)) {
+          if (s.key == "units") cost.units = integer(s);
+          if (s.key == "estimate") cost.estimate = boolean(s);
+        }
+      } else if (c.node.IsScalar() && c.node.Tag() != "!" && c.node.Scalar() == "estimate") {
+        cost.estimate = true;
+      } else if (c.node.IsScalar() && c.node.Tag() != "!") {
+        cost.units = integer(c);
+      } else {
+        wrong_type(c, "whole units, estimate or {units: N, estimate: true}");
+      }
+      out.push_back(cost);
+    }
+    return out;
+  }
+
+  static constexpr std::array<std::string_view, 4> kPolicies{
+      "token_bucket", "fixed_window", "sliding_log", "sliding_window_estimate"};
+
+  gateway::RuleSpec rule(const Field& item, EntrySource& entry) const {
+    static constexpr std::array<std::string_view, 13> kRuleFields{
+        "name",   "level",           "tenant",       "plan",        "route",
+        "limit",  "token_bucket",    "fixed_window", "sliding_log", "sliding_window_estimate",
+        "shadow", "enforce_percent", "max_cost"};
+    if (!item.node.IsMap())
+      wrong_type(item, "a rule (a mapping with a name, a level and a policy)");
+    entry.at = item.at;
+    gateway::RuleSpec r;
+    const std::vector<Field> got = fields(item.node, item.path, kRuleFields);
+    const Field* policy = nullptr;
+    for (const Field& f : got) {
+      record(entry, item.path, f);
+      if (f.key == "name") {
+        r.name = text(f);
+      } else if (f.key == "level") {
+        static constexpr std::array<std::string_view, 3> kLevels{"user", "tenant", "global"};
+        const std::string_view l = one_of(f, kLevels);
+        r.level = l == "user"     ? gateway::Level::kUser
+                  : l == "tenant" ? gateway::Level::kTenant
+                                  : gateway::Level::kGlobal;
+      } else if (f.key == "tenant") {
+        r.tenant = text(f);
+      } else if (f.key == "plan") {
+        r.plan = text(f);
+      } else if (f.key == "route") {
+        r.route = text(f);
+      } else if (f.key == "limit") {
+        r.limit = text(f);
+      } else if (f.key == "shadow") {
+        r.shadow = boolean(f);
+      } else if (f.key == "enforce_percent") {
+        r.enforce_percent = static_cast<int>(integer(f, 0, 100));
+      } else if (f.key == "max_cost") {
+        r.max_cost = integer(f, 0);
+      } else {
+        if (policy != nullptr) {
+          fail(f.key_at, f.path,
+               absl::StrFormat(
+                   "a rule has exactly one policy, and this one already has %s (line %d)",
+                   policy->key, policy->key_at.line));
+        }
+        policy = &f;
+      }
+    }
+    require(item.at, item.path, got, "name", "level");
+    if (policy == nullptr) {
+      fail(item.at, item.path,
+           absl::StrCat("a policy is required: one of ", join(kPolicies, ", ")));
+    }
+    entry.policy = policy->key;
+    parse_policy(*policy, r.policy, entry, item.path);
+    return r;
+  }
+
+  void parse_policy(const Field& f, gateway::RulePolicy& out, EntrySource& entry,
+                    std::string_view entry_path) const {
+    if (f.key == "token_bucket") {
+      static constexpr std::array<std::string_view, 2> kBucket{"rate", "burst"};
+      const std::vector<Field> sub = submap(f, kBucket, "{rate, burst}", entry, entry_path);
+      require(f.at, f.path, sub, "rate", "burst");
+      TokenBucket tb;
+      for (const Field& s : sub) {
+        if (s.key == "rate") tb.rate = rate(s, false);
+        if (s.key == "burst") tb.burst = integer(s);
+      }
+      return assign(f, out, tb);
+    }
+    static constexpr std::array<std::string_view, 2> kWindow{"limit", "window"};
+    const std::vector<Field> sub = submap(f, kWindow, "{limit, window}", entry, entry_path);
+    require(f.at, f.path, sub, "limit", "window");
+    std::int64_t limit = 0;
+    Nanos window{0};
+    for (const Field& s : sub) {
+      if (s.key == "limit") limit = integer(s);
+      if (s.key == "window") window = duration(s);
+    }
+    if (f.key == "fixed_window")
+      return assign(f, out, FixedWindow{.limit = limit, .window = window});
+    if (f.key == "sliding_log") return assign(f, out, SlidingLog{.limit = limit, .window = window});
+    return assign(f, out, SlidingWindowEstimate{.limit = limit, .window = window});
+  }
+
+  // A template so that the branch for a kind RulePolicy lacks is never instantiated.
+  template <class P>
+  void assign(const Field& f, gateway::RulePolicy& out, P policy) const {
+    if constexpr (kIsRulePolicy<P>) {
+      out = std::move(policy);
+    } else {
+      std::vector<std::string_view> available;
+      if constexpr (kIsRulePolicy<TokenBucket>) available.push_back("token_bucket");
+      if constexpr (kIsRulePolicy<FixedWindow>) available.push_back("fixed_window");
+      if constexpr (kIsRulePolicy<SlidingLog>) available.push_back("sliding_log");
+      if constexpr (kIsRulePolicy<SlidingWindowEstimate>) {
+        available.push_back("sliding_window_estimate");
+      }
+      fail(f.key_at, f.path,
+           absl::StrFormat("%s is not available for gateway rules; available: %s", f.key,
+                           join(available, ", ")));
+    }
+  }
+
+  std::string file_;
+};
+
+inline absl::StatusOr<ParsedRules> parse_with_source(std::string_view yaml,
+                                                     std::string_view file_name) {
+  try {
+    return Parser(file_name).parse(yaml);
+  } catch (const Parser::Failure& f) {
+    return f.status;
+  }
+}
+
+}  // namespace detail
+
+inline absl::StatusOr<gateway::RuleSetSpec> parse_rules(std::string_view yaml,
+                                                        std::string_view file_name) {
+  auto parsed = detail::parse_with_source(yaml, file_name);
+  if (!parsed.ok()) return parsed.status();
+  return std::move(parsed->spec);
+}
+
+}  // namespace quota::rules
