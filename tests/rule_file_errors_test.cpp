@@ -129,7 +129,7 @@ std::vector<BadFile> bad_files() {
       {"an emergency burst of 0 (RuleSet::create)",
        "routes:\n  - name: read\n    fail_mode: open\n"
        "    emergency: {rate: 10/s, burst: 0, max_duration: 30s}\nrules: []\n",
-       "4:36: routes[0].emergency.burst: emergency: burst must be in [1, ", false},
+       "4:36: routes[0].emergency.burst: burst must be in [1, ", false},
       {"an unknown fail mode", "routes:\n  - name: read\n    fail_mode: maybe\nrules: []\n",
        "3:16: routes[0].fail_mode: expected closed | open, got \"maybe\""},
       {"a cost of the wrong type", "routes:\n  - name: read\n    costs: {units: [1]}\nrules: []\n",

@@ -128,7 +128,16 @@ inline absl::Status locate(const absl::Status& error, const ParsedRules& parsed,
                                  ? std::string(message.substr(0, close + 1))
                                  : absl::StrCat(sv(message.substr(0, close + 1)), ".", field);
     const Position* at = field.empty() ? nullptr : entries[i].find(field);
-    return located(file, at != nullptr ? *at : entries[i].at, path, rest, error.code());
+    // "costs: no rule ..." placed at routes[0].costs reads "routes[0].costs: no rule ...".
+    std::string_view shown = rest;
+    for (std::size_t begin = 0; begin < field.size();) {
+      std::size_t end = field.find('.', begin);
+      if (end == std::string::npos) end = field.size();
+      const std::string prefix = field.substr(begin, end - begin) + ": ";
+      if (shown.starts_with(prefix)) shown.remove_prefix(prefix.size());
+      begin = end + 1;
+    }
+    return located(file, at != nullptr ? *at : entries[i].at, path, shown, error.code());
   }
   return located(file, parsed.source.root, "rule file", message, error.code());
 }
