@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/status/status.h"
+#include "quota/gateway/rule_registry.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/rules/rule_file.hpp"
 

@@ -25,10 +25,8 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,10 +44,11 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/outage.hpp"
 #include "quota/gateway/request.hpp"
+#include "quota/gateway/rule_registry.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/gateway/settle.hpp"
-#include "quota/store/sharded_store.hpp"
 #include "quota/store/store.hpp"
 
 namespace quota::gateway {
@@ -63,7 +62,7 @@ class Gateway {
         options_(options),
         attempts_(options.attempt_ttl, options.max_attempts),
         tickets_(options.ticket_ttl, options.max_tickets),
-        emergency_(options.emergency_store) {}
+        outage_(options.emergency_store) {}
 
   // Decides `req` against every level the rules give it, in order user → tenant →
   // global; if a level denies, no level keeps a deduction (how, per backend:
@@ -226,7 +225,7 @@ class Gateway {
     auto r = run(rules.version(), *checks, now, deducted);
     const bool decided = r.ok();
     if (decided) {
-      note_success();
+      outage_.note_success();
     } else if (is_unavailable(r.status())) {
       r = on_unavailable(rules.version(), route, *checks, now);
       if (deducted != nullptr) deducted->levels.clear();
@@ -371,52 +370,10 @@ class Gateway {
   absl::StatusOr<RuledDecision> on_unavailable(std::uint64_t version, const RouteClass& route,
                                                std::span<const Check> checks, Nanos now) {
     const Check& tenant = tenant_check(checks);
-    const std::int64_t cost = tenant.cost;
-    const Decision unavailable{.allowed = false,
-                               .remaining = 0,
-                               .retry_after = Nanos{0},
-                               .reset_after = Nanos{0},
-                               .version = version,
-                               .reason = Reason::kUnavailable};
-    if (route.fail_mode != FailMode::kOpen) {
-      record(*tenant.rule, Outcome::kUnavailable, cost);
-      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
-    }
-    // The outage began at the first failure after the last success.
-    std::int64_t since = outage_since_.load(std::memory_order_acquire);
-    if (since == kNoOutage) {
-      std::int64_t expected = kNoOutage;
-      if (outage_since_.compare_exchange_strong(expected, now.count(), std::memory_order_acq_rel)) {
-        since = now.count();
-      } else {
-        since = expected;
-      }
-    }
-    if (now.count() - since >= route.emergency.max_duration.count()) {
-      record(*tenant.rule, Outcome::kUnavailable, cost);
-      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
-    }
-    const RulePolicy emergency =
-        TokenBucket{.rate = route.emergency.rate, .burst = route.emergency.burst};
-    // Emergency buckets are versioned by nothing: version 0 keeps their state across
-    // rule reloads (a reload must not refill them).
-    const KeyPolicy kp{.policy = &emergency, .version = 0};
-    auto d = emergency_.apply(kp, tenant.key, now, cost);
-    if (!d.ok() || !d->allowed) {
-      record(*tenant.rule, Outcome::kUnavailable, cost);
-      return RuledDecision{.decision = unavailable, .rule = tenant.rule->name};
-    }
-    record(*tenant.rule, Outcome::kFailOpenAllowed, cost);
-    Decision admitted = *d;
-    admitted.version = version;
-    admitted.reason = Reason::kFailOpen;
-    return RuledDecision{.decision = admitted, .rule = tenant.rule->name};
-  }
-
-  void note_success() {
-    if (outage_since_.load(std::memory_order_relaxed) != kNoOutage) {
-      outage_since_.store(kNoOutage, std::memory_order_release);
-    }
+    const Decision d = outage_.answer(route, tenant.key, tenant.cost, version, now);
+    record(*tenant.rule, d.allowed ? Outcome::kFailOpenAllowed : Outcome::kUnavailable,
+           tenant.cost);
+    return RuledDecision{.decision = d, .rule = tenant.rule->name};
   }
 
   // Metrics (metrics.hpp), per rule, route and level: an admitted request counts
@@ -428,15 +385,12 @@ class Gateway {
     if (rule.counters != nullptr) rule.counters->record(o, cost);
   }
 
-  static constexpr std::int64_t kNoOutage = std::numeric_limits<std::int64_t>::min();
-
   typename detail::backend_for<Store>::type backend_;
   RuleRegistry& rules_;
   GatewayOptions options_;
   AttemptCache attempts_;
   TicketBook tickets_;
-  ShardedStore<KeyPolicy> emergency_;
-  std::atomic<std::int64_t> outage_since_{kNoOutage};
+  Outage outage_;
 };
 
 }  // namespace quota::gateway

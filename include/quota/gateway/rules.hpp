@@ -1,26 +1,23 @@
-// quota/gateway/rules.hpp — who gets which budget: route classes, rules, versioned sets.
+// quota/gateway/rules.hpp — the validated rule set a gateway decides with.
 //
-// A RuleSet is an immutable, validated snapshot of route classes (a whitelist, each with
-// its cost and fail mode), rules ((level, tenant or plan, route class) → policy) and a
-// version. RuleSet::create checks everything up front and names the offending entry, so
-// a RuleSet that exists is valid. RuleRegistry holds the set in force and swaps in a new
-// one without ever showing a decision a half-built set. The store keys and the ids they
-// are built from are in store_key.hpp.
+// A RuleSet is an immutable snapshot of a RuleSetSpec (rule_spec.hpp): the route classes
+// (a whitelist, each with its costs, fail mode and cap), the rules (each one budget: a
+// policy on a scope, per tenant or plan, for one route class or shared by several) and a
+// version. RuleSet::create checks everything up front and names the offending entry
+// ("rules[2]: ..."), so a RuleSet that exists is valid. plan() turns a request into the
+// budgets it must pass — each with its store key (store_key.hpp), its cost and whether it
+// is in shadow — without allocating. RuleRegistry (rule_registry.hpp) holds the set in
+// force.
 //
-// Thread safety: a RuleSet is immutable (share it freely); RuleRegistry may be called
-// from any thread.
+// Thread safety: a RuleSet is immutable (share it freely).
 //
-//   auto rules = quota::gateway::RuleSet::create({
-//       .version = 1,
-//       .routes = {{.name = "read", .cost = 1}, {.name = "create", .cost = 5}},
-//       .rules = {{.level = quota::gateway::Level::kTenant, .plan = "free", .route = "read",
-//                  .name = "free", .policy = quota::TokenBucket{.rate = {10, 1s}, .burst = 20}}}});
-//   quota::gateway::RuleRegistry registry(*rules);
+//   auto rules = quota::gateway::RuleSet::create(spec);   // StatusOr<shared_ptr<const RuleSet>>
+//   auto checks = (*rules)->plan({.tenant = "acme", .plan = "free"}, "create");
+//   // checks: [{rule "free-units", key "{acme}#units", cost 5, shadow false}]
 #pragma once
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -31,7 +28,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -39,7 +35,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/detail/keyed_states.hpp"
-#include "quota/detail/mutex.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rule_spec.hpp"
@@ -384,46 +379,6 @@ class RuleSet {
   bool shadow_all_ = false;
   absl::flat_hash_map<std::string, RouteEntry> routes_;
   absl::flat_hash_map<std::string, Rule> rules_;
-};
-
-// The current rule set, swapped atomically. Thread-safe. `current()` copies a shared_ptr
-// under a mutex held only for the copy; `publish()` swaps in a set built beforehand, so
-// readers never wait for a reload to be built, and a reader keeps the set it took until
-// it drops it: no decision ever sees a half-built set. Versions must increase.
-class RuleRegistry {
- public:
-  explicit RuleRegistry(std::shared_ptr<const RuleSet> initial) : current_(std::move(initial)) {}
-
-  // The global switch: while on, every rule of every set is in shadow (decided and
-  // counted, nothing denied), whatever the sets say; off, the sets' own shadow_all holds.
-  void set_shadow_all(bool on) { shadow_all_.store(on, std::memory_order_relaxed); }
-  bool shadow_all() const { return shadow_all_.load(std::memory_order_relaxed); }
-
-  // The set in force now. Hold the returned pointer for the whole request.
-  std::shared_ptr<const RuleSet> current() const {
-    quota::detail::MutexLock lock(mu_);
-    return current_;
-  }
-
-  // Makes `next` current. FailedPrecondition unless its version is greater than the
-  // current one (versions identify states' parameters: they must not be reused).
-  absl::Status publish(std::shared_ptr<const RuleSet> next) {
-    if (next == nullptr) return absl::InvalidArgumentError("publish: null rule set");
-    std::shared_ptr<const RuleSet> old;  // released outside the lock
-    quota::detail::MutexLock lock(mu_);
-    if (current_ != nullptr && next->version() <= current_->version()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("publish: version %d is not greater than the current %d", next->version(),
-                          current_->version()));
-    }
-    old = std::exchange(current_, std::move(next));
-    return absl::OkStatus();
-  }
-
- private:
-  mutable quota::detail::Mutex mu_;
-  std::shared_ptr<const RuleSet> current_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> shadow_all_{false};
 };
 
 }  // namespace quota::gateway
