@@ -6,7 +6,8 @@
 // decision and the buckets refill 10^6 units/s), with 1 level (tenant) or 3 levels
 // (user, tenant, global). "short" ids keep every key and name within std::string's
 // inline capacity (15 bytes in libstdc++); "long" ids (a 17-byte tenant, an 18-byte user)
-// do not, to show what longer keys cost.
+// do not, to show what longer keys cost. BM_GatewayLimits: one tenant with 1 or 3
+// named limits on the same scope, all paid by the route.
 //
 //   cmake --preset release -B build/release && cmake --build build/release --target gateway_bench
 //   build/release/benchmarks/gateway_bench --benchmark_format=json
@@ -25,6 +26,7 @@
 #include <benchmark/benchmark.h>
 
 #include "quota/gateway/gateway.hpp"
+#include "quota/policy/fixed_window.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
 // Counts allocations (it replaces the global operator new of this executable).
@@ -110,6 +112,65 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_TEMPLATE(BM_GatewayDecide, quota::LocalStore<KeyPolicy>)->Apply(Args);
 BENCHMARK_TEMPLATE(BM_GatewayDecide, quota::ShardedStore<KeyPolicy>)->Apply(Args);
+
+// One tenant's `limits` named limits (1: requests; 3: requests, tokens per minute, tokens
+// per day — a token bucket and two fixed windows), shared by the route, which pays 1 on
+// each: the cost of several limits on one scope.
+std::shared_ptr<const RuleSet> limit_rules(int limits) {
+  const char* names[] = {"requests", "tokens-min", "tokens-day"};
+  RuleSetSpec spec{.version = 1, .routes = {{.name = "read"}}, .rules = {}};
+  for (int i = 0; i < limits; ++i) {
+    spec.routes[0].costs.push_back({.limit = names[i], .units = 1});
+    const quota::gateway::RulePolicy policy =
+        i == 0 ? quota::gateway::RulePolicy(kPolicy)
+               : quota::gateway::RulePolicy(quota::FixedWindow{
+                     .limit = 1'000'000'000, .window = i == 1 ? Nanos{1min} : Nanos{24h}});
+    spec.rules.push_back({.level = Level::kTenant,
+                          .plan = "free",
+                          .name = names[i],
+                          .policy = policy,
+                          .limit = names[i]});
+  }
+  auto set = RuleSet::create(std::move(spec));
+  if (!set.ok()) std::abort();
+  return *set;
+}
+
+// args: [0] limits of the tenant (1 or 3).
+template <class Store>
+void BM_GatewayLimits(benchmark::State& state) {
+  RuleRegistry registry(limit_rules(static_cast<int>(state.range(0))));
+  Store store;
+  Gateway<Store> gw(store, registry);
+  const Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
+  std::int64_t now = 0;
+  for (int i = 0; i < 1000; ++i) {
+    now += 1000;
+    if (!gw.decide(req, Nanos{now}).ok()) std::abort();
+  }
+  std::int64_t denied = 0;
+  const std::int64_t allocs = quota::testing::allocations_in([&] {
+    for (auto _ : state) {
+      now += 1000;
+      auto r = gw.decide(req, Nanos{now});
+      if (!r.ok()) std::abort();
+      denied += r->decision.allowed ? 0 : 1;
+      benchmark::DoNotOptimize(r);
+    }
+  });
+  state.counters["allocs_per_decision"] =
+      benchmark::Counter(static_cast<double>(allocs) / static_cast<double>(state.iterations()));
+  state.counters["denied"] = static_cast<double>(denied);
+}
+
+BENCHMARK_TEMPLATE(BM_GatewayLimits, quota::LocalStore<KeyPolicy>)
+    ->ArgName("limits")
+    ->Arg(1)
+    ->Arg(3);
+BENCHMARK_TEMPLATE(BM_GatewayLimits, quota::ShardedStore<KeyPolicy>)
+    ->ArgName("limits")
+    ->Arg(1)
+    ->Arg(3);
 
 }  // namespace
 
