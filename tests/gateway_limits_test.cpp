@@ -1,11 +1,14 @@
 // Tests for the rule model of quota/gateway/rule_spec.hpp and rules.hpp through the
 // Gateway, in-process: named limits shared by route classes, several limits on one scope,
-// per-limit costs (fixed and estimated), all or nothing across them, and the rule
-// changes that convert a named limit's state.
+// per-limit costs (fixed and estimated), all or nothing across them (one atomic step per
+// scope), and the rule changes that convert a named limit's state.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <variant>
 
 #include "quota/gateway/gateway.hpp"
 #include "quota/policy/fixed_window.hpp"
@@ -286,4 +289,47 @@ TEST_CASE("invalid limits and costs are refused, naming the entry") {
     spec.routes[0].costs[0].units = 0;
     CHECK_THAT(error(spec), Catch::Contains("routes[0]") && Catch::Contains("units"));
   }
+}
+
+TEST_CASE("the limits of one scope are one atomic step: no call sees a deduction given back") {
+  // "both" pays 1 on limit a (10 units, no refill) and 1 on limit b (1 unit, spent): every
+  // such request is denied by b after a was deducted. An observer reading a's state from
+  // another thread must never see that deduction (in-process, a's give-back happens under
+  // the same locks as the deduction).
+  RuleSetSpec spec{.version = 1,
+                   .routes = {{.name = "both",
+                               .costs = {{.limit = "a", .units = 1}, {.limit = "b", .units = 1}}},
+                              {.name = "only-b", .costs = {{.limit = "b", .units = 1}}}},
+                   .rules = {}};
+  for (const char* name : {"a", "b"}) {
+    spec.rules.push_back({.level = Level::kTenant,
+                          .plan = "free",
+                          .name = name,
+                          .policy = TokenBucket{.rate = {0, 1s}, .burst = name[0] == 'a' ? 10 : 1},
+                          .limit = name});
+  }
+  RuleRegistry registry(build(spec));
+  quota::ShardedStore<KeyPolicy> store;
+  Gateway gw(store, registry);
+  REQUIRE(gw.decide(on("only-b"), Nanos{0})->decision.allowed);  // b is spent
+  REQUIRE_FALSE(gw.decide(on("both"), Nanos{0})->decision.allowed);
+  const quota::gateway::RulePolicy a_policy = spec.rules[0].policy;
+  std::atomic<bool> done{false};
+  std::atomic<int> seen_lower{0};
+  std::thread observer([&] {
+    while (!done.load()) {
+      auto tokens = store.update(
+          KeyPolicy{.policy = &a_policy, .version = 1}, "{acme}#a", Nanos{0},
+          [](quota::gateway::KeyState& s) { return std::get<TokenBucket::State>(s.state).tokens; });
+      if (tokens.ok() && *tokens != quota::to_micro(10)) seen_lower.fetch_add(1);
+    }
+  });
+  int denied = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    denied += gw.decide(on("both"), Nanos{0})->decision.allowed ? 0 : 1;
+  }
+  done.store(true);
+  observer.join();
+  CHECK(denied == 20'000);
+  CHECK(seen_lower.load() == 0);
 }

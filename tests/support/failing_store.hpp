@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -41,6 +42,14 @@ class FailingStore {
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
     if (down()) return fail();
     return inner_.update(policy, key, now, std::forward<Fn>(fn));
+  }
+
+  template <class Fn>
+  auto update_all(std::span<const policy_type> policies, std::span<const std::string_view> keys,
+                  Nanos now, Fn&& fn)
+      -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+    if (down()) return fail();
+    return inner_.update_all(policies, keys, now, std::forward<Fn>(fn));
   }
 
  private:

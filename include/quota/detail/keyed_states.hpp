@@ -13,14 +13,15 @@
 // only then. A full store makes room by evicting every key idle at `now`, and refuses a
 // new key only when none is. Once the store has been full it keeps an idle index: a
 // min-heap of (lower bound of a key's idle time, record id), at least one entry per key
-// — built by the sweep that first found it full, an entry pushed for each new key and
-// for each write that moved a key's idle time earlier (a refund, a give-back, a rule
-// downgrade, a settle). Making room pops the entries due by `now`: a key found idle is
-// evicted in O(1) (its record marked dead), one written since is pushed again at its
-// real idle time. So each decision costs O(log keys) amortized and no decision scans the
-// keys, except the compacting sweep that reclaims dead records, which runs once per
-// capacity/2 evictions (amortized O(1) each). The index costs 16 bytes per entry, and
-// only in a store that has been full.
+// — built when it first found itself full, an entry pushed for each new key and for each
+// write that moved a key's idle time earlier (a refund, a give-back, a rule downgrade, a
+// settle). Making room pops the entries due by `now`: a key found idle is evicted in O(1)
+// (its record marked dead), one written since is pushed again at its real idle time. So
+// each decision costs O(log keys) amortized and no decision scans the keys, except the
+// compaction that reclaims dead records, which runs before a write once they are
+// half the capacity (amortized O(1) per eviction). Making room never moves a record, so
+// a caller may open several keys under one lock (open/close) and write them together.
+// The index costs 16 bytes per entry, and only in a store that has been full.
 //
 //   KeyedStates<TokenBucket> states(/*capacity=*/1000);
 //   auto d = states.update(tb, "tenant-1", key_hash("tenant-1"), now,
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -93,22 +95,53 @@ class KeyedStates {
   template <class Fn>
   auto update(const P& policy, std::string_view key, std::size_t hash, Nanos now, Fn&& fn)
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
-    auto id = locate(policy, key, hash, now);
-    if (!id.ok()) return id.status();
-    State& s = arena_->state(*id);
-    if (!indexed_) return std::forward<Fn>(fn)(s);  // not full yet: no index to keep
-    const Nanos before = policy.idle_at(s);
-    auto result = std::forward<Fn>(fn)(s);
-    if (const Nanos after = policy.idle_at(s); after < before) push(policy, after, *id);
+    compact_if_due(policy);
+    auto w = writing(policy, key, hash, now);
+    if (!w.ok()) return w.status();
+    auto result = std::forward<Fn>(fn)(*w->state);
+    written(policy, *w);
     return result;
+  }
+
+  // A key's state open for writing (open() … close()), for a caller that writes several
+  // keys under one lock: no record moves between open() and close(), so the states of
+  // every key opened since the last compact_if_due() stay where they are.
+  struct Writing {
+    State* state;
+    std::uint32_t id;
+    Nanos before;  // the idle time before the write, when the idle index was kept then
+  };
+
+  // Reclaims the records of evicted keys once they are half the capacity (a compaction:
+  // O(keys), once per capacity/2 evictions; every live key stays). Call with no state open.
+  void compact_if_due(const P& policy) {
+    if (arena_->dead_count() <= capacity_ / 2) return;
+    arena_->compact([](const State&) { return true; });  // the live records all stay
+    reindex(policy);
+  }
+
+  // Finds or creates the state of `key`, evicting idle keys if the store is full (never
+  // moving a record, and never evicting a key open now). ResourceExhausted when the store
+  // is full and no key is idle; InvalidArgument for a key longer than kMaxLocalKeyBytes.
+  absl::StatusOr<Writing> open(const P& policy, std::string_view key, std::size_t hash, Nanos now) {
+    auto w = writing(policy, key, hash, now);
+    if (w.ok()) open_.push_back(w->id);
+    return w;
+  }
+
+  // The write through `w` is done: if it moved the key's idle time earlier (a refund, a
+  // give-back, a downgrade), the idle index learns it.
+  void close(const P& policy, const Writing& w) {
+    open_.erase(std::find(open_.begin(), open_.end(), w.id));
+    written(policy, w);
   }
 
   // Finds or creates the state of `key` and returns a pointer to it, valid until the next
   // sweep. A caller that writes through it may only move the key's idle time later (spend);
-  // writes that may move it earlier go through update(). ResourceExhausted when the store
-  // is full and no key is idle; InvalidArgument for a key longer than kMaxLocalKeyBytes.
+  // writes that may move it earlier go through update(). Errors as open().
   absl::StatusOr<State*> find_or_create(const P& policy, std::string_view key, std::size_t hash,
                                         Nanos now) {
+    compact_if_due(policy);
     auto id = locate(policy, key, hash, now);
     if (!id.ok()) return id.status();
     return &arena_->state(*id);
@@ -120,21 +153,19 @@ class KeyedStates {
     const std::size_t before = index_.size();
     const bool moved = arena_->compact([&](const State& s) { return policy.idle_at(s) > now; });
     const std::size_t removed = before - arena_->live();
-    // Ids change when a record moved: rebuild the index at the size it now needs (which
-    // also returns the memory of a table grown for more keys), and the idle index.
     if (removed != 0 || moved) {
-      Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
-      rebuilt.reserve(arena_->live());
-      arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
-      index_ = std::move(rebuilt);
+      reindex(policy);
+    } else if (indexed_) {
+      rebuild_idle_index(policy);
     }
-    if (indexed_) rebuild_idle_index(policy);
     return removed;
   }
 
   std::size_t size() const { return index_.size(); }
 
  private:
+  static constexpr Nanos kUnknown = Nanos::min();  // Writing::before, no index kept then
+
   // One entry of the idle index: the key of record `id` is idle no earlier than `at`.
   struct IdleEntry {
     std::int64_t at;
@@ -143,6 +174,32 @@ class KeyedStates {
   struct LaterFirst {
     bool operator()(const IdleEntry& a, const IdleEntry& b) const { return a.at > b.at; }
   };
+
+  // After a compaction (record ids changed): the index rebuilt at the size it now needs
+  // (which also returns the memory of a table grown for more keys), and the idle index.
+  void reindex(const P& policy) {
+    Index rebuilt(0, IdHash{arena_.get()}, IdEq{arena_.get()});
+    rebuilt.reserve(arena_->live());
+    arena_->for_each([&](std::uint32_t id) { rebuilt.insert(id); });
+    index_ = std::move(rebuilt);
+    if (indexed_) rebuild_idle_index(policy);
+  }
+
+  // open() without marking the key open (update(): nothing else is opened meanwhile).
+  absl::StatusOr<Writing> writing(const P& policy, std::string_view key, std::size_t hash,
+                                  Nanos now) {
+    auto id = locate(policy, key, hash, now);
+    if (!id.ok()) return id.status();
+    State& s = arena_->state(*id);
+    return Writing{.state = &s, .id = *id, .before = indexed_ ? policy.idle_at(s) : kUnknown};
+  }
+
+  // The idle index after a write (see close()). One branch while the store was never full.
+  void written(const P& policy, const Writing& w) {
+    if (!indexed_) return;
+    const Nanos after = policy.idle_at(*w.state);
+    if (w.before == kUnknown || after < w.before) push(policy, after, w.id);
+  }
 
   absl::StatusOr<std::uint32_t> locate(const P& policy, std::string_view key, std::size_t hash,
                                        Nanos now) {
@@ -172,23 +229,24 @@ class KeyedStates {
     return *id;
   }
 
-  // Evicts every key idle at `now`; true when one was. The first time, and whenever dead
-  // records reach half the capacity or the index holds twice as many entries as keys, by
-  // a compacting sweep (O(keys), amortized over the evictions or pushes since the last);
-  // otherwise from the idle index (O(log keys) per entry due).
+  // Evicts every key idle at `now` from the idle index (built the first time: O(keys)
+  // once; then O(log keys) per entry due); true when one was. Moves no record.
   bool make_room(const P& policy, Nanos now) {
-    if (!indexed_ || arena_->dead_count() > capacity_ / 2) {
+    if (!indexed_) {
       indexed_ = true;
-      return sweep(policy, now) > 0;
+      rebuild_idle_index(policy);
     }
     bool evicted = false;
+    absl::InlinedVector<IdleEntry, 4> kept;  // idle but open: pushed back after the loop
     while (!idle_.empty() && idle_.front().at <= now.count()) {
       std::pop_heap(idle_.begin(), idle_.end(), LaterFirst{});
       const IdleEntry e = idle_.back();
       idle_.pop_back();
       if (arena_->dead(e.id)) continue;  // a second entry of an evicted key
       const Nanos idle = policy.idle_at(arena_->state(e.id));
-      if (idle <= now) {
+      if (idle <= now && std::find(open_.begin(), open_.end(), e.id) != open_.end()) {
+        kept.push_back(e);
+      } else if (idle <= now) {
         index_.erase(e.id);
         arena_->kill(e.id);
         evicted = true;
@@ -197,6 +255,10 @@ class KeyedStates {
         idle_.push_back({idle.count(), e.id});
         std::push_heap(idle_.begin(), idle_.end(), LaterFirst{});
       }
+    }
+    for (const IdleEntry& e : kept) {
+      idle_.push_back(e);
+      std::push_heap(idle_.begin(), idle_.end(), LaterFirst{});
     }
     return evicted;
   }
@@ -261,8 +323,9 @@ class KeyedStates {
   Nanos assume_spent_at_;  // StoreOptions::assume_spent_at
   std::unique_ptr<Arena> arena_;
   Index index_;
-  bool indexed_ = false;         // the store has been full: idle_ is kept
-  std::vector<IdleEntry> idle_;  // min-heap on `at` (LaterFirst)
+  bool indexed_ = false;                        // the store has been full: idle_ is kept
+  std::vector<IdleEntry> idle_;                 // min-heap on `at` (LaterFirst)
+  absl::InlinedVector<std::uint32_t, 4> open_;  // records open now (open() … close())
 };
 
 }  // namespace quota::detail

@@ -16,13 +16,15 @@
 //       The settle operations of key_state.hpp on one key.
 //
 // Two backends:
-//   - StoreBackend<Store>, below: any in-process store of KeyStates with `update`
-//     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). Each level is one atomic update;
-//     across levels, all-or-nothing is by exact give-back: a level deducted before a
-//     later one denied gets the same cost back (at the state's own latest time, so a
-//     window policy takes it back into the window it was counted in). Between the
-//     deduction and the give-back a concurrent request may see that level lower by the
-//     cost and be denied — never admitted beyond any level's envelope.
+//   - StoreBackend<Store>, below: any in-process store of KeyStates with `update_all`
+//     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). The levels of one scope — a
+//     tenant's user and tenant budgets, every named limit of them — are ONE atomic
+//     update_all: a level deducted before a later one of the scope denied gets the same
+//     cost back under the same locks (at the state's own latest time, so a window policy
+//     takes it back into the window it counted it in), so no call sees it. Across scopes
+//     (the global one), all or nothing is by the same exact give-back after the call:
+//     between them a concurrent request may see a budget lower by the cost and be denied
+//     — never admitted beyond any budget's envelope.
 //   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
 //     ONE Lua script (atomic all-or-nothing, no give-back needed); the global level in
 //     its own slot, given back by a second script when it denies.
@@ -73,7 +75,11 @@ concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
 
 // An in-process store of KeyStates (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>).
 template <class S>
-concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_type, KeyPolicy>;
+concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_type, KeyPolicy> &&
+    requires(S& store, std::span<const KeyPolicy> policies, std::span<const std::string_view> keys,
+             Nanos now) {
+  store.update_all(policies, keys, now, [](std::span<KeyState* const>) { return 0; });
+};
 
 // The in-process backend over such a store (see the header comment).
 template <InProcessKeyStore Store>
@@ -84,21 +90,24 @@ class StoreBackend {
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) {
     LevelsResult out{.parts = {}, .time = now};
-    CheckVector<std::size_t> taken;  // levels deducted so far
-    for (std::size_t i = 0; i < levels.size(); ++i) {
-      const KeyPolicy kp{.policy = levels[i].policy, .version = version};
-      auto d = store_.apply(kp, levels[i].key, now, levels[i].cost);
-      if (!d.ok()) {
+    CheckVector<std::size_t> taken;  // levels deducted by the scopes decided so far
+    for (std::size_t begin = 0; begin < levels.size();) {
+      std::size_t end = begin + 1;
+      while (end < levels.size() && scope_of(levels[end].key) == scope_of(levels[begin].key)) ++end;
+      auto scope = decide_scope(levels.subspan(begin, end - begin), version, now);
+      if (!scope.ok()) {
         give_back(levels, taken, version, now);
-        return d.status();
+        return scope.status();
       }
-      out.parts.push_back(*d);
-      if (d->allowed) {
-        taken.push_back(i);
-      } else if (!levels[i].shadow) {
+      for (const Decision& d : scope->parts) out.parts.push_back(d);
+      if (scope->stopped) {
         give_back(levels, taken, version, now);
         return out;
       }
+      for (std::size_t i = 0; i < scope->parts.size(); ++i) {
+        if (scope->parts[i].allowed) taken.push_back(begin + i);
+      }
+      begin = end;
     }
     return out;
   }
@@ -130,6 +139,39 @@ class StoreBackend {
         return gateway::refund(s, levels[i].cost, spent_at, now);
       });
     }
+  }
+
+  // The levels of one scope in one atomic step (Store::update_all): decided in order; at
+  // the first enforcing denial the levels allowed before it get their cost back, under the
+  // same locks, so no other call ever sees their deduction.
+  struct ScopeResult {
+    CheckVector<Decision> parts;
+    bool stopped = false;  // an enforcing level denied (the last part)
+  };
+  absl::StatusOr<ScopeResult> decide_scope(std::span<const LevelCheck> levels,
+                                           std::uint64_t version, Nanos now) {
+    CheckVector<KeyPolicy> policies;
+    CheckVector<std::string_view> keys;
+    for (const LevelCheck& l : levels) {
+      policies.push_back({.policy = l.policy, .version = version});
+      keys.push_back(l.key);
+    }
+    return store_.update_all(policies, keys, now, [&](std::span<KeyState* const> states) {
+      ScopeResult r;
+      for (std::size_t i = 0; i < levels.size(); ++i) {
+        r.parts.push_back(policies[i].apply(*states[i], now, levels[i].cost));
+        if (r.parts.back().allowed || levels[i].shadow) continue;
+        for (std::size_t j = 0; j < i; ++j) {
+          if (!r.parts[j].allowed) continue;
+          KeyState& s = *states[j];
+          const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
+          gateway::refund(s, levels[j].cost, spent_at, now);
+        }
+        r.stopped = true;
+        break;
+      }
+      return r;
+    });
   }
 
   Store& store_;

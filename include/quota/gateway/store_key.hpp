@@ -106,6 +106,15 @@ inline absl::Status check_name(std::string_view s, const char* what) {
   return detail::check_token(s, kMaxNameBytes, false, what);
 }
 
+// The scope a store key belongs to: its "{tenant}" or "{~global}" prefix (the Redis hash
+// tag); a key without one is its own scope. The budgets of one scope are decided in one
+// atomic step (backend.hpp).
+inline std::string_view scope_of(std::string_view key) {
+  if (key.empty() || key.front() != '{') return key;
+  const std::size_t close = key.find('}');
+  return close == std::string_view::npos ? key : key.substr(0, close + 1);
+}
+
 // Store keys (see the header comment), as RuleSet::plan() builds them. Arguments must already be
 // checked.
 inline std::string tenant_key(std::string_view tenant, std::string_view route) {

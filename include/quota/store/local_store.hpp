@@ -17,10 +17,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
@@ -48,6 +51,29 @@ class LocalStore {
   auto update(const P& policy, std::string_view key, Nanos now, Fn&& fn)
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
     return states_.update(policy, key, detail::key_hash(key), now, std::forward<Fn>(fn));
+  }
+
+  // Runs `fn(std::span<State* const>)` on the states of every key of `keys` (the i-th
+  // created fresh under `policies[i]` if absent), in one step: the multi-key form of
+  // update(), as ShardedStore::update_all. On an error `fn` is not run.
+  template <class Fn>
+  auto update_all(std::span<const P> policies, std::span<const std::string_view> keys, Nanos now,
+                  Fn&& fn) -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+    if (policies.size() != keys.size()) {
+      return absl::InvalidArgumentError("update_all: one policy per key");
+    }
+    for (std::size_t k = 0; k < keys.size(); ++k) states_.compact_if_due(policies[k]);
+    absl::InlinedVector<typename detail::KeyedStates<P>::Writing, 8> open;
+    absl::InlinedVector<State*, 8> states;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      auto w = states_.open(policies[k], keys[k], detail::key_hash(keys[k]), now);
+      if (!w.ok()) return w.status();
+      open.push_back(*w);
+      states.push_back(w->state);
+    }
+    auto result = std::forward<Fn>(fn)(std::span<State* const>(states.data(), states.size()));
+    for (std::size_t k = 0; k < keys.size(); ++k) states_.close(policies[k], open[k]);
+    return result;
   }
 
   // Forgets every idle key; returns how many.

@@ -27,11 +27,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
@@ -73,6 +76,54 @@ class ShardedStore {
     return shard.states->update(policy, key, hash, now, std::forward<Fn>(fn));
   }
 
+  // Runs `fn(std::span<State* const>)` on the states of every key of `keys` (the i-th
+  // created fresh under `policies[i]` if absent) with every shard they live in locked, so
+  // no other call sees any of them between the first write and the last: one atomic step
+  // over several keys. Shards are locked in index order, so two such calls never deadlock.
+  // `fn` must not call back into this store. Errors as update(); on an error `fn` is not
+  // run and nothing is written (a key may have been created fresh).
+  template <class Fn>
+  ABSL_NO_THREAD_SAFETY_ANALYSIS auto update_all(std::span<const P> policies,
+                                                 std::span<const std::string_view> keys, Nanos now,
+                                                 Fn&& fn)
+      -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+    if (policies.size() != keys.size()) {
+      return absl::InvalidArgumentError("update_all: one policy per key");
+    }
+    absl::InlinedVector<std::size_t, 8> hashes, shards;
+    for (std::string_view key : keys) {
+      hashes.push_back(detail::key_hash(key));
+      shards.push_back(shard_index(hashes.back()));
+    }
+    absl::InlinedVector<std::size_t, 8> locked(shards.begin(), shards.end());
+    std::sort(locked.begin(), locked.end());
+    locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
+    for (std::size_t i : locked) shards_[i].mu.lock();
+    struct Unlock {
+      ShardedStore* store;
+      std::span<const std::size_t> shards;
+      ~Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        for (std::size_t i : shards) store->shards_[i].mu.unlock();
+      }
+    } unlock{this, locked};
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      shards_[shards[k]].states->compact_if_due(policies[k]);
+    }
+    absl::InlinedVector<typename detail::KeyedStates<P>::Writing, 8> open;
+    absl::InlinedVector<State*, 8> states;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      auto w = shards_[shards[k]].states->open(policies[k], keys[k], hashes[k], now);
+      if (!w.ok()) return w.status();
+      open.push_back(*w);
+      states.push_back(w->state);
+    }
+    auto result = std::forward<Fn>(fn)(std::span<State* const>(states.data(), states.size()));
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      shards_[shards[k]].states->close(policies[k], open[k]);
+    }
+    return result;
+  }
+
   // Forgets every idle key in every shard; returns how many.
   std::size_t sweep(const P& policy, Nanos now) {
     std::size_t removed = 0;
@@ -103,9 +154,10 @@ class ShardedStore {
 
   // The shard comes from the hash's top bits; the map inside uses the low ones, so keys
   // of one shard still spread over its map.
-  Shard& shard_for(std::size_t hash) const {
-    return shards_[shard_bits_ == 0 ? 0 : hash >> (64 - shard_bits_)];
+  std::size_t shard_index(std::size_t hash) const {
+    return shard_bits_ == 0 ? 0 : hash >> (64 - shard_bits_);
   }
+  Shard& shard_for(std::size_t hash) const { return shards_[shard_index(hash)]; }
 
   int shard_bits_;
   std::unique_ptr<Shard[]> shards_;
