@@ -37,10 +37,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rule_spec.hpp"
 #include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rule_spec.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/rules/rule_parser.hpp"
+#include "quota/rules/yaml_fields.hpp"
 
 namespace quota::rules {
 

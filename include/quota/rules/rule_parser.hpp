@@ -8,8 +8,10 @@
 // a missing required field and YAML syntax errors are all errors, never skipped. Integers
 // are whole numbers that fit in int64 (`1_000_000` is allowed); rates are
 // `<units>/<period>` (`100/s`, `1000000/1min`, `20/100ms`), durations
-// `<integer><ns|us|ms|s|min|h|d>` (scalars.hpp). The schema, field for field the
-// RuleSetSpec (a * marks a required field; docs/gateway.md "Rule files" has the details):
+// `<integer><ns|us|ms|s|min|h|d>` (scalars.hpp). This header holds the schema; the field
+// walking, its errors and the scalar readers are in yaml_fields.hpp. The schema, field for
+// field the RuleSetSpec (a * marks a required field; docs/gateway.md "Rule files" has the
+// details):
 //
 //   version, shadow_all
 //   routes*: [{name*, cost, max_cost, fail_mode: closed|open,
@@ -20,21 +22,15 @@
 //              sliding_log: {...}, sliding_window_estimate: {...};
 //              shadow, enforce_percent: 0..100, max_cost}]
 //
-// Needs yaml-cpp: link quota::rules.
-//
-// Thread safety: pure functions.
+// Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
 //
 //   auto spec = quota::rules::parse_rules(text, "rules.yaml");
 //   if (!spec.ok()) std::cerr << spec.status().message() << "\n";  // rules.yaml:7:14: ...
 //   // spec->routes, spec->rules, spec->version (1 when the file gives none)
 #pragma once
 
-#include <algorithm>
 #include <array>
-#include <chrono>
-#include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,7 +45,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/rule_spec.hpp"
 #include "quota/policy/fixed_window.hpp"
@@ -57,6 +52,7 @@
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/rules/scalars.hpp"
+#include "quota/rules/yaml_fields.hpp"
 #include "quota/units.hpp"
 
 namespace quota::rules {
@@ -71,24 +67,6 @@ template <class P, class... Ts>
 struct is_alternative<P, std::variant<Ts...>> : std::disjunction<std::is_same<P, Ts>...> {};
 template <class P>
 inline constexpr bool kIsRulePolicy = is_alternative<P, gateway::RulePolicy>::value;
-
-// A position in the file, 1-based.
-struct Position {
-  int line = 1;
-  int column = 1;
-};
-
-inline Position position(const YAML::Mark& m) {
-  if (m.is_null()) return {};
-  return {.line = m.line + 1, .column = m.column + 1};
-}
-
-inline absl::Status located(std::string_view file, Position at, std::string_view path,
-                            std::string_view message,
-                            absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
-  return absl::Status(code, absl::StrFormat("%s:%d:%d: %s: %s", sv(file), at.line, at.column,
-                                            sv(path), sv(message)));
-}
 
 // Where a routes[i] or rules[i] entry and its fields are in the file, so that an error
 // RuleSet::create reports later ("rules[2]: burst must be ...") gets a position too.
@@ -129,23 +107,20 @@ inline absl::StatusOr<gateway::RuleSetSpec> parse_rules(std::string_view yaml,
 
 namespace detail {
 
-// Walks the YAML tree. Errors are thrown as a Failure and caught by parse_with_source(),
-// the only entry point: yaml-cpp reports syntax errors by exception, so one catch turns
-// both into the returned Status, and no walker function needs to forward one.
-class Parser {
+// Walks the YAML tree of a rule file (FieldReader, yaml_fields.hpp, reads its fields).
+// Errors are thrown as a Failure and caught by parse_with_source(), the only entry point:
+// yaml-cpp reports syntax errors by exception, so one catch turns both into the returned
+// Status, and no walker function needs to forward one.
+class Parser : private FieldReader {
  public:
-  struct Failure {
-    absl::Status status;
-  };
-
-  explicit Parser(std::string_view file) : file_(file) {}
+  explicit Parser(std::string_view file) : FieldReader(file) {}
 
   ParsedRules parse(std::string_view yaml) {
     std::vector<YAML::Node> docs;
     try {
       docs = YAML::LoadAll(std::string(yaml));
     } catch (const YAML::Exception& e) {
-      throw Failure{located(file_, position(e.mark), "YAML syntax", e.msg)};
+      throw Failure{located(file(), position(e.mark), "YAML syntax", e.msg)};
     }
     if (docs.size() > 1) {
       fail(position(docs[1].Mark()), "rule file", "expected one YAML document, found several");
@@ -186,57 +161,6 @@ class Parser {
   }
 
  private:
-  // One value with its path and position (the value's; its key's when it is empty).
-  struct Field {
-    std::string key;
-    Position key_at;
-    YAML::Node node;
-    std::string path;
-    Position at;
-  };
-
-  [[noreturn]] void fail(Position at, std::string_view path, std::string_view message) const {
-    throw Failure{located(file_, at, path, message)};
-  }
-
-  static std::string describe(const YAML::Node& n) {
-    if (n.IsMap()) return "a mapping";
-    if (n.IsSequence()) return "a sequence";
-    if (!n.IsScalar()) return "nothing";
-    if (n.Tag() == "!") return absl::StrFormat("the quoted string \"%s\"", n.Scalar());
-    return absl::StrFormat("\"%s\"", n.Scalar());
-  }
-
-  [[noreturn]] void wrong_type(const Field& f, std::string_view expected) const {
-    fail(f.at, f.path, absl::StrCat("expected ", sv(expected), ", got ", describe(f.node)));
-  }
-
-  // The entries of a mapping, in order; a key not in `allowed` or given twice is an error.
-  std::vector<Field> fields(const YAML::Node& map, const std::string& path,
-                            std::span<const std::string_view> allowed) const {
-    std::vector<Field> out;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      const Position key_at = position(it->first.Mark());
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : describe(it->first);
-      const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
-      if (!it->first.IsScalar() ||
-          std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        fail(key_at, field_path,
-             absl::StrFormat("unknown field \"%s\"; allowed: %s", key, join(allowed, ", ")));
-      }
-      for (const Field& seen : out) {
-        if (seen.key == key) {
-          fail(key_at, field_path,
-               absl::StrFormat("field given twice (first at line %d)", seen.key_at.line));
-        }
-      }
-      // An empty value's mark is where the next token starts: point at its key instead.
-      const Position at = it->second.IsNull() ? key_at : position(it->second.Mark());
-      out.push_back({key, key_at, it->second, field_path, at});
-    }
-    return out;
-  }
-
   // A nested mapping: its fields, each recorded in `entry` relative to `entry_path`.
   std::vector<Field> submap(const Field& f, std::span<const std::string_view> allowed,
                             std::string_view expected, EntrySource& entry,
@@ -247,80 +171,8 @@ class Parser {
     return out;
   }
 
-  std::vector<Field> sequence(const Field& f, std::string_view what) const {
-    if (!f.node.IsSequence()) wrong_type(f, absl::StrCat("a sequence of ", sv(what)));
-    std::vector<Field> out;
-    for (std::size_t i = 0; i < f.node.size(); ++i) {
-      const YAML::Node item = f.node[i];
-      const Position at = item.IsNull() ? f.at : position(item.Mark());
-      out.push_back({"", at, item, absl::StrFormat("%s[%d]", f.path, i), at});
-    }
-    return out;
-  }
-
   static void record(EntrySource& entry, std::string_view entry_path, const Field& f) {
     entry.fields.emplace_back(f.path.substr(entry_path.size() + 1), f.at);
-  }
-
-  // Scalars. Integers, booleans and names of kinds must be plain (unquoted) scalars; a
-  // quoted "20" is a string, and saying so beats guessing.
-  std::string_view plain(const Field& f, std::string_view expected) const {
-    if (!f.node.IsScalar() || f.node.Tag() == "!") wrong_type(f, expected);
-    return f.node.Scalar();
-  }
-
-  std::string text(const Field& f) const {
-    if (!f.node.IsScalar()) wrong_type(f, "a string");
-    return f.node.Scalar();
-  }
-
-  std::int64_t integer(const Field& f, std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
-                       std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
-    return check(f, parse_integer(plain(f, "an integer"), lo, hi));
-  }
-
-  bool boolean(const Field& f) const {
-    const std::string_view s = plain(f, "true or false");
-    if (s != "true" && s != "false") wrong_type(f, "true or false");
-    return s == "true";
-  }
-
-  Nanos duration(const Field& f) const {
-    return check(f, parse_duration(plain(f, "a duration such as 60s")));
-  }
-
-  Rate rate(const Field& f, bool allow_zero) const {
-    Rate r = check(f, parse_rate(plain(f, "a rate such as 100/s")));
-    if (r.units == 0 && !allow_zero) {
-      fail(f.at, f.path,
-           absl::StrFormat("rate %s never refills: a rule's rate must be positive",
-                           f.node.Scalar()));
-    }
-    return r;
-  }
-
-  template <std::size_t N>
-  std::string_view one_of(const Field& f, const std::array<std::string_view, N>& choices) const {
-    const std::string expected = join(choices, " | ");
-    const std::string_view s = plain(f, expected);
-    if (std::find(choices.begin(), choices.end(), s) == choices.end()) wrong_type(f, expected);
-    return s;
-  }
-
-  template <class T>
-  T check(const Field& f, absl::StatusOr<T> v) const {
-    if (!v.ok()) fail(f.at, f.path, sv(v.status().message()));
-    return *std::move(v);
-  }
-
-  template <class... Required>
-  void require(Position at, std::string_view path, std::span<const Field> got,
-               Required... names) const {
-    for (std::string_view name : {std::string_view(names)...}) {
-      if (std::none_of(got.begin(), got.end(), [&](const Field& f) { return f.key == name; })) {
-        fail(at, absl::StrCat(sv(path), ".", sv(name)), "required field missing");
-      }
-    }
   }
 
   gateway::RouteClass route(const Field& item, EntrySource& entry) const {
@@ -507,15 +359,13 @@ class Parser {
                            join(available, ", ")));
     }
   }
-
-  std::string file_;
 };
 
 inline absl::StatusOr<ParsedRules> parse_with_source(std::string_view yaml,
                                                      std::string_view file_name) {
   try {
     return Parser(file_name).parse(yaml);
-  } catch (const Parser::Failure& f) {
+  } catch (const Failure& f) {
     return f.status;
   }
 }
