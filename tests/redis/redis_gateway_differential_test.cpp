@@ -1,8 +1,8 @@
 // Differential test of quota/redis/twin/gateway.hpp: the Lua twin of the gateway's
 // KeyState (rule changes, debt, refunds, all-or-nothing levels) against the in-process
 // backend (StoreBackend over LocalStore<KeyPolicy>), on random operation sequences with
-// the caller's clock. Every decision, remaining, retry_after, reset_after and version,
-// and every refunded or charged amount, must be identical.
+// the caller's clock and a cost per level. Every decision, remaining, retry_after,
+// reset_after and version, and every refunded or charged amount, must be identical.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -100,7 +100,7 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
 
   const std::vector<std::string> tenants = {"a", "b", "c"};
   std::int64_t now_us = 1'000'000;
-  int decisions = 0, refunds = 0, charges = 0, denials = 0, conversions = 0;
+  int decisions = 0, refunds = 0, charges = 0, denials = 0, conversions = 0, own_costs = 0;
   struct Spent {
     std::string key;
     std::uint64_t version;
@@ -151,8 +151,16 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
       std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 0;
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 50;
-      auto l = local.decide(with_cost(levels, cost), version, now);
-      auto r = redis.decide(with_cost(levels, cost), version, now);
+      std::vector<LevelCheck> costed = with_cost(levels, cost);
+      // Half the requests cost each level its own (random) units.
+      if (coin(rng) < 2) {
+        for (LevelCheck& lc : costed) {
+          lc.cost = std::uniform_int_distribution<std::int64_t>(0, 12)(rng);
+        }
+        ++own_costs;
+      }
+      auto l = local.decide(costed, version, now);
+      auto r = redis.decide(costed, version, now);
       REQUIRE(l.ok());
       INFO(r.status().ToString());
       REQUIRE(r.ok());
@@ -192,13 +200,14 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
     }
   }
   std::printf(
-      "gateway differential: %d decisions (%d denied), %d refunds, %d charges, %d rule "
-      "changes\n",
-      decisions, denials, refunds, charges, conversions);
+      "gateway differential: %d decisions (%d denied, %d with a cost per level), %d refunds, "
+      "%d charges, %d rule changes\n",
+      decisions, denials, own_costs, refunds, charges, conversions);
   // The trace exercised every path.
   CHECK(decisions > 7000);
   CHECK(denials > 500);
   CHECK(refunds > 500);
   CHECK(charges > 500);
   CHECK(conversions > 100);
+  CHECK(own_costs > 2000);
 }

@@ -38,7 +38,8 @@ namespace quota::redis {
 //             or 'c'); the TTL margin, ms (>= 1); the caller's rule-set version; units
 //             (the cost 'd', units to give back 'r' or to charge 'c'); for 'r', whether
 //             the time the units were spent is given (1; 0: the key's own latest time)
-//             and that time, µs; then 'd': the levels' shadow flags ('1' shadow, '0' not)
+//             and that time, µs; then 'd': the levels' shadow flags ('1' shadow, '0' not);
+//             then, when the keys' units differ, each key's units ('<i8' each)
 // ARGV[1+i]   level i's policy, 33 bytes '<BI4I7I7I7I7': kind, burst|limit, m|window
 //             µs, p|0, g|0, fill ns|0 (a bucket of rate 0: m 0, p 1, g 1, fill 0)
 // Reply 'd':       {time µs, levels decided, then per level decided: allowed, reason,
@@ -126,6 +127,11 @@ if op ~= 100 and op ~= 114 and op ~= 99 then
 end
 local decide = op == 100
 local n = #KEYS
+-- Costs per key: after the 43 bytes of the head and ('d') the shadow flags, n costs
+-- ('<i8' each) when they differ between the keys; else `units` is every key's.
+local cpos = 44
+if decide then cpos = 44 + n end
+if #ARGV[1] < cpos then cpos = nil end
 -- Several levels' states are read at once (MGET answers nil also for a key of another
 -- type, so each nil is looked at again before anything is written).
 local raws
@@ -148,6 +154,7 @@ local spol, pkind, pcap, pm, pp, pg, pfill
 for i = 1, n do
   local key = KEYS[i]
   local pol = ARGV[1 + i]
+  if cpos then units = sunpack('<i8', ARGV[1], cpos + 8 * (i - 1)) end
   if pol ~= spol then
     spol = pol
     pkind, pcap, pm, pp, pg, pfill = sunpack('<BI4I7I7I7I7', pol)
