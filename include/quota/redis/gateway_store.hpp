@@ -16,11 +16,12 @@
 // tenant's hash slot and are decided by ONE script: all allow or nothing is deducted. The
 // global level ("{~global}route", its own slot) is decided by a second script; when it
 // denies or fails, the tenant's levels are given back by a third — never an admission
-// beyond any level's envelope, at worst a brief under-admission. Time is the server's
-// (microseconds). Failures are values: kUnavailable (the gateway's fail mode applies),
-// kDataLoss for a key that is not ours, kInvalidArgument for a rule outside the twin's
-// range (`check`). Attempts are kept in Redis in the tenant's slot, so a retry reaching
-// another process is replayed: written "pending" before the decision, "decided" after.
+// beyond any level's envelope, at worst a brief under-admission. Each level deducts (and
+// gets back) its own cost. Time is the server's, nanoseconds (TIME has microseconds).
+// Failures are values: kUnavailable (the gateway's fail mode applies), kDataLoss for a
+// key that is not ours, kInvalidArgument for a rule outside the twin's range (`check`).
+// Attempts are kept in Redis in the tenant's slot, so a retry reaching another process
+// is replayed: written "pending" before the decision, "decided" after.
 // docs/gateway.md has the whole story (coalescing, durability, attempts).
 //
 // Thread safety: every method may be called from any thread.
@@ -61,6 +62,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/twin/gateway.hpp"
+#include "quota/redis/twin/gateway_attempts.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
 #include "quota/units.hpp"
 
@@ -191,7 +193,7 @@ class GatewayStore {
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
-    return one(level, 'r', version, now, quota::detail::floor_div(spent_at.count(), 1000));
+    return one(level, 'r', version, now, spent_at);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
@@ -325,7 +327,7 @@ class GatewayStore {
   // the cost 'd', the units to give back 'r' or to charge 'c').
   absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
                              std::uint64_t version, Nanos now,
-                             std::optional<std::int64_t> spent_us) const {
+                             std::optional<Nanos> spent_at) const {
     if (!config_error_.ok()) return config_error_;
     if (version > kGatewayMaxVersion) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -334,11 +336,14 @@ class GatewayStore {
     Call call;
     call.keys.reserve(levels.size());
     call.args.reserve(1 + levels.size());
-    // The head (twin/gateway.hpp): '<Bi8Bi8i8i8Bi8', then the shadow flags.
+    // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4', then the shadow flags and the
+    // units per level.
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
+    const auto [sec, ns] = GatewayTwin::limbs(caller ? now : Nanos{0});
     detail::pack_le(head, caller ? 1 : 0, 1);
-    detail::pack_le(head, caller ? quota::detail::floor_div(now.count(), 1000) : 0, 8);
+    detail::pack_le(head, sec, 8);
+    detail::pack_le(head, ns, 4);
     detail::pack_le(head, static_cast<unsigned char>(op), 1);
     detail::pack_le(head, std::max<std::int64_t>(options_.ttl_margin.count(), 1), 8);
     detail::pack_le(head, static_cast<std::int64_t>(version), 8);
@@ -346,8 +351,10 @@ class GatewayStore {
       return std::clamp<std::int64_t>(l.cost, 0, kMaxUnits);
     };
     detail::pack_le(head, units(levels.front()), 8);
-    detail::pack_le(head, spent_us.has_value() ? 1 : 0, 1);
-    detail::pack_le(head, spent_us.value_or(0), 8);
+    const auto [spent_sec, spent_ns] = GatewayTwin::limbs(spent_at.value_or(Nanos{0}));
+    detail::pack_le(head, spent_at.has_value() ? 1 : 0, 1);
+    detail::pack_le(head, spent_sec, 8);
+    detail::pack_le(head, spent_ns, 4);
     if (op == 'd') {
       for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
     }
@@ -366,8 +373,8 @@ class GatewayStore {
   }
 
   absl::StatusOr<MicroUnits> one(const gateway::LevelCheck& level, char op, std::uint64_t version,
-                                 Nanos now, std::optional<std::int64_t> spent_us) {
-    auto call = build(std::span<const gateway::LevelCheck>(&level, 1), op, version, now, spent_us);
+                                 Nanos now, std::optional<Nanos> spent_at) {
+    auto call = build(std::span<const gateway::LevelCheck>(&level, 1), op, version, now, spent_at);
     if (!call.ok()) return call.status();
     auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
