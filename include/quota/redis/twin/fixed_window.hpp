@@ -101,9 +101,7 @@ if sec > lsec or (sec == lsec and ns > lns) then
   lsec, lns = sec, ns
 end
 -- the time from the last time to the next window start
-local el
-@offset(el, lsec, lns)
-local to_next = W - el
+@to_next(local to_next, lsec, lns)
 @decide(limit, cost <= limit - count)
 if reason == 1 then retry = to_next end
 --@@ write

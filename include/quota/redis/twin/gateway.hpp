@@ -1,26 +1,25 @@
 // quota/redis/twin/gateway.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
 //
 // kGatewayLua runs one of three operations over the keys of ONE tenant (one hash slot),
-// bit-identical to the C++ functions of quota/gateway/key_state.hpp (tests compare them
-// on random operation sequences with arbitrary nanosecond times): 'd' decide
-// (KeyPolicy::apply on each level in order, each with its own cost, stopping at the
-// first level that denies and is not shadow; all or nothing), 'r' refund
-// (gateway::refund on each key, each its own units) and 'c' charge (gateway::charge).
-// GatewayStore (redis/gateway_store.hpp) sends it; its codec (twin/gateway_codec.hpp)
-// packs the policies and parses the replies; twin/gateway_attempts.hpp keeps attempts.
+// bit-identical to the C++ of quota/gateway/key_state.hpp (tests compare them on random
+// operation sequences at arbitrary nanosecond times): 'd' decide (KeyPolicy::apply on
+// each level in order, each with its own cost, stopping at the first level that denies
+// and is not shadow; all or nothing), 'r' refund and 'c' charge (gateway::refund and
+// gateway::charge on each key, each with its own units). GatewayStore
+// (redis/gateway_store.hpp) sends it; twin/gateway_codec.hpp packs its arguments and
+// parses its replies; twin/gateway_attempts.hpp is the attempts script.
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
-// an exact integer below 2^53 and every duration is exact nanoseconds, so both sides
-// decide identically; a key's state is 75 bytes; its TTL is its idle time plus the
-// margin (none while it holds debt); a key that is not a gateway state of ours is
-// QUOTA_CORRUPT, nothing written. Thread safety: the constant is immutable text; Redis
-// runs each script call with nothing interleaved.
+// an exact integer below 2^53 and every duration exact nanoseconds, so both sides decide
+// identically; a key's state is 75 bytes; its TTL is its idle time plus the margin (none
+// while it holds debt); a key that is not a gateway state of ours is QUOTA_CORRUPT,
+// nothing written. Thread safety: immutable text; Redis runs each call with nothing
+// interleaved.
 //
-//   // GatewayStore sends, for one level of a token bucket, rule-set version 1, cost 1:
-//   // EVALSHA <sha of kGatewayLua> 1 "quota:{acme}read" <head: server time, 'd', margin,
-//   //   version 1, units 1, shadow "0"> <the level's 33-byte policy>
-//   // and reads {time s, time ns, 1, allowed, reason, remaining, retry_after ns,
-//   //            reset_after ns, version}.
+//   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}read" <head: server time, 'd',
+//   //   margin, version 1, units 1, shadow "0"> <the level's 33-byte policy>
+//   // → {time s, time ns, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
+//   //    version}
 #pragma once
 
 #include <string>
@@ -33,47 +32,36 @@ namespace quota::redis {
 // The script's body (after kLuaMath and kLuaReach of twin/common.hpp; its macros expanded).
 //
 // KEYS[1..n]  the keys (one hash slot)
-// ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes), then ('d') one byte per level:
-//             the caller's time (1) or the server's TIME (0); the time (seconds, ns in
-//             [0, 10^9)); the op ('d', 'r' or 'c'); the TTL margin, ms (>= 1); the
-//             caller's rule-set version; units (the cost 'd', units to give back 'r' or
-//             to charge 'c'); for 'r', whether the time the units were spent is given (1;
-//             0: the key's own latest time) and that time (s, ns); then 'd': the levels'
-//             shadow flags ('1' shadow, '0' not); then, when the keys' units differ, each
-//             key's units ('<i8' each)
+// ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes): the caller's time (1) or the
+//             server's TIME (0); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c'); the
+//             TTL margin, ms (>= 1); the caller's rule-set version; units (the cost 'd',
+//             to give back 'r', to charge 'c'); 'r': whether the time the units were spent
+//             is given (1; 0: the key's own latest time) and that time (s, ns). Then 'd':
+//             one shadow flag per level ('1' shadow); then, when the keys' units differ,
+//             each key's units ('<i8' each).
 // ARGV[1+i]   level i's policy, 33 bytes '<BI4I7I7I7I7': kind 1 token bucket (burst, m, p,
 //             g, fill ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1, g 1, fill 0) | kind 2
 //             fixed window (limit, w, mode: LuaTwin<FixedWindow>'s grid, 0, W ns)
-// Reply 'd':       {time s, time ns, levels decided, then per level decided: allowed,
-//                   reason, remaining, retry_after ns (-1 never), reset_after ns (-1
-//                   never), version used}
-// Reply 'r', 'c':  {time s, time ns, then per key: micro-units given back | left as debt}
+// Reply 'd':  {time s, time ns, levels decided, then per level decided: allowed, reason,
+//             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version}
+// Reply 'r', 'c': {time s, time ns, then per key: micro-units given back | left as debt}
 //
-// 'd' converts a state written under other parameters (migrate: refill with the old
-// ones up to now, clamp to the new capacity; a state of a NEWER rule-set version is
-// kept), pays debt, applies. On a denial that is not shadow the levels allowed before it
-// are written WITHOUT their deduction (exactly what the in-process give-back leaves).
-//
-// Exactness (kGatewayRange): capacity at most 2·10^9 units, so micro-units with debt and
-// refunds stay below 6·10^15; times are two limbs, and an elapsed time is formed only up
-// to twice a time to fill (the deepest debt refills in two), at most 8·10^15 ns; refill
-// and time-to-reach are split as in kTokenBucketLuaBody (@refill, kLuaReach); the
-// window's arithmetic is the fixed window twin's (@window_start, @in_window, @offset).
-//
-// State: 75 bytes, '<I7i7I7i6I4I7I4c33': the rule-set version; tokens (micro-units) | the
-// window's count; the carry over p; the last time (s, ns); the debt (micro-units); the
-// key's expiry as last set, ms after the last time's ms (0: unknown); the policy argument
-// that wrote it (a state written under the caller's policy ends with the caller's
-// argument: one string comparison). Every field is checked on reading. 75 bytes keep the
-// value in jemalloc's 80-byte class. Format version (twin/common.hpp): bits 53-55 of the
-// rule-set version (< 2^53), version 0 = zero; the check `ver <= 9007199254740991`
-// rejects any other.
-//
-// TTL: the key's idle time plus the margin; none while it holds debt, or for a rate-0
-// bucket that is not full (a one-off budget must not come back). A write keeps the TTL
-// while the expiry set last covers idle time + margin with 10 ms to spare (SETRANGE key
-// 0); else it sets idle time + margin, one margin more when the expiry fell short by less
-// than a margin (a busy key). In caller-time mode every write sets the TTL.
+// 'd' migrates each state (key_state.hpp: a NEWER rule-set version's is kept), pays debt,
+// applies; on a denial that is not shadow the levels allowed before it are written
+// WITHOUT their deduction (what the in-process give-back leaves).
+// Exactness (kGatewayRange): capacity <= 2·10^9 units (micro-units with debt and refunds
+// below 6·10^15); an elapsed time is formed only up to twice a time to fill (<= 8·10^15
+// ns); refill, time to reach and the window grid are the shared @refill, kLuaReach,
+// @window_start, @in_window and @to_next.
+// State: 75 bytes '<I7i7I7i6I4I7I4c33' (jemalloc's 80-byte class): the rule-set version,
+// tokens (micro-units) | the window's count, the carry over p, the last time (s, ns), the
+// debt (micro-units), the expiry as last set (ms after the last time's ms; 0 unknown),
+// the policy argument that wrote it (the caller's: one string comparison); every field
+// checked on reading. Format version (twin/common.hpp): bits 53-55 of the rule-set
+// version, 0; `ver <= 9007199254740991` rejects any other.
+// TTL: idle time + margin; none with debt or for a rate-0 bucket not full (a one-off
+// budget must not come back). Kept (SETRANGE) while the expiry set last covers it with
+// 10 ms to spare; else set, one margin more for a busy key. Caller time: set every write.
 inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
 local MAXOFF = 4294967295
@@ -119,17 +107,13 @@ local raws
 if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS)) end
 local res
 -- (sized for one or two levels: a table that grows is rehashed)
-if not decide then
-  res = {sec, ns, 0}
-elseif n == 1 then
-  res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
-else
-  res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-end
+if not decide then res = {sec, ns, 0}
+elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
+else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
 -- 'd' with several levels: the levels decided and not written yet, 15 values each (one
 -- flat table, no table or closure per level). All are written once the last level is
 -- decided, without their deduction when it denied.
-local W
+local H
 -- The caller's policy of the level, unpacked when it differs from the previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfill
 for i = 1, n do
@@ -176,12 +160,9 @@ for i = 1, n do
         if not ok then return corrupt(key, 'field out of range') end
       end
       capM = cap * M6
-      local ok = ver <= 9007199254740991 and lns <= 999999999 and debt <= capM
-      if kind == 1 then
-        ok = ok and tok >= -capM and tok <= capM and c < p
-      else
-        ok = ok and tok >= 0 and tok <= cap and c == 0
-      end
+      local ok = ver <= 9007199254740991 and lns <= 999999999 and debt <= capM and
+        ((kind == 1 and tok >= -capM and tok <= capM and c < p) or
+          (kind == 2 and tok >= 0 and tok <= cap and c == 0))
       if not ok then return corrupt(key, 'field out of range') end
       if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
     elseif type(raw) ~= 'string' then
@@ -190,21 +171,16 @@ for i = 1, n do
       return corrupt(key, len .. ' bytes, expected 75')
     end
   end
-  -- Brought to the call's time under its own parameters (every operation first does
-  -- that: a conversion observes the old state at max(now, last), debt is paid from the
-  -- budget present then).
+  -- Brought to the call's time under its own parameters (every operation first does that:
+  -- a conversion observes the old state at max(now, last), debt is paid from it).
   if sec > lsec or (sec == lsec and ns > lns) then
     if kind == 1 then
       if tok < capM and m > 0 then
-        -- an elapsed time is formed only up to twice the time to fill: past it the bucket
-        -- is full (also from the deepest debt)
-        local dsec, x = sec - lsec, 0
-        local full = dsec > 9000000
-        if not full then
-          x = dsec * 1000000000 + (ns - lns)
-          full = x > 2 * fill
-        end
-        if full then
+        -- an elapsed time is formed only up to 9·10^6 s; past twice the time to fill the
+        -- bucket is full (also from the deepest debt)
+        local dsec, x = sec - lsec, 2 * fill + 1
+        if dsec <= 9000000 then x = dsec * 1000000000 + (ns - lns) end
+        if x > 2 * fill then
           tok = capM; c = 0
         else
           @refill(x, tok, c, capM)
@@ -244,10 +220,8 @@ for i = 1, n do
     if debt > 0 then
       if kind == 1 then
         local pay = tok
-        if pay < 0 then pay = 0 end
-        if pay > debt then pay = debt end
-        tok = tok - pay
-        debt = debt - pay
+        if pay < 0 then pay = 0 elseif pay > debt then pay = debt end
+        tok, debt = tok - pay, debt - pay
       else
         tok, debt = window_pay(tok, debt, cap)
       end
@@ -264,10 +238,8 @@ for i = 1, n do
     elseif units <= cap - tok then
       tok = tok + units; ok = 1; reason = 0; took = units
     else
-      local w, mode = m, p
-      local el
-      @offset(el, lsec, lns)
-      retry = fill - el
+      local w, mode, W = m, p, fill
+      @to_next(retry, lsec, lns)
     end
     if kind == 1 then
       -- tokens / 10^6 toward zero
@@ -290,8 +262,7 @@ for i = 1, n do
     give = give * M6
     local to_debt = debt
     if to_debt > give then to_debt = give end
-    debt = debt - to_debt
-    give = give - to_debt
+    debt, give = debt - to_debt, give - to_debt
     local given = 0
     if kind == 1 then
       given = capM - tok
@@ -342,20 +313,18 @@ for i = 1, n do
   if kind == 1 then
     if tok < capM then reset = reach(tok, c, capM, m, p) end
   elseif tok ~= 0 then
-    local w, mode = m, p
-    local el
-    @offset(el, lsec, lns)
-    reset = fill - el
+    local w, mode, W = m, p, fill
+    @to_next(reset, lsec, lns)
   end
   if decide then res[6 * i + 2] = reset end
   if decide and i < n and not denied then
     if i == 1 then
-      W = {ver, kind, cap, m, p, g, fill, tok, c, lsec, lns, debt, expiry, took, id}
+      H = {ver, kind, cap, m, p, g, fill, tok, c, lsec, lns, debt, expiry, took, id}
     else
       local b = 15 * (i - 1)
-      W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5], W[b + 6], W[b + 7], W[b + 8] =
+      H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5], H[b + 6], H[b + 7], H[b + 8] =
         ver, kind, cap, m, p, g, fill, tok
-      W[b + 9], W[b + 10], W[b + 11], W[b + 12], W[b + 13], W[b + 14], W[b + 15] =
+      H[b + 9], H[b + 10], H[b + 11], H[b + 12], H[b + 13], H[b + 14], H[b + 15] =
         c, lsec, lns, debt, expiry, took, id
     end
   else
@@ -365,34 +334,29 @@ for i = 1, n do
     for j = i, lo, -1 do
       if j < i then
         local b = 15 * (j - 1)
-        ver, kind, cap, m, p, g, fill, tok = W[b + 1], W[b + 2], W[b + 3], W[b + 4], W[b + 5],
-          W[b + 6], W[b + 7], W[b + 8]
-        c, lsec, lns, debt, expiry, took, id = W[b + 9], W[b + 10], W[b + 11], W[b + 12],
-          W[b + 13], W[b + 14], W[b + 15]
+        ver, kind, cap, m, p, g, fill, tok = H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5],
+          H[b + 6], H[b + 7], H[b + 8]
+        c, lsec, lns, debt, expiry, took, id = H[b + 9], H[b + 10], H[b + 11], H[b + 12],
+          H[b + 13], H[b + 14], H[b + 15]
         capM = cap * M6
-        reset = 0
+        reset = res[6 * j + 2]
         if denied and took > 0 then
+          -- given back: the state as before the deduction
+          reset = 0
           if kind == 1 then
             tok = tok + took
             if tok < capM then reset = reach(tok, c, capM, m, p) end
           else
             tok = tok - took
             if tok ~= 0 then
-              local w, mode = m, p
-              local el
-              @offset(el, lsec, lns)
-              reset = fill - el
+              local w, mode, W = m, p, fill
+              @to_next(reset, lsec, lns)
             end
           end
-        else
-          reset = res[6 * j + 2]
         end
       end
-      -- The TTL: none while the state holds debt or never becomes fresh (reset -1); else
-      -- the one set earlier while it still covers idle time + margin with 10 ms to spare
-      -- (kept: SETRANGE); else (PX) idle time + margin, one margin more for a key whose
-      -- expiry fell short by less than a margin (busy). `o`: the expiry as stored, ms
-      -- after the last time's ms.
+      -- The TTL (see above): none with debt or when never fresh (reset -1); else `keep`
+      -- the one set earlier, or set `px`. `o`: the expiry as stored.
       local px, keep, o = nil, false, 0
       if debt <= 0 and reset >= 0 then
         @ceil_ms(local ttl, (lsec - sec) * 1000000000 + (lns - ns) + reset)
@@ -415,8 +379,7 @@ for i = 1, n do
       end
       local v = spack('<I7i7I7i6I4I7I4c33', ver, tok, c, lsec, lns, debt, o, id)
       if keep then
-        -- the key holds a 75-byte state (its expiry was read from it): overwritten in
-        -- place, TTL kept
+        -- (a 75-byte state, its expiry read from it) overwritten in place, TTL kept
         redis.call('SETRANGE', KEYS[j], '0', v)
       elseif px then
         redis.call('SET', KEYS[j], v, 'PX', px)

@@ -145,6 +145,9 @@ inline constexpr LuaMacro kLuaMacros[] = {
     {"offset",
      "if mode == 1 then\n  @mod(local er, $3, w)\n  $1 = er\nelse\n  @mod(local er, $2, w)\n  "
      "$1 = er * 1000000000 + $3\nend"},
+    // $1 = the time from ($2, $3) to the next window start, ns (local W: the window, ns;
+    // local el).
+    {"to_next", "local el\n@offset(el, $2, $3)\n$1 = W - el"},
     // Token bucket refill: $2 micro-units carrying $3 (over p) brought on by $1 ns at
     // m/p micro-units per ns, capped at $4 (the carry then 0): floor((m·x + c)/p) split
     // as x = q·p + r: m·q + floor((m·r + c)/p), so that no product reaches 2^53 (each
