@@ -50,9 +50,9 @@ namespace quota::redis {
 // applies; on a denial that is not shadow the levels allowed before it are written
 // WITHOUT their deduction (what the in-process give-back leaves).
 // Exactness (kGatewayRange): capacity <= 2·10^9 units (micro-units with debt and refunds
-// below 6·10^15); an elapsed time is formed only up to twice a time to fill (<= 8·10^15
-// ns); refill, time to reach and the window grid are the shared @refill, kLuaReach,
-// @window_start, @in_window and @to_next.
+// below 6·10^15); an elapsed time is formed only below 9·10^6 s + 1 s and refills only up
+// to twice a time to fill (<= 8·10^15 ns); refill, time to reach and the window grid are
+// the shared @refill, kLuaReach, @window_start, @in_window and @to_next.
 // State: 75 bytes '<I7i7I7i6I4I7I4c33' (jemalloc's 80-byte class): the rule-set version,
 // tokens (micro-units) | the window's count, the carry over p, the last time (s, ns), the
 // debt (micro-units), the expiry as last set (ms after the last time's ms; 0 unknown),
