@@ -82,6 +82,11 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     CHECK(w.code() == absl::StatusCode::kInvalidArgument);
     CHECK(w.message().find("divides 1 s") != std::string::npos);
     CHECK(w.message().find("the Redis gateway store") != std::string::npos);
+    // The fixed window twin's grid, within the gateway's span (4·10^6 s): 50 days are not.
+    auto days = GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1200)});
+    CHECK(days.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(days.message().find("4000000 s") != std::string::npos);
+    CHECK(GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1100)}).ok());
     CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
   }
   SECTION("a decision under such a rule gets check()'s error every time") {
