@@ -21,6 +21,8 @@
 //   noop-lua d1    EVALSHA of `return 1` with one key and the same three arguments
 //   INCR d1        the ceiling of any one-round-trip design
 //   gateway 1lvl   GatewayStore::decide, the tenant level only (one script call)
+//   gateway 2lvl   GatewayStore::decide, user + tenant levels (one script call, the
+//                  tenant's slot: what one more level costs in a call)
 //   gateway 3lvl   GatewayStore::decide, user + tenant + global levels: two script calls
 //                  per decision (the tenant's slot with two levels, then the global key);
 //                  per_call is per decision (halve it for per script call)
@@ -280,7 +282,7 @@ int main(int argc, char** argv) {
     const std::string tenant = key(x);
     const std::string user = tenant + "/u";
     std::vector<quota::gateway::LevelCheck> checks;
-    if (levels == 3) checks.push_back({.policy = &gw_policy, .key = user});
+    if (levels >= 2) checks.push_back({.policy = &gw_policy, .key = user});
     checks.push_back({.policy = &gw_policy, .key = tenant});
     if (levels == 3) checks.push_back({.policy = &gw_policy, .key = "{~global}read"});
     auto r = gw_store.decide(checks, 1, Nanos{0});
@@ -335,6 +337,7 @@ int main(int argc, char** argv) {
   measure("noop-lua d1", 1, calls, [&](std::mt19937_64& r) { return script_call(noop_sha, r); });
   measure("INCR d1", 1, calls, incr_call);
   measure("gateway 1lvl", 1, calls, [&](std::mt19937_64& r) { return gw_call(r(), 1); });
+  measure("gateway 2lvl", 1, calls, [&](std::mt19937_64& r) { return gw_call(r(), 2); });
   measure("gateway 3lvl", 1, calls / 2, [&](std::mt19937_64& r) { return gw_call(r(), 3); });
 
   auto find = [&](const std::string& name) -> const Row* {

@@ -71,7 +71,7 @@ TEST_CASE("coalesced gateway calls decide exactly like the in-process gateway, o
       TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 25},
       TokenBucket{.rate = {.units = 3, .per = 7ms}, .burst = 9},
       FixedWindow{.limit = 20, .window = 1s},
-      FixedWindow{.limit = 7, .window = std::chrono::microseconds(1500)},
+      FixedWindow{.limit = 7, .window = std::chrono::microseconds(1250)},
   };
   struct Rules {
     RulePolicy user, tenant, global;

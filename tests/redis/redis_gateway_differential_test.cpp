@@ -1,8 +1,8 @@
 // Differential test of quota/redis/twin/gateway.hpp: the Lua twin of the gateway's
 // KeyState (rule changes, debt, refunds, all-or-nothing levels) against the in-process
 // backend (StoreBackend over LocalStore<KeyPolicy>), on random operation sequences with
-// the caller's clock. Every decision, remaining, retry_after, reset_after and version,
-// and every refunded or charged amount, must be identical.
+// the caller's clock and a cost per level. Every decision, remaining, retry_after,
+// reset_after and version, and every refunded or charged amount, must be identical.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -31,8 +31,8 @@ using quota::testing::with_cost;
 
 namespace {
 
-// Policies inside the Lua twin's range, with fractional rates, rate 0, and windows of
-// whole microseconds.
+// Policies inside the Lua twin's range, with fractional rates, rate 0, and windows that
+// divide 1 s or are whole seconds.
 RulePolicy random_policy(std::mt19937_64& rng) {
   std::uniform_int_distribution<int> pick(0, 11);
   std::uniform_int_distribution<std::int64_t> burst(1, 40);
@@ -61,7 +61,7 @@ RulePolicy random_policy(std::mt19937_64& rng) {
     case 7:
       return FixedWindow{.limit = burst(rng), .window = 10ms};
     case 8:
-      return FixedWindow{.limit = burst(rng), .window = std::chrono::microseconds(1500)};
+      return FixedWindow{.limit = burst(rng), .window = std::chrono::microseconds(1250)};
     default:
       return FixedWindow{.limit = burst(rng), .window = 60s};
   }
@@ -99,8 +99,10 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
   add_version();
 
   const std::vector<std::string> tenants = {"a", "b", "c"};
-  std::int64_t now_us = 1'000'000;
-  int decisions = 0, refunds = 0, charges = 0, denials = 0, conversions = 0;
+  // Arbitrary nanoseconds, from a time of today's epoch (beyond 2^53 ns: the twin's two
+  // limbs).
+  std::int64_t now_ns = 1'764'000'000'123'456'789;
+  int decisions = 0, refunds = 0, charges = 0, denials = 0, conversions = 0, own_costs = 0;
   struct Spent {
     std::string key;
     std::uint64_t version;
@@ -115,15 +117,18 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
     std::uniform_int_distribution<int> step_kind(0, 19);
     const int sk = step_kind(rng);
     if (sk < 10) {
-      now_us += std::uniform_int_distribution<std::int64_t>(0, 2000)(rng);
+      now_ns += std::uniform_int_distribution<std::int64_t>(0, 2'000'000)(rng);
     } else if (sk < 17) {
-      now_us += std::uniform_int_distribution<std::int64_t>(0, 3'000'000)(rng);
+      now_ns += std::uniform_int_distribution<std::int64_t>(0, 3'000'000'000)(rng);
     } else if (sk < 18) {
-      now_us += std::uniform_int_distribution<std::int64_t>(0, 200'000'000)(rng);
+      // now and then past any time to fill (~139 days at most: more than 9·10^6 s)
+      now_ns += std::uniform_int_distribution<std::int64_t>(
+          0, std::uniform_int_distribution<int>(0, 49)(rng) == 0 ? 12'000'000'000'000'000
+                                                                 : 200'000'000'000)(rng);
     } else {
-      now_us -= std::uniform_int_distribution<std::int64_t>(0, 5000)(rng);
+      now_ns -= std::uniform_int_distribution<std::int64_t>(0, 5'000'000)(rng);
     }
-    const Nanos now{now_us * 1000};
+    const Nanos now{now_ns};
     if (std::uniform_int_distribution<int>(0, 99)(rng) < 3) {
       add_version();
       ++conversions;
@@ -141,7 +146,7 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
     const std::string global_key = "{~global}read";
 
     const int what = std::uniform_int_distribution<int>(0, 9)(rng);
-    INFO("op " << op << " at " << now_us << " us, version " << version << ", kind " << what);
+    INFO("op " << op << " at " << now_ns << " ns, version " << version << ", kind " << what);
     if (what < 7) {
       std::vector<LevelCheck> levels;
       std::uniform_int_distribution<int> coin(0, 3);
@@ -151,8 +156,16 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
       std::int64_t cost = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 0;
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) cost = 50;
-      auto l = local.decide(with_cost(levels, cost), version, now);
-      auto r = redis.decide(with_cost(levels, cost), version, now);
+      std::vector<LevelCheck> costed = with_cost(levels, cost);
+      // Half the requests cost each level its own (random) units.
+      if (coin(rng) < 2) {
+        for (LevelCheck& lc : costed) {
+          lc.cost = std::uniform_int_distribution<std::int64_t>(0, 12)(rng);
+        }
+        ++own_costs;
+      }
+      auto l = local.decide(costed, version, now);
+      auto r = redis.decide(costed, version, now);
       REQUIRE(l.ok());
       INFO(r.status().ToString());
       REQUIRE(r.ok());
@@ -192,13 +205,14 @@ TEST_CASE("the gateway's Lua twin decides exactly like the in-process KeyState")
     }
   }
   std::printf(
-      "gateway differential: %d decisions (%d denied), %d refunds, %d charges, %d rule "
-      "changes\n",
-      decisions, denials, refunds, charges, conversions);
+      "gateway differential: %d decisions (%d denied, %d with a cost per level), %d refunds, "
+      "%d charges, %d rule changes\n",
+      decisions, denials, own_costs, refunds, charges, conversions);
   // The trace exercised every path.
   CHECK(decisions > 7000);
   CHECK(denials > 500);
   CHECK(refunds > 500);
   CHECK(charges > 500);
   CHECK(conversions > 100);
+  CHECK(own_costs > 2000);
 }

@@ -39,6 +39,9 @@ using quota::testing::read;
 using quota::testing::spec;
 using quota::testing::with_cost;
 
+// A key's state, bytes (STRLEN's type).
+constexpr long long kStateBytes = static_cast<long long>(quota::redis::kGatewayStateBytes);
+
 namespace {
 
 // Runs one command on the test server.
@@ -77,7 +80,13 @@ TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") 
     CHECK(s.message().find("2000000000") != std::string::npos);
     auto w = GatewayStore::check(FixedWindow{.limit = 10, .window = Nanos{1500}});
     CHECK(w.code() == absl::StatusCode::kInvalidArgument);
-    CHECK(w.message().find("whole microseconds") != std::string::npos);
+    CHECK(w.message().find("divides 1 s") != std::string::npos);
+    CHECK(w.message().find("the Redis gateway store") != std::string::npos);
+    // The fixed window twin's grid, within the gateway's span (4·10^6 s): 50 days are not.
+    auto days = GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1200)});
+    CHECK(days.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(days.message().find("4000000 s") != std::string::npos);
+    CHECK(GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1100)}).ok());
     CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
   }
   SECTION("a decision under such a rule gets check()'s error every time") {
@@ -149,13 +158,13 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
   REQUIRE(key.ok());
   const LevelCheck level[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
   REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{0}).ok());
-  REQUIRE(admin({"STRLEN", *key})->integer == 72);
-  SECTION("all bits set") { admin({"SET", *key, std::string(72, '\xff')}); }
+  REQUIRE(admin({"STRLEN", *key})->integer == kStateBytes);
+  SECTION("all bits set") { admin({"SET", *key, std::string(kStateBytes, '\xff')}); }
   SECTION("kind 3") {
     auto v = admin({"GET", *key});
     std::string s(v->str, v->len);
-    REQUIRE(s.size() == 72);
-    s[39] = 3;  // the kind, first byte of the parameters after the 39 bytes of state
+    REQUIRE(s.size() == quota::redis::kGatewayStateBytes);
+    s[kStateBytes - 33] = 3;  // the kind, first byte of the 33 bytes of parameters
     admin({"SET", *key, s});
   }
   auto d = store.decide(with_cost(level, 1), 1, Nanos{0});
@@ -185,7 +194,7 @@ TEST_CASE("redis gateway: a key takes fewer bytes than as doubles (MEMORY USAGE)
 
 TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
   // The twin keeps a key's TTL while the expiry it set last still covers the idle time +
-  // margin (the state overwritten in place: SETRANGE, the value a raw string of 72 bytes,
+  // margin (the state overwritten in place: SETRANGE, the value a raw string of 75 bytes,
   // MEMORY USAGE that of the same value written new), and sets one margin more when a
   // busy key's fell short.
   GatewayStore store = make_store("gw-ttl-kept");
@@ -221,7 +230,7 @@ TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time pl
     CHECK(pttl <= need + margin + 2);
     if (last_pttl >= 0 && pttl < last_pttl) {  // the expiry did not move
       ++kept;
-      CHECK(admin({"STRLEN", *key})->integer == 72);
+      CHECK(admin({"STRLEN", *key})->integer == kStateBytes);
       CHECK(std::string(admin({"OBJECT", "ENCODING", *key})->str) == "raw");
       CHECK(admin({"MEMORY", "USAGE", *key})->integer == as_new());
     }

@@ -36,6 +36,7 @@ using quota::testing::kSlow;
 using quota::testing::make_store;
 using quota::testing::read;
 using quota::testing::spec;
+using quota::testing::with_cost;
 
 TEST_CASE("redis gateway: user and tenant levels are all-or-nothing in one script") {
   GatewayStore store = make_store("gw-levels");
@@ -75,6 +76,40 @@ TEST_CASE("redis gateway: a global denial gives the tenant's deduction back") {
   RuleRegistry no_global(build(spec(2, TokenBucket{.rate = kSlow, .burst = 10})));
   Gateway tenant_only(store, no_global);
   CHECK(admit(tenant_only, read("b"), 20) == 9);
+}
+
+TEST_CASE("redis gateway: a global denial gives each tenant level back its own cost") {
+  GatewayStore store = make_store("gw-global-costs");
+  // One-off budgets (rate 0): server time passing adds nothing.
+  const quota::gateway::RulePolicy user = TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 10};
+  const quota::gateway::RulePolicy tenant =
+      TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 20};
+  const quota::gateway::RulePolicy global =
+      TokenBucket{.rate = {.units = 0, .per = 1s}, .burst = 4};
+  const LevelCheck levels[] = {
+      {.policy = &user, .key = "{acme}read/u1", .shadow = false, .cost = 2},
+      {.policy = &tenant, .key = "{acme}read", .shadow = false, .cost = 5},
+      {.policy = &global, .key = "{~global}read", .shadow = false, .cost = 3}};
+  auto first = store.decide(levels, 1, Nanos{0});
+  REQUIRE(first.ok());
+  REQUIRE(first->parts.size() == 3);
+  CHECK(first->parts[0].remaining == 8);
+  CHECK(first->parts[1].remaining == 15);
+  CHECK(first->parts[2].remaining == 1);
+  // The global level (1 left) denies the next: the user level gets its 2 back, the tenant
+  // level its 5.
+  auto denied = store.decide(levels, 1, Nanos{0});
+  REQUIRE(denied.ok());
+  REQUIRE(denied->parts.size() == 3);
+  CHECK(denied->parts[0].allowed);
+  CHECK(denied->parts[1].allowed);
+  CHECK_FALSE(denied->parts[2].allowed);
+  const LevelCheck tenant_levels[] = {levels[0], levels[1]};
+  auto after = store.decide(with_cost(tenant_levels, 1), 1, Nanos{0});
+  REQUIRE(after.ok());
+  REQUIRE(after->parts.size() == 2);
+  CHECK(after->parts[0].remaining == 7);
+  CHECK(after->parts[1].remaining == 14);
 }
 
 TEST_CASE("redis gateway: a shadow global rule counts would-deny and admits") {

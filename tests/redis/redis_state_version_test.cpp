@@ -134,7 +134,7 @@ TEST_CASE("a sliding log meta of another format version is QUOTA_CORRUPT") {
 }
 
 TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing written") {
-  // '<I7i7I7i7I7I4c33': the first field is the rule-set version (< 2^53); bits 53-55 of
+  // '<I7i7I7i6I4I7I4c33': the first field is the rule-set version (< 2^53); bits 53-55 of
   // it are the format version (byte 6, bits 5-7).
   quota::redis::GatewayStore store({.pool = quota::testing::redis_pool(),
                                     .prefix = quota::testing::unique_prefix("gw-version"),
@@ -153,7 +153,7 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
     return std::move(*r);
   };
   const std::string v0 = value_of(cmd({"GET", *key}));
-  REQUIRE(v0.size() == 72);
+  REQUIRE(v0.size() == quota::redis::kGatewayStateBytes);
   CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0);
   for (unsigned char bits : {0x20, 0x40, 0x80}) {
     std::string other = v0;

@@ -16,11 +16,12 @@
 // tenant's hash slot and are decided by ONE script: all allow or nothing is deducted. The
 // global level ("{~global}route", its own slot) is decided by a second script; when it
 // denies or fails, the tenant's levels are given back by a third — never an admission
-// beyond any level's envelope, at worst a brief under-admission. Time is the server's
-// (microseconds). Failures are values: kUnavailable (the gateway's fail mode applies),
-// kDataLoss for a key that is not ours, kInvalidArgument for a rule outside the twin's
-// range (`check`). Attempts are kept in Redis in the tenant's slot, so a retry reaching
-// another process is replayed: written "pending" before the decision, "decided" after.
+// beyond any level's envelope, at worst a brief under-admission. Each level deducts (and
+// gets back) its own cost. Time is the server's, nanoseconds (TIME has microseconds).
+// Failures are values: kUnavailable (the gateway's fail mode applies), kDataLoss for a
+// key that is not ours, kInvalidArgument for a rule outside the twin's range (`check`).
+// Attempts are kept in Redis in the tenant's slot, so a retry reaching another process
+// is replayed: written "pending" before the decision, "decided" after.
 // docs/gateway.md has the whole story (coalescing, durability, attempts).
 //
 // Thread safety: every method may be called from any thread.
@@ -61,6 +62,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/twin/gateway.hpp"
+#include "quota/redis/twin/gateway_attempts.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
 #include "quota/units.hpp"
 
@@ -143,16 +145,6 @@ class GatewayStore {
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) {
     if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
-    // The script deducts one cost from every level it decides.
-    const std::int64_t cost = levels.front().cost;
-    for (const gateway::LevelCheck& l : levels) {
-      if (l.cost != cost) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "GatewayStore: the budgets of one request cost %d and %d units; a decision on "
-            "Redis deducts one cost from every budget",
-            cost, l.cost));
-      }
-    }
     // Runs of consecutive levels in one slot (tenant levels, then the global one).
     std::vector<std::pair<std::size_t, std::size_t>> groups;  // [begin, end)
     std::vector<std::string> tags;
@@ -171,14 +163,14 @@ class GatewayStore {
     std::vector<std::size_t> deducted_groups;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const auto [begin, end] = groups[g];
-      auto call = build(levels.subspan(begin, end - begin), 'd', version, cost, now, std::nullopt);
+      auto call = build(levels.subspan(begin, end - begin), 'd', version, now, std::nullopt);
       if (!call.ok()) return call.status();
       auto reply = run_script(*call);
       absl::StatusOr<GatewayTwin::Decided> decided =
           reply.ok() ? GatewayTwin::parse_decide(**reply, end - begin)
                      : absl::StatusOr<GatewayTwin::Decided>(reply.status());
       if (!decided.ok()) {
-        give_back(levels, groups, deducted_groups, out.parts, version, cost, now);
+        give_back(levels, groups, deducted_groups, out.parts, version, now);
         return decided.status();
       }
       if (g == 0) out.time = decided->time;
@@ -189,7 +181,7 @@ class GatewayStore {
         stopped = !last.allowed && !levels[end - 1].shadow;
       }
       if (stopped) {
-        give_back(levels, groups, deducted_groups, out.parts, version, cost, now);
+        give_back(levels, groups, deducted_groups, out.parts, version, now);
         return out;
       }
       deducted_groups.push_back(g);
@@ -201,13 +193,13 @@ class GatewayStore {
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
-    return one(level, 'r', version, units, now, quota::detail::floor_div(spent_at.count(), 1000));
+    return one(level, 'r', version, now, spent_at);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
-    return one(level, 'c', version, units, now, std::nullopt);
+    return one(level, 'c', version, now, std::nullopt);
   }
 
   // Attempts (see the header comment); `tenant_key` is the request's tenant-level key.
@@ -331,9 +323,11 @@ class GatewayStore {
 
   static constexpr std::size_t kMaxCachedPolicies = 4096;
 
+  // One script call on `levels` (one slot), each with its own units (LevelCheck::cost:
+  // the cost 'd', the units to give back 'r' or to charge 'c').
   absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
-                             std::uint64_t version, std::int64_t units, Nanos now,
-                             std::optional<std::int64_t> spent_us) const {
+                             std::uint64_t version, Nanos now,
+                             std::optional<Nanos> spent_at) const {
     if (!config_error_.ok()) return config_error_;
     if (version > kGatewayMaxVersion) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -342,19 +336,32 @@ class GatewayStore {
     Call call;
     call.keys.reserve(levels.size());
     call.args.reserve(1 + levels.size());
-    // The head (twin/gateway.hpp): '<Bi8Bi8i8i8Bi8', then the shadow flags.
+    // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4', then the shadow flags and the
+    // units per level.
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
+    const auto [sec, ns] = GatewayTwin::limbs(caller ? now : Nanos{0});
     detail::pack_le(head, caller ? 1 : 0, 1);
-    detail::pack_le(head, caller ? quota::detail::floor_div(now.count(), 1000) : 0, 8);
+    detail::pack_le(head, sec, 8);
+    detail::pack_le(head, ns, 4);
     detail::pack_le(head, static_cast<unsigned char>(op), 1);
     detail::pack_le(head, std::max<std::int64_t>(options_.ttl_margin.count(), 1), 8);
     detail::pack_le(head, static_cast<std::int64_t>(version), 8);
-    detail::pack_le(head, std::clamp<std::int64_t>(units, 0, kMaxUnits), 8);
-    detail::pack_le(head, spent_us.has_value() ? 1 : 0, 1);
-    detail::pack_le(head, spent_us.value_or(0), 8);
+    auto units = [](const gateway::LevelCheck& l) {
+      return std::clamp<std::int64_t>(l.cost, 0, kMaxUnits);
+    };
+    detail::pack_le(head, units(levels.front()), 8);
+    const auto [spent_sec, spent_ns] = GatewayTwin::limbs(spent_at.value_or(Nanos{0}));
+    detail::pack_le(head, spent_at.has_value() ? 1 : 0, 1);
+    detail::pack_le(head, spent_sec, 8);
+    detail::pack_le(head, spent_ns, 4);
     if (op == 'd') {
       for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
+    }
+    // Each level's own units, only when they differ (the script reads them per level).
+    if (std::any_of(levels.begin(), levels.end(),
+                    [&](const gateway::LevelCheck& l) { return l.cost != levels.front().cost; })) {
+      for (const gateway::LevelCheck& level : levels) detail::pack_le(head, units(level), 8);
     }
     for (const gateway::LevelCheck& level : levels) {
       auto parts = split_key(level.key);
@@ -366,30 +373,28 @@ class GatewayStore {
   }
 
   absl::StatusOr<MicroUnits> one(const gateway::LevelCheck& level, char op, std::uint64_t version,
-                                 std::int64_t units, Nanos now,
-                                 std::optional<std::int64_t> spent_us) {
-    auto call =
-        build(std::span<const gateway::LevelCheck>(&level, 1), op, version, units, now, spent_us);
+                                 Nanos now, std::optional<Nanos> spent_at) {
+    auto call = build(std::span<const gateway::LevelCheck>(&level, 1), op, version, now, spent_at);
     if (!call.ok()) return call.status();
     auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
     return GatewayTwin::parse_units(**reply);
   }
 
-  // Gives `cost` back to the allowed levels of the groups already deducted (one script
+  // Gives each allowed level of the groups already deducted its own cost back (one script
   // per group, at each state's own latest time). Best effort: a failure leaves the
   // deduction in place (under-admission).
   void give_back(std::span<const gateway::LevelCheck> levels,
                  const std::vector<std::pair<std::size_t, std::size_t>>& groups,
                  const std::vector<std::size_t>& deducted_groups, std::span<const Decision> parts,
-                 std::uint64_t version, std::int64_t cost, Nanos now) {
+                 std::uint64_t version, Nanos now) {
     for (std::size_t g : deducted_groups) {
       std::vector<gateway::LevelCheck> back;
       for (std::size_t i = groups[g].first; i < groups[g].second; ++i) {
         if (parts[i].allowed) back.push_back(levels[i]);
       }
       if (back.empty()) continue;
-      auto call = build(back, 'r', version, cost, now, std::nullopt);
+      auto call = build(back, 'r', version, now, std::nullopt);
       if (call.ok()) (void)run_script(*call);
     }
   }

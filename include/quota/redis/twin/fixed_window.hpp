@@ -74,7 +74,7 @@ local limit, mode, w, W, start
 limit, mode, w = sunpack('<i8i8i8', set)
 W = w
 if mode ~= 1 then W = w * 1000000000 end
-@window_start(start)
+@window_start(start, sec, ns)
 --@@ state
 local count, lsec, lns
 -- the key's TTL is known to cover the end of the window of `lsec, lns`
@@ -96,21 +96,12 @@ count, lsec, lns = 0, sec, ns
 --@@ step
 if sec > lsec or (sec == lsec and ns > lns) then
   -- the same window: mode 1, the same second and window start; mode 2, the same start
-  local same = false
-  if mode ~= 1 then
-    @mod(local r, lsec, w)
-    same = lsec - r == start
-  elseif sec == lsec then
-    @mod(local r, lns, w)
-    same = lns - r == start
-  end
+  @in_window(local same, start, sec, lsec, lns)
   if not same then count = 0; known = false end
   lsec, lns = sec, ns
 end
 -- the time from the last time to the next window start
-local el
-@offset(el)
-local to_next = W - el
+@to_next(local to_next, lsec, lns)
 @decide(limit, cost <= limit - count)
 if reason == 1 then retry = to_next end
 --@@ write
@@ -153,16 +144,18 @@ struct LuaTwin<FixedWindow> : TwinScript<kFixedWindowLua> {
     std::int64_t mode = 1, w = 1;  // mode 1: w = W ns; mode 2: w = W in seconds
   };
 
-  static absl::StatusOr<Params> params(const FixedWindow& fw) {
+  // The window grid of `fw` (window_grid), or kInvalidArgument naming the bound when the
+  // twin cannot decide it exactly within `range` (the store's: RedisStore's by default;
+  // GatewayStore passes its narrower kGatewayRange): limit at most range.max_capacity, a
+  // window that divides 1 s or is a whole number of seconds up to range.max_span_ns.
+  static absl::StatusOr<Params> params(const FixedWindow& fw,
+                                       const TwinRange& range = kRedisWindowRange) {
     if (auto s = fw.validate(); !s.ok()) return s;
-    if (fw.limit > kLuaExact - 2) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "limit=%d: the Redis store counts in Lua doubles, exact below 2^53, so limit must be "
-          "at most %d",
-          fw.limit, kLuaExact - 2));
-    }
-    auto grid =
-        window_grid(fw.window, kMaxFillNs, "(~104 days), so that window starts are exact in Lua");
+    if (auto s = check_capacity("limit", fw.limit, range); !s.ok()) return s;
+    auto grid = window_grid(fw.window, range.max_span_ns,
+                            absl::StrFormat("(%s), so that window starts are exact in Lua",
+                                            span_days(range.max_span_ns)),
+                            range.store);
     if (!grid.ok()) return grid.status();
     return Params{.mode = grid->mode, .w = grid->w};
   }

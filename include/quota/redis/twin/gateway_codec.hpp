@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -35,17 +36,19 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/redis/transport/connection.hpp"
+#include "quota/redis/twin/fixed_window.hpp"
 #include "quota/redis/twin/token_bucket.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
 
-// The gateway twin's exact range (see twin/gateway.hpp): each policy's own twin range
-// (LuaTwin<TokenBucket>::params) narrowed by the headroom for debt. A level holds at most
-// a capacity of debt and tokens down to −capacity, a refund gives back up to 3·capacity + 2
-// units, and a refill from the deepest debt spans two times to fill; so capacity is at
-// most 2·10^9 units (micro-units with debt and refunds below 6·10^15 < 2^53) and every
-// span (time to fill, window) at most 4·10^15 ns (two of them below kMaxFillNs).
+// The gateway twin's exact range (see twin/gateway.hpp), passed to each policy's own twin
+// range check (LuaTwin<TokenBucket>::params, LuaTwin<FixedWindow>::params): theirs
+// narrowed by the headroom for debt. A level holds at most a capacity of debt and tokens
+// down to −capacity, a refund gives back up to 3·capacity + 2 units, and a refill from the
+// deepest debt spans two times to fill; so capacity is at most 2·10^9 units (micro-units
+// with debt and refunds below 6·10^15 < 2^53) and every span (time to fill, window) at
+// most 4·10^15 ns (two of them below kMaxFillNs).
 inline constexpr TwinRange kGatewayRange{
     .max_capacity = 2'000'000'000,
     .max_span_ns = 4'000'000'000'000'000,
@@ -54,12 +57,14 @@ inline constexpr TwinRange kGatewayRange{
 static_assert((3 * kGatewayRange.max_capacity + 2) * kMicrosPerUnit < kLuaExact);
 static_assert(2 * kGatewayRange.max_span_ns <= kMaxFillNs);
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
+// The length of a key's state (twin/gateway.hpp).
+inline constexpr std::size_t kGatewayStateBytes = 75;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
 // the replies decoded, and the attempt record's format. Pure functions: thread-safe.
 struct GatewayTwin {
   // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
-  // '<BI4I7I7I7I7' (kind, burst|limit, m|window µs, p|0, g|0, fill ns|0), or
+  // '<BI4I7I7I7I7' (kind, burst|limit, m|w, p|mode, g|0, fill ns|W ns), or
   // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
   using PolicyArgs = std::string;
   static constexpr std::size_t kPolicyArgBytes = 33;
@@ -86,17 +91,19 @@ struct GatewayTwin {
       if (twin->micros == 0) return pack_policy(1, tb->burst, 0, 1, 1, 0);
       return pack_policy(1, tb->burst, twin->micros, twin->per_ns, twin->gcd, twin->fill_ns);
     }
-    // The fixed window: whole microseconds (the twin's time unit), within the span.
+    // The fixed window: the fixed window twin's grid, within the gateway's range.
     const auto& fw = std::get<FixedWindow>(policy);
-    if (auto s = check_capacity("limit", fw.limit, kGatewayRange); !s.ok()) return s;
-    const std::int64_t w = fw.window.count();
-    if (w % 1000 != 0 || w > kGatewayRange.max_span_ns) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "window=%d ns: %s needs a window of whole microseconds, at most %d ns (%s)", w,
-          kGatewayRange.store, kGatewayRange.max_span_ns, span_days(kGatewayRange.max_span_ns)));
-    }
-    return pack_policy(2, fw.limit, w / 1000, 0, 0, 0);
+    auto grid = LuaTwin<FixedWindow>::params(fw, kGatewayRange);
+    if (!grid.ok()) return grid.status();
+    return pack_policy(2, fw.limit, grid->w, grid->mode, 0, fw.window.count());
   }
+
+  // A time as the script's two limbs: seconds (floor) and nanoseconds in [0, 10^9).
+  static std::pair<std::int64_t, std::int64_t> limbs(Nanos t) {
+    const std::int64_t sec = quota::detail::floor_div(t.count(), kNanosPerSecond);
+    return {sec, t.count() - sec * kNanosPerSecond};
+  }
+  static constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
 
   struct Decided {
     Nanos time{0};
@@ -121,21 +128,25 @@ struct GatewayTwin {
 
   static absl::StatusOr<Decided> parse_decide(const redisReply& r, std::size_t n) {
     if (r.type == REDIS_REPLY_ERROR) return script_error(r);
-    auto time = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 0) : absl::StatusOr<std::int64_t>(0);
-    auto count = r.type == REDIS_REPLY_ARRAY ? integer_at(r, 1) : absl::StatusOr<std::int64_t>(0);
-    if (!time.ok()) return time.status();
+    const bool array = r.type == REDIS_REPLY_ARRAY;
+    auto sec = array ? integer_at(r, 0) : absl::StatusOr<std::int64_t>(0);
+    auto ns = array ? integer_at(r, 1) : absl::StatusOr<std::int64_t>(0);
+    auto count = array ? integer_at(r, 2) : absl::StatusOr<std::int64_t>(0);
+    if (!sec.ok()) return sec.status();
+    if (!ns.ok()) return ns.status();
     if (!count.ok()) return count.status();
-    if (r.type != REDIS_REPLY_ARRAY || *count < 1 || static_cast<std::size_t>(*count) > n ||
-        r.elements != 2 + 6 * static_cast<std::size_t>(*count)) {
+    if (!array || *count < 1 || static_cast<std::size_t>(*count) > n ||
+        r.elements != 3 + 6 * static_cast<std::size_t>(*count) || *ns < 0 ||
+        *ns >= kNanosPerSecond) {
       return absl::UnavailableError(absl::StrFormat(
           "malformed reply from the gateway script: type %d with %d elements for %d levels", r.type,
-          r.type == REDIS_REPLY_ARRAY ? r.elements : 0, n));
+          array ? r.elements : 0, n));
     }
-    Decided out{.time = Nanos{*time * 1000}, .parts = {}};
+    Decided out{.time = Nanos{*sec * kNanosPerSecond + *ns}, .parts = {}};
     for (std::size_t i = 0; i < static_cast<std::size_t>(*count); ++i) {
       std::int64_t f[6];
       for (std::size_t k = 0; k < 6; ++k) {
-        auto x = integer_at(r, 2 + 6 * i + k);
+        auto x = integer_at(r, 3 + 6 * i + k);
         if (!x.ok()) return x.status();
         f[k] = *x;
       }
@@ -157,11 +168,11 @@ struct GatewayTwin {
   // The reply of a refund or charge: the micro-units the key holds after it.
   static absl::StatusOr<MicroUnits> parse_units(const redisReply& r) {
     if (r.type == REDIS_REPLY_ERROR) return script_error(r);
-    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) {
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 3) {
       return absl::UnavailableError(absl::StrFormat(
-          "malformed reply from the gateway script: type %d, expected an array of 2", r.type));
+          "malformed reply from the gateway script: type %d, expected an array of 3", r.type));
     }
-    auto v = integer_at(r, 1);
+    auto v = integer_at(r, 2);
     if (!v.ok()) return v.status();
     if (*v < 0) {
       return absl::UnavailableError(

@@ -44,6 +44,12 @@ inline constexpr TwinRange kRedisStoreRange{
     .max_span_ns = kMaxFillNs,
     .store = "the Redis store",
     .keeps = "keeps micro-units in Lua doubles, exact below 2^53"};
+// RedisStore's range for a fixed window: it counts whole units (a count up to limit + a
+// cost of limit + 1 stays below 2^53).
+inline constexpr TwinRange kRedisWindowRange{.max_capacity = kLuaExact - 2,
+                                             .max_span_ns = kMaxFillNs,
+                                             .store = "the Redis store",
+                                             .keeps = "counts in Lua doubles, exact below 2^53"};
 
 // kInvalidArgument naming `field` and the bound when `capacity` exceeds range's.
 inline absl::Status check_capacity(std::string_view field, std::int64_t capacity,
@@ -59,23 +65,25 @@ inline std::string span_days(std::int64_t ns) {
   return absl::StrFormat("~%d days", ns / 86'400'000'000'000);
 }
 
-// The window grid of the windowed twins (twin/fixed_window.hpp): mode 1, the window
-// divides 1 s (w = the window, ns); mode 2, it is a whole number of seconds, at most
-// max_ns (w = the window, s); any other window is kInvalidArgument naming the bound
-// (`bound` says how far max_ns reaches and why).
+// The window grid of the windowed twins (twin/fixed_window.hpp, and the gateway's fixed
+// window): mode 1, the window divides 1 s (w = the window, ns); mode 2, it is a whole
+// number of seconds, at most max_ns (w = the window, s); any other window is
+// kInvalidArgument naming `store` and the bound (`bound` says how far max_ns reaches
+// and why).
 struct WindowGrid {
   std::int64_t mode = 1, w = 1;
 };
 inline absl::StatusOr<WindowGrid> window_grid(Nanos window, std::int64_t max_ns,
-                                              std::string_view bound) {
+                                              std::string_view bound,
+                                              std::string_view store = "the Redis store") {
   const std::int64_t w = window.count();
   constexpr std::int64_t kSecond = 1'000'000'000;
   if (w > 0 && kSecond % w == 0) return WindowGrid{.mode = 1, .w = w};
   if (w > 0 && w % kSecond == 0 && w <= max_ns) return WindowGrid{.mode = 2, .w = w / kSecond};
   return absl::InvalidArgumentError(absl::StrFormat(
-      "window=%d ns: the Redis store needs a window that divides 1 s or is a whole number "
-      "of seconds up to %d s %s",
-      w, max_ns / kSecond, bound));
+      "window=%d ns: %s needs a window that divides 1 s or is a whole number of seconds up "
+      "to %d s %s",
+      w, store, max_ns / kSecond, bound));
 }
 
 // The cost a windowed twin is sent for a capacity `limit`: clamped to [0, limit + 1],

@@ -130,15 +130,24 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' changed'))"},
     {"out_of_range",
      "return fail(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range'))"},
-    // The window grid of twin/fixed_window.hpp (mode 1: W = w ns divides 1 s; mode 2: w
-    // whole seconds): $1 = the start of the current window (sec, ns) in its unit (mode 1:
-    // ns within second sec; mode 2: seconds); locals wx, wr.
+    // The window grid of twin/fixed_window.hpp (locals mode and w; mode 1: W = w ns
+    // divides 1 s; mode 2: w whole seconds), on times of two limbs (seconds, ns in [0,
+    // 10^9)). window_start: $1 = the start of the window of time ($2, $3) in its unit
+    // (mode 1: ns within second $2; mode 2: seconds); locals wx, wr.
     {"window_start",
-     "local wx = ns\nif mode ~= 1 then wx = sec end\n@mod(local wr, wx, w)\n$1 = wx - wr"},
-    // $1 = the offset of the last time (lsec, lns) in its window, ns (local er).
+     "local wx = $3\nif mode ~= 1 then wx = $2 end\n@mod(local wr, wx, w)\n$1 = wx - wr"},
+    // $1 = whether time ($4, $5) lies in the window that starts at $2 (window_start's
+    // unit) of a time in second $3 (local r).
+    {"in_window",
+     "$1 = false\nif mode ~= 1 then\n  @mod(local r, $4, w)\n  $1 = $4 - r == $2\nelseif $3 == $4 "
+     "then\n  @mod(local r, $5, w)\n  $1 = $5 - r == $2\nend"},
+    // $1 = the offset of time ($2, $3) in its window, ns (local er).
     {"offset",
-     "if mode == 1 then\n  @mod(local er, lns, w)\n  $1 = er\nelse\n  @mod(local er, lsec, w)\n  "
-     "$1 = er * 1000000000 + lns\nend"},
+     "if mode == 1 then\n  @mod(local er, $3, w)\n  $1 = er\nelse\n  @mod(local er, $2, w)\n  "
+     "$1 = er * 1000000000 + $3\nend"},
+    // $1 = the time from ($2, $3) to the next window start, ns (local W: the window, ns;
+    // local el).
+    {"to_next", "local el\n@offset(el, $2, $3)\n$1 = W - el"},
     // Token bucket refill: $2 micro-units carrying $3 (over p) brought on by $1 ns at
     // m/p micro-units per ns, capped at $4 (the carry then 0): floor((m·x + c)/p) split
     // as x = q·p + r: m·q + floor((m·r + c)/p), so that no product reaches 2^53 (each

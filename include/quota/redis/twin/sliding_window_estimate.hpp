@@ -114,7 +114,7 @@ local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 local limit, mode, w, W, per, idx
 --@@ params
 limit, mode, w, W, per = sunpack('<i8i8i8i8i8', set)
-@window_start(idx)
+@window_start(idx, sec, ns)
 idx = idx / w
 --@@ state
 local cur, prev, lsec, lns
@@ -155,7 +155,7 @@ if sec > lsec or (sec == lsec and ns > lns) then
 end
 -- el: the last time's offset in its window
 local el
-@offset(el)
+@offset(el, lsec, lns)
 -- (cur + cost)·W + prev·(W − el) <= limit·W, le's products inlined
 local fits = cost >= 1 and cur + cost <= limit
 if fits and prev > 0 then
