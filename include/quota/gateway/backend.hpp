@@ -19,8 +19,9 @@
 //   - StoreBackend<Store>, below: any in-process store of KeyStates with `update`
 //     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). Each level is one atomic update;
 //     across levels, all-or-nothing is by exact give-back: a level deducted before a
-//     later one denied gets the same cost back (at the state's own latest time, so a
-//     window policy takes it back into the window it was counted in). Between the
+//     later one denied gets the same cost back, quoting the state's own time of the
+//     deduction (so a window kind takes it back from the window it was counted in, the
+//     log from the event it logged, even if other requests came between). Between the
 //     deduction and the give-back a concurrent request may see that level lower by the
 //     cost and be denied — never admitted beyond any level's envelope.
 //   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
@@ -84,17 +85,22 @@ class StoreBackend {
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) {
     LevelsResult out{.parts = {}, .time = now};
-    CheckVector<std::size_t> taken;  // levels deducted so far
+    CheckVector<Taken> taken;  // levels deducted so far
     for (std::size_t i = 0; i < levels.size(); ++i) {
       const KeyPolicy kp{.policy = levels[i].policy, .version = version};
-      auto d = store_.apply(kp, levels[i].key, now, levels[i].cost);
+      // The state's own time after the decision is when the cost was counted: the window
+      // or the log event a give-back must take it from.
+      auto d = store_.update(kp, levels[i].key, now, [&](KeyState& s) {
+        const Decision decided = kp.apply(s, now, levels[i].cost);
+        return std::pair<Decision, Nanos>{decided, Nanos{detail::latest_time(s)}};
+      });
       if (!d.ok()) {
         give_back(levels, taken, version, now);
         return d.status();
       }
-      out.parts.push_back(*d);
-      if (d->allowed) {
-        taken.push_back(i);
+      out.parts.push_back(d->first);
+      if (d->first.allowed) {
+        taken.push_back({.level = i, .spent_at = d->second});
       } else if (!levels[i].shadow) {
         give_back(levels, taken, version, now);
         return out;
@@ -118,16 +124,21 @@ class StoreBackend {
   }
 
  private:
+  struct Taken {
+    std::size_t level;
+    Nanos spent_at;  // the state's time when the cost was counted
+  };
+
   // Gives each level in `taken` its cost back: exactly what was deducted (capped).
-  void give_back(std::span<const LevelCheck> levels, std::span<const std::size_t> taken,
+  void give_back(std::span<const LevelCheck> levels, std::span<const Taken> taken,
                  std::uint64_t version, Nanos now) {
-    for (std::size_t i : taken) {
-      const KeyPolicy kp{.policy = levels[i].policy, .version = version};
+    for (const Taken& t : taken) {
+      const LevelCheck& level = levels[t.level];
+      const KeyPolicy kp{.policy = level.policy, .version = version};
       // The key was just written and is not idle, so it exists; an error here cannot
       // over-admit (the level simply keeps the deduction).
-      (void)store_.update(kp, levels[i].key, now, [&](KeyState& s) {
-        const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
-        return gateway::refund(s, levels[i].cost, spent_at, now);
+      (void)store_.update(kp, level.key, now, [&](KeyState& s) {
+        return gateway::refund(s, level.cost, t.spent_at, now);
       });
     }
   }
