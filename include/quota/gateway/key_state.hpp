@@ -42,9 +42,8 @@ namespace quota::gateway {
 // The policy of a rule: one of the kinds the gateway converts between.
 using RulePolicy = std::variant<TokenBucket, FixedWindow, SlidingLog, SlidingWindowEstimate>;
 
-// What the store keeps per key: about 130 bytes, plus a sliding log's ring (16 bytes per
-// slot, at most `limit` slots; freed when the key is evicted or converted to another
-// kind).
+// What the store keeps per key: 120 bytes (x86-64, libstdc++), plus a sliding log's ring
+// (16 bytes per slot, at most `limit` slots; freed when the key is evicted or converted).
 struct KeyState {
   std::uint64_t version = 0;  // rule-set version that last wrote this state
   std::int64_t idle_at = 0;   // ns: from then on the state equals a fresh one
