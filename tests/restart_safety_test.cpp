@@ -228,7 +228,10 @@ TEST_CASE("a policy without exhausted() is refused a store with assume_spent_at,
 TEST_CASE("gateway keys (KeyPolicy) start with the rule's budget spent") {
   for (const quota::gateway::RulePolicy& rule :
        {quota::gateway::RulePolicy{token_bucket()},
-        quota::gateway::RulePolicy{window_policy<FixedWindow>()}}) {
+        quota::gateway::RulePolicy{window_policy<FixedWindow>()},
+        quota::gateway::RulePolicy{window_policy<SlidingLog>()},
+        quota::gateway::RulePolicy{window_policy<SlidingWindowEstimate>()}}) {
+    INFO(rule.index());
     const quota::gateway::KeyPolicy policy{.policy = &rule, .version = 1};
     quota::LocalStore<quota::gateway::KeyPolicy> store(
         StoreOptions{.assume_spent_at = Nanos{1'000'000'000}});

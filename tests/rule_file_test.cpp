@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <string>
 
@@ -286,15 +284,11 @@ TEST_CASE("a reload whose version is not above the one in force is refused, noth
 }
 
 // Decision assertions for the examples are the gateway's tests; here each must load.
-// Files in kNeedsGatewayWork use what RuleSet::create does not accept yet (limit-shared
-// routes, sliding_log rules): they must parse (or be refused only as a policy the gateway
-// lacks), and the test fails once they load, so that the list stays true.
 TEST_CASE("every example rule file loads") {
   const std::set<std::string> kExpected{
       "enforce-percent.yaml", "global-switch.yaml",         "llm-tokens.yaml",
       "request-cap.yaml",     "shadow-beside-enforce.yaml", "shared-tenant-budget.yaml",
       "sliding-log.yaml",     "user-beside-tenant.yaml"};
-  const std::set<std::string> kNeedsGatewayWork{"sliding-log.yaml"};
   std::set<std::string> seen;
   for (const auto& entry : std::filesystem::directory_iterator(QUOTA_RULES_EXAMPLES_DIR)) {
     if (entry.path().extension() != ".yaml") continue;
@@ -302,18 +296,8 @@ TEST_CASE("every example rule file loads") {
     INFO(name);
     seen.insert(name);
     auto set = quota::rules::load_rule_file(entry.path().string());
-    if (!kNeedsGatewayWork.contains(name)) {
-      CHECK(set.ok());
-      if (!set.ok()) FAIL_CHECK(message(set.status()));
-      continue;
-    }
-    CHECK_FALSE(set.ok());  // loads now: remove it from kNeedsGatewayWork
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto spec = parse_rules(text, name);
-    INFO(message(set.status()));
-    CHECK((spec.ok() ||
-           message(spec.status()).find("is not available for gateway rules") != std::string::npos));
+    CHECK(set.ok());
+    if (!set.ok()) FAIL_CHECK(message(set.status()));
   }
   CHECK(seen == kExpected);
 }

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/units.hpp"
 
 namespace quota::testing {
@@ -47,7 +48,7 @@ class FailingStore {
   template <class Fn>
   auto update_all(std::span<const policy_type> policies, std::span<const std::string_view> keys,
                   Nanos now, Fn&& fn)
-      -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+      -> absl::StatusOr<std::invoke_result_t<Fn&, detail::OpenedStates<policy_type>&>> {
     if (down()) return fail();
     return inner_.update_all(policies, keys, now, std::forward<Fn>(fn));
   }

@@ -20,11 +20,12 @@
 //     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). The levels of one scope — a
 //     tenant's user and tenant budgets, every named limit of them — are ONE atomic
 //     update_all: a level deducted before a later one of the scope denied gets the same
-//     cost back under the same locks (at the state's own latest time, so a window policy
-//     takes it back into the window it counted it in), so no call sees it. Across scopes
-//     (the global one), all or nothing is by the same exact give-back after the call:
-//     between them a concurrent request may see a budget lower by the cost and be denied
-//     — never admitted beyond any budget's envelope.
+//     cost back under the same locks, so no call sees it. Across scopes (the global
+//     one), all or nothing is by the same exact give-back after the call: between them a
+//     concurrent request may see a budget lower by the cost and be denied — never
+//     admitted beyond any budget's envelope. A give-back quotes the state's own time of
+//     the deduction, so a window kind takes the cost back from the window it was counted
+//     in and the log from the event it logged, even if other requests came between.
 //   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
 //     ONE Lua script (atomic all-or-nothing, no give-back needed); the global level in
 //     its own slot, given back by a second script when it denies.
@@ -42,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/store/store.hpp"
@@ -78,7 +80,7 @@ template <class S>
 concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_type, KeyPolicy> &&
     requires(S& store, std::span<const KeyPolicy> policies, std::span<const std::string_view> keys,
              Nanos now) {
-  store.update_all(policies, keys, now, [](std::span<KeyState* const>) { return 0; });
+  store.update_all(policies, keys, now, [](quota::detail::OpenedStates<KeyPolicy>&) { return 0; });
 };
 
 // The in-process backend over such a store (see the header comment).
@@ -90,7 +92,7 @@ class StoreBackend {
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) {
     LevelsResult out{.parts = {}, .time = now};
-    CheckVector<std::size_t> taken;  // levels deducted by the scopes decided so far
+    CheckVector<Taken> taken;  // levels deducted by the scopes decided so far
     for (std::size_t begin = 0; begin < levels.size();) {
       std::size_t end = begin + 1;
       while (end < levels.size() && scope_of(levels[end].key) == scope_of(levels[begin].key)) ++end;
@@ -105,7 +107,8 @@ class StoreBackend {
         return out;
       }
       for (std::size_t i = 0; i < scope->parts.size(); ++i) {
-        if (scope->parts[i].allowed) taken.push_back(begin + i);
+        if (scope->parts[i].allowed)
+          taken.push_back({.level = begin + i, .spent_at = scope->spent_at[i]});
       }
       begin = end;
     }
@@ -127,16 +130,24 @@ class StoreBackend {
   }
 
  private:
-  // Gives each level in `taken` its cost back: exactly what was deducted (capped).
-  void give_back(std::span<const LevelCheck> levels, std::span<const std::size_t> taken,
+  struct Taken {
+    std::size_t level;
+    Nanos spent_at;  // the state's time when the cost was counted
+  };
+
+  // Gives each level in `taken` its cost back: exactly what was deducted (capped), quoting
+  // the state's own time of the deduction, so a window kind takes it back from the window
+  // it was counted in and the log from the event it logged, even if other requests came
+  // between.
+  void give_back(std::span<const LevelCheck> levels, std::span<const Taken> taken,
                  std::uint64_t version, Nanos now) {
-    for (std::size_t i : taken) {
-      const KeyPolicy kp{.policy = levels[i].policy, .version = version};
+    for (const Taken& t : taken) {
+      const LevelCheck& level = levels[t.level];
+      const KeyPolicy kp{.policy = level.policy, .version = version};
       // The key was just written and is not idle, so it exists; an error here cannot
       // over-admit (the level simply keeps the deduction).
-      (void)store_.update(kp, levels[i].key, now, [&](KeyState& s) {
-        const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
-        return gateway::refund(s, levels[i].cost, spent_at, now);
+      (void)store_.update(kp, level.key, now, [&](KeyState& s) {
+        return gateway::refund(s, level.cost, t.spent_at, now);
       });
     }
   }
@@ -146,7 +157,8 @@ class StoreBackend {
   // same locks, so no other call ever sees their deduction.
   struct ScopeResult {
     CheckVector<Decision> parts;
-    bool stopped = false;  // an enforcing level denied (the last part)
+    CheckVector<Nanos> spent_at;  // per part: the state's time after it was decided
+    bool stopped = false;         // an enforcing level denied (the last part)
   };
   absl::StatusOr<ScopeResult> decide_scope(std::span<const LevelCheck> levels,
                                            std::uint64_t version, Nanos now) {
@@ -156,22 +168,37 @@ class StoreBackend {
       policies.push_back({.policy = l.policy, .version = version});
       keys.push_back(l.key);
     }
-    return store_.update_all(policies, keys, now, [&](std::span<KeyState* const> states) {
-      ScopeResult r;
-      for (std::size_t i = 0; i < levels.size(); ++i) {
-        r.parts.push_back(policies[i].apply(*states[i], now, levels[i].cost));
-        if (r.parts.back().allowed || levels[i].shadow) continue;
-        for (std::size_t j = 0; j < i; ++j) {
-          if (!r.parts[j].allowed) continue;
-          KeyState& s = *states[j];
-          const Nanos spent_at{std::max(now.count(), detail::latest_time(s))};
-          gateway::refund(s, levels[j].cost, spent_at, now);
-        }
-        r.stopped = true;
-        break;
-      }
-      return r;
-    });
+    auto r = store_.update_all(
+        policies, keys, now,
+        [&](quota::detail::OpenedStates<KeyPolicy>& states) -> absl::StatusOr<ScopeResult> {
+          ScopeResult r;
+          CheckVector<KeyState*> decided;
+          // On a denial or an error: the levels allowed so far get their cost back.
+          const auto undo = [&] {
+            for (std::size_t j = 0; j < decided.size(); ++j) {
+              if (r.parts[j].allowed)
+                gateway::refund(*decided[j], levels[j].cost, r.spent_at[j], now);
+            }
+          };
+          for (std::size_t i = 0; i < levels.size(); ++i) {
+            auto state = states[i];
+            if (!state.ok()) {
+              undo();
+              return state.status();
+            }
+            decided.push_back(*state);
+            r.parts.push_back(policies[i].apply(**state, now, levels[i].cost));
+            r.spent_at.push_back(Nanos{detail::latest_time(**state)});
+            if (r.parts.back().allowed || levels[i].shadow) continue;
+            decided.pop_back();  // the denier deducted nothing
+            undo();
+            r.stopped = true;
+            break;
+          }
+          return r;
+        });
+    if (!r.ok()) return r.status();
+    return *std::move(r);
   }
 
   Store& store_;

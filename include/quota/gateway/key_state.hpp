@@ -7,10 +7,11 @@
 //
 //   remaining' = min(remaining under the old policy at now, capacity of the new policy)
 //
-// so a change never hands out a fresh full bucket (DESIGN §6). `KeyPolicy` adapts this to
-// the Policy concept, so the ordinary stores (LocalStore, ShardedStore) hold KeyStates.
-// Policies: TokenBucket and FixedWindow (`RulePolicy`). A settle's deficit may be charged
-// as debt, capped at the capacity (charge()).
+// so a change never hands out a fresh full bucket (DESIGN §6), between any two of the
+// four kinds (`RulePolicy`). refund() gives back units a request did not use, charge()
+// a settle's deficit (as debt, capped at the capacity). `KeyPolicy` adapts this to the
+// Policy concept, so the ordinary stores (LocalStore, ShardedStore) hold KeyStates. What
+// each kind contributes (remaining, a converted state, a refund) is in rule_kinds.hpp.
 //
 // Thread safety: values and pure functions; the store makes each update atomic per key.
 //
@@ -23,32 +24,45 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <variant>
 
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
+#include "quota/gateway/rule_kinds.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
+#include "quota/policy/sliding_log.hpp"
+#include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
 
-// The policy of a rule: one of the kinds the gateway can convert between. SlidingLog
-// (state grows with events) and SlidingWindowEstimate are not gateway rule kinds.
-using RulePolicy = std::variant<TokenBucket, FixedWindow>;
+// The policy of a rule: one of the kinds the gateway converts between.
+using RulePolicy = std::variant<TokenBucket, FixedWindow, SlidingLog, SlidingWindowEstimate>;
+
+// What the store keeps per key: 120 bytes (x86-64, libstdc++), plus a sliding log's ring
+// (16 bytes per slot, at most `limit` slots; freed when the key is evicted or converted).
+struct KeyState {
+  std::uint64_t version = 0;  // rule-set version that last wrote this state
+  std::int64_t idle_at = 0;   // ns: from then on the state equals a fresh one
+  RulePolicy policy{};        // parameters that wrote `state`
+  std::variant<TokenBucket::State, FixedWindow::State, SlidingLog::State,
+               SlidingWindowEstimate::State>
+      state{};
+  MicroUnits debt = 0;  // charged deficit still to pay, <= capacity
+};
 
 namespace detail {
 
-inline bool same_params(const TokenBucket& a, const TokenBucket& b) {
-  return a.rate == b.rate && a.burst == b.burst;
-}
-inline bool same_params(const FixedWindow& a, const FixedWindow& b) {
-  return a.limit == b.limit && a.window == b.window;
-}
 template <class A, class B>
-bool same_params(const A&, const B&) {
-  return false;
+bool same_params(const A& a, const B& b) {
+  if constexpr (std::is_same_v<A, B>) {
+    return RuleKind<A>::same_params(a, b);
+  } else {
+    return false;
+  }
 }
 inline bool same_params(const RulePolicy& a, const RulePolicy& b) {
   return std::visit([](const auto& x, const auto& y) { return same_params(x, y); }, a, b);
@@ -56,72 +70,54 @@ inline bool same_params(const RulePolicy& a, const RulePolicy& b) {
 
 // Capacity in whole units: burst or limit.
 inline std::int64_t capacity(const RulePolicy& p) {
-  return std::visit(
-      [](const auto& x) -> std::int64_t {
-        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, TokenBucket>) {
-          return x.burst;
-        } else {
-          return x.limit;
-        }
-      },
-      p);
+  return std::visit([](const auto& x) { return RuleKind<std::decay_t<decltype(x)>>::capacity(x); },
+                    p);
 }
 
 inline absl::Status validate(const RulePolicy& p) {
   return std::visit([](const auto& x) { return x.validate(); }, p);
 }
 
-}  // namespace detail
-
-// What the store keeps per key (about 80 bytes).
-struct KeyState {
-  std::uint64_t version = 0;  // rule-set version that last wrote this state
-  std::int64_t idle_at = 0;   // ns: from then on the state equals a fresh one
-  RulePolicy policy{};        // parameters that wrote `state`
-  std::variant<TokenBucket::State, FixedWindow::State> state{};
-  MicroUnits debt = 0;  // charged deficit still to pay, <= capacity
-};
-
-namespace detail {
+// Calls fn(policy, state) with the policy `s` holds and its state.
+template <class Fn>
+decltype(auto) with_kind(KeyState& s, Fn&& fn) {
+  return std::visit(
+      [&](const auto& p) -> decltype(auto) {
+        using P = std::decay_t<decltype(p)>;
+        return fn(p, std::get<typename P::State>(s.state));
+      },
+      s.policy);
+}
 
 inline std::int64_t latest_time(const KeyState& s) {
-  return std::visit([](const auto& st) { return st.last; }, s.state);
+  return std::visit(
+      [](const auto& st) {
+        using S = std::decay_t<decltype(st)>;
+        if constexpr (std::is_same_v<S, SlidingLog::State>) {
+          return st.last();
+        } else {
+          return st.last;
+        }
+      },
+      s.state);
 }
 
 // Brings the state to `now` under its own (old) parameters; returns the remaining budget
 // in micro-units.
 inline MicroUnits observe(KeyState& s, std::int64_t now) {
-  if (auto* tb = std::get_if<TokenBucket>(&s.policy)) {
-    auto& st = std::get<TokenBucket::State>(s.state);
-    tb->refill(st, now);
-    return st.tokens;
-  }
-  const auto& fw = std::get<FixedWindow>(s.policy);
-  auto& st = std::get<FixedWindow::State>(s.state);
-  fw.advance(st, now);
-  return to_micro(fw.limit - st.count);
-}
-
-// The lowest token count (most debt) a bucket of capacity `cap` micro-units may hold:
-// -cap, or less debt when cap - tokens would leave int64 (a burst near kMaxUnits).
-inline MicroUnits token_floor(MicroUnits cap) {
-  return -std::min(cap, std::numeric_limits<MicroUnits>::max() - cap);
+  return with_kind(s, [&](const auto& p, auto& st) {
+    return RuleKind<std::decay_t<decltype(p)>>::observe(p, st, now);
+  });
 }
 
 // A state of `p` at time `t` holding `remaining` micro-units (clamped to capacity).
-inline std::variant<TokenBucket::State, FixedWindow::State> with_remaining(const RulePolicy& p,
-                                                                           std::int64_t t,
-                                                                           MicroUnits remaining) {
-  if (const auto* tb = std::get_if<TokenBucket>(&p)) {
-    // Negative remaining is debt (see charge()): kept, floored at -burst.
-    const MicroUnits cap = to_micro(tb->burst);
-    return TokenBucket::State{
-        .tokens = std::clamp(remaining, token_floor(cap), cap), .carry = 0, .last = t};
-  }
-  const auto& fw = std::get<FixedWindow>(p);
-  // Rounds down; negative remaining (debt) is moved to KeyState::debt by migrate().
-  const std::int64_t units = std::clamp<std::int64_t>(remaining / kMicrosPerUnit, 0, fw.limit);
-  return FixedWindow::State{.count = fw.limit - units, .last = t};
+inline decltype(KeyState::state) with_remaining(const RulePolicy& p, std::int64_t t,
+                                                MicroUnits remaining) {
+  return std::visit(
+      [&](const auto& x) -> decltype(KeyState::state) {
+        return RuleKind<std::decay_t<decltype(x)>>::with_remaining(x, t, remaining);
+      },
+      p);
 }
 
 inline Nanos idle_time(const KeyState& s) {
@@ -137,40 +133,26 @@ inline Nanos idle_time(const KeyState& s) {
 // Pays debt from the budget present now (the state must already be brought to now).
 inline void pay_debt(KeyState& s) {
   if (s.debt <= 0) return;
-  if (std::holds_alternative<TokenBucket>(s.policy)) {
-    auto& st = std::get<TokenBucket::State>(s.state);
-    // Only tokens present pay: a bucket already in debt of its own (negative tokens,
-    // from charge()) pays nothing more now.
-    const MicroUnits pay = std::min(std::max<MicroUnits>(st.tokens, 0), s.debt);
-    st.tokens -= pay;
-    s.debt -= pay;
-    return;
-  }
-  const auto& fw = std::get<FixedWindow>(s.policy);
-  auto& st = std::get<FixedWindow::State>(s.state);
-  // Window policies count whole units: a partial unit of debt is paid as a whole one.
-  const std::int64_t owed = (s.debt + kMicrosPerUnit - 1) / kMicrosPerUnit;
-  const std::int64_t pay = std::min(fw.limit - st.count, owed);
-  st.count += pay;
-  s.debt = std::max<MicroUnits>(0, s.debt - to_micro(pay));
+  with_kind(s, [&](const auto& p, auto& st) {
+    RuleKind<std::decay_t<decltype(p)>>::pay_debt(p, st, s.debt);
+  });
 }
 
 }  // namespace detail
 
 // Converts `s` to `policy` at rule-set `version`: brought to max(now, stored time) under
 // its own parameters (so stored time never moves back), then given
-// remaining' = min(remaining, capacity of `policy`). Returns true when the parameters
-// changed.
-//   - TokenBucket → TokenBucket (downgrade or upgrade): refilled at the old rate up to the
-//     change, then clamped to the new burst. An upgrade therefore keeps the tokens the
-//     client had and refills towards the larger burst at the new rate; a downgrade cuts
-//     the tokens to the new burst. The carried sub-micro-unit fraction (< 1 micro-unit)
-//     is dropped: rounding down, never up.
-//   - switching kind (TokenBucket ↔ FixedWindow): the same rule. Bucket → window: the
-//     current window's count is set so that `limit − count = min(limit, floor(tokens))`;
-//     the next window is full, as the window policy gives anyway. Window → bucket:
-//     tokens = min(burst, limit − count) — what the window still allowed, never more.
-//     Remaining is rounded DOWN to whole units when entering a window policy.
+// remaining' = min(remaining, capacity of `policy`), for every pair of kinds. Returns true
+// when the parameters changed.
+//   - into a TokenBucket: tokens = remaining (micro-units; negative, i.e. debt, kept down
+//     to -burst); the carried sub-micro-unit fraction is dropped: rounding down, never up.
+//     An upgrade keeps the tokens the client had and refills towards the larger burst at
+//     the new rate; a downgrade cuts them to the new burst.
+//   - into a window kind: remaining rounded DOWN to whole units; the units it lacks are
+//     counted as admitted at the change (FixedWindow: the current window's count; the
+//     estimator: the current window's counter; the log: one event at the change, leaving
+//     it a whole window later — never earlier than the events it stands for). Debt
+//     (negative remaining) moves to KeyState::debt.
 //   - the same parameters under a new version: only the version is updated.
 // A state written under a NEWER version is left as it is
 // (its parameters and version stay): a caller still holding an older rule set — another
@@ -187,7 +169,7 @@ inline bool migrate(KeyState& s, const RulePolicy& policy, std::uint64_t version
   }
   const std::int64_t t = std::max(now.count(), detail::latest_time(s));
   const MicroUnits remaining = detail::observe(s, t);
-  if (remaining < 0 && std::holds_alternative<FixedWindow>(policy)) s.debt -= remaining;
+  if (remaining < 0 && !std::holds_alternative<TokenBucket>(policy)) s.debt -= remaining;
   s.state = detail::with_remaining(policy, t, remaining);
   s.policy = policy;
   s.version = version;
@@ -197,9 +179,11 @@ inline bool migrate(KeyState& s, const RulePolicy& policy, std::uint64_t version
 }
 
 // Gives back `units` that were deducted at `spent_at` (a hierarchy's compensation or a
-// settle's surplus), capped at the capacity; outstanding debt is paid first. A window
-// policy only takes back units spent in the current window: a later window already
-// started from zero. Returns the micro-units actually returned to the budget.
+// settle's surplus); outstanding debt is paid first. Never creates budget: a token bucket
+// is capped at its burst; a window kind takes back only units still counted from that
+// deduction's window or events (rule_kinds.hpp: FixedWindow its current window, the
+// estimator its current or previous window, the log the newest events at or before
+// `spent_at`). Returns the micro-units given back, debt paid included.
 inline MicroUnits refund(KeyState& s, std::int64_t units, Nanos spent_at, Nanos now) {
   MicroUnits give = to_micro(units);
   const std::int64_t t = std::max(now.count(), detail::latest_time(s));
@@ -207,23 +191,9 @@ inline MicroUnits refund(KeyState& s, std::int64_t units, Nanos spent_at, Nanos 
   const MicroUnits to_debt = std::min(s.debt, give);
   s.debt -= to_debt;
   give -= to_debt;
-  MicroUnits given = 0;
-  if (const auto* tb = std::get_if<TokenBucket>(&s.policy)) {
-    auto& st = std::get<TokenBucket::State>(s.state);
-    const MicroUnits cap = to_micro(tb->burst);
-    given = std::min(give, cap - st.tokens);
-    st.tokens += given;
-    if (st.tokens == cap) st.carry = 0;  // full means no carried fraction
-  } else {
-    const auto& fw = std::get<FixedWindow>(s.policy);
-    auto& st = std::get<FixedWindow::State>(s.state);
-    const std::int64_t w = fw.window.count();
-    if (quota::detail::floor_div(spent_at.count(), w) == quota::detail::floor_div(st.last, w)) {
-      const std::int64_t back = std::min(give / kMicrosPerUnit, st.count);
-      st.count -= back;
-      given = to_micro(back);
-    }
-  }
+  const MicroUnits given = detail::with_kind(s, [&](const auto& p, auto& st) {
+    return detail::RuleKind<std::decay_t<decltype(p)>>::refund(p, st, give, spent_at.count());
+  });
   s.idle_at = detail::idle_time(s).count();
   return given + to_debt;
 }
@@ -234,10 +204,12 @@ inline MicroUnits refund(KeyState& s, std::int64_t units, Nanos spent_at, Nanos 
 //     (TokenBucket's refill and retry_after arithmetic hold for tokens in [-burst, burst];
 //     tokens are floored at -burst, and at -(2^63-1-burst·10^6) for a huge burst).
 //     retry_after then includes the debt.
-//   - FixedWindow: what the window still allows is counted at once; the rest is kept in
-//     KeyState::debt and counted at later decisions, before their own cost.
+//   - the window kinds: what the budget still allows is counted at once (as admitted
+//     now); the rest is kept in KeyState::debt and counted at later decisions, before
+//     their own cost.
 // Either way debt is capped at the capacity: an emptied key is blocked for at most one
-// full refill (B/r) or window.
+// full refill (B/r) or window (two for the estimator, whose counted units weigh on the
+// next window).
 inline MicroUnits charge(KeyState& s, std::int64_t units, Nanos now) {
   const std::int64_t t = std::max(now.count(), detail::latest_time(s));
   detail::observe(s, t);

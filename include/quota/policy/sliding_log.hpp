@@ -194,6 +194,45 @@ struct SlidingLog {
     }
   }
 
+  // Un-logs up to `units` units, taken from the most recent events logged at or before
+  // `spent_at` (newest first), as if they had never been admitted; events logged after
+  // `spent_at` are another request's and stay. Returns the units removed (<= the counted
+  // units at or before `spent_at`). Call it on a state brought to its time by advance(),
+  // so that only events still counted are taken back. An event left with no units is
+  // dropped, so the ring keeps at most `limit` events; its capacity does not change.
+  // O(events), no allocation. Public for the gateway's refunds (gateway/rule_kinds.hpp).
+  std::int64_t take_back(State& s, std::int64_t units, std::int64_t spent_at) const {
+    // k: the newest event at or before spent_at (events are in time order).
+    std::size_t k = s.size_;
+    while (k > 0 && s.at(k - 1).time > spent_at) --k;
+    if (k == 0 || units <= 0) return 0;
+    const std::uint64_t cum_k = s.at(k - 1).cum;
+    const std::uint64_t back = std::min(static_cast<std::uint64_t>(units), cum_k - s.base_);
+    // Event i (< k) loses clamp(back − (cum_k − cum_i), 0, cost_i): the newest first.
+    std::uint64_t prev_cum = s.base_;  // original cum of the event before i
+    std::uint64_t running = s.base_;   // rewritten cum
+    std::size_t write = 0;
+    const std::size_t n = s.size_;
+    for (std::size_t i = 0; i < n; ++i) {
+      const State::Event e = s.at(i);
+      const std::uint64_t cost = e.cum - prev_cum;
+      prev_cum = e.cum;
+      std::uint64_t removed = 0;
+      if (i < k) {
+        const std::uint64_t after = cum_k - e.cum;  // units of events in (i, k]
+        if (back > after) removed = std::min(cost, back - after);
+      }
+      if (cost == removed) continue;
+      running += cost - removed;
+      std::size_t p = s.head_ + write;
+      if (p >= s.ring_.size()) p -= s.ring_.size();
+      s.ring_[p] = State::Event{e.time, running};
+      ++write;
+    }
+    s.size_ = write;
+    return static_cast<std::int64_t>(back);
+  }
+
  private:
   // Clamped at 0 only for a state built under a larger limit (a rule change).
   std::int64_t remaining(const State& s) const {

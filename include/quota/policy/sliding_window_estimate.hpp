@@ -136,9 +136,11 @@ struct SlidingWindowEstimate {
     s.last = now;
   }
 
- private:
-  // The largest c with (cur + c)·W + prev·(W − el) <= N·W, by the exact identity
-  // floor(N − cur − prev·(W − el)/W) = N − cur − prev + floor(prev·el / W).
+  // The units a request could take at the state's time: the largest c >= 0 with
+  // (cur + c)·W + prev·(W − el) <= N·W, by the exact identity
+  // floor(N − cur − prev·(W − el)/W) = N − cur − prev + floor(prev·el / W). Call it on a
+  // state brought to its time by advance(). Public so that the gateway (rule changes,
+  // debt) reads the budget through the policy's own arithmetic.
   std::int64_t remaining(const State& s) const {
     const std::int64_t el = detail::floor_mod(s.last, window.count());
     const absl::int128 r =
@@ -146,6 +148,7 @@ struct SlidingWindowEstimate {
     return r < 0 ? 0 : static_cast<std::int64_t>(r);
   }
 
+ private:
   Nanos reset_after(const State& s) const {
     if (s.cur == 0 && s.prev == 0) return Nanos{0};
     const absl::int128 w = window.count();

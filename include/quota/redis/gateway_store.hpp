@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -284,11 +285,15 @@ class GatewayStore {
   // address — a rule set freed and another built at the same address must not hit).
   using PolicyKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t>;
   static PolicyKey policy_key(const gateway::RulePolicy& policy) {
-    if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
-      return {policy.index(), tb->rate.units, tb->rate.per.count(), tb->burst};
-    }
-    const auto& fw = std::get<FixedWindow>(policy);
-    return {policy.index(), fw.limit, fw.window.count(), 0};
+    return std::visit(
+        [&](const auto& w) -> PolicyKey {
+          if constexpr (std::is_same_v<std::decay_t<decltype(w)>, TokenBucket>) {
+            return {policy.index(), w.rate.units, w.rate.per.count(), w.burst};
+          } else {
+            return {policy.index(), w.limit, w.window.count(), 0};
+          }
+        },
+        policy);
   }
 
   // Appends `policy`'s argument to `args`. Rule sets are immutable and hold few distinct

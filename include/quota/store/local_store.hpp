@@ -53,27 +53,25 @@ class LocalStore {
     return states_.update(policy, key, detail::key_hash(key), now, std::forward<Fn>(fn));
   }
 
-  // Runs `fn(std::span<State* const>)` on the states of every key of `keys` (the i-th
-  // created fresh under `policies[i]` if absent), in one step: the multi-key form of
-  // update(), as ShardedStore::update_all. On an error `fn` is not run.
+  // Runs `fn(detail::OpenedStates<P>&)` over the keys `keys` (the i-th under
+  // `policies[i]`) in one step: the multi-key form of update(), as
+  // ShardedStore::update_all; a key `fn` never asks for is not created.
   template <class Fn>
   auto update_all(std::span<const P> policies, std::span<const std::string_view> keys, Nanos now,
-                  Fn&& fn) -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+                  Fn&& fn) -> absl::StatusOr<std::invoke_result_t<Fn&, detail::OpenedStates<P>&>> {
     if (policies.size() != keys.size()) {
       return absl::InvalidArgumentError("update_all: one policy per key");
     }
-    for (std::size_t k = 0; k < keys.size(); ++k) states_.compact_if_due(policies[k]);
-    absl::InlinedVector<typename detail::KeyedStates<P>::Writing, 8> open;
-    absl::InlinedVector<State*, 8> states;
+    absl::InlinedVector<typename detail::OpenedStates<P>::Key, 8> opened_keys;
     for (std::size_t k = 0; k < keys.size(); ++k) {
-      auto w = states_.open(policies[k], keys[k], detail::key_hash(keys[k]), now);
-      if (!w.ok()) return w.status();
-      open.push_back(*w);
-      states.push_back(w->state);
+      states_.compact_if_due(policies[k]);
+      opened_keys.push_back({.table = &states_,
+                             .policy = &policies[k],
+                             .key = keys[k],
+                             .hash = detail::key_hash(keys[k])});
     }
-    auto result = std::forward<Fn>(fn)(std::span<State* const>(states.data(), states.size()));
-    for (std::size_t k = 0; k < keys.size(); ++k) states_.close(policies[k], open[k]);
-    return result;
+    detail::OpenedStates<P> states(opened_keys, now);
+    return std::forward<Fn>(fn)(states);
   }
 
   // Forgets every idle key; returns how many.

@@ -76,26 +76,31 @@ class ShardedStore {
     return shard.states->update(policy, key, hash, now, std::forward<Fn>(fn));
   }
 
-  // Runs `fn(std::span<State* const>)` on the states of every key of `keys` (the i-th
-  // created fresh under `policies[i]` if absent) with every shard they live in locked, so
-  // no other call sees any of them between the first write and the last: one atomic step
-  // over several keys. Shards are locked in index order, so two such calls never deadlock.
-  // `fn` must not call back into this store. Errors as update(); on an error `fn` is not
-  // run and nothing is written (a key may have been created fresh).
+  // Runs `fn(detail::OpenedStates<P>&)` over the keys `keys` (the i-th under `policies[i]`)
+  // with every shard they live in locked, so no other call sees any of them between the
+  // first write and the last: one atomic step over several keys. `fn` asks for the
+  // states it needs (states[i], a StatusOr: found, or created fresh; errors as update());
+  // a key it never asks for is not created. Shards are locked in index order, so two such
+  // calls never deadlock. `fn` must not call back into this store.
   template <class Fn>
   ABSL_NO_THREAD_SAFETY_ANALYSIS auto update_all(std::span<const P> policies,
                                                  std::span<const std::string_view> keys, Nanos now,
                                                  Fn&& fn)
-      -> absl::StatusOr<std::invoke_result_t<Fn&, std::span<State* const>>> {
+      -> absl::StatusOr<std::invoke_result_t<Fn&, detail::OpenedStates<P>&>> {
     if (policies.size() != keys.size()) {
       return absl::InvalidArgumentError("update_all: one policy per key");
     }
-    absl::InlinedVector<std::size_t, 8> hashes, shards;
-    for (std::string_view key : keys) {
-      hashes.push_back(detail::key_hash(key));
-      shards.push_back(shard_index(hashes.back()));
+    absl::InlinedVector<typename detail::OpenedStates<P>::Key, 8> opened_keys;
+    absl::InlinedVector<std::size_t, 8> locked;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const std::size_t hash = detail::key_hash(keys[k]);
+      locked.push_back(shard_index(hash));
+      opened_keys.push_back(
+          {.table = nullptr, .policy = &policies[k], .key = keys[k], .hash = hash});
     }
-    absl::InlinedVector<std::size_t, 8> locked(shards.begin(), shards.end());
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      opened_keys[k].table = &*shards_[locked[k]].states;
+    }
     std::sort(locked.begin(), locked.end());
     locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
     for (std::size_t i : locked) shards_[i].mu.lock();
@@ -106,22 +111,9 @@ class ShardedStore {
         for (std::size_t i : shards) store->shards_[i].mu.unlock();
       }
     } unlock{this, locked};
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      shards_[shards[k]].states->compact_if_due(policies[k]);
-    }
-    absl::InlinedVector<typename detail::KeyedStates<P>::Writing, 8> open;
-    absl::InlinedVector<State*, 8> states;
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      auto w = shards_[shards[k]].states->open(policies[k], keys[k], hashes[k], now);
-      if (!w.ok()) return w.status();
-      open.push_back(*w);
-      states.push_back(w->state);
-    }
-    auto result = std::forward<Fn>(fn)(std::span<State* const>(states.data(), states.size()));
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      shards_[shards[k]].states->close(policies[k], open[k]);
-    }
-    return result;
+    for (const auto& k : opened_keys) k.table->compact_if_due(*k.policy);
+    detail::OpenedStates<P> states(opened_keys, now);
+    return std::forward<Fn>(fn)(states);
   }
 
   // Forgets every idle key in every shard; returns how many.

@@ -83,6 +83,12 @@ struct GatewayTwin {
   }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
     if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
+    if (std::holds_alternative<SlidingLog>(policy) ||
+        std::holds_alternative<SlidingWindowEstimate>(policy)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s is not yet a gateway policy on Redis (in-process only)",
+          std::holds_alternative<SlidingLog>(policy) ? "sliding_log" : "sliding_window_estimate"));
+    }
     if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
       auto twin = LuaTwin<TokenBucket>::params(*tb, kGatewayRange);
       if (!twin.ok()) return twin.status();
