@@ -97,12 +97,14 @@ class KeyedStates {
   template <class Fn>
   auto update(const P& policy, std::string_view key, std::size_t hash, Nanos now, Fn&& fn)
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
-    compact_if_due(policy);
-    auto w = writing(policy, key, hash, now);
-    if (!w.ok()) return w.status();
-    auto result = std::forward<Fn>(fn)(*w->state);
-    written(policy, *w);
-    return result;
+    if (!indexed_) {
+      // Never full: nothing was evicted and there is no idle index to keep. (A locate that
+      // fills the store builds the index and enters the new key at the lowest bound.)
+      auto id = locate(policy, key, hash, now);
+      if (!id.ok()) return id.status();
+      return std::forward<Fn>(fn)(arena_->state(*id));
+    }
+    return update_indexed(policy, key, hash, now, std::forward<Fn>(fn));
   }
 
   // A key's state open for writing (open() … close()), for a caller that writes several
@@ -176,6 +178,19 @@ class KeyedStates {
   struct LaterFirst {
     bool operator()(const IdleEntry& a, const IdleEntry& b) const { return a.at > b.at; }
   };
+
+  // update() in a store that has been full; out of line, so that the usual path stays small.
+  template <class Fn>
+  [[gnu::noinline]] auto update_indexed(const P& policy, std::string_view key, std::size_t hash,
+                                        Nanos now, Fn&& fn)
+      -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
+    compact_if_due(policy);
+    auto w = writing(policy, key, hash, now);
+    if (!w.ok()) return w.status();
+    auto result = std::forward<Fn>(fn)(*w->state);
+    written(policy, *w);
+    return result;
+  }
 
   // After a compaction (record ids changed): the index rebuilt at the size it now needs
   // (which also returns the memory of a table grown for more keys), and the idle index.
