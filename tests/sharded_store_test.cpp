@@ -69,8 +69,12 @@ TEST_CASE("with a running clock the union of admissions satisfies the envelope",
   std::atomic<bool> stop{false};
   std::mutex log_mu;
   std::vector<std::pair<std::int64_t, std::int64_t>> log;  // (time, cost)
+  std::atomic<int> admissions{0};
+  // At least 20,000 ticks, and on until the workers admitted 200 times (a slow,
+  // instrumented or loaded machine may let the ticker run ahead of them), at most 2 M.
   std::thread ticker([&] {
-    for (int i = 0; i < 20'000 && !stop.load(); ++i) {
+    for (int i = 0; i < 2'000'000 && !stop.load(); ++i) {
+      if (i >= 20'000 && admissions.load() >= 200) break;
       clock.advance(Nanos{1'000});
       std::this_thread::yield();
     }
@@ -93,6 +97,7 @@ TEST_CASE("with a running clock the union of admissions satisfies the envelope",
       if (r->first) {
         std::lock_guard<std::mutex> lock(log_mu);
         log.emplace_back(r->second, cost);
+        admissions.fetch_add(1);
       }
     }
   });
