@@ -191,16 +191,4 @@ TEST_CASE("a reload of each bad file leaves the rules in force") {
   }
 }
 
-TEST_CASE("a policy the gateway lacks is an error naming it") {
-  if constexpr (quota::rules::detail::kIsRulePolicy<quota::SlidingLog>) {
-    SUCCEED("sliding_log is a gateway policy");
-  } else {
-    auto s =
-        quota::rules::load_rules(free_rule("sliding_log: {limit: 100, window: 60s}"), "bad.yaml");
-    CHECK(message(s.status()) ==
-          "bad.yaml:10:5: rules[0].sliding_log: sliding_log is not available for gateway rules; "
-          "available: token_bucket, fixed_window");
-  }
-}
-
 }  // namespace

@@ -170,7 +170,7 @@ class RuleSet {
     auto it = routes_.find(quota::detail::to_absl(route));
     if (it == routes_.end()) return this->route(route).status();
     const bool all_shadow = options.shadow_all || shadow_all_;
-    const int bucket = rollout_bucket(who.tenant);
+    int bucket = -1;  // the tenant's rollout bucket, hashed only for a partial rollout
     CheckVector<Check> checks;
     bool tenant_level = false;
     for (const Slot& slot : it->second.slots) {
@@ -184,7 +184,7 @@ class RuleSet {
               .key = {},
               .cost = slot.estimate && options.estimate ? *options.estimate : slot.units,
               .estimate = slot.estimate,
-              .shadow = all_shadow || rule->shadow || bucket >= rule->enforce_percent};
+              .shadow = all_shadow || rule->shadow || !enforced(*rule, who.tenant, bucket)};
       if (slot.level == Level::kGlobal) {
         c.key = StoreKey{"{~global}", part, hash, slot.limit};
       } else if (slot.level == Level::kTenant) {
@@ -223,6 +223,14 @@ class RuleSet {
 
   static absl::Status annotate(const absl::Status& s, const std::string& where) {
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+  }
+
+  // Whether `rule` enforces on `tenant` (enforce_percent); `bucket` caches the tenant's
+  // rollout bucket across the rules of one plan (-1: not computed yet).
+  static bool enforced(const Rule& rule, std::string_view tenant, int& bucket) {
+    if (rule.enforce_percent >= 100) return true;
+    if (bucket < 0) bucket = rollout_bucket(tenant);
+    return bucket < rule.enforce_percent;
   }
 
   static const RouteCost* find_cost(const RouteClass& r, std::string_view limit) {

@@ -34,9 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -58,15 +56,6 @@
 namespace quota::rules {
 
 namespace detail {
-
-// Whether P is one of the kinds gateway::RulePolicy holds: a policy kind the file format
-// knows but the gateway does not (yet) is an error naming it, not a compile error.
-template <class P, class Variant>
-struct is_alternative : std::false_type {};
-template <class P, class... Ts>
-struct is_alternative<P, std::variant<Ts...>> : std::disjunction<std::is_same<P, Ts>...> {};
-template <class P>
-inline constexpr bool kIsRulePolicy = is_alternative<P, gateway::RulePolicy>::value;
 
 // Where a routes[i] or rules[i] entry and its fields are in the file, so that an error
 // RuleSet::create reports later ("rules[2]: burst must be ...") gets a position too.
@@ -324,7 +313,8 @@ class Parser : private FieldReader {
         if (s.key == "rate") tb.rate = rate(s, false);
         if (s.key == "burst") tb.burst = integer(s);
       }
-      return assign(f, out, tb);
+      out = tb;
+      return;
     }
     static constexpr std::array<std::string_view, 2> kWindow{"limit", "window"};
     const std::vector<Field> sub = submap(f, kWindow, "{limit, window}", entry, entry_path);
@@ -335,28 +325,12 @@ class Parser : private FieldReader {
       if (s.key == "limit") limit = integer(s);
       if (s.key == "window") window = duration(s);
     }
-    if (f.key == "fixed_window")
-      return assign(f, out, FixedWindow{.limit = limit, .window = window});
-    if (f.key == "sliding_log") return assign(f, out, SlidingLog{.limit = limit, .window = window});
-    return assign(f, out, SlidingWindowEstimate{.limit = limit, .window = window});
-  }
-
-  // A template so that the branch for a kind RulePolicy lacks is never instantiated.
-  template <class P>
-  void assign(const Field& f, gateway::RulePolicy& out, P policy) const {
-    if constexpr (kIsRulePolicy<P>) {
-      out = std::move(policy);
+    if (f.key == "fixed_window") {
+      out = FixedWindow{.limit = limit, .window = window};
+    } else if (f.key == "sliding_log") {
+      out = SlidingLog{.limit = limit, .window = window};
     } else {
-      std::vector<std::string_view> available;
-      if constexpr (kIsRulePolicy<TokenBucket>) available.push_back("token_bucket");
-      if constexpr (kIsRulePolicy<FixedWindow>) available.push_back("fixed_window");
-      if constexpr (kIsRulePolicy<SlidingLog>) available.push_back("sliding_log");
-      if constexpr (kIsRulePolicy<SlidingWindowEstimate>) {
-        available.push_back("sliding_window_estimate");
-      }
-      fail(f.key_at, f.path,
-           absl::StrFormat("%s is not available for gateway rules; available: %s", f.key,
-                           join(available, ", ")));
+      out = SlidingWindowEstimate{.limit = limit, .window = window};
     }
   }
 };
