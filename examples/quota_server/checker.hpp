@@ -1,0 +1,181 @@
+// examples/quota_server/checker.hpp — one rate-limit check, the part gRPC and HTTP share.
+//
+// A CheckRequest names a tenant, its plan, an optional user, a route class of the rule
+// file and an optional cost. Checker::resolve() fills the server's defaults
+// (--default-plan, --default-route) and validates everything up front — ids, the route on
+// the rule set's whitelist, a tenant rule that applies, the cost within [1, --max-cost] —
+// so that bad input is an InvalidArgument (or NotFound: no tenant rule) naming the field,
+// with nothing deducted. Checker::check() then decides with the in-process
+// quota::gateway::Gateway over a ShardedStore<KeyPolicy>:
+//   - no cost: Gateway::decide, every budget paying what the rule file says;
+//   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
+//     (Gateway::acquire_estimate, settled at once with c, so no ticket stays open);
+//     budgets with a fixed `costs` entry pay that entry.
+// The answer carries the Gateway's Result (decision, deciding rule, version) and what the
+// protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
+// and its rate as "units per period" (Envoy's current_limit).
+//
+// Thread safety: resolve() and check() may be called from any thread at once (the store
+// is sharded, the Gateway thread-safe on it).
+//
+//   quota::server::Checker checker(rules, metrics, {.max_cost = 1000});
+//   auto req = checker.resolve({.tenant = "acme", .plan = "free", .route = "read"});
+//   if (!req.ok()) return req.status();            // nothing deducted
+//   auto c = checker.check(*req, clock.now());     // c->result.decision.allowed, ...
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "quota/clock.hpp"
+#include "quota/gateway/gateway.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules.hpp"
+#include "quota/http.hpp"
+#include "quota/store/sharded_store.hpp"
+
+namespace quota::server {
+
+struct CheckRequest {
+  std::string tenant{};
+  std::string plan{};                  // "" → --default-plan
+  std::string user{};                  // optional: enables user-level rules
+  std::string route{};                 // "" → --default-route
+  std::optional<std::int64_t> cost{};  // absent: the rule file's costs
+  std::string attempt_id{};            // optional: a retry replays the first decision
+};
+
+struct CheckerOptions {
+  std::string default_plan{};
+  std::string default_route{};
+  std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
+  std::size_t max_keys = 10'000'000;  // the store's bound on keys
+};
+
+// A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
+// rate; a window policy's limit per window).
+struct RateInfo {
+  std::int64_t units = 0;
+  Nanos per{0};
+};
+
+struct Checked {
+  gateway::Result result{};
+  // The deciding rule (Result::rule) described for the RateLimit headers and Envoy's
+  // current_limit; absent when the decision names no rule of the set (a route's
+  // per-request cap).
+  std::optional<http::PolicyInfo> policy{};
+  std::optional<RateInfo> rate{};
+};
+
+// The rate of a gateway rule policy (see RateInfo).
+inline RateInfo rate_of(const gateway::RulePolicy& p) {
+  return std::visit(
+      [](const auto& x) -> RateInfo {
+        if constexpr (requires { x.rate; }) {
+          return {.units = x.rate.units, .per = x.rate.per};
+        } else {
+          return {.units = x.limit, .per = x.window};
+        }
+      },
+      p);
+}
+
+class Checker {
+ public:
+  using Store = ShardedStore<gateway::KeyPolicy>;
+
+  // `rules` were built counting into `metrics`; both must outlive the Checker.
+  Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
+      : options_(std::move(options)),
+        store_(StoreOptions{.max_keys = options_.max_keys}),
+        registry_(std::move(rules)),
+        gateway_(store_, registry_) {}
+
+  // `req` with the server's defaults filled in, validated against the rules in force
+  // (see the top of this file). Decides nothing.
+  absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
+    if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
+    if (req.plan.empty()) req.plan = options_.default_plan;
+    if (req.route.empty()) req.route = options_.default_route;
+    if (req.plan.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plan is missing for tenant \"%s\" (and the server has no --default-plan)", req.tenant));
+    }
+    if (req.route.empty()) {
+      return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
+    }
+    if (req.cost && (*req.cost < 1 || *req.cost > options_.max_cost)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cost %d is outside [1, %d] (--max-cost)", *req.cost, options_.max_cost));
+    }
+    const auto rules = registry_.current();
+    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    if (!planned.ok()) return planned.status();
+    return req;
+  }
+
+  // Decides a request resolve() returned. Errors: those of the Gateway (an attempt id
+  // reused with another cost, ...); a store that cannot decide is a decision with reason
+  // kUnavailable (fail closed) or kFailOpen, per the route's fail mode.
+  absl::StatusOr<Checked> check(const CheckRequest& req, Nanos now) {
+    const gateway::Request r{
+        .who = identity(req), .route = req.route, .attempt_id = req.attempt_id};
+    Checked out;
+    if (req.cost) {
+      auto e = gateway_.acquire_estimate(r, *req.cost, now);
+      if (!e.ok()) return e.status();
+      // The cost is known now: settling with it closes the ticket and moves nothing.
+      if (e->ticket) (void)gateway_.settle(*e->ticket, *req.cost, now);
+      out.result = gateway::Result{.decision = e->decision,
+                                   .rule = e->rule,
+                                   .replayed = false,
+                                   .request_cap = e->request_cap};
+    } else {
+      auto d = gateway_.decide(r, now);
+      if (!d.ok()) return d.status();
+      out.result = *std::move(d);
+    }
+    describe(req, out);
+    return out;
+  }
+
+  // The version of the rule set in force.
+  std::uint64_t rule_version() const { return registry_.current()->version(); }
+
+ private:
+  static gateway::Identity identity(const CheckRequest& req) {
+    return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
+  }
+
+  // Finds the deciding rule among the budgets of `req` (by name) and describes it.
+  void describe(const CheckRequest& req, Checked& out) const {
+    const auto rules = registry_.current();
+    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    if (!planned.ok()) return;
+    for (const gateway::Check& c : *planned) {
+      if (c.rule->name != out.result.rule) continue;
+      auto info = http::describe(c.rule->name, c.rule->policy);
+      if (info.ok()) out.policy = *std::move(info);
+      out.rate = rate_of(c.rule->policy);
+      return;
+    }
+  }
+
+  CheckerOptions options_;
+  Store store_;
+  gateway::RuleRegistry registry_;
+  gateway::Gateway<Store> gateway_;
+};
+
+}  // namespace quota::server

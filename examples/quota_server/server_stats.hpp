@@ -1,0 +1,93 @@
+// examples/quota_server/server_stats.hpp — quota-server's own counters for /metrics.
+//
+// Beside the Gateway's per-rule decision counters (quota/gateway/metrics.hpp:
+// quota_decisions_total{rule,route,level,outcome}), the server counts every call it
+// answers per API (grpc, check, auth) and answer (ok, over_limit, invalid_argument,
+// not_found, unavailable, error) — a fixed set of labels, never a tenant id — and
+// renders them with the rule version in force as Prometheus text.
+//
+// Thread safety: relaxed atomics; any thread.
+//
+//   quota::server::ServerStats stats;
+//   stats.count(quota::server::Api::kGrpc, quota::server::Answer::kOverLimit);
+//   std::string text = stats.render(checker.rule_version());
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace quota::server {
+
+enum class Api : std::uint8_t { kGrpc = 0, kCheck = 1, kAuth = 2 };
+enum class Answer : std::uint8_t {
+  kOk = 0,
+  kOverLimit = 1,
+  kInvalidArgument = 2,
+  kNotFound = 3,
+  kUnavailable = 4,
+  kError = 5,
+};
+inline constexpr std::size_t kApis = 3;
+inline constexpr std::size_t kAnswers = 6;
+
+// The answer a failed call counts as.
+inline Answer answer_of(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return Answer::kInvalidArgument;
+    case absl::StatusCode::kNotFound:
+      return Answer::kNotFound;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kDeadlineExceeded:
+      return Answer::kUnavailable;
+    default:
+      return Answer::kError;
+  }
+}
+
+class ServerStats {
+ public:
+  void count(Api api, Answer answer) {
+    counts_[static_cast<std::size_t>(api) * kAnswers + static_cast<std::size_t>(answer)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
+  std::uint64_t get(Api api, Answer answer) const {
+    return counts_[static_cast<std::size_t>(api) * kAnswers + static_cast<std::size_t>(answer)]
+        .load(std::memory_order_relaxed);
+  }
+
+  // quota_server_requests_total{api,answer} and quota_rule_version, Prometheus text.
+  std::string render(std::uint64_t rule_version) const {
+    static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
+    static constexpr const char* kAnswerNames[kAnswers] = {
+        "ok", "over_limit", "invalid_argument", "not_found", "unavailable", "error"};
+    std::string out =
+        "# HELP quota_server_requests_total Calls answered, by API and answer.\n"
+        "# TYPE quota_server_requests_total counter\n";
+    for (std::size_t a = 0; a < kApis; ++a) {
+      for (std::size_t b = 0; b < kAnswers; ++b) {
+        absl::StrAppend(&out, "quota_server_requests_total{api=\"", kApiNames[a], "\",answer=\"",
+                        kAnswerNames[b], "\"} ",
+                        counts_[a * kAnswers + b].load(std::memory_order_relaxed), "\n");
+      }
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_rule_version Version of the rule set in force.\n"
+                    "# TYPE quota_rule_version gauge\n"
+                    "quota_rule_version ",
+                    rule_version, "\n");
+    return out;
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kApis * kAnswers> counts_{};
+};
+
+}  // namespace quota::server
