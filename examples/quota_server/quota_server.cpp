@@ -3,30 +3,36 @@
 //
 //   gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (Envoy's RLS v3;
 //         the descriptor mapping in descriptors.hpp)
+//   HTTP  POST /v1/check (JSON), GET /v1/auth (nginx auth_request), /healthz, /readyz,
+//         /metrics (http_api.hpp)
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
 // (the rule file), checker.hpp (one check on the Gateway), descriptors.hpp and
-// grpc_service.hpp (RLS v3), server_stats.hpp (its counters). It blocks SIGTERM and SIGINT
-// before any thread starts and waits for one of them; then stops accepting calls, lets
-// in-flight calls finish (at most 5 s) and exits 0. A rule file that does not load, or a
-// port that cannot be bound, exits 1 with the reason on stderr.
+// grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its counters). It blocks
+// SIGTERM and SIGINT before any thread starts and waits for one of them; then stops accepting
+// calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file that does not
+// load, or a port that cannot be bound, exits 1 with the reason on stderr.
 //
 // Build and run (one line):
 //   cmake --preset dev && cmake --build build/dev --target quota_server
 //   ./build/dev/examples/quota_server/quota-server --default-plan free
 //       --rules examples/rules/shared-tenant-budget.yaml
+#include <httplib.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "checker.hpp"
 #include "grpc_service.hpp"
+#include "http_api.hpp"
 #include "options.hpp"
 #include "rule_source.hpp"
 #include "server_stats.hpp"
@@ -71,8 +77,30 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(checker.rule_version()));
   std::fflush(stdout);
 
+  std::atomic<bool> ready{false};
+  httplib::Server http;
+  http.set_payload_max_length(64 * 1024);  // larger bodies: 413 from httplib, unread
+  quota::server::add_http_api(
+      http, {.checker = &checker, .stats = &stats, .metrics = &metrics, .ready = &ready});
+  const int http_port = o.http_port == 0                         ? http.bind_to_any_port(o.host)
+                        : http.bind_to_port(o.host, o.http_port) ? o.http_port
+                                                                 : -1;
+  if (http_port <= 0) {
+    std::fprintf(stderr, "quota-server: cannot listen for HTTP on %s:%d\n", o.host.c_str(),
+                 o.http_port);
+    grpc_server->Shutdown();
+    return 1;
+  }
+  std::thread http_thread([&http] { http.listen_after_bind(); });
+  std::printf("http listening on %s:%d\n", o.host.c_str(), http_port);
+  std::fflush(stdout);
+  ready.store(true, std::memory_order_release);
+
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  ready.store(false, std::memory_order_release);
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  http.stop();
+  http_thread.join();
   return 0;
 }

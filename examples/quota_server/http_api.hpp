@@ -1,0 +1,248 @@
+// examples/quota_server/http_api.hpp — quota-server's HTTP endpoints (cpp-httplib).
+//
+//   POST /v1/check   JSON {tenant, route, cost, attempt_id, rule_version} (plus plan, user)
+//                    → 200 {allowed, remaining, retry_after_ms, reset_after_ms, rule,
+//                    applied_rule_version, reason} for every decision the rules made
+//                    (allowed or not); 503 with that body when the store cannot decide
+//                    and the route fails closed; 400 {error, message} for a body over
+//                    kMaxJsonBytes, malformed JSON (json.hpp), an unknown member, a member
+//                    of the wrong type, or a request checker.hpp refuses; 404 when no
+//                    tenant rule applies. An error deducts nothing.
+//   GET  /v1/auth    nginx auth_request: X-Quota-Tenant, X-Quota-Route, X-Quota-Plan,
+//                    X-Quota-User, X-Quota-Cost, X-Quota-Attempt-Id request headers →
+//                    204 admitted (RateLimit-Policy, RateLimit), 403 denied (Retry-After,
+//                    RateLimit-Policy, RateLimit: quota/http.hpp), 400 bad input, 404 no
+//                    tenant rule, 503 the store cannot decide. nginx turns 403 into 429
+//                    and anything else but 2xx into 503 (docs/service.md).
+//   GET  /healthz    200 while the process serves HTTP
+//   GET  /readyz     200 once every listener is up, 503 before and while draining
+//   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
+//                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
+//                    quota_rule_version — labels from configuration only, no tenant ids.
+//
+// `rule_version` in a check is the version the caller expects; the decision is made with
+// the rules in force, and applied_rule_version says which (a caller ahead of the server
+// sees a smaller number). times are whole milliseconds rounded up; retry_after_ms is 0
+// when admitted and -1 when waiting never helps (a budget that never refills, a request
+// over a per-request cap).
+//
+// Thread safety: httplib calls the handlers from its thread pool; Checker, ServerStats
+// and Metrics are thread-safe, `ready` is atomic.
+//
+//   httplib::Server http;
+//   quota::server::add_http_api(http, {.checker = &checker, .stats = &stats,
+//                                      .metrics = &metrics, .ready = &ready});
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checker.hpp"
+#include "json.hpp"
+#include "quota/clock.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/http.hpp"
+#include "server_stats.hpp"
+
+namespace quota::server {
+
+inline constexpr std::size_t kMaxJsonBytes = 8192;
+
+struct HttpApi {
+  Checker* checker = nullptr;
+  ServerStats* stats = nullptr;
+  const gateway::Metrics* metrics = nullptr;
+  const std::atomic<bool>* ready = nullptr;
+};
+
+// The CheckRequest of a /v1/check body (see the top of this file); InvalidArgument
+// naming the member otherwise. `rule_version` is returned through `expected_version`.
+inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
+                                                     std::int64_t* expected_version) {
+  if (body.size() > kMaxJsonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
+  }
+  auto object = parse_flat_object(body);
+  if (!object.ok()) return object.status();
+  CheckRequest req;
+  for (const auto& [key, v] : *object) {
+    const auto want = [&](JsonValue::Kind kind, const char* what) {
+      return v.kind == kind ? absl::OkStatus()
+                            : absl::InvalidArgumentError(
+                                  absl::StrFormat("member \"%s\": expected %s", key, what));
+    };
+    std::string* text = key == "tenant"       ? &req.tenant
+                        : key == "plan"       ? &req.plan
+                        : key == "user"       ? &req.user
+                        : key == "route"      ? &req.route
+                        : key == "attempt_id" ? &req.attempt_id
+                                              : nullptr;
+    if (text != nullptr) {
+      if (auto s = want(JsonValue::kString, "a string"); !s.ok()) return s;
+      *text = v.string;
+    } else if (key == "cost") {
+      if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
+      req.cost = v.integer;
+    } else if (key == "rule_version") {
+      if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
+      if (v.integer < 0) return absl::InvalidArgumentError("member \"rule_version\": must be >= 0");
+      *expected_version = v.integer;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unknown member \"%s\" (expected tenant, route, cost, attempt_id, rule_version, plan, "
+          "user)",
+          key));
+    }
+  }
+  return req;
+}
+
+namespace detail {
+
+inline std::int64_t ceil_ms(Nanos d) {
+  if (d == kNever) return -1;
+  if (d.count() <= 0) return 0;
+  return d.count() / 1'000'000 + (d.count() % 1'000'000 != 0);
+}
+
+inline int http_status_of(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kDeadlineExceeded:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+inline std::string error_body(const absl::Status& s) {
+  std::string code = absl::StatusCodeToString(s.code());
+  for (char& c : code) c = c == ' ' ? '_' : static_cast<char>(std::tolower(c));
+  return absl::StrCat("{\"error\":", json_quote(code),
+                      ",\"message\":", json_quote(std::string(s.message())), "}\n");
+}
+
+inline void set_error(httplib::Response& res, const absl::Status& s) {
+  res.status = http_status_of(s);
+  res.set_content(error_body(s), "application/json");
+}
+
+inline std::string decision_body(const Checked& c) {
+  const Decision& d = c.result.decision;
+  return absl::StrCat("{\"allowed\":", d.allowed ? "true" : "false",
+                      ",\"remaining\":", d.remaining < 0 ? 0 : d.remaining,
+                      ",\"retry_after_ms\":", d.allowed ? 0 : ceil_ms(d.retry_after),
+                      ",\"reset_after_ms\":", ceil_ms(d.reset_after),
+                      ",\"rule\":", json_quote(c.result.rule),
+                      ",\"applied_rule_version\":", d.version,
+                      ",\"reason\":", json_quote(to_string(d.reason)), "}\n");
+}
+
+// The X-Quota-* headers of an auth subrequest as a CheckRequest.
+inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req) {
+  CheckRequest c{.tenant = req.get_header_value("X-Quota-Tenant"),
+                 .plan = req.get_header_value("X-Quota-Plan"),
+                 .user = req.get_header_value("X-Quota-User"),
+                 .route = req.get_header_value("X-Quota-Route"),
+                 .cost = std::nullopt,
+                 .attempt_id = req.get_header_value("X-Quota-Attempt-Id")};
+  if (c.tenant.empty()) return absl::InvalidArgumentError("header X-Quota-Tenant is missing");
+  if (req.has_header("X-Quota-Cost")) {
+    std::int64_t cost = 0;
+    const std::string v = req.get_header_value("X-Quota-Cost");
+    if (!absl::SimpleAtoi(v, &cost)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("header X-Quota-Cost: expected an integer, got \"%s\"", v));
+    }
+    c.cost = cost;
+  }
+  return c;
+}
+
+}  // namespace detail
+
+// Registers the endpoints (see the top of this file) on `server`.
+inline void add_http_api(httplib::Server& server, HttpApi api) {
+  server.Post("/v1/check", [api](const httplib::Request& req, httplib::Response& res) {
+    std::int64_t expected_version = -1;
+    auto parsed = check_request_of(req.body, &expected_version);
+    if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
+    if (!parsed.ok()) {
+      api.stats->count(Api::kCheck, answer_of(parsed.status()));
+      return detail::set_error(res, parsed.status());
+    }
+    auto c = api.checker->check(*parsed, SteadyClock{}.now());
+    if (!c.ok()) {
+      api.stats->count(Api::kCheck, answer_of(c.status()));
+      return detail::set_error(res, c.status());
+    }
+    const Decision& d = c->result.decision;
+    const bool unavailable = d.reason == Reason::kUnavailable;
+    api.stats->count(Api::kCheck, unavailable ? Answer::kUnavailable
+                                  : d.allowed ? Answer::kOk
+                                              : Answer::kOverLimit);
+    res.status = unavailable ? 503 : 200;
+    res.set_content(detail::decision_body(*c), "application/json");
+  });
+
+  server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
+    auto parsed = detail::auth_request_of(req);
+    if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
+    if (!parsed.ok()) {
+      api.stats->count(Api::kAuth, answer_of(parsed.status()));
+      return detail::set_error(res, parsed.status());
+    }
+    auto c = api.checker->check(*parsed, SteadyClock{}.now());
+    if (!c.ok()) {
+      api.stats->count(Api::kAuth, answer_of(c.status()));
+      return detail::set_error(res, c.status());
+    }
+    const Decision& d = c->result.decision;
+    if (d.reason == Reason::kUnavailable) {
+      api.stats->count(Api::kAuth, Answer::kUnavailable);
+      res.status = 503;
+      return;
+    }
+    api.stats->count(Api::kAuth, d.allowed ? Answer::kOk : Answer::kOverLimit);
+    res.status = d.allowed ? 204 : 403;
+    if (c->policy) {
+      for (const http::Header& h : http::answer(d, *c->policy).headers) {
+        res.set_header(h.name, h.value);
+      }
+    }
+  });
+
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  server.Get("/readyz", [api](const httplib::Request&, httplib::Response& res) {
+    const bool ready = api.ready->load(std::memory_order_acquire);
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
+  });
+  server.Get("/metrics", [api](const httplib::Request&, httplib::Response& res) {
+    res.set_content(
+        gateway::render_prometheus(*api.metrics) + api.stats->render(api.checker->rule_version()),
+        "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace quota::server
