@@ -135,7 +135,7 @@ class Checker {
     if (req.cost) {
       auto e = gateway_.acquire_estimate(r, *req.cost, now);
       if (!e.ok()) return e.status();
-      // The cost is known now: settling with it closes the ticket and moves nothing.
+      // The cost is known at once: settling with it closes the ticket and moves nothing.
       if (e->ticket) (void)gateway_.settle(*e->ticket, *req.cost, now);
       out.result = gateway::Result{.decision = e->decision,
                                    .rule = e->rule,

@@ -7,10 +7,12 @@
 // its own tenants.
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -223,4 +225,34 @@ TEST_CASE("a tenant without any tenant rule is NOT_FOUND, nothing deducted") {
   const Call c = call(request({{{{"tenant", "grpc-pro"}, {"plan", "pro"}, {"route", "read"}}}}));
   CHECK(c.status.error_code() == grpc::StatusCode::NOT_FOUND);
   CHECK_THAT(c.status.error_message(), Catch::Matchers::Contains("no tenant rule"));
+}
+
+TEST_CASE("bytes that are not a RateLimitRequest are refused, nothing deducted") {
+  // Sent through the generic stub: the length-delimited field 2 claims 100 bytes that
+  // never come.
+  grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server().port("grpc")),
+                                             grpc::InsecureChannelCredentials()));
+  const std::string garbage = std::string(
+                                  "\x0a\x03"
+                                  "api"
+                                  "\x12\x64",
+                                  7) +
+                              "tenant";
+  grpc::Slice slice(garbage);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                 grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  auto finished = done.get_future();
+  REQUIRE(finished.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  const grpc::Status status = finished.get();
+  INFO("status " << status.error_code() << ": " << status.error_message());
+  // gRPC's own decoder refuses it before the service runs.
+  CHECK(status.error_code() == grpc::StatusCode::INTERNAL);
+  // The bytes name tenant "tenant" (as far as they go): its budget is untouched.
+  CHECK(read_remaining_after_one("tenant") == 9);
 }

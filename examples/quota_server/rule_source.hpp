@@ -4,7 +4,7 @@
 // (quota/rules/rule_file.hpp; schema in docs/gateway.md "Rule files") into a RuleSet whose
 // rules count their decisions in `metrics` (served on /metrics). The whole file or
 // nothing: an error names the file, line, column and field, and the server does not
-// start. Reloading a running server is not part of quota-server yet (docs/service.md).
+// start. quota-server does not reload a running rule set (docs/service.md, "Not done").
 //
 // Thread safety: pure apart from `metrics` (thread-safe).
 //
