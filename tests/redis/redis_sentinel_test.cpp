@@ -169,7 +169,7 @@ std::int64_t since_epoch_ns(std::chrono::steady_clock::time_point t) {
 
 struct Outcome {
   double window_ms = -1;  // the kill to the first decision after it; -1: none
-  std::int64_t decisions = 0, errors = 0, other_errors = 0;
+  std::int64_t decisions = 0, errors = 0, other_errors = 0, errors_before = 0;
   std::vector<std::vector<AdmittedEvent>> admitted;  // per key, server time
 };
 
@@ -214,6 +214,7 @@ Outcome kill_under_load(Deployment& d, RedisStore<TokenBucket>& store) {
   }
   std::this_thread::sleep_for(1500ms);
   const std::int64_t before = decisions.load();
+  out.errors_before = errors.load();
   REQUIRE(d.primary->kill(SIGKILL));
   killed_at = since_epoch_ns(std::chrono::steady_clock::now());
   const bool resumed = eventually([&] { return resumed_at.load() != 0; }, 40s);
@@ -260,11 +261,11 @@ bool holds(const Outcome& o, std::int64_t extra) {
 void print(const char* what, const Outcome& o, double excess, std::uint64_t switches) {
   std::printf(
       "sentinel failover, %s: window %.0f ms (SIGKILL to the first decision on the promoted "
-      "replica), %lld decisions, %lld errors (all kUnavailable: %s), failovers seen %llu, worst "
-      "excess over r*T+B per key %.0f units (B = %lld)\n",
+      "replica), %lld decisions, %lld errors (%lld before the kill; all kUnavailable: %s), "
+      "failovers seen %llu, worst excess over r*T+B per key %+.3f units (B = %lld)\n",
       what, o.window_ms, static_cast<long long>(o.decisions), static_cast<long long>(o.errors),
-      o.other_errors == 0 ? "yes" : "no", static_cast<unsigned long long>(switches), excess,
-      static_cast<long long>(kPolicy.burst));
+      static_cast<long long>(o.errors_before), o.other_errors == 0 ? "yes" : "no",
+      static_cast<unsigned long long>(switches), excess, static_cast<long long>(kPolicy.burst));
 }
 
 }  // namespace
@@ -353,5 +354,98 @@ TEST_CASE(
     CHECK(o.other_errors == 0);
     CHECK(sentinel->switches() >= 1);
     CHECK(holds(o, 0));
+  }
+}
+
+TEST_CASE(
+    "sentinel: a graceful failover (the old primary stays up, demoted): the store follows the "
+    "promoted replica") {
+  Deployment d("sentinel-demote", 1, {});
+  auto sentinel = std::make_shared<quota::redis::SentinelPool>(d.sentinel_config(""), 2);
+  RedisStore<TokenBucket> store(
+      RedisStoreOptions{.pool = nullptr,
+                        .prefix = quota::testing::unique_prefix("sentinel-demote"),
+                        .sentinel = sentinel});
+  // Open connections to the primary.
+  auto r = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  const int promoted = d.replicas[0]->port();
+  // The old primary stays up and becomes a replica of the new one (the sentinels close
+  // its clients' connections; a connection they miss gets READONLY, tested below).
+  REQUIRE(ask(d.sentinels[0]->port(), "", {"SENTINEL", "FAILOVER", kName}) == "OK");
+  bool resumed = eventually(
+      [&] {
+        auto got = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
+        if (got.ok()) {
+          auto now = sentinel->primary();
+          return now.ok() && now->port == promoted;
+        }
+        CHECK(absl::IsUnavailable(got.status()));
+        return false;
+      },
+      30s);
+  CHECK(resumed);
+  CHECK(ask(promoted, "", {"INFO", "replication"}).find("role:master") != std::string::npos);
+  CHECK(ask(d.primary->port(), "", {"INFO", "replication"}).find("role:slave") !=
+        std::string::npos);
+}
+
+namespace {
+
+// An AddressResolver of the test: `first` until told it is stale, then `second`.
+class SwitchingResolver final : public quota::redis::AddressResolver {
+ public:
+  SwitchingResolver(int first, int second) : first_(first), second_(second) {}
+  absl::StatusOr<quota::redis::Endpoint> resolve() override {
+    return quota::redis::Endpoint{"127.0.0.1", stale_.load() > 0 ? second_ : first_};
+  }
+  void stale(const quota::redis::Endpoint& at) override {
+    if (at.port == first_) stale_.fetch_add(1);
+  }
+  int stales() const { return stale_.load(); }
+
+ private:
+  const int first_, second_;
+  std::atomic<int> stale_{0};
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a resolved address is dropped on READONLY (a primary demoted under an open "
+    "connection) and when ROLE says replica") {
+  ConfiguredServer a("resolve-a", {}), b("resolve-b", {});
+  REQUIRE(a.started());
+  REQUIRE(b.started());
+  auto resolver = std::make_shared<SwitchingResolver>(a.port(), b.port());
+  ConnectionConfig c = data_config({});
+  c.resolver = resolver;
+  auto pool = std::make_shared<quota::redis::ConnectionPool>(c, 1);
+  RedisStore<TokenBucket> store(
+      RedisStoreOptions{.pool = pool, .prefix = quota::testing::unique_prefix("resolve")});
+  SECTION("READONLY on an open connection") {
+    REQUIRE(store.apply(kPolicy, "{k0}read", Nanos{0}, 1).ok());  // connected to a
+    REQUIRE(ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
+    // The write that meets READONLY fails (kUnavailable); the next goes to b.
+    auto r = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(absl::IsUnavailable(r.status()));
+    CHECK(r.status().message().find("READONLY") != absl::string_view::npos);
+    CHECK(resolver->stales() == 1);
+    auto next = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
+    INFO(next.status().ToString());
+    CHECK(next.ok());
+  }
+  SECTION("ROLE says replica at connect") {
+    REQUIRE(ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
+    auto r = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(absl::IsUnavailable(r.status()));
+    CHECK(r.status().message().find("not the primary") != absl::string_view::npos);
+    CHECK(resolver->stales() == 1);
+    CHECK(store.apply(kPolicy, "{k0}read", Nanos{0}, 1).ok());
   }
 }
