@@ -263,6 +263,8 @@ class ConfiguredServer {
       long pid = 0;
       std::ifstream(pidfile) >> pid;
       if (pid > 0 && !alive(static_cast<pid_t>(pid))) return false;  // it exited
+      // redis-server writes its pid file only once it has bound its port, so a server
+      // answering now is this one, not another process's on the same port.
       if (pid <= 0) continue;
       redis::Connection c(
           redis::ConnectionConfig{.host = "127.0.0.1",
