@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake make g++ pkg-config libabsl-dev catch2 libbenchmark-dev libhiredis-dev
-          redis-server redis-tools libcpp-httplib-dev libyaml-cpp-dev
+          redis-server redis-sentinel redis-tools libcpp-httplib-dev libyaml-cpp-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc nginx)
 
 install_missing() {

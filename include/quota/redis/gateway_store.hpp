@@ -62,6 +62,7 @@
 #include "quota/redis/transport/coalescer.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/transport/script.hpp"
+#include "quota/redis/transport/sentinel.hpp"
 #include "quota/redis/twin/gateway.hpp"
 #include "quota/redis/twin/gateway_attempts.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
@@ -97,6 +98,9 @@ struct GatewayStoreOptions {
   // below the connections' command_timeout.
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
+  // Or, instead of `pool` and `cluster`: a primary managed by Redis Sentinel
+  // (sentinel.hpp), found through the sentinels and followed across a failover.
+  std::shared_ptr<SentinelPool> sentinel = nullptr;
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -105,12 +109,16 @@ inline constexpr int kGatewayMaxCoalesce = 4096;
 class GatewayStore {
  public:
   explicit GatewayStore(GatewayStoreOptions options)
-      : options_(std::move(options)),
+      : options_(with_sentinel_pool(std::move(options))),
         script_(kGatewayLua, options_.pool, options_.cluster, durability()),
         attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability()) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
-      config_error_ =
-          absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
+      config_error_ = absl::InvalidArgumentError(
+          "GatewayStoreOptions: pool, cluster and sentinel are all null");
+    } else if (options_.sentinel != nullptr &&
+               (options_.cluster != nullptr || options_.pool != options_.sentinel->pool())) {
+      config_error_ = absl::InvalidArgumentError(
+          "GatewayStoreOptions: sentinel is set together with pool or cluster; set one");
     } else if (auto s = detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
     } else if (options_.coalesce < 0 || options_.coalesce > kGatewayMaxCoalesce) {
@@ -252,6 +260,11 @@ class GatewayStore {
   const GatewayStoreOptions& options() const { return options_; }
 
  private:
+  // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.
+  static GatewayStoreOptions with_sentinel_pool(GatewayStoreOptions o) {
+    if (o.sentinel != nullptr && o.pool == nullptr) o.pool = o.sentinel->pool();
+    return o;
+  }
   Durability durability() const {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
   }

@@ -20,8 +20,10 @@
 // timed-out call may still have run); a key holding something else is kDataLoss; an
 // invalid key or attempt id is kInvalidArgument. Keys: keys.hpp ("{tenant}route": one
 // hash slot per tenant). On a Redis Cluster (RedisStoreOptions::cluster) calls follow
-// MOVED / ASK / TRYAGAIN (transport/script.hpp). With `replicas`, a decision is given
-// only once that many replicas have it (WAIT). docs/redis.md has the whole story.
+// MOVED / ASK / TRYAGAIN (transport/script.hpp); under Sentinel
+// (RedisStoreOptions::sentinel) they go to the primary the sentinels name
+// (transport/sentinel.hpp). AUTH and the eviction-policy check: handshake.hpp. With `replicas`, a
+// decision is given only once that many replicas have it (WAIT). docs/redis.md has the whole story.
 //
 // Thread safety: every method may be called from any number of threads; connections
 // come from the shared pool.
@@ -57,6 +59,7 @@
 #include "quota/redis/transport/coalescer.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/transport/script.hpp"
+#include "quota/redis/transport/sentinel.hpp"
 #include "quota/redis/twin/call.hpp"
 #include "quota/redis/twin/fixed_window.hpp"
 #include "quota/redis/twin/sliding_log.hpp"
@@ -98,6 +101,9 @@ struct RedisStoreOptions {
   // decisions: an extra burst at most, per key).
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
+  // Or, instead of `pool` and `cluster`: a primary managed by Redis Sentinel
+  // (sentinel.hpp), found through the sentinels and followed across a failover.
+  std::shared_ptr<redis::SentinelPool> sentinel = nullptr;
 };
 
 template <Policy P>
@@ -107,11 +113,15 @@ class RedisStore {
   using Twin = redis::LuaTwin<P>;
 
   explicit RedisStore(RedisStoreOptions options)
-      : options_(std::move(options)),
+      : options_(with_sentinel_pool(std::move(options))),
         script_(Twin::script(), options_.pool, options_.cluster, durability()) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
-          absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
+          absl::InvalidArgumentError("RedisStoreOptions: pool, cluster and sentinel are all null");
+    } else if (options_.sentinel != nullptr &&
+               (options_.cluster != nullptr || options_.pool != options_.sentinel->pool())) {
+      config_error_ = absl::InvalidArgumentError(
+          "RedisStoreOptions: sentinel is set together with pool or cluster; set one");
     } else if (auto s = redis::detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
     } else if (options_.coalesce < 0 || options_.coalesce > kMaxCoalesce) {
@@ -260,6 +270,12 @@ class RedisStore {
   }
 
  private:
+  // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.
+  static RedisStoreOptions with_sentinel_pool(RedisStoreOptions o) {
+    if (o.sentinel != nullptr && o.pool == nullptr) o.pool = o.sentinel->pool();
+    return o;
+  }
+
   // RedisStoreOptions::replicas and replica_timeout, checked against the connections.
   absl::Status check_durability() const {
     const redis::ConnectionConfig& c =

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "quota/decision.hpp"
+#include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "support/redis_server.hpp"
 
@@ -257,6 +259,59 @@ class LoadThreads {
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> calls_{0}, allowed_{0}, errors_{0};
   std::vector<std::thread> threads_;
+};
+
+// A Redis Cluster of 3 masters of one test (ConfiguredServer each, with `lines` added to
+// every node's config: "requirepass pw", "masterauth pw", an ACL user ...), its slots
+// split evenly with CLUSTER ADDSLOTSRANGE and the nodes joined with CLUSTER MEET; `admin`
+// (the credentials the test's admin connections use) must be able to do that. ok() once
+// every node says cluster_state:ok (waited for at most 20 s).
+class ScratchCluster {
+ public:
+  ScratchCluster(const std::string& name, const std::vector<std::string>& lines,
+                 const redis::ConnectionConfig& admin_config) {
+    for (int i = 0; i < 3; ++i) {
+      std::vector<std::string> node_lines = {
+          "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000"};
+      node_lines.insert(node_lines.end(), lines.begin(), lines.end());
+      nodes_.push_back(
+          std::make_unique<ConfiguredServer>(name + "-node" + std::to_string(i), node_lines));
+      if (!nodes_.back()->started()) return;
+    }
+    const int per = redis::kClusterSlots / 3;
+    for (int i = 0; i < 3; ++i) {
+      redis::Connection c(config(i, admin_config));
+      const int lo = i * per, hi = i == 2 ? redis::kClusterSlots - 1 : (i + 1) * per - 1;
+      if (!admin(c, {"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)})) return;
+      if (i > 0 && !admin(c, {"CLUSTER", "MEET", "127.0.0.1", std::to_string(nodes_[0]->port())})) {
+        return;
+      }
+    }
+    for (int tries = 0; tries < 200 && !ok_; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      bool all = true;
+      for (int i = 0; i < 3 && all; ++i) {
+        redis::Connection c(config(i, admin_config));
+        auto info = c.command({"CLUSTER", "INFO"});
+        all = info.ok() && (*info)->type == REDIS_REPLY_STRING &&
+              redis::reply_string(**info).find("cluster_state:ok") != std::string_view::npos;
+      }
+      ok_ = all;
+    }
+  }
+
+  bool ok() const { return ok_; }
+  int port(int i) const { return nodes_[static_cast<std::size_t>(i)]->port(); }
+  // `base` pointed at node i.
+  redis::ConnectionConfig config(int i, redis::ConnectionConfig base) const {
+    base.host = "127.0.0.1";
+    base.port = port(i);
+    return base;
+  }
+
+ private:
+  std::vector<std::unique_ptr<ConfiguredServer>> nodes_;
+  bool ok_ = false;
 };
 
 }  // namespace quota::testing

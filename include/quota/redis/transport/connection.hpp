@@ -8,6 +8,10 @@
 // know. Every failure is `absl::StatusCode::kUnavailable` with the cause in the message
 // — the store turns it into "no decision", never into an allow or a deny.
 //
+// After each connect, one pipelined handshake authenticates (AUTH), confirms the primary
+// (ROLE, with an AddressResolver) and reads maxmemory-policy (handshake.hpp); its
+// failures are kUnauthenticated, kFailedPrecondition (an evicting policy) or kUnavailable.
+//
 // Error replies (`-BUSY ...`, `-LOADING ...`, `-NOSCRIPT ...`) are replies, not
 // transport failures: `command` returns them and `error_status(reply)` maps them.
 //
@@ -27,13 +31,16 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +51,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/redis/transport/handshake.hpp"
 
 namespace quota::redis {
 
@@ -56,6 +64,25 @@ struct ConnectionConfig {
   std::chrono::microseconds command_timeout{std::chrono::milliseconds(5)};
   // ConnectionPool::acquire waits at most this long for a free connection.
   std::chrono::microseconds pool_wait{std::chrono::milliseconds(5)};
+
+  // -- The connect handshake (one pipelined round trip after every connect). --
+  // AUTH: with a non-empty `password`, every connection authenticates before its first
+  // command: `AUTH username password` for an ACL user (Redis 6+), `AUTH password` for the
+  // default user (requirepass) when `username` is empty. A rejected AUTH, or a server that
+  // answers NOAUTH, is kUnauthenticated naming authentication (connection dropped).
+  std::string username = {};
+  std::string password = {};
+  // What to do when the server's maxmemory-policy evicts keys (anything but
+  // `noeviction`): see EvictionPolicyCheck.
+  EvictionPolicyCheck eviction_check = EvictionPolicyCheck::kRefuse;
+  // When set, the address is asked of it on every connect instead of host/port, the
+  // server must say ROLE master, and a failed connection, a timeout or a READONLY reply
+  // tells it that the address is stale (sentinel.hpp). host/port then only name the
+  // configuration in messages until the first connect.
+  std::shared_ptr<AddressResolver> resolver = nullptr;
+  // Counters and once-only warnings of the handshake, shared by the connections of one
+  // ConnectionPool (the pool creates it when null).
+  std::shared_ptr<HandshakeStats> handshake_stats = nullptr;
 };
 
 struct ReplyDeleter {
@@ -75,13 +102,6 @@ inline std::string_view reply_string(const redisReply& r) {
   return std::string_view(r.str == nullptr ? "" : r.str, r.len);
 }
 
-// OK unless `r` is an error reply; then kUnavailable "redis error: <message>". Callers
-// that treat some errors specially (NOSCRIPT) look at the reply before calling this.
-inline absl::Status error_status(const redisReply& r) {
-  if (r.type != REDIS_REPLY_ERROR) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("redis error: ", detail::av(reply_string(r))));
-}
-
 // True for an error reply whose message starts with `code` ("NOSCRIPT", "BUSY", ...).
 inline bool is_error(const redisReply& r, std::string_view code) {
   if (r.type != REDIS_REPLY_ERROR) return false;
@@ -90,9 +110,30 @@ inline bool is_error(const redisReply& r, std::string_view code) {
          (s.size() == code.size() || s[code.size()] == ' ');
 }
 
+// OK unless `r` is an error reply; then "redis error: <message>" with the code its kind
+// calls for: NOAUTH and WRONGPASS kUnauthenticated (naming authentication), NOPERM (an
+// ACL user without the right) kPermissionDenied, any other kUnavailable. Callers that
+// treat some errors specially (NOSCRIPT) look at the reply before calling this.
+inline absl::Status error_status(const redisReply& r) {
+  if (r.type != REDIS_REPLY_ERROR) return absl::OkStatus();
+  const std::string_view msg = reply_string(r);
+  if (is_error(r, "NOAUTH") || is_error(r, "WRONGPASS")) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("redis error: authentication: ", detail::av(msg)));
+  }
+  if (is_error(r, "NOPERM")) {
+    return absl::PermissionDeniedError(absl::StrCat("redis error: ", detail::av(msg)));
+  }
+  return absl::UnavailableError(absl::StrCat("redis error: ", detail::av(msg)));
+}
+
 class Connection {
  public:
-  explicit Connection(ConnectionConfig config) : config_(std::move(config)) {}
+  explicit Connection(ConnectionConfig config) : config_(std::move(config)) {
+    if (config_.handshake_stats == nullptr) {
+      config_.handshake_stats = std::make_shared<HandshakeStats>();
+    }
+  }
 
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -107,7 +148,9 @@ class Connection {
     void* raw =
         redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data());
     if (raw == nullptr) return fail("command");
-    return Reply(static_cast<redisReply*>(raw));
+    Reply reply(static_cast<redisReply*>(raw));
+    if (readonly(*reply)) drop_stale();
+    return reply;
   }
   absl::StatusOr<Reply> command(std::initializer_list<std::string_view> args) {
     return command(std::vector<std::string_view>(args));
@@ -147,13 +190,16 @@ class Connection {
     if (ctx_ == nullptr) return absl::UnavailableError("redis receive: not connected");
     std::vector<Reply> replies;
     replies.reserve(n);
+    bool stale = false;
     for (std::size_t i = 0; i < n; ++i) {
       void* raw = nullptr;
       if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
         return fail("pipeline read");
       }
       replies.emplace_back(static_cast<redisReply*>(raw));
+      stale = stale || readonly(*replies.back());
     }
+    if (stale) drop_stale();
     return replies;
   }
 
@@ -185,12 +231,18 @@ class Connection {
     }
   }
 
-  std::string where() const { return absl::StrFormat("%s:%d", config_.host, config_.port); }
+  std::string where() const { return absl::StrFormat("%s:%d", at_.host, at_.port); }
 
   absl::Status ensure_connected() {
     if (ctx_ != nullptr) return absl::OkStatus();
-    ctx_.reset(redisConnectWithTimeout(config_.host.c_str(), config_.port,
-                                       to_timeval(config_.connect_timeout)));
+    at_ = Endpoint{config_.host, config_.port};
+    if (config_.resolver != nullptr) {
+      auto at = config_.resolver->resolve();
+      if (!at.ok()) return at.status();
+      at_ = *std::move(at);
+    }
+    ctx_.reset(
+        redisConnectWithTimeout(at_.host.c_str(), at_.port, to_timeval(config_.connect_timeout)));
     if (ctx_ == nullptr) {
       return absl::UnavailableError(absl::StrCat("redis connect to ", where(), ": out of memory"));
     }
@@ -198,6 +250,7 @@ class Connection {
       absl::Status s = absl::UnavailableError(
           absl::StrCat("redis connect to ", where(), " failed: ", ctx_->errstr));
       ctx_.reset();
+      if (config_.resolver != nullptr) config_.resolver->stale(at_);
       return s;
     }
     if (redisSetTimeout(ctx_.get(), to_timeval(config_.command_timeout)) != REDIS_OK) {
@@ -206,7 +259,94 @@ class Connection {
       ctx_.reset();
       return s;
     }
+    return handshake();
+  }
+
+  // The connect handshake, in one pipelined round trip: AUTH (with a password), ROLE
+  // (with a resolver: the server must be the primary), CONFIG GET maxmemory-policy
+  // (unless EvictionPolicyCheck::kSkip). Any failure drops the connection.
+  absl::Status handshake() {
+    HandshakeStats& stats = *config_.handshake_stats;
+    stats.connects.fetch_add(1, std::memory_order_relaxed);
+    std::vector<std::vector<std::string_view>> cmds;
+    const bool auth = !config_.password.empty();
+    if (auth && config_.username.empty()) cmds.push_back({"AUTH", config_.password});
+    if (auth && !config_.username.empty()) {
+      cmds.push_back({"AUTH", config_.username, config_.password});
+    }
+    const bool role = config_.resolver != nullptr;
+    if (role) cmds.push_back({"ROLE"});
+    const bool policy = config_.eviction_check != EvictionPolicyCheck::kSkip;
+    if (policy) cmds.push_back({"CONFIG", "GET", "maxmemory-policy"});
+    if (cmds.empty()) return absl::OkStatus();
+    if (auto s = send(cmds); !s.ok()) return s;
+    auto replies = receive(cmds.size());
+    if (!replies.ok()) return replies.status();
+    auto refuse = [this](absl::Status s) {
+      ctx_.reset();
+      return s;
+    };
+    std::size_t k = 0;
+    if (auth) {
+      const redisReply& r = *(*replies)[k++];
+      if (r.type == REDIS_REPLY_ERROR) {
+        return refuse(absl::UnauthenticatedError(
+            absl::StrCat("redis AUTH on ", where(), " failed: authentication rejected for ",
+                         config_.username.empty() ? std::string("the default user")
+                                                  : absl::StrCat("user '", config_.username, "'"),
+                         ": ", detail::av(reply_string(r)))));
+      }
+    }
+    for (std::size_t i = k; i < replies->size(); ++i) {
+      if (is_error(*(*replies)[i], "NOAUTH")) {
+        return refuse(absl::UnauthenticatedError(
+            absl::StrCat("redis on ", where(),
+                         " requires authentication (NOAUTH): set ConnectionConfig::password (and "
+                         "username for an ACL user)")));
+      }
+    }
+    if (role) {
+      const redisReply& r = *(*replies)[k++];
+      if (r.type == REDIS_REPLY_ERROR) {
+        return refuse(absl::Status(
+            error_status(r).code(),
+            absl::StrCat("redis ROLE on ", where(), ": ", detail::av(reply_string(r)))));
+      }
+      const std::string_view is =
+          r.type == REDIS_REPLY_ARRAY && r.elements > 0 && r.element[0]->type == REDIS_REPLY_STRING
+              ? reply_string(*r.element[0])
+              : std::string_view("unknown");
+      if (is != "master") {
+        drop_stale();
+        return absl::UnavailableError(absl::StrCat("redis at ", where(),
+                                                   " is not the primary (ROLE says ",
+                                                   detail::av(is), "): its address is stale"));
+      }
+    }
+    if (policy) return check_policy(*(*replies)[k++]);
     return absl::OkStatus();
+  }
+
+  // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check.
+  absl::Status check_policy(const redisReply& r) {
+    const bool read =
+        r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING;
+    absl::Status s = detail::eviction_policy_status(
+        read ? std::optional<std::string_view>(reply_string(*r.element[1])) : std::nullopt,
+        r.type == REDIS_REPLY_ERROR ? reply_string(r) : std::string_view("no value"),
+        config_.eviction_check, *config_.handshake_stats, where());
+    if (!s.ok()) ctx_.reset();
+    return s;
+  }
+
+  // With a resolver: a READONLY reply says the server was demoted to a replica.
+  bool readonly(const redisReply& r) const {
+    return config_.resolver != nullptr && is_error(r, "READONLY");
+  }
+  // Drops the connection and tells the resolver that its address is stale.
+  void drop_stale() {
+    ctx_.reset();
+    if (config_.resolver != nullptr) config_.resolver->stale(at_);
   }
 
   // Maps the context's error to kUnavailable and drops the connection.
@@ -216,19 +356,21 @@ class Connection {
     if (absl::StrContains(cause, "Resource temporarily unavailable")) {
       cause = absl::StrFormat("timed out after %d us (%s)", config_.command_timeout.count(), cause);
     }
-    ctx_.reset();
+    drop_stale();
     return absl::UnavailableError(
         absl::StrCat("redis ", detail::av(what), " on ", where(), ": ", cause));
   }
 
   ConnectionConfig config_;
+  Endpoint at_{config_.host, config_.port};  // where ctx_ is (or was last) connected
   std::unique_ptr<redisContext, ContextDeleter> ctx_;
 };
 
 class ConnectionPool {
  public:
   // A pool of `size` (>= 1) connections to one server, opened lazily.
-  ConnectionPool(ConnectionConfig config, std::size_t size) : config_(std::move(config)) {
+  ConnectionPool(ConnectionConfig config, std::size_t size)
+      : config_(with_handshake_stats(std::move(config))) {
     size = std::max<std::size_t>(size, 1);
     for (std::size_t i = 0; i < size; ++i) free_.push_back(std::make_unique<Connection>(config_));
     size_ = size;
@@ -268,8 +410,16 @@ class ConnectionPool {
 
   std::size_t size() const { return size_; }
   const ConnectionConfig& config() const { return config_; }
+  // What the connect handshakes of this pool's connections saw (never null).
+  const HandshakeStats& handshake_stats() const { return *config_.handshake_stats; }
 
  private:
+  // Shares one HandshakeStats among the pool's connections.
+  static ConnectionConfig with_handshake_stats(ConnectionConfig c) {
+    if (c.handshake_stats == nullptr) c.handshake_stats = std::make_shared<HandshakeStats>();
+    return c;
+  }
+
   void release(std::unique_ptr<Connection> conn) {
     {
       std::lock_guard<std::mutex> lock(mu_);
