@@ -5,7 +5,9 @@
 // and replayed, so the retry spends nothing. The semantics match RedisStore::acquire
 // with an attempt id: ids are 1..128 bytes without control characters or braces; the
 // same id with another request (key or cost) is InvalidArgument and changes nothing;
-// a replay is marked `replayed`.
+// a replay is marked `replayed`. The decision is kept with the attempt's deadline
+// (Request::deadline of the call that decided it): the Gateway answers a replay past it
+// as Reason::kAttemptExpired, the units it spent staying spent.
 //
 // In process only: two gateway processes do not share this cache (use the Redis store's
 // attempts for that). While the first decision for an id is still being made, a
@@ -48,6 +50,7 @@ class AttemptCache {
   // caller must decide and then finish() or abandon().
   struct Begin {
     std::optional<Decision> replay;
+    std::optional<Nanos> deadline;  // with a replay: the deadline kept with it
   };
 
   // `fingerprint` identifies the request (keys and cost).
@@ -79,7 +82,7 @@ class AttemptCache {
         return absl::AbortedError(absl::StrFormat(
             "attempt \"%s\" is being decided by another call; retry", quota::detail::to_absl(id)));
       }
-      return Begin{.replay = it->second.decision};
+      return Begin{.replay = it->second.decision, .deadline = it->second.deadline};
     }
     if (map_.size() >= max_entries_) {
       for (auto e = map_.begin(); e != map_.end();) {
@@ -97,16 +100,19 @@ class AttemptCache {
     const std::int64_t expires = detail_saturating_add(now.count(), ttl_.count());
     map_.emplace(std::string(id), Entry{.fingerprint = std::string(fingerprint),
                                         .decision = {},
+                                        .deadline = std::nullopt,
                                         .expires_at = expires,
                                         .done = false});
-    return Begin{.replay = std::nullopt};
+    return Begin{.replay = std::nullopt, .deadline = std::nullopt};
   }
 
-  // Stores the decision made for a fresh attempt.
-  void finish(std::string_view id, const Decision& d) {
+  // Stores the decision made for a fresh attempt, and the attempt's deadline.
+  void finish(std::string_view id, const Decision& d,
+              std::optional<Nanos> deadline = std::nullopt) {
     quota::detail::MutexLock lock(mu_);
     if (auto it = map_.find(quota::detail::to_absl(id)); it != map_.end()) {
       it->second.decision = d;
+      it->second.deadline = deadline;
       it->second.done = true;
     }
   }
@@ -126,6 +132,7 @@ class AttemptCache {
   struct Entry {
     std::string fingerprint;
     Decision decision;
+    std::optional<Nanos> deadline;
     std::int64_t expires_at = 0;
     bool done = false;
   };

@@ -101,7 +101,22 @@ local function reach(tokens, c, need, m, p)
 end
 )lua";
 
-inline constexpr const char* kLuaHead = R"lua(
+// An attempt's stored reply, in every script that keeps one (kLuaHead and kLuaTail,
+// the gateway's twin/gateway.hpp): record_text(out, from) writes out[from..#out], integers,
+// as decimals separated by spaces; record_read(text, out) appends them to `out` again.
+inline constexpr const char* kLuaRecord = R"lua(
+local function record_text(out, from)
+  local parts = {}
+  for i = from, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
+  return table.concat(parts, ' ')
+end
+local function record_read(text, out)
+  for v in string.gmatch(text, '%S+') do out[#out + 1] = tonumber(v) end
+  return out
+end
+)lua";
+
+inline const std::string kLuaHead = std::string(kLuaRecord) + R"lua(
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
 -- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
 local function read_state(key, what, bytes)
@@ -161,9 +176,7 @@ if attempt_ttl > 0 then
     if fp ~= ARGV[fpi] then
       return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
     end
-    local out = {1}
-    for v in string.gmatch(rest, '%S+') do out[#out + 1] = tonumber(v) end
-    return out
+    return record_read(rest, {1})
   end
 end
 if server then
@@ -198,9 +211,7 @@ end
 
 inline constexpr const char* kLuaTail = R"lua(
 if attempt_ttl > 0 then
-  local parts = {}
-  for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
-  redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
+  redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. record_text(out, 2), 'PX', attempt_ttl)
 end
 return out
 )lua";
