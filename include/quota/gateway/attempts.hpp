@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -36,6 +37,7 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
+#include "quota/gateway/request.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
@@ -147,5 +149,29 @@ class AttemptCache {
   mutable quota::detail::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> map_ ABSL_GUARDED_BY(mu_);
 };
+
+// The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
+// attempt's recorded decision `d`, its remaining and reset as of that decision.
+inline Result expired_attempt(const Decision* d, std::uint64_t version, std::string rule) {
+  const Decision out{.allowed = false,
+                     .remaining = d != nullptr ? d->remaining : 0,
+                     .retry_after = kNever,
+                     .reset_after = d != nullptr ? d->reset_after : Nanos{0},
+                     .version = version,
+                     .reason = Reason::kAttemptExpired};
+  return Result{.decision = out, .rule = std::move(rule), .replayed = false};
+}
+
+// An attempt's recorded decision `d` replayed at `now`, or kAttemptExpired past the
+// deadline recorded with it (replayed either way: the record was read).
+inline Result replay_attempt(const Decision& d, std::optional<Nanos> deadline, std::string rule,
+                             Nanos now) {
+  if (deadline.has_value() && now > *deadline) {
+    Result out = expired_attempt(&d, d.version, std::move(rule));
+    out.replayed = true;
+    return out;
+  }
+  return Result{.decision = d, .rule = std::move(rule), .replayed = true};
+}
 
 }  // namespace quota::gateway

@@ -203,7 +203,7 @@ class Gateway {
 
     const Check& tenant = tenant_check(*checks);
     if (req.deadline.has_value() && now > *req.deadline) {
-      return expired(nullptr, rules.version(), tenant.rule->name);
+      return expired_attempt(nullptr, rules.version(), tenant.rule->name);
     }
     std::string fingerprint;
     bool attempt_open = false;
@@ -218,7 +218,7 @@ class Gateway {
         auto begin = attempts_.begin(req.attempt_id, fingerprint, now);
         if (!begin.ok()) return begin.status();
         if (begin->replay.has_value()) {
-          return replay(*begin->replay, begin->deadline, tenant.rule->name, now);
+          return replay_attempt(*begin->replay, begin->deadline, tenant.rule->name, now);
         }
         attempt_open = true;
       }
@@ -247,31 +247,8 @@ class Gateway {
       }
     }
     if (!r.ok()) return r.status();
-    if (r->replayed) return replay(r->decision, r->deadline, std::move(r->rule), now);
+    if (r->replayed) return replay_attempt(r->decision, r->deadline, std::move(r->rule), now);
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
-  }
-
-  // An attempt's recorded decision, or kAttemptExpired past the deadline kept with it.
-  static Result replay(const Decision& d, std::optional<Nanos> deadline, std::string rule,
-                       Nanos now) {
-    if (deadline.has_value() && now > *deadline) {
-      Result out = expired(&d, d.version, std::move(rule));
-      out.replayed = true;
-      return out;
-    }
-    return Result{.decision = d, .rule = std::move(rule), .replayed = true};
-  }
-
-  // The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
-  // attempt's recorded decision `d`, its remaining and reset as of that decision.
-  static Result expired(const Decision* d, std::uint64_t version, std::string rule) {
-    const Decision out{.allowed = false,
-                       .remaining = d != nullptr ? d->remaining : 0,
-                       .retry_after = kNever,
-                       .reset_after = d != nullptr ? d->reset_after : Nanos{0},
-                       .version = version,
-                       .reason = Reason::kAttemptExpired};
-    return Result{.decision = out, .rule = std::move(rule), .replayed = false};
   }
 
   // A request that costs more on a budget than its per-request cap (the rule's max_cost,

@@ -29,11 +29,9 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,13 +44,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
-#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "quota/decision.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
@@ -159,13 +153,8 @@ class GatewayStore {
     return out;
   }
 
-  // decide() with an attempt (twin/gateway_attempts.hpp): the tenant's script call reads
-  // the attempt's record and replays it, or decides and writes the record with its
-  // deduction. A request with a global level is recorded pending by that call and
-  // decided by the record written after the global level's call; if that call fails, the
-  // pending record is removed and the tenant's levels given back (when removing fails,
-  // the record stays and a retry completes it). A failed tenant call leaves the record as
-  // the server has it: none, or the decision it made.
+  // decide() with an attempt: the record kept in the call that decides (the tenant's) and
+  // a lost reply replayed, as twin/gateway_attempts.hpp describes.
   absl::StatusOr<GatewayAttemptResult> decide_attempt(std::span<const gateway::LevelCheck> levels,
                                                       std::uint64_t version, Nanos now,
                                                       const GatewayAttempt& attempt) {
@@ -181,12 +170,9 @@ class GatewayStore {
                                     groups->size() == 1);
     auto reply = run_script(*call);
     if (!reply.ok()) return reply.status();
-    auto opened = GatewayAttemptTwin::parse(**reply, end - begin, levels.size(), attempt.id);
+    auto opened = GatewayAttemptTwin::parse(**reply, end - begin, levels.size(), attempt);
     if (!opened.ok()) return opened.status();
-    GatewayAttemptResult out{.levels = {.parts = {}, .time = opened->decided.time},
-                             .replayed = opened->mode == 1,
-                             .deadline = opened->mode == 0 ? attempt.deadline : opened->deadline};
-    for (const Decision& d : opened->decided.parts) out.levels.parts.push_back(d);
+    GatewayAttemptResult& out = *opened;
     const bool stopped =
         out.levels.parts.size() < end - begin ||
         (!out.levels.parts.back().allowed && !levels[out.levels.parts.size() - 1].shadow);
@@ -194,18 +180,10 @@ class GatewayStore {
     // The global level, then the record of the whole decision.
     std::vector<std::size_t> deducted{0};
     auto s = decide_groups(levels, *groups, 1, version, now, out.levels, deducted);
-    // (a denial is recorded like an admission: only an error abandons the record)
-    const std::string record_key = call->keys.back();
-    const std::string fp(attempt.fingerprint);
-    const std::string ttl = absl::StrCat(std::max<std::int64_t>(
-        std::chrono::ceil<std::chrono::milliseconds>(attempt.ttl).count(), 1));
-    std::vector<std::string> args{"a", fp};
-    if (s.ok()) {
-      args = {"f", fp, ttl, GatewayAttemptTwin::finished_record(out.deadline, out.levels)};
-    }
-    auto written = attempts_.run({record_key}, args);
-    const bool done = written.ok() && (*written)->type == REDIS_REPLY_ARRAY &&
-                      (*written)->elements == 1 && (*written)->element[0]->integer == 1;
+    // A denial is recorded like an admission; an error abandons the pending record, and
+    // only once it is gone are the tenant's levels given back.
+    const bool done = GatewayAttemptTwin::close_record(
+        attempts_, call->keys.back(), attempt, out.deadline, s.ok() ? &out.levels : nullptr);
     if (done && (!s.ok() || *s))
       give_back(levels, *groups, deducted, out.levels.parts, version, now);
     if (!s.ok()) return s.status();

@@ -100,16 +100,10 @@ end
 if op ~= 100 and op ~= 114 and op ~= 99 and op ~= 97 then
   return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
-local n = #KEYS
--- 'a' (97): 'd' with the attempt's record in the same call (twin/gateway_attempts.hpp):
--- its key is KEYS[n + 1]; a recorded decision is answered without deciding.
-local att
-if op == 97 then
-  op = 100
-  n = n - 1
-  att = attempt_open(n, now_ms)
-  if att.reply then return att.reply end
-end
+-- 'a' (97): 'd' with the attempt's record, KEYS[n + 1], in the same call (attempt_open)
+local n, att = #KEYS, nil
+if op == 97 then op, n = 100, #KEYS - 1; att = attempt_open(n, now_ms) end
+if att and att.reply then return att.reply end
 local decide = op == 100
 -- Each key's units, when they differ: after the head and ('d') the shadow flags.
 local cpos = 52

@@ -42,6 +42,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "quota/gateway/backend.hpp"
+#include "quota/redis/transport/script.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
 #include "quota/units.hpp"
 
@@ -153,22 +154,16 @@ struct GatewayAttemptTwin {
     return d.has_value() ? absl::StrCat(d->count()) : std::string("-");
   }
 
-  // What op 'a' answered: mode 0 decided now, 1 replayed, 3 a pending record taken over
-  // (Aborted for a record claimed by another call); `decided` the decision's reply.
-  struct Opened {
-    int mode = 0;
-    std::optional<Nanos> deadline;
-    GatewayTwin::Decided decided;
-  };
-
-  // `n`: the levels this call decides; a replay may hold up to `all` levels.
-  static absl::StatusOr<Opened> parse(const redisReply& r, std::size_t n, std::size_t all,
-                                      std::string_view id) {
+  // What op 'a' answered (`n`: the levels this call decides; a replay holds up to `all`):
+  // replayed, or the levels this call decided (or took over from a pending record, then
+  // with the recorded deadline); Aborted for a pending record claimed by another call.
+  static absl::StatusOr<GatewayAttemptResult> parse(const redisReply& r, std::size_t n,
+                                                    std::size_t all, const GatewayAttempt& a) {
     if (r.type == REDIS_REPLY_ERROR) {
       if (std::string_view(r.str, r.len).find("QUOTA_ATTEMPT_MISMATCH") != std::string_view::npos) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "attempt id \"%s\" was first used for another request (key or cost differ)",
-            detail::av(id)));
+            detail::av(a.id)));
       }
       return GatewayTwin::parse_decide(r, n).status();
     }
@@ -176,32 +171,51 @@ struct GatewayAttemptTwin {
         r.element[0]->type != REDIS_REPLY_INTEGER) {
       return absl::UnavailableError("malformed reply from the gateway script's attempt");
     }
-    Opened out{.mode = static_cast<int>(r.element[0]->integer), .deadline = {}, .decided = {}};
-    if (out.mode == 2) {
+    const long long mode = r.element[0]->integer;
+    if (mode == 2) {
       return absl::AbortedError(absl::StrFormat(
-          "attempt \"%s\" is being decided by another call; retry", detail::av(id)));
+          "attempt \"%s\" is being decided by another call; retry", detail::av(a.id)));
     }
-    if (out.mode < 0 || out.mode > 3 || r.elements < 3 ||
-        r.element[1]->type != REDIS_REPLY_STRING) {
+    if (mode < 0 || mode > 3 || r.elements < 3 || r.element[1]->type != REDIS_REPLY_STRING) {
       return absl::UnavailableError("malformed reply from the gateway script's attempt");
     }
+    GatewayAttemptResult out{.levels = {}, .replayed = mode == 1, .deadline = a.deadline};
     const std::string_view dl(r.element[1]->str, r.element[1]->len);
-    std::int64_t ns = 0;
-    if (!dl.empty() && dl != "-") {
-      if (!absl::SimpleAtoi(detail::av(dl), &ns)) {
-        return absl::DataLossError(
-            absl::StrFormat("attempt \"%s\": the recorded deadline is malformed", detail::av(id)));
+    if (mode != 0) {
+      std::int64_t ns = 0;
+      out.deadline = std::nullopt;
+      if (dl != "-" && !absl::SimpleAtoi(detail::av(dl), &ns)) {
+        return absl::DataLossError(absl::StrFormat(
+            "attempt \"%s\": the recorded deadline is malformed", detail::av(a.id)));
       }
-      out.deadline = Nanos{ns};
+      if (dl != "-") out.deadline = Nanos{ns};
     }
     // The reply after the two attempt fields, read as the decide reply it is.
     redisReply rest = r;
     rest.elements -= 2;
     rest.element += 2;
-    auto decided = GatewayTwin::parse_decide(rest, out.mode == 1 ? all : n);
+    auto decided = GatewayTwin::parse_decide(rest, mode == 1 ? all : n);
     if (!decided.ok()) return decided.status();
-    out.decided = *std::move(decided);
+    out.levels.time = decided->time;
+    for (const Decision& d : decided->parts) out.levels.parts.push_back(d);
     return out;
+  }
+
+  // Completes a pending record with the whole decision `levels` (kGatewayAttemptLua 'f'),
+  // or with nullptr abandons it ('a'); true when the record was written or removed.
+  static bool close_record(Script& script, const std::string& key, const GatewayAttempt& a,
+                           std::optional<Nanos> deadline, const gateway::LevelsResult* levels) {
+    const std::string fp(a.fingerprint);
+    std::vector<std::string> args{"a", fp};
+    if (levels != nullptr) {
+      const std::int64_t ttl =
+          std::max<std::int64_t>(std::chrono::ceil<std::chrono::milliseconds>(a.ttl).count(), 1);
+      args = {"f", fp, absl::StrCat(ttl), finished_record(deadline, *levels)};
+    }
+    auto written = script.run({key}, args);
+    return written.ok() && (*written)->type == REDIS_REPLY_ARRAY && (*written)->elements == 1 &&
+           (*written)->element[0]->type == REDIS_REPLY_INTEGER &&
+           (*written)->element[0]->integer == 1;
   }
 
   // The rest of a decided record after its fingerprint (kGatewayAttemptLua 'f').
