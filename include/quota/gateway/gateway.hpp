@@ -10,7 +10,8 @@
 // Guarantees: the levels are all or nothing (a denial leaves no level with a deduction);
 // a rule change never hands out a burst (key_state.hpp); an unreachable store is answered
 // by the route's fail mode (fail closed, or a bounded local emergency bucket); with an
-// attempt id a retry replays the first decision (attempts.hpp); an estimate is settled
+// attempt id a retry replays the first decision (attempts.hpp) and a request past its
+// deadline decides nothing (Reason::kAttemptExpired); an estimate is settled
 // once (settle.hpp); every outcome is counted per rule, route and level (metrics.hpp).
 // The details are on decide() and on the declarations below.
 //
@@ -199,12 +200,12 @@ class Gateway {
     auto checks =
         rules.plan(req.who, req.route, {.estimate = estimate, .shadow_all = rules_.shadow_all()});
     if (!checks.ok()) return checks.status();
-    if (auto capped = over_cap(rules, route, *checks)) return *std::move(capped);
-
     const Check& tenant = tenant_check(*checks);
     if (req.deadline.has_value() && now > *req.deadline) {
       return expired_attempt(nullptr, rules.version(), tenant.rule->name);
     }
+    if (auto capped = over_cap(rules, route, *checks)) return *std::move(capped);
+
     std::string fingerprint;
     bool attempt_open = false;
     if (!req.attempt_id.empty()) {

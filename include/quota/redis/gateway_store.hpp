@@ -74,7 +74,8 @@ struct GatewayStoreOptions {
   std::chrono::milliseconds ttl_margin{1000};
   // Or, instead of `pool`: a Redis Cluster (cluster.hpp).
   std::shared_ptr<ClusterPool> cluster = nullptr;
-  // How long an attempt stays "pending" if its process never records the decision.
+  // A request with a global level: how long the process that recorded its attempt
+  // "pending" has to complete it before a retry takes it over (twin/gateway_attempts.hpp).
   std::chrono::milliseconds attempt_pending{std::chrono::seconds(5)};
   // Coalescing, for a gateway with many threads: while `coalesce_calls` round trips of
   // this store's script calls are in flight, further calls wait and then go together, up
