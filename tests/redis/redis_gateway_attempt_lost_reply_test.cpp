@@ -5,11 +5,13 @@
 // caller gets the route's fail mode (503), and a retry with the same attempt id, through
 // the same gateway or another gateway process (another GatewayStore and Gateway on the
 // same server), replays the server's decision and deducts nothing more. Also: requests
-// with a global level (two slots, a pending record), and attempt deadlines on Redis.
+// with a global level (two slots, a pending record), attempt deadlines on Redis, and
+// concurrent duplicates of one attempt through two processes.
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -247,4 +249,41 @@ TEST_CASE("redis attempts: past the recorded deadline the decision is expired, i
     CHECK(late->decision.reason == Reason::kAttemptExpired);
     CHECK(p.remaining_after_one("acme") == 9);
   }
+}
+
+TEST_CASE("redis attempts: concurrent duplicates through two processes are decided once") {
+  GatewayStore store_a({.pool = quota::testing::redis_pool(4),
+                        .prefix = quota::testing::unique_prefix("gw-attempt-concurrent")});
+  GatewayStore store_b({.pool = quota::testing::redis_pool(4), .prefix = store_a.options().prefix});
+  const auto spec = quota::testing::levels_spec(1, TokenBucket{.rate = kSlow, .burst = 100});
+  RuleRegistry registry_a(build(spec));
+  RuleRegistry registry_b(build(spec));
+  Gateway a(store_a, registry_a);
+  Gateway b(store_b, registry_b);
+  constexpr int kRounds = 5;
+  constexpr int kThreads = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string id = "c-" + std::to_string(round);
+    std::vector<absl::StatusOr<quota::gateway::Result>> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        Request req = read("acme");
+        req.attempt_id = id;
+        results[t] = (t % 2 == 0 ? a : b).decide(req, Nanos{0});
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    int fresh = 0;
+    for (const auto& r : results) {
+      REQUIRE(r.ok());  // one slot: no call ever waits for another's record
+      CHECK(r->decision.allowed);
+      CHECK(r->decision.remaining == 99 - round);
+      if (!r->replayed) ++fresh;
+    }
+    CHECK(fresh == 1);
+  }
+  auto next = b.decide(read("acme"), Nanos{0});
+  REQUIRE(next.ok());
+  CHECK(next->decision.remaining == 100 - kRounds - 1);
 }
