@@ -31,8 +31,8 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath, kLuaReach and kLuaRecord of twin/common.hpp and
-// kGatewayAttemptHead; its macros expanded).
+// The script's body (after kLuaMath and kLuaReach of twin/common.hpp and
+// gateway_attempt_prelude(); its macros expanded).
 //
 // KEYS[1..n]  the keys (one hash slot)
 // ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes): the caller's time (1) or the
@@ -407,7 +407,8 @@ return res
 )lua";
 
 // The whole script.
-inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach + kLuaRecord +
-                                       kGatewayAttemptHead + detail::expand_lua(kGatewayLuaBody);
+inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach +
+                                       gateway_attempt_prelude() +
+                                       detail::expand_lua(kGatewayLuaBody);
 
 }  // namespace quota::redis

@@ -43,12 +43,14 @@
 #include "absl/strings/str_cat.h"
 #include "quota/gateway/backend.hpp"
 #include "quota/redis/transport/script.hpp"
+#include "quota/redis/twin/common.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
 
-// The Lua the gateway script runs for op 'a' (after kLuaRecord of twin/common.hpp).
+// The Lua the gateway script runs for op 'a' (with kLuaRecord of twin/common.hpp at
+// `@record`: gateway_lua_prelude()).
 // KEYS[n + 1]: the attempt key; ARGV[n + 2]: '<i8i8B': the record's TTL (ms), the claim
 // (ms) and whether this call decides the request's last levels (1); ARGV[n + 3]: the
 // fingerprint (no control characters); ARGV[n + 4]: the deadline (caller's ns) or "-".
@@ -57,7 +59,12 @@ namespace quota::redis {
 // by \31. attempt_open answers from the record (a.reply: {1, deadline, reply} replay,
 // {3, deadline, reply} a pending record taken over, {2} claimed) or lets the call decide;
 // attempt_close writes the record and puts {0, ""} before the reply.
+// Its functions exist only in a call with op 'a' (the head's 14th byte): a decision
+// without an attempt creates none of them.
 inline constexpr const char* kGatewayAttemptHead = R"lua(
+local attempt_open, attempt_close
+if string.byte(ARGV[1], 14) == 97 then
+@record
 local function attempt_now(now_ms)
   if now_ms then return now_ms end
   local t = redis.call('TIME')
@@ -66,7 +73,7 @@ end
 local function attempt_record(st, fp, dl, claim, text)
   return st .. '\31' .. fp .. '\31' .. dl .. '\31' .. string.format('%.0f', claim) .. '\31' .. text
 end
-local function attempt_open(n, now_ms)
+attempt_open = function(n, now_ms)
   local a = {key = KEYS[n + 1], fp = ARGV[n + 3], dl = ARGV[n + 4]}
   a.ttl, a.claim, a.last = struct.unpack('<i8i8B', ARGV[n + 2])
   local prev = redis.call('GET', a.key)
@@ -89,7 +96,7 @@ local function attempt_open(n, now_ms)
   end
   return a
 end
-local function attempt_close(a, res, final, now_ms)
+attempt_close = function(a, res, final, now_ms)
   if final then
     redis.call('SET', a.key, attempt_record('D', a.fp, a.dl, 0, record_text(res, 1)), 'PX', a.ttl)
   else
@@ -99,7 +106,15 @@ local function attempt_close(a, res, final, now_ms)
   table.insert(res, 1, '')
   table.insert(res, 1, 0)
 end
+end
 )lua";
+
+// kGatewayAttemptHead with kLuaRecord in place (the gateway script's prelude).
+inline std::string gateway_attempt_prelude() {
+  std::string out = kGatewayAttemptHead;
+  out.replace(out.find("@record"), 7, kLuaRecord);
+  return out;
+}
 
 // The script that completes or abandons a pending record (two-slot requests).
 // KEYS[1]: the attempt key. ARGV[1]: op 'f' finish, 'a' abandon; ARGV[2]: the
