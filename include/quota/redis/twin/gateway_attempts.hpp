@@ -50,7 +50,7 @@
 namespace quota::redis {
 
 // The Lua the gateway script runs for op 'a' (with kLuaRecord of twin/common.hpp at
-// `@record`: gateway_lua_prelude()).
+// `@record`: gateway_attempt_prelude()).
 // KEYS[n + 1]: the attempt key; ARGV[n + 2]: '<i8i8B': the record's TTL (ms), the claim
 // (ms) and whether this call decides the request's last levels (1); ARGV[n + 3]: the
 // fingerprint (no control characters); ARGV[n + 4]: the deadline (caller's ns) or "-".
@@ -62,7 +62,7 @@ namespace quota::redis {
 // Its functions exist only in a call with op 'a' (the head's 14th byte): a decision
 // without an attempt creates none of them.
 inline constexpr const char* kGatewayAttemptHead = R"lua(
-local attempt_open, attempt_close
+local attempt_open, attempt_close, record_text, record_read
 if string.byte(ARGV[1], 14) == 97 then
 @record
 local function attempt_now(now_ms)
@@ -110,11 +110,7 @@ end
 )lua";
 
 // kGatewayAttemptHead with kLuaRecord in place (the gateway script's prelude).
-inline std::string gateway_attempt_prelude() {
-  std::string out = kGatewayAttemptHead;
-  out.replace(out.find("@record"), 7, kLuaRecord);
-  return out;
-}
+inline std::string gateway_attempt_prelude() { return detail::with_record(kGatewayAttemptHead); }
 
 // The script that completes or abandons a pending record (two-slot requests).
 // KEYS[1]: the attempt key. ARGV[1]: op 'f' finish, 'a' abandon; ARGV[2]: the
