@@ -16,8 +16,10 @@
 // (kGatewayAttemptLua 'f'). A pending record is claimed by the call that wrote it for
 // GatewayStoreOptions::attempt_pending; a retry in that time is Aborted ("being decided;
 // retry"), after it the retry takes the record over and decides the remaining levels from
-// the recorded replies (the tenant's levels are never deducted twice; the global level
-// may be, when the first process was only slow: under-admission, never over).
+// the recorded replies, so the tenant's levels are not deducted again. A failed global
+// call deletes the pending record and then gives the tenant's levels back. What may be
+// deducted twice is an under-admission, never over: the global level (a slow first
+// process, a lost global reply), the tenant's levels when that give-back fails.
 //
 // Thread safety: immutable text and pure functions.
 //
