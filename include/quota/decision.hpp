@@ -46,6 +46,9 @@ enum class Reason : std::uint8_t {
   kRequestTooLarge = 7,  // denied: the request costs more than a per-request cap (a rule's
                          // or route class's max_cost); nothing deducted; retry_after =
                          // kNever (the same request never passes)
+  kAttemptExpired = 8,   // denied: the request's deadline (gateway Request::deadline) has
+                         // passed; nothing is decided, a decision recorded for its attempt
+                         // is not used and the units it spent stay spent (HTTP 504)
 };
 
 // The stable machine-readable name of a reason ("over_limit", ...).
@@ -67,6 +70,8 @@ constexpr std::string_view to_string(Reason reason) {
       return "shadow";
     case Reason::kFailOpen:
       return "fail_open";
+    case Reason::kAttemptExpired:
+      return "attempt_expired";
   }
   return "unknown";
 }

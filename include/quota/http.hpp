@@ -184,6 +184,8 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
 //   kInvalidCost                     400     omitted                     "invalid_cost"
 //   kRequestTooLarge (over a         413     omitted                     "request_too_large"
 //     per-request cap, max_cost)
+//   kAttemptExpired (the request's  504     omitted                     "attempt_expired"
+//     deadline passed)
 //   kUnavailable (fail-closed route) 503     Options::               "unavailable"
 //     or a store error Unavailable,          unavailable_retry_after
 //     ResourceExhausted, DeadlineExceeded    (omitted when 0)
@@ -213,6 +215,9 @@ inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options&
       break;
     case Reason::kRequestTooLarge:
       a.status = 413;  // Content Too Large: this request, unchanged, never passes
+      break;
+    case Reason::kAttemptExpired:
+      a.status = 504;  // the caller's deadline passed: no answer is given in time
       break;
     case Reason::kUnavailable:
       a.status = 503;

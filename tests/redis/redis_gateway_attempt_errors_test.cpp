@@ -1,9 +1,10 @@
 // Tests of attempts over Redis (quota/redis/gateway_store.hpp, quota/gateway/gateway.hpp)
-// that meet an error, against a real redis-server behind a proxy that loses one reply:
-// when the decision's script call fails (its reply lost: the outcome is unknown), the
-// route's fail mode answers the request, and the attempt is abandoned rather than
-// recorded with that answer, so a retry with the same id — from this process or
-// another — decides afresh, and the decision it makes is the one replayed.
+// that meet an error, against a real redis-server behind a proxy (support/lossy_proxy.hpp):
+// a decision's script call that never reached the server (the proxy drops the request),
+// or that the server answered with an error, records nothing; the route's fail mode
+// answers the request, and a retry with the same id — from this process or another —
+// decides afresh, and the decision it makes is the one replayed. (A reply lost after the
+// script ran is replayed: redis_gateway_attempt_lost_reply_test.cpp.)
 #include <chrono>
 #include <memory>
 #include <string>
@@ -37,7 +38,7 @@ Request read(const char* tenant, const char* id = "") {
 
 }  // namespace
 
-TEST_CASE("redis attempts: a decision whose reply was lost is not recorded as the 503") {
+TEST_CASE("redis attempts: a decision that never reached the server is not recorded as the 503") {
   static int runs = 0;  // a fresh key space per run (Catch runs it again per SECTION)
   quota::testing::LossyProxy proxy(quota::testing::redis_port());
   auto cfg = quota::testing::redis_config();
@@ -53,12 +54,12 @@ TEST_CASE("redis attempts: a decision whose reply was lost is not recorded as th
   RuleRegistry registry_b(build(spec));
   Gateway a(through_proxy, registry_a);
   Gateway b(direct, registry_b);
-  // Load both scripts first, so that the reply lost is the decision's.
+  // Load the script first, so that the request dropped is the decision's.
   REQUIRE(a.decide(read("warm", "warm-1"), Nanos{0})->decision.allowed);
 
   auto bucket = through_proxy.redis_key("{acme}read");
   REQUIRE(bucket.ok());
-  proxy.drop_reply_to(*bucket);
+  proxy.drop_request_to(*bucket);
   auto lost = a.decide(read("acme", "err-1"), Nanos{0});
   REQUIRE(lost.ok());
   CHECK(proxy.dropped() == 1);
@@ -71,6 +72,7 @@ TEST_CASE("redis attempts: a decision whose reply was lost is not recorded as th
     CHECK_FALSE(retry->replayed);
     CHECK(retry->decision.allowed);
     CHECK(retry->decision.reason == Reason::kAllowed);
+    CHECK(retry->decision.remaining == 9);
     auto replay = b.decide(read("acme", "err-1"), 2s);
     REQUIRE(replay.ok());
     CHECK(replay->replayed);
@@ -83,5 +85,55 @@ TEST_CASE("redis attempts: a decision whose reply was lost is not recorded as th
     CHECK_FALSE(retry->replayed);
     CHECK(retry->decision.allowed);
     CHECK(retry->decision.reason == Reason::kAllowed);
+    CHECK(retry->decision.remaining == 9);
   }
+}
+
+TEST_CASE("redis attempts: a fail-open admission is not the attempt's decision either") {
+  quota::testing::LossyProxy proxy(quota::testing::redis_port());
+  auto cfg = quota::testing::redis_config();
+  cfg.port = proxy.port();
+  GatewayStore store({.pool = std::make_shared<quota::redis::ConnectionPool>(cfg, 1),
+                      .prefix = quota::testing::unique_prefix("gw-attempt-open")});
+  RuleRegistry registry(build(quota::testing::fail_open_spec(100)));  // read fails open
+  Gateway gw(store, registry);
+  REQUIRE(gw.decide(read("warm", "warm-1"), Nanos{0})->decision.allowed);
+  auto bucket = store.redis_key("{acme}read");
+  REQUIRE(bucket.ok());
+  proxy.drop_request_to(*bucket);
+  auto open = gw.decide(read("acme", "open-1"), Nanos{0});
+  REQUIRE(open.ok());
+  CHECK(proxy.dropped() == 1);
+  CHECK(open->decision.reason == Reason::kFailOpen);
+  auto retry = gw.decide(read("acme", "open-1"), 1s);
+  REQUIRE(retry.ok());
+  CHECK_FALSE(retry->replayed);
+  CHECK(retry->decision.reason == Reason::kAllowed);
+  CHECK(retry->decision.remaining == 99);  // decided by the store, not the emergency bucket
+}
+
+TEST_CASE("redis attempts: an error reply from the script records nothing") {
+  GatewayStore store({.pool = quota::testing::redis_pool(1),
+                      .prefix = quota::testing::unique_prefix("gw-attempt-corrupt")});
+  RuleRegistry registry(
+      build(quota::testing::levels_spec(1, TokenBucket{.rate = kSlow, .burst = 10})));
+  Gateway gw(store, registry);
+  auto bucket = store.redis_key("{acme}read");
+  REQUIRE(bucket.ok());
+  auto admin = quota::testing::redis_pool(1);  // the store's one connection stays free
+  auto lease = admin->acquire();
+  REQUIRE(lease.ok());
+  REQUIRE((*lease)->command({"SET", *bucket, "not a gateway state"}).ok());
+  auto corrupt = gw.decide(read("acme", "bad-1"), Nanos{0});
+  CHECK(corrupt.status().code() == absl::StatusCode::kDataLoss);
+  const std::string record = store.options().prefix + "a{acme}bad-1";
+  auto exists = (*lease)->command({"EXISTS", record});
+  REQUIRE(exists.ok());
+  CHECK((*exists)->integer == 0);
+  REQUIRE((*lease)->command({"DEL", *bucket}).ok());
+  auto retry = gw.decide(read("acme", "bad-1"), 1s);
+  REQUIRE(retry.ok());
+  CHECK_FALSE(retry->replayed);
+  CHECK(retry->decision.allowed);
+  CHECK(retry->decision.remaining == 9);
 }

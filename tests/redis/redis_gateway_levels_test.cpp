@@ -215,22 +215,4 @@ TEST_CASE("redis gateway: an attempt is replayed by another process, never charg
     CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(b.decide(plain, Nanos{0})->decision.remaining == 7);
   }
-  SECTION("an attempt still being decided elsewhere is Aborted until it is recorded or lapses") {
-    auto key = store_b.redis_key("{acme}read");
-    REQUIRE(key.ok());
-    // A process began "req-2" and died before recording it.
-    Request second = read("acme");
-    second.attempt_id = "req-2";
-    const std::string fingerprint = "1|{acme}read";
-    auto began = store_b.begin_attempt("{acme}read", "req-2", fingerprint);
-    REQUIRE(began.ok());
-    REQUIRE_FALSE(began->has_value());
-    auto busy = b.decide(second, Nanos{0});
-    CHECK(busy.status().code() == absl::StatusCode::kAborted);
-    std::this_thread::sleep_for(400ms);  // attempt_pending is 300 ms
-    auto decided = b.decide(second, Nanos{0});
-    REQUIRE(decided.ok());
-    CHECK_FALSE(decided->replayed);
-    CHECK(decided->decision.remaining == 7);
-  }
 }

@@ -5,7 +5,9 @@
 // and replayed, so the retry spends nothing. The semantics match RedisStore::acquire
 // with an attempt id: ids are 1..128 bytes without control characters or braces; the
 // same id with another request (key or cost) is InvalidArgument and changes nothing;
-// a replay is marked `replayed`.
+// a replay is marked `replayed`. The decision is kept with the attempt's deadline
+// (Request::deadline of the call that decided it): the Gateway answers a replay past it
+// as Reason::kAttemptExpired, the units it spent staying spent.
 //
 // In process only: two gateway processes do not share this cache (use the Redis store's
 // attempts for that). While the first decision for an id is still being made, a
@@ -25,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +37,7 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
+#include "quota/gateway/request.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
@@ -48,6 +52,7 @@ class AttemptCache {
   // caller must decide and then finish() or abandon().
   struct Begin {
     std::optional<Decision> replay;
+    std::optional<Nanos> deadline;  // with a replay: the deadline kept with it
   };
 
   // `fingerprint` identifies the request (keys and cost).
@@ -79,7 +84,7 @@ class AttemptCache {
         return absl::AbortedError(absl::StrFormat(
             "attempt \"%s\" is being decided by another call; retry", quota::detail::to_absl(id)));
       }
-      return Begin{.replay = it->second.decision};
+      return Begin{.replay = it->second.decision, .deadline = it->second.deadline};
     }
     if (map_.size() >= max_entries_) {
       for (auto e = map_.begin(); e != map_.end();) {
@@ -97,16 +102,19 @@ class AttemptCache {
     const std::int64_t expires = detail_saturating_add(now.count(), ttl_.count());
     map_.emplace(std::string(id), Entry{.fingerprint = std::string(fingerprint),
                                         .decision = {},
+                                        .deadline = std::nullopt,
                                         .expires_at = expires,
                                         .done = false});
-    return Begin{.replay = std::nullopt};
+    return Begin{.replay = std::nullopt, .deadline = std::nullopt};
   }
 
-  // Stores the decision made for a fresh attempt.
-  void finish(std::string_view id, const Decision& d) {
+  // Stores the decision made for a fresh attempt, and the attempt's deadline.
+  void finish(std::string_view id, const Decision& d,
+              std::optional<Nanos> deadline = std::nullopt) {
     quota::detail::MutexLock lock(mu_);
     if (auto it = map_.find(quota::detail::to_absl(id)); it != map_.end()) {
       it->second.decision = d;
+      it->second.deadline = deadline;
       it->second.done = true;
     }
   }
@@ -126,6 +134,7 @@ class AttemptCache {
   struct Entry {
     std::string fingerprint;
     Decision decision;
+    std::optional<Nanos> deadline;
     std::int64_t expires_at = 0;
     bool done = false;
   };
@@ -140,5 +149,29 @@ class AttemptCache {
   mutable quota::detail::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> map_ ABSL_GUARDED_BY(mu_);
 };
+
+// The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
+// attempt's recorded decision `d`, its remaining and reset as of that decision.
+inline Result expired_attempt(const Decision* d, std::uint64_t version, std::string rule) {
+  const Decision out{.allowed = false,
+                     .remaining = d != nullptr ? d->remaining : 0,
+                     .retry_after = kNever,
+                     .reset_after = d != nullptr ? d->reset_after : Nanos{0},
+                     .version = version,
+                     .reason = Reason::kAttemptExpired};
+  return Result{.decision = out, .rule = std::move(rule), .replayed = false};
+}
+
+// An attempt's recorded decision `d` replayed at `now`, or kAttemptExpired past the
+// deadline recorded with it (replayed either way: the record was read).
+inline Result replay_attempt(const Decision& d, std::optional<Nanos> deadline, std::string rule,
+                             Nanos now) {
+  if (deadline.has_value() && now > *deadline) {
+    Result out = expired_attempt(&d, d.version, std::move(rule));
+    out.replayed = true;
+    return out;
+  }
+  return Result{.decision = d, .rule = std::move(rule), .replayed = true};
+}
 
 }  // namespace quota::gateway

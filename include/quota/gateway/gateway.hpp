@@ -10,7 +10,8 @@
 // Guarantees: the levels are all or nothing (a denial leaves no level with a deduction);
 // a rule change never hands out a burst (key_state.hpp); an unreachable store is answered
 // by the route's fail mode (fail closed, or a bounded local emergency bucket); with an
-// attempt id a retry replays the first decision (attempts.hpp); an estimate is settled
+// attempt id a retry replays the first decision (attempts.hpp) and a request past its
+// deadline decides nothing (Reason::kAttemptExpired); an estimate is settled
 // once (settle.hpp); every outcome is counted per rule, route and level (metrics.hpp).
 // The details are on decide() and on the declarations below.
 //
@@ -183,6 +184,8 @@ class Gateway {
   struct RuledDecision {
     Decision decision;
     std::string rule;
+    bool replayed = false;          // a shared attempt's recorded decision
+    std::optional<Nanos> deadline;  // then: the deadline recorded with it
   };
 
   // The levels an estimate was deducted from, and the backend's time of it.
@@ -197,10 +200,13 @@ class Gateway {
     auto checks =
         rules.plan(req.who, req.route, {.estimate = estimate, .shadow_all = rules_.shadow_all()});
     if (!checks.ok()) return checks.status();
+    const Check& tenant = tenant_check(*checks);
+    if (req.deadline.has_value() && now > *req.deadline) {
+      return expired_attempt(nullptr, rules.version(), tenant.rule->name);
+    }
     if (auto capped = over_cap(rules, route, *checks)) return *std::move(capped);
 
     std::string fingerprint;
-    const std::string_view tenant_key = tenant_check(*checks).key;
     bool attempt_open = false;
     if (!req.attempt_id.empty()) {
       // "cost|key" of every budget, joined by '|': the same id with another cost or key
@@ -209,20 +215,19 @@ class Gateway {
         absl::StrAppend(&fingerprint, fingerprint.empty() ? "" : "|", c.cost, "|",
                         quota::detail::to_absl(c.key));
       }
-      auto replay = begin_attempt(tenant_key, req.attempt_id, fingerprint, now);
-      if (replay.ok() && replay->has_value()) {
-        return Result{
-            .decision = **replay, .rule = tenant_check(*checks).rule->name, .replayed = true};
+      if constexpr (!kSharedAttempts) {
+        auto begin = attempts_.begin(req.attempt_id, fingerprint, now);
+        if (!begin.ok()) return begin.status();
+        if (begin->replay.has_value()) {
+          return replay_attempt(*begin->replay, begin->deadline, tenant.rule->name, now);
+        }
+        attempt_open = true;
       }
-      // Shared attempts that cannot be reached (Redis down) leave the request to the
-      // fail mode, unrecorded; any other attempt error decides nothing.
-      if (!replay.ok() && !(kSharedAttempts && is_unavailable(replay.status()))) {
-        return replay.status();
-      }
-      attempt_open = replay.ok();
     }
 
-    auto r = run(rules.version(), *checks, now, deducted);
+    const Attempt attempt{
+        .id = req.attempt_id, .fingerprint = fingerprint, .deadline = req.deadline};
+    auto r = run(rules.version(), *checks, now, deducted, attempt);
     const bool decided = r.ok();
     if (decided) {
       outage_.note_success();
@@ -233,14 +238,17 @@ class Gateway {
     // Only the store's own decision is an attempt's decision. An error, and the fail
     // mode's answer to one (kUnavailable, kFailOpen), are forgotten, so that a retry with
     // the same id decides afresh instead of replaying a 503 for the attempt's lifetime.
+    // (Over Redis the store records the decision in the call that makes it: an error
+    // records nothing.)
     if (attempt_open) {
       if (decided) {
-        finish_attempt(tenant_key, req.attempt_id, fingerprint, r->decision);
+        attempts_.finish(req.attempt_id, r->decision, req.deadline);
       } else {
-        abandon_attempt(tenant_key, req.attempt_id);
+        attempts_.abandon(req.attempt_id);
       }
     }
     if (!r.ok()) return r.status();
+    if (r->replayed) return replay_attempt(r->decision, r->deadline, std::move(r->rule), now);
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
   }
 
@@ -274,52 +282,56 @@ class Gateway {
     return std::nullopt;
   }
 
-  // Attempts: in the backend when it shares them between processes (Redis), else in this
-  // gateway's AttemptCache.
+  // Attempts: in the backend when it shares them between processes (Redis: recorded in
+  // the call that decides, redis/twin/gateway_attempts.hpp), else in this gateway's
+  // AttemptCache.
   using Backend = std::remove_reference_t<typename detail::backend_for<Store>::type>;
-  static constexpr bool kSharedAttempts = requires(Backend & b, std::string_view s) {
-    b.begin_attempt(s, s, s);
+  static constexpr bool kSharedAttempts =
+      requires(Backend & b, std::span<const LevelCheck> l, std::uint64_t v, Nanos t,
+               const typename Backend::Attempt& a) {
+    b.decide_attempt(l, v, t, a);
   };
 
-  absl::StatusOr<std::optional<Decision>> begin_attempt(std::string_view tenant_key,
-                                                        std::string_view id,
-                                                        std::string_view fingerprint, Nanos now) {
-    if constexpr (kSharedAttempts) {
-      return backend_.begin_attempt(tenant_key, id, fingerprint);
-    } else {
-      auto begin = attempts_.begin(id, fingerprint, now);
-      if (!begin.ok()) return begin.status();
-      return begin->replay;
-    }
-  }
-
-  void finish_attempt(std::string_view tenant_key, std::string_view id,
-                      std::string_view fingerprint, const Decision& d) {
-    if constexpr (kSharedAttempts) {
-      (void)backend_.finish_attempt(tenant_key, id, fingerprint, d, options_.attempt_ttl);
-    } else {
-      attempts_.finish(id, d);
-    }
-  }
-
-  void abandon_attempt(std::string_view tenant_key, std::string_view id) {
-    if constexpr (kSharedAttempts) {
-      backend_.abandon_attempt(tenant_key, id);
-    } else {
-      attempts_.abandon(id);
-    }
-  }
+  struct Attempt {
+    std::string_view id;  // empty: none
+    std::string_view fingerprint;
+    std::optional<Nanos> deadline;
+  };
 
   // Decides every level through the backend (all or nothing) and combines the result.
+  // A replayed decision (a shared attempt's) is combined the same way, counted nowhere.
   absl::StatusOr<RuledDecision> run(std::uint64_t version, std::span<const Check> checks, Nanos now,
-                                    Deducted* deducted) {
+                                    Deducted* deducted, const Attempt& attempt) {
     CheckVector<LevelCheck> levels;  // inline: no allocation for up to kInlineChecks
     for (const Check& c : checks) {
       levels.push_back(
           {.policy = &c.rule->policy, .key = c.key, .shadow = c.shadow, .cost = c.cost});
     }
-    auto result = backend_.decide(levels, version, now);
+    absl::StatusOr<LevelsResult> result;
+    bool replayed = false;
+    std::optional<Nanos> deadline;
+    if constexpr (kSharedAttempts) {
+      if (!attempt.id.empty()) {
+        auto r = backend_.decide_attempt(levels, version, now,
+                                         {.tenant_key = tenant_check(checks).key.view(),
+                                          .id = attempt.id,
+                                          .fingerprint = attempt.fingerprint,
+                                          .deadline = attempt.deadline,
+                                          .ttl = options_.attempt_ttl});
+        if (!r.ok()) return r.status();
+        replayed = r->replayed;
+        deadline = r->deadline;
+        result = std::move(r->levels);
+      } else {
+        result = backend_.decide(levels, version, now);
+      }
+    } else {
+      result = backend_.decide(levels, version, now);
+    }
     if (!result.ok()) return result.status();
+    const auto count = [&](const Rule& rule, Outcome o, std::int64_t cost) {
+      if (!replayed) record(rule, o, cost);
+    };
     const CheckVector<Decision>& parts = result->parts;
     if (parts.empty() || parts.size() > checks.size()) {
       return absl::InternalError(
@@ -330,14 +342,15 @@ class Gateway {
       const Rule& rule = *checks[i].rule;
       if (parts[i].allowed) continue;
       if (checks[i].shadow) {
-        record(rule, Outcome::kShadowWouldDeny, checks[i].cost);
+        count(rule, Outcome::kShadowWouldDeny, checks[i].cost);
         continue;
       }
       // The backend stops at the first enforcing denial: it decides.
-      record(rule, Outcome::kDenied, checks[i].cost);
+      count(rule, Outcome::kDenied, checks[i].cost);
       Decision denial = combine_all(std::span(parts.data(), i + 1), is_shadow);
       denial.version = std::max(denial.version, version);
-      return RuledDecision{.decision = denial, .rule = rule.name};
+      return RuledDecision{
+          .decision = denial, .rule = rule.name, .replayed = replayed, .deadline = deadline};
     }
     if (parts.size() != checks.size()) {
       return absl::InternalError(
@@ -346,8 +359,8 @@ class Gateway {
     }
     for (std::size_t i = 0; i < parts.size(); ++i) {
       if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
-      record(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
-      if (deducted != nullptr && checks[i].estimate) {
+      count(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
+      if (deducted != nullptr && checks[i].estimate && !replayed) {
         deducted->levels.push_back({.key = std::string(checks[i].key.view()),
                                     .policy = checks[i].rule->policy,
                                     .version = version});
@@ -357,7 +370,10 @@ class Gateway {
     Decision combined = combine_all(std::span(parts.data(), parts.size()), is_shadow);
     combined.version = std::max(combined.version, version);
     const Check& tenant = tenant_check(checks);
-    return RuledDecision{.decision = combined, .rule = tenant.rule->name};
+    return RuledDecision{.decision = combined,
+                         .rule = tenant.rule->name,
+                         .replayed = replayed,
+                         .deadline = deadline};
   }
 
   static const Check& tenant_check(std::span<const Check> checks) {
@@ -373,7 +389,8 @@ class Gateway {
     const Decision d = outage_.answer(route, tenant.key, tenant.cost, version, now);
     record(*tenant.rule, d.allowed ? Outcome::kFailOpenAllowed : Outcome::kUnavailable,
            tenant.cost);
-    return RuledDecision{.decision = d, .rule = tenant.rule->name};
+    return RuledDecision{
+        .decision = d, .rule = tenant.rule->name, .replayed = false, .deadline = std::nullopt};
   }
 
   // Metrics (metrics.hpp), per rule, route and level: an admitted request counts

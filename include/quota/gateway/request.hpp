@@ -48,6 +48,13 @@ struct Request {
   // InvalidArgument. Kept in this process's AttemptCache, or — over Redis — in Redis,
   // shared by every gateway process (redis/gateway_store.hpp).
   std::string_view attempt_id = {};
+  // Optional: the caller's deadline, a time of the Clock that gives `now` (the gateway
+  // processes sharing attempts need one clock, e.g. the system clock). A call after it
+  // decides nothing and is answered Reason::kAttemptExpired. With an attempt id the
+  // deadline is kept with the decision: a retry after the deadline of the call that
+  // decided is answered kAttemptExpired instead of the decision (replayed = true), and
+  // the units it spent stay spent.
+  std::optional<Nanos> deadline = std::nullopt;
 };
 
 // The combined decision over the levels decided (quota::combine_all, decision.hpp):

@@ -20,19 +20,18 @@
 // gets back) its own cost. Time is the server's, nanoseconds (TIME has microseconds).
 // Failures are values: kUnavailable (the gateway's fail mode applies), kDataLoss for a
 // key that is not ours, kInvalidArgument for a rule outside the twin's range (`check`).
-// Attempts are kept in Redis in the tenant's slot, so a retry reaching another process
-// is replayed: written "pending" before the decision, "decided" after.
+// Attempts (decide_attempt, twin/gateway_attempts.hpp) are recorded in the tenant's slot
+// by the script call that decides and deducts, so a retry through any process after a
+// lost reply replays the decision and deducts nothing more.
 // docs/gateway.md has the whole story (coalescing, durability, attempts).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,13 +44,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
-#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "quota/decision.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
@@ -80,7 +75,8 @@ struct GatewayStoreOptions {
   std::chrono::milliseconds ttl_margin{1000};
   // Or, instead of `pool`: a Redis Cluster (cluster.hpp).
   std::shared_ptr<ClusterPool> cluster = nullptr;
-  // How long an attempt stays "pending" if its process never records the decision.
+  // A request with a global level: how long the process that recorded its attempt
+  // "pending" has to complete it before a retry takes it over (twin/gateway_attempts.hpp).
   std::chrono::milliseconds attempt_pending{std::chrono::seconds(5)};
   // Coalescing, for a gateway with many threads: while `coalesce_calls` round trips of
   // this store's script calls are in flight, further calls wait and then go together, up
@@ -108,6 +104,8 @@ inline constexpr int kGatewayMaxCoalesce = 4096;
 
 class GatewayStore {
  public:
+  using Attempt = GatewayAttempt;  // decide_attempt's (gateway/gateway.hpp uses it)
+
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
         script_(kGatewayLua, options_.pool, options_.cluster, durability()),
@@ -153,48 +151,51 @@ class GatewayStore {
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) {
-    if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
-    // Runs of consecutive levels in one slot (tenant levels, then the global one).
-    std::vector<std::pair<std::size_t, std::size_t>> groups;  // [begin, end)
-    std::vector<std::string> tags;
-    for (std::size_t i = 0; i < levels.size(); ++i) {
-      auto parts = split_key(levels[i].key);
-      if (!parts.ok()) return parts.status();
-      if (groups.empty() || parts->tag != tags.back()) {
-        groups.emplace_back(i, i + 1);
-        tags.emplace_back(parts->tag);
-      } else {
-        groups.back().second = i + 1;
-      }
-    }
+    auto groups = slot_groups(levels);
+    if (!groups.ok()) return groups.status();
     gateway::LevelsResult out;
     out.parts.reserve(levels.size());
-    std::vector<std::size_t> deducted_groups;
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      const auto [begin, end] = groups[g];
-      auto call = build(levels.subspan(begin, end - begin), 'd', version, now, std::nullopt);
-      if (!call.ok()) return call.status();
-      auto reply = run_script(*call);
-      absl::StatusOr<GatewayTwin::Decided> decided =
-          reply.ok() ? GatewayTwin::parse_decide(**reply, end - begin)
-                     : absl::StatusOr<GatewayTwin::Decided>(reply.status());
-      if (!decided.ok()) {
-        give_back(levels, groups, deducted_groups, out.parts, version, now);
-        return decided.status();
-      }
-      if (g == 0) out.time = decided->time;
-      bool stopped = decided->parts.size() < end - begin;
-      for (const Decision& d : decided->parts) out.parts.push_back(d);
-      if (!stopped) {
-        const Decision& last = out.parts.back();
-        stopped = !last.allowed && !levels[end - 1].shadow;
-      }
-      if (stopped) {
-        give_back(levels, groups, deducted_groups, out.parts, version, now);
-        return out;
-      }
-      deducted_groups.push_back(g);
-    }
+    std::vector<std::size_t> deducted;
+    auto stopped = decide_groups(levels, *groups, 0, version, now, out, deducted);
+    if (!stopped.ok() || *stopped) give_back(levels, *groups, deducted, out.parts, version, now);
+    if (!stopped.ok()) return stopped.status();
+    return out;
+  }
+
+  // decide() with an attempt: the record kept in the call that decides (the tenant's) and
+  // a lost reply replayed, as twin/gateway_attempts.hpp describes.
+  absl::StatusOr<GatewayAttemptResult> decide_attempt(std::span<const gateway::LevelCheck> levels,
+                                                      std::uint64_t version, Nanos now,
+                                                      const GatewayAttempt& attempt) {
+    auto groups = slot_groups(levels);
+    if (!groups.ok()) return groups.status();
+    auto akey = attempt_record_key(attempt.tenant_key, attempt.id);
+    if (!akey.ok()) return akey.status();
+    const auto [begin, end] = groups->front();
+    auto call = build(levels.subspan(begin, end - begin), 'a', version, now, std::nullopt);
+    if (!call.ok()) return call.status();
+    call->keys.push_back(*std::move(akey));
+    GatewayAttemptTwin::append_args(call->args, attempt, options_.attempt_pending.count(),
+                                    groups->size() == 1);
+    auto reply = run_script(*call);
+    if (!reply.ok()) return reply.status();
+    auto opened = GatewayAttemptTwin::parse(**reply, end - begin, levels.size(), attempt);
+    if (!opened.ok()) return opened.status();
+    GatewayAttemptResult& out = *opened;
+    const bool stopped =
+        out.levels.parts.size() < end - begin ||
+        (!out.levels.parts.back().allowed && !levels[out.levels.parts.size() - 1].shadow);
+    if (out.replayed || groups->size() == 1 || stopped) return out;
+    // The global level, then the record of the whole decision.
+    std::vector<std::size_t> deducted{0};
+    auto s = decide_groups(levels, *groups, 1, version, now, out.levels, deducted);
+    // A denial is recorded like an admission; an error abandons the pending record, and
+    // only once it is gone are the tenant's levels given back.
+    const bool done = GatewayAttemptTwin::close_record(
+        attempts_, call->keys.back(), attempt, out.deadline, s.ok() ? &out.levels : nullptr);
+    if (done && (!s.ok() || *s))
+      give_back(levels, *groups, deducted, out.levels.parts, version, now);
+    if (!s.ok()) return s.status();
     return out;
   }
 
@@ -209,45 +210,6 @@ class GatewayStore {
                                     std::string_view key, std::int64_t units, Nanos now) {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
     return one(level, 'c', version, now, std::nullopt);
-  }
-
-  // Attempts (see the header comment); `tenant_key` is the request's tenant-level key.
-  // Begins an attempt: a decision to replay, or nullopt when the caller must decide and
-  // then finish_attempt (or abandon_attempt on failure).
-  absl::StatusOr<std::optional<Decision>> begin_attempt(std::string_view tenant_key,
-                                                        std::string_view id,
-                                                        std::string_view fingerprint) {
-    auto key = attempt_record_key(tenant_key, id);
-    if (!key.ok()) return key.status();
-    auto reply = attempts_.run(
-        {*key}, {"b", std::string(fingerprint),
-                 absl::StrCat(std::max<std::int64_t>(options_.attempt_pending.count(), 1))});
-    if (!reply.ok()) return reply.status();
-    const redisReply& r = **reply;
-    if (r.type == REDIS_REPLY_ERROR) return error_status(r);
-    if (r.type == REDIS_REPLY_ARRAY && r.elements == 1) return std::optional<Decision>{};
-    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 ||
-        r.element[1]->type != REDIS_REPLY_STRING) {
-      return absl::UnavailableError("malformed reply from the attempt script");
-    }
-    return GatewayTwin::parse_record(reply_string(*r.element[1]), id, fingerprint);
-  }
-
-  absl::Status finish_attempt(std::string_view tenant_key, std::string_view id,
-                              std::string_view fingerprint, const Decision& d, Nanos ttl) {
-    auto key = attempt_record_key(tenant_key, id);
-    if (!key.ok()) return key.status();
-    const std::string record = GatewayTwin::format_record(d);
-    const std::int64_t ms =
-        std::max<std::int64_t>(std::chrono::ceil<std::chrono::milliseconds>(ttl).count(), 1);
-    auto reply = attempts_.run({*key}, {"f", std::string(fingerprint), absl::StrCat(ms), record});
-    if (!reply.ok()) return reply.status();
-    return error_status(**reply);
-  }
-
-  void abandon_attempt(std::string_view tenant_key, std::string_view id) {
-    auto key = attempt_record_key(tenant_key, id);
-    if (key.ok()) (void)attempts_.run({*key}, {"a", "", "1"});
   }
 
   // The Redis key of a gateway key (tests and operators: TTL, MEMORY USAGE).
@@ -399,11 +361,56 @@ class GatewayStore {
     return GatewayTwin::parse_units(**reply);
   }
 
+  using Groups = std::vector<std::pair<std::size_t, std::size_t>>;  // [begin, end)
+
+  // Runs of consecutive levels in one slot (tenant levels, then the global one).
+  static absl::StatusOr<Groups> slot_groups(std::span<const gateway::LevelCheck> levels) {
+    if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
+    Groups groups;
+    std::string tag;
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      auto parts = split_key(levels[i].key);
+      if (!parts.ok()) return parts.status();
+      if (groups.empty() || parts->tag != tag) {
+        groups.emplace_back(i, i + 1);
+        tag = std::string(parts->tag);
+      } else {
+        groups.back().second = i + 1;
+      }
+    }
+    return groups;
+  }
+
+  // Decides groups[first..] one script call each, appending to `out`, until a level
+  // denies that is not shadow (then true: stopped); `deducted` gets each group fully
+  // allowed. The caller gives back on an error or a denial.
+  absl::StatusOr<bool> decide_groups(std::span<const gateway::LevelCheck> levels,
+                                     const Groups& groups, std::size_t first, std::uint64_t version,
+                                     Nanos now, gateway::LevelsResult& out,
+                                     std::vector<std::size_t>& deducted) {
+    for (std::size_t g = first; g < groups.size(); ++g) {
+      const auto [begin, end] = groups[g];
+      auto call = build(levels.subspan(begin, end - begin), 'd', version, now, std::nullopt);
+      if (!call.ok()) return call.status();
+      auto reply = run_script(*call);
+      absl::StatusOr<GatewayTwin::Decided> decided =
+          reply.ok() ? GatewayTwin::parse_decide(**reply, end - begin)
+                     : absl::StatusOr<GatewayTwin::Decided>(reply.status());
+      if (!decided.ok()) return decided.status();
+      if (g == 0) out.time = decided->time;
+      bool stopped = decided->parts.size() < end - begin;
+      for (const Decision& d : decided->parts) out.parts.push_back(d);
+      if (!stopped) stopped = !out.parts.back().allowed && !levels[end - 1].shadow;
+      if (stopped) return true;
+      deducted.push_back(g);
+    }
+    return false;
+  }
+
   // Gives each allowed level of the groups already deducted its own cost back (one script
   // per group, at each state's own latest time). Best effort: a failure leaves the
   // deduction in place (under-admission).
-  void give_back(std::span<const gateway::LevelCheck> levels,
-                 const std::vector<std::pair<std::size_t, std::size_t>>& groups,
+  void give_back(std::span<const gateway::LevelCheck> levels, const Groups& groups,
                  const std::vector<std::size_t>& deducted_groups, std::span<const Decision> parts,
                  std::uint64_t version, Nanos now) {
     for (std::size_t g : deducted_groups) {

@@ -4,7 +4,9 @@
 // back, instead of forwarding it. That is the "reply lost" fault of idempotent attempts.
 // Armed with drop_reply_to(needle), it does the same to the reply of the next command
 // whose bytes contain `needle` (one caller at a time: the reply dropped is the next one
-// the server sends after that command).
+// the server sends after that command). Armed with drop_request_to(needle), it closes the
+// client's connection on the next command containing `needle` without forwarding it: the
+// server never runs it. dropped() counts both.
 #pragma once
 
 #include <arpa/inet.h>
@@ -54,6 +56,10 @@ class LossyProxy {
     std::lock_guard<std::mutex> lock(mu_);
     needle_ = std::move(needle);
   }
+  void drop_request_to(std::string needle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    request_needle_ = std::move(needle);
+  }
   int dropped() const { return dropped_.load(); }
 
  private:
@@ -101,8 +107,14 @@ class LossyProxy {
         bool closed = false;
         if (fds[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
           const ssize_t n = ::read(p.client, buf, sizeof buf);
-          if (n > 0) arm_if_matches(std::string_view(buf, static_cast<std::size_t>(n)));
-          closed = n <= 0 || ::write(p.server, buf, static_cast<std::size_t>(n)) != n;
+          const std::string_view command(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+          if (n > 0 && request_matches(command)) {
+            ++dropped_;
+            closed = true;  // never forwarded: the server does not run it
+          } else {
+            if (n > 0) arm_if_matches(command);
+            closed = n <= 0 || ::write(p.server, buf, static_cast<std::size_t>(n)) != n;
+          }
         }
         if (!closed && (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
           const ssize_t n = ::read(p.server, buf, sizeof buf);
@@ -136,10 +148,20 @@ class LossyProxy {
     }
   }
 
+  bool request_matches(std::string_view command) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (request_needle_.empty() || command.find(request_needle_) == std::string_view::npos) {
+      return false;
+    }
+    request_needle_.clear();
+    return true;
+  }
+
   int server_port_;
   int listen_fd_ = -1;
   std::mutex mu_;
-  std::string needle_;  // guarded by mu_
+  std::string needle_;          // guarded by mu_
+  std::string request_needle_;  // guarded by mu_
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drop_{false};

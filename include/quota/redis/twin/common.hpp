@@ -101,7 +101,35 @@ local function reach(tokens, c, need, m, p)
 end
 )lua";
 
-inline constexpr const char* kLuaHead = R"lua(
+// An attempt's stored reply, in every script that keeps one (kLuaHead and kLuaTail, the
+// gateway's twin/gateway_attempts.hpp): record_text(out, from) writes out[from..#out],
+// integers, as decimals separated by spaces; record_read(text, out) appends them to `out`
+// again. It assigns the two locals the script declares, where `@record` stands
+// (detail::with_record), only in a call that has an attempt: others create no closure.
+inline constexpr const char* kLuaRecord = R"lua(
+record_text = function(out, from)
+  local parts = {}
+  for i = from, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
+  return table.concat(parts, ' ')
+end
+record_read = function(text, out)
+  for v in string.gmatch(text, '%S+') do out[#out + 1] = tonumber(v) end
+  return out
+end
+)lua";
+
+namespace detail {
+
+// `lua` with kLuaRecord in place of its `@record`.
+inline std::string with_record(std::string lua) {
+  lua.replace(lua.find("@record"), 7, kLuaRecord);
+  return lua;
+}
+
+}  // namespace detail
+
+inline const std::string kLuaHead = detail::with_record(R"lua(
+local record_text, record_read
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
 -- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
 local function read_state(key, what, bytes)
@@ -155,15 +183,14 @@ local function read_states(what, bytes)
 end
 local batch = attempt_ttl < 0
 if attempt_ttl > 0 then
+@record
   local prev = redis.call('GET', KEYS[n + 1])
   if prev then
     local fp, rest = string.match(prev, '^(.-)\n(.*)$')
     if fp ~= ARGV[fpi] then
       return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
     end
-    local out = {1}
-    for v in string.gmatch(rest, '%S+') do out[#out + 1] = tonumber(v) end
-    return out
+    return record_read(rest, {1})
   end
 end
 if server then
@@ -184,7 +211,7 @@ local function fail(err)
   end
   return err
 end
-)lua";
+)lua");
 
 // put(out, i, ...): decision i's five reply fields, after the reply's four header fields
 // (after kLuaHead, in the twins that answer in the full form only; the token bucket's
@@ -198,9 +225,7 @@ end
 
 inline constexpr const char* kLuaTail = R"lua(
 if attempt_ttl > 0 then
-  local parts = {}
-  for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
-  redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
+  redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. record_text(out, 2), 'PX', attempt_ttl)
 end
 return out
 )lua";

@@ -5,9 +5,10 @@
 // operation sequences at arbitrary nanosecond times): 'd' decide (KeyPolicy::apply on
 // each level in order, each with its own cost, stopping at the first level that denies
 // and is not shadow; all or nothing), 'r' refund and 'c' charge (gateway::refund and
-// gateway::charge on each key, each with its own units). GatewayStore
+// gateway::charge on each key, each with its own units); and 'a', 'd' with an attempt's
+// record read and written in the same call (twin/gateway_attempts.hpp). GatewayStore
 // (redis/gateway_store.hpp) sends it; twin/gateway_codec.hpp packs its arguments and
-// parses its replies; twin/gateway_attempts.hpp is the attempts script.
+// parses its replies.
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
 // an exact integer below 2^53 and every duration exact nanoseconds, so both sides decide
@@ -25,15 +26,17 @@
 #include <string>
 
 #include "quota/redis/twin/common.hpp"
+#include "quota/redis/twin/gateway_attempts.hpp"
 #include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaReach of twin/common.hpp; its macros expanded).
+// The script's body (after kLuaMath and kLuaReach of twin/common.hpp and
+// gateway_attempt_prelude(); its macros expanded).
 //
 // KEYS[1..n]  the keys (one hash slot)
 // ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes): the caller's time (1) or the
-//             server's TIME (0); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c'); the
+//             server's TIME (0); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c', 'a'); the
 //             TTL margin, ms (>= 1); the caller's rule-set version; units (the cost 'd',
 //             to give back 'r', to charge 'c'); 'r': whether the time the units were spent
 //             is given (1; 0: the key's own latest time) and that time (s, ns). Then 'd':
@@ -45,6 +48,8 @@ namespace quota::redis {
 // Reply 'd':  {time s, time ns, levels decided, then per level decided: allowed, reason,
 //             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version}
 // Reply 'r', 'c': {time s, time ns, then per key: micro-units given back | left as debt}
+// 'a': KEYS[n + 1] the attempt key, ARGV[n + 2 ..] its arguments; the reply is 'd's after
+//             two fields, or the record's (kGatewayAttemptHead, twin/gateway_attempts.hpp).
 //
 // 'd' migrates each state (key_state.hpp: a NEWER rule-set version's is kept), pays debt,
 // applies; on a denial that is not shadow the levels allowed before it are written
@@ -92,11 +97,14 @@ if caller == 0 then
   sec, ns = now[1] + 0, us * 1000
   now_ms = sec * 1000 + (us - us % 1000) / 1000
 end
-if op ~= 100 and op ~= 114 and op ~= 99 then
+if op ~= 100 and op ~= 114 and op ~= 99 and op ~= 97 then
   return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
+-- 'a' (97): 'd' with the attempt's record, KEYS[n + 1], in the same call (attempt_open)
+local n, att = #KEYS, nil
+if op == 97 then op, n = 100, #KEYS - 1; att = attempt_open(n, now_ms) end
+if att and att.reply then return att.reply end
 local decide = op == 100
-local n = #KEYS
 -- Each key's units, when they differ: after the head and ('d') the shadow flags.
 local cpos = 52
 if decide then cpos = 52 + n end
@@ -104,7 +112,7 @@ if #head < cpos then cpos = nil end
 -- Several levels' states are read at once (MGET answers nil also for a key of another
 -- type, so each nil is looked at again before anything is written).
 local raws
-if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS)) end
+if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS, 1, n)) end
 local res
 -- (sized for one or two levels: a table that grows is rehashed)
 if not decide then res = {sec, ns, 0}
@@ -389,6 +397,8 @@ for i = 1, n do
     end
     if decide then
       for k = 6 * i + 4, 6 * n + 3 do res[k] = nil end
+      -- the record is final when this call decides the request's last levels or denied
+      if att then attempt_close(att, res, att.last == 1 or denied, now_ms) end
       return res
     end
   end
@@ -397,7 +407,8 @@ return res
 )lua";
 
 // The whole script.
-inline const std::string kGatewayLua =
-    std::string(kLuaMath) + kLuaReach + detail::expand_lua(kGatewayLuaBody);
+inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach +
+                                       gateway_attempt_prelude() +
+                                       detail::expand_lua(kGatewayLuaBody);
 
 }  // namespace quota::redis

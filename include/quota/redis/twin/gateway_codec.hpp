@@ -3,7 +3,7 @@
 // twin/gateway.hpp is the script GatewayStore runs; this header is what the store sends
 // and reads: the twin's exact range (checked when a rule is used, the bound named), a
 // policy packed as ONE script argument, the decide reply decoded into one Decision per
-// level, the refund / charge reply, and the attempt record's text form. Together they
+// level, and the refund / charge reply (attempts: twin/gateway_attempts.hpp). Together they
 // are the gateway twin; tests/redis/redis_gateway_differential_test.cpp proves it equal
 // to the in-process key_state.hpp.
 //
@@ -61,7 +61,7 @@ inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1
 inline constexpr std::size_t kGatewayStateBytes = 75;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
-// the replies decoded, and the attempt record's format. Pure functions: thread-safe.
+// and the replies decoded. Pure functions: thread-safe.
 struct GatewayTwin {
   // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
   // '<BI4I7I7I7I7' (kind, burst|limit, m|w, p|mode, g|0, fill ns|W ns), or
@@ -185,48 +185,6 @@ struct GatewayTwin {
           absl::StrFormat("malformed reply from the gateway script: %d micro-units", *v));
     }
     return *v;
-  }
-
-  // A stored attempt record: "P\x1f<fp>" or "D\x1f<fp>\x1f<decision>".
-  static absl::StatusOr<std::optional<Decision>> parse_record(std::string_view record,
-                                                              std::string_view id,
-                                                              std::string_view fingerprint) {
-    const std::vector<absl::string_view> fields = absl::StrSplit(detail::av(record), '\x1f');
-    if (fields.size() < 2 || (fields[0] != "P" && fields[0] != "D") ||
-        (fields[0] == "D") != (fields.size() == 3)) {
-      return absl::DataLossError(
-          absl::StrFormat("attempt \"%s\": the stored record is not ours", detail::av(id)));
-    }
-    if (fields[1] != detail::av(fingerprint)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "attempt id \"%s\" was first used for another request (key or cost differ)",
-          detail::av(id)));
-    }
-    if (fields[0] == "P") {
-      return absl::AbortedError(absl::StrFormat(
-          "attempt \"%s\" is being decided by another call; retry", detail::av(id)));
-    }
-    const std::vector<absl::string_view> v = absl::StrSplit(fields[2], ' ');
-    std::int64_t f[6];
-    bool ok = v.size() == 6;
-    for (std::size_t i = 0; ok && i < 6; ++i) ok = absl::SimpleAtoi(v[i], &f[i]);
-    if (!ok || f[1] < 0 || f[1] > static_cast<std::int64_t>(Reason::kFailOpen) || f[5] < 0) {
-      return absl::DataLossError(
-          absl::StrFormat("attempt \"%s\": the stored decision is malformed", detail::av(id)));
-    }
-    return std::optional<Decision>(Decision{.allowed = f[0] != 0,
-                                            .remaining = f[2],
-                                            .retry_after = f[3] < 0 ? kNever : Nanos{f[3]},
-                                            .reset_after = f[4] < 0 ? kNever : Nanos{f[4]},
-                                            .version = static_cast<std::uint64_t>(f[5]),
-                                            .reason = static_cast<Reason>(f[1])});
-  }
-
-  // The stored form of an attempt's decision (parse_record reads it back).
-  static std::string format_record(const Decision& d) {
-    return absl::StrFormat("%d %d %d %d %d %d", d.allowed ? 1 : 0, static_cast<int>(d.reason),
-                           d.remaining, d.retry_after == kNever ? -1 : d.retry_after.count(),
-                           d.reset_after == kNever ? -1 : d.reset_after.count(), d.version);
   }
 };
 
