@@ -297,3 +297,18 @@ TEST_CASE("FairShare: invalid config and input name the field", "[fair]") {
              Catch::Contains("demand"));
   CHECK_THAT(std::string(fs.expire("a", -1).message()), Catch::Contains("units"));
 }
+
+TEST_CASE("FairShare: the example of docs/fair_share.md", "[fair]") {
+  FairShare fs(*FairShareConfig{.budget = 4'000'000}.checked());
+  REQUIRE(fs.report("acme", {.weight = 1, .demand = 3'000'000}).ok());
+  REQUIRE(fs.report("globex", {.weight = 1, .demand = 2'000'000}).ok());
+  auto d = fs.request("acme", 2'000'000);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kOverShare);
+  CHECK(d->share == 1'800'000);
+  d = fs.request("acme", 1'800'000);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kWithinShare);
+  REQUIRE(fs.expire("acme", 1'800'000).ok());
+  CHECK(fs.total_used() == 0);
+}
