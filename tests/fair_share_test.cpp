@@ -4,6 +4,7 @@
 // random runs (printed seeds), concurrent callers, and the config errors.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -278,6 +279,8 @@ TEST_CASE("FairShare: invalid config and input name the field", "[fair]") {
     return std::string(s.message());
   };
   CHECK_THAT(message({.budget = 0}), Catch::Contains("budget"));
+  CHECK_THAT(message({.budget = quota::fair::kMaxBudget + 1}), Catch::Contains("budget"));
+  CHECK(FairShareConfig{.budget = quota::fair::kMaxBudget}.validate().ok());
   CHECK_THAT(message({.budget = 10, .reserve_permille = 1'000}),
              Catch::Contains("reserve_permille"));
   CHECK_THAT(message({.budget = 10, .reserve_permille = -1}), Catch::Contains("reserve_permille"));
@@ -296,6 +299,17 @@ TEST_CASE("FairShare: invalid config and input name the field", "[fair]") {
   CHECK_THAT(std::string(fs.report("a", {.weight = 1, .demand = -1}).message()),
              Catch::Contains("demand"));
   CHECK_THAT(std::string(fs.expire("a", -1).message()), Catch::Contains("units"));
+  // More than the budget never passes, and leaves no demand behind.
+  auto d = fs.request("a", std::numeric_limits<std::int64_t>::max());
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kOverBudget);
+  CHECK(fs.snapshot().empty());
+  FairShare huge(*FairShareConfig{.budget = quota::fair::kMaxBudget}.checked());
+  REQUIRE(huge.request("a", quota::fair::kMaxBudget).value().allowed);
+  REQUIRE(huge.report("b", {.weight = 1, .demand = std::numeric_limits<std::int64_t>::max()}).ok());
+  d = huge.request("b", quota::fair::kMaxBudget);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kPaused);
 }
 
 TEST_CASE("FairShare: the example of docs/fair_share.md", "[fair]") {

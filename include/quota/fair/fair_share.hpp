@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -50,6 +51,10 @@
 
 namespace quota::fair {
 
+// The largest budget: half the int64 range, so a tenant's use plus a request (each at
+// most the budget) always fits in an int64.
+inline constexpr std::int64_t kMaxBudget = std::numeric_limits<std::int64_t>::max() / 2;
+
 // The shared budget and its thresholds, in units and permille (‰) of the budget.
 struct FairShareConfig {
   std::int64_t budget = 0;              // units shared by all tenants, ≥ 1
@@ -57,14 +62,14 @@ struct FairShareConfig {
   std::int64_t share_permille = 700;    // load above it: weighted max-min shares apply
   std::int64_t pause_permille = 900;    // units in use above it: new admissions paused
 
-  // OK, or InvalidArgument naming the field and its bound: budget ≥ 1; 0 ≤
+  // OK, or InvalidArgument naming the field and its bound: 1 ≤ budget ≤ kMaxBudget; 0 ≤
   // reserve_permille < 1000; 1 ≤ share_permille ≤ pause_permille ≤ 1000; and
   // pause_permille ≥ 1000 − reserve_permille, so that the pause never cuts into the
   // shares (which sum to budget − reserve).
   absl::Status validate() const {
-    if (budget < 1) {
+    if (budget < 1 || budget > kMaxBudget) {
       return absl::InvalidArgumentError(
-          absl::StrCat("FairShareConfig.budget must be >= 1, got ", budget));
+          absl::StrCat("FairShareConfig.budget must be in [1, ", kMaxBudget, "], got ", budget));
     }
     if (reserve_permille < 0 || reserve_permille >= 1000) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -117,7 +122,8 @@ enum class FairShareVerdict : std::uint8_t {
   kWithinShare = 1,  // admitted: above the share threshold, within the tenant's share
   kOverShare = 2,    // refused: the tenant would exceed its fair share
   kPaused = 3,       // refused: the units in use would pass the pause threshold
-  kOverBudget = 4,   // refused: a tenant alone, and the request does not fit the budget
+  kOverBudget = 4,   // refused: the request does not fit the budget (a tenant alone, or
+                     // units > budget: it can never pass)
 };
 
 constexpr std::string_view to_string(FairShareVerdict v) {
@@ -217,14 +223,24 @@ class FairShare {
   // Decides a request of `units` (≥ 1) by `tenant` (an unknown tenant joins with weight
   // 1), raises its demand to at least its use + units (admitted or not: the tenant stays
   // active until report() lowers its demand to its use or forget()), and, when admitted,
-  // adds the units to its use. InvalidArgument on units < 1 or an
-  // invalid config. O(n log n) in the active tenants above the share threshold.
+  // adds the units to its use. A request of more units than the budget can never pass:
+  // kOverBudget, and it raises no demand. InvalidArgument on units < 1 or an invalid
+  // config. O(n log n) in the active tenants above the share threshold.
   absl::StatusOr<FairShareDecision> request(std::string_view tenant, std::int64_t units) {
     if (!status_.ok()) return status_;
     if (units < 1) {
       return absl::InvalidArgumentError(absl::StrCat("request: units must be >= 1, got ", units));
     }
     detail::MutexLock lock(mu_);
+    if (units > config_.budget) {
+      auto found = tenants_.find(tenant);
+      const std::int64_t used = found == tenants_.end() ? 0 : found->second.used;
+      return FairShareDecision{.allowed = false,
+                               .verdict = FairShareVerdict::kOverBudget,
+                               .share = 0,
+                               .used = used,
+                               .total_used = total_used_};
+    }
     auto it = tenants_.try_emplace(std::string(tenant)).first;
     FairShareDecision d = decide(it, units);
     Tenant& self = it->second;
