@@ -12,6 +12,8 @@
 
 #include "quota/clock.hpp"
 #include "quota/decision.hpp"
+#include "quota/fair/fair_share.hpp"
+#include "quota/fair/weighted_max_min.hpp"
 #include "quota/gateway/attempts.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
