@@ -62,9 +62,7 @@ std::shared_ptr<quota::RedisStore<TokenBucket>> make_store(const std::string& pr
   auto pool = std::make_shared<quota::redis::ConnectionPool>(
       quota::redis::ConnectionConfig{.host = "127.0.0.1",
                                      .port = server_port(),
-                                     .connect_timeout = 100ms,
-                                     .command_timeout = 100ms,
-                                     .pool_wait = 1s},
+                                     .deadline = 1s},
       kGateways);
   return std::make_shared<quota::RedisStore<TokenBucket>>(
       quota::RedisStoreOptions{.pool = pool, .prefix = prefix});

@@ -303,7 +303,7 @@ TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision
 TEST_CASE("a node that does not answer fails only its own items of a batch, as unavailable") {
   const auto ports = cluster_ports();
   auto cfg = node_config(ports[0]);
-  cfg.command_timeout = 200ms;
+  cfg.deadline = 200ms;
   auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 2);
   // Separate stores (prefixes), so that what each call charged can be told apart.
   auto many_store = cluster_store(cluster, "paused-many");

@@ -147,7 +147,7 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
     if (owner(key_slot(k)) == first) key = k;
   }
   auto cfg = node_config(first);
-  cfg.pool_wait = 3s;
+  cfg.deadline = 3s;
   auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 1);
   auto store = cluster_store(cluster, "lonely");
   REQUIRE(store.apply(kOnce, key, Nanos{0}, 1).ok());  // map loaded: the slot on `first`

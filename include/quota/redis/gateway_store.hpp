@@ -94,9 +94,11 @@ struct GatewayStoreOptions {
   // script calls (decisions, settlements, attempt records) ends with `WAIT replicas
   // replica_timeout`, and a result is given only when that many replicas acknowledged
   // it; otherwise kUnavailable (the route's fail mode applies). replica_timeout must be
-  // below the connections' command_timeout.
+  // below the call's deadline.
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
+  // One deadline per script call (the connections' 3 ms when 0): CallLimits (script.hpp).
+  CallLimits limits{};
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -106,8 +108,9 @@ class GatewayStore {
  public:
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(std::move(options)),
-        script_(kGatewayLua, options_.pool, options_.cluster, durability()),
-        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability()) {
+        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits),
+        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability(),
+                  options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("GatewayStoreOptions: both pool and cluster are null");
@@ -120,10 +123,7 @@ class GatewayStore {
     } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
-    } else if (auto s = check_durability(durability(),
-                                         options_.cluster != nullptr ? options_.cluster->config()
-                                                                     : options_.pool->config(),
-                                         "GatewayStoreOptions");
+    } else if (auto s = check_durability(durability(), script_.deadline(), "GatewayStoreOptions");
                !s.ok()) {
       config_error_ = s;
     }

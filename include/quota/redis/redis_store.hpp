@@ -93,11 +93,14 @@ struct RedisStoreOptions {
   // replicas replica_timeout` (in the same pipelined write), and a decision is given only
   // when that many replicas acknowledged it; otherwise kUnavailable (the deduction stands
   // on the master, so the caller may have paid, never got more than its budget; but a
-  // replica promoted now would not have it). replica_timeout must be below the
-  // connections' command_timeout. 0: no WAIT (a failover may forget acknowledged
-  // decisions: an extra burst at most, per key).
+  // replica promoted now would not have it). replica_timeout must be below the call's
+  // deadline. 0: no WAIT (a failover may forget acknowledged decisions: an extra burst
+  // at most, per key).
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
+  // One deadline per decision (all its waits together; the connections' 3 ms when 0):
+  // redis::CallLimits in transport/script.hpp.
+  redis::CallLimits limits{};
 };
 
 template <Policy P>
@@ -108,7 +111,7 @@ class RedisStore {
 
   explicit RedisStore(RedisStoreOptions options)
       : options_(std::move(options)),
-        script_(Twin::script(), options_.pool, options_.cluster, durability()) {
+        script_(Twin::script(), options_.pool, options_.cluster, durability(), options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("RedisStoreOptions: both pool and cluster are null");
@@ -262,9 +265,7 @@ class RedisStore {
  private:
   // RedisStoreOptions::replicas and replica_timeout, checked against the connections.
   absl::Status check_durability() const {
-    const redis::ConnectionConfig& c =
-        options_.cluster != nullptr ? options_.cluster->config() : options_.pool->config();
-    return redis::check_durability(durability(), c, "RedisStoreOptions");
+    return redis::check_durability(durability(), script_.deadline(), "RedisStoreOptions");
   }
   redis::Durability durability() const {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};

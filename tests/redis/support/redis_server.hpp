@@ -48,11 +48,7 @@ inline int redis_port() {
 // machine unless a test is about deadlines.
 inline redis::ConnectionConfig redis_config(
     std::chrono::microseconds deadline = std::chrono::seconds(2)) {
-  return redis::ConnectionConfig{.host = "127.0.0.1",
-                                 .port = redis_port(),
-                                 .connect_timeout = deadline,
-                                 .command_timeout = deadline,
-                                 .pool_wait = std::chrono::seconds(5)};
+  return redis::ConnectionConfig{.host = "127.0.0.1", .port = redis_port(), .deadline = deadline};
 }
 
 inline std::shared_ptr<redis::ConnectionPool> redis_pool(

@@ -12,6 +12,8 @@
 //   -MOVED <slot> <host:port>: the slot lives elsewhere now: refresh the map, retry there;
 //   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
 //                              ASKING + the command to that node, once, map unchanged.
+// Everything one call waits on (the map, the redirections, the backoffs) is bounded by the
+// call's one Deadline (deadline.hpp).
 // At most kMaxRedirects redirections per call; then kUnavailable.
 //   -TRYAGAIN:                 a call of several keys met its slot half migrated (some
 //                              of its keys on the source, some on the target), so
@@ -120,14 +122,14 @@ struct TryAgainPolicy {
   // The wait before the first retry, doubled before each further one up to max_backoff.
   std::chrono::microseconds backoff{500};
   std::chrono::microseconds max_backoff{std::chrono::milliseconds(20)};
-  // No retry starts after the call has run this long (since its first send): the
-  // connections' command_timeout when 0, and never more than it.
+  // No retry starts after the call has run this long (since it started): the call's
+  // deadline when 0, and never past it.
   std::chrono::microseconds budget{0};
 };
 
 class ClusterPool {
  public:
-  // `seed`: any node of the cluster (and the timeouts every node connection uses).
+  // `seed`: any node of the cluster (and the config every node connection uses).
   ClusterPool(ConnectionConfig seed, std::size_t connections_per_node,
               TryAgainPolicy tryagain = TryAgainPolicy{})
       : base_(std::move(seed)),
@@ -137,15 +139,19 @@ class ClusterPool {
   }
 
   // The pool of the node serving `slot`; refreshes the map first if it has never been
-  // loaded. kUnavailable when no node answers CLUSTER SLOTS.
+  // loaded (within `deadline`, default a fresh config().deadline). kUnavailable when no
+  // node answers CLUSTER SLOTS.
   absl::StatusOr<std::shared_ptr<ConnectionPool>> for_slot(int slot) {
+    return for_slot(slot, Deadline::after(base_.deadline));
+  }
+  absl::StatusOr<std::shared_ptr<ConnectionPool>> for_slot(int slot, const Deadline& deadline) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (loaded_ && slots_[static_cast<std::size_t>(slot)] != nullptr) {
         return slots_[static_cast<std::size_t>(slot)];
       }
     }
-    if (auto s = refresh(); !s.ok()) return s;
+    if (auto s = refresh(deadline); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     if (slots_[static_cast<std::size_t>(slot)] == nullptr) {
       return absl::UnavailableError(absl::StrFormat("redis cluster: no node serves slot %d", slot));
@@ -159,8 +165,10 @@ class ClusterPool {
     return node_locked(host, port);
   }
 
-  // Reloads the slot map from the first node that answers CLUSTER SLOTS.
-  absl::Status refresh() {
+  // Reloads the slot map from the first node that answers CLUSTER SLOTS, within
+  // `deadline` (default: a fresh config().deadline).
+  absl::Status refresh() { return refresh(Deadline::after(base_.deadline)); }
+  absl::Status refresh(const Deadline& deadline) {
     std::vector<std::shared_ptr<ConnectionPool>> nodes;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -168,12 +176,12 @@ class ClusterPool {
     }
     absl::Status last = absl::UnavailableError("redis cluster: no node known");
     for (const auto& pool : nodes) {
-      auto lease = pool->acquire();
+      auto lease = pool->acquire(deadline);
       if (!lease.ok()) {
         last = lease.status();
         continue;
       }
-      auto reply = (*lease)->command({"CLUSTER", "SLOTS"});
+      auto reply = (*lease)->command({"CLUSTER", "SLOTS"}, deadline);
       if (!reply.ok()) {
         last = reply.status();
         continue;
@@ -207,18 +215,21 @@ class ClusterPool {
   const ConnectionConfig& config() const { return base_; }
   const TryAgainPolicy& tryagain_policy() const { return tryagain_; }
 
-  // After a -TRYAGAIN for a call that started at `start` and has been retried `retries`
+  // After a -TRYAGAIN for a call bounded by `deadline` that has been retried `retries`
   // times: the wait before the next retry, or nullopt when the call must give up (no
-  // retries left, or the wait would end past the budget / command deadline).
-  std::optional<std::chrono::microseconds> tryagain_delay(
-      int retries, std::chrono::steady_clock::time_point start) const {
+  // retries left, or the wait would end past the budget or the deadline).
+  std::optional<std::chrono::microseconds> tryagain_delay(int retries,
+                                                          const Deadline& deadline) const {
     if (retries < 0 || retries >= tryagain_.retries) return std::nullopt;
     auto delay = std::max(tryagain_.backoff, std::chrono::microseconds(1));
     for (int i = 0; i < retries && delay < tryagain_.max_backoff; ++i) delay *= 2;
     delay = std::min(delay, std::max(tryagain_.max_backoff, std::chrono::microseconds(1)));
-    auto limit = base_.command_timeout;
-    if (tryagain_.budget.count() > 0) limit = std::min(limit, tryagain_.budget);
-    if (std::chrono::steady_clock::now() - start + delay > limit) return std::nullopt;
+    if (delay >= deadline.left()) return std::nullopt;
+    const auto start = deadline.at() - deadline.budget();
+    if (tryagain_.budget.count() > 0 &&
+        std::chrono::steady_clock::now() - start + delay > tryagain_.budget) {
+      return std::nullopt;
+    }
     return delay;
   }
 

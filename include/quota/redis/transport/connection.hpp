@@ -1,30 +1,40 @@
-// quota/redis/transport/connection.hpp — one hiredis connection with deadlines, and a pool of them.
+// quota/redis/transport/connection.hpp — one hiredis connection bounded by a deadline, and a
+// pool of them.
 //
 // `Connection` wraps a blocking hiredis context (hiredis 0.14, Debian's libhiredis-dev).
-// It connects lazily, bounds the connect with `connect_timeout` and every socket wait of
-// a command with `command_timeout`, and after ANY failure (connection refused or lost,
-// timeout, a protocol error) it drops the context, so the next call reconnects. A timed
-// out command may still run on the server; the caller only learns that it does not
-// know. Every failure is `absl::StatusCode::kUnavailable` with the cause in the message
-// — the store turns it into "no decision", never into an allow or a deny.
+// It connects lazily. Every call is bounded by ONE Deadline (deadline.hpp): the connect,
+// the write of the command and the read of each reply each wait only the time left (a
+// ppoll() with that timeout before every read or write: a socket timeout would be
+// rounded to the kernel's tick, milliseconds), so they never add up past it.
+// Without an explicit Deadline a call gets `ConnectionConfig::deadline` (3 ms). After ANY
+// failure (connection refused or lost, the deadline passed, a protocol error) it drops
+// the context, so the next call reconnects. A timed out command may still run on the
+// server; the caller only learns that it does not know. Every failure is
+// `absl::StatusCode::kUnavailable` with the cause in the message (a passed deadline is
+// named with its budget) — the store turns it into "no decision", never an allow or deny.
 //
 // Error replies (`-BUSY ...`, `-LOADING ...`, `-NOSCRIPT ...`) are replies, not
 // transport failures: `command` returns them and `error_status(reply)` maps them.
 //
-// `ConnectionPool` hands connections to many threads: `acquire()` waits at most
-// `pool_wait` for a free one (kUnavailable after that) and returns a lease that puts the
-// connection back when destroyed.
+// `ConnectionPool` hands connections to many threads: `acquire(deadline)` waits for a
+// free one at most until the deadline (kUnavailable after that) and returns a lease that
+// puts the connection back when destroyed.
 //
 // Thread safety: a Connection is for one thread at a time; ConnectionPool is thread-safe.
 //
 //   auto pool = std::make_shared<quota::redis::ConnectionPool>(
 //       quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = 6379}, 8);
-//   auto lease = pool->acquire();
-//   absl::StatusOr<quota::redis::Reply> pong = (*lease)->command({"PING"});
+//   const auto deadline = quota::redis::Deadline::after(std::chrono::milliseconds(3));
+//   auto lease = pool->acquire(deadline);
+//   absl::StatusOr<quota::redis::Reply> pong = (*lease)->command({"PING"}, deadline);
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/time.h>
+
+#include <cerrno>
+#include <ctime>
 
 #include <algorithm>
 #include <chrono>
@@ -44,18 +54,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/redis/transport/deadline.hpp"
 
 namespace quota::redis {
 
 struct ConnectionConfig {
   std::string host = "127.0.0.1";
   int port = 6379;
-  // Bounds the TCP connect (a refused connection fails at once).
-  std::chrono::microseconds connect_timeout{std::chrono::milliseconds(5)};
-  // Bounds each socket wait of a command (send, and read of each reply).
-  std::chrono::microseconds command_timeout{std::chrono::milliseconds(5)};
-  // ConnectionPool::acquire waits at most this long for a free connection.
-  std::chrono::microseconds pool_wait{std::chrono::milliseconds(5)};
+  // The budget of a call made without a Deadline: the pool wait, the connect, the write
+  // and the reads, together. The stores use it unless their options set their own.
+  std::chrono::microseconds deadline = kDefaultDeadline;
 };
 
 struct ReplyDeleter {
@@ -97,62 +105,78 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Sends one command and reads its reply. kUnavailable on any transport failure (the
-  // connection is then dropped and the next call reconnects).
+  // Sends one command and reads its reply, within `deadline` (default: a fresh
+  // config().deadline). kUnavailable on any transport failure or when the deadline
+  // passes (the connection is then dropped and the next call reconnects).
   absl::StatusOr<Reply> command(const std::vector<std::string_view>& args) {
-    if (auto s = ensure_connected(); !s.ok()) return s;
+    return command(args, Deadline::after(config_.deadline));
+  }
+  absl::StatusOr<Reply> command(const std::vector<std::string_view>& args,
+                                const Deadline& deadline) {
+    if (auto s = ensure_connected(deadline); !s.ok()) return s;
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     to_argv(args, argv, lens);
-    void* raw =
-        redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data());
-    if (raw == nullptr) return fail("command");
-    return Reply(static_cast<redisReply*>(raw));
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                               lens.data()) != REDIS_OK) {
+      return fail("command", deadline);
+    }
+    if (auto s = flush(deadline); !s.ok()) return s;
+    return read_reply(deadline);
   }
   absl::StatusOr<Reply> command(std::initializer_list<std::string_view> args) {
     return command(std::vector<std::string_view>(args));
   }
+  absl::StatusOr<Reply> command(std::initializer_list<std::string_view> args,
+                                const Deadline& deadline) {
+    return command(std::vector<std::string_view>(args), deadline);
+  }
 
-  // Pipelining: writes every command in one go, then reads the replies in order.
-  // All-or-nothing on transport failure (kUnavailable, connection dropped): the caller
-  // cannot tell which of the commands ran.
+  // Pipelining: writes every command in one go, then reads the replies in order, all
+  // within one deadline. All-or-nothing on transport failure (kUnavailable, connection
+  // dropped): the caller cannot tell which of the commands ran.
   absl::StatusOr<std::vector<Reply>> pipeline(
       const std::vector<std::vector<std::string_view>>& commands) {
-    if (auto s = send(commands); !s.ok()) return s;
-    return receive(commands.size());
+    return pipeline(commands, Deadline::after(config_.deadline));
+  }
+  absl::StatusOr<std::vector<Reply>> pipeline(
+      const std::vector<std::vector<std::string_view>>& commands, const Deadline& deadline) {
+    if (auto s = send(commands, deadline); !s.ok()) return s;
+    return receive(commands.size(), deadline);
   }
 
   // Pipelining in two halves, so that one thread can keep several servers busy at once
   // (the cluster batch writes to every node before it reads any reply): `send` writes
   // every command and flushes them; `receive(n)` then reads n replies in order. The same
-  // failure rules as `pipeline`.
+  // failure rules as `pipeline`; pass both halves the same deadline.
   absl::Status send(const std::vector<std::vector<std::string_view>>& commands) {
-    if (auto s = ensure_connected(); !s.ok()) return s;
+    return send(commands, Deadline::after(config_.deadline));
+  }
+  absl::Status send(const std::vector<std::vector<std::string_view>>& commands,
+                    const Deadline& deadline) {
+    if (auto s = ensure_connected(deadline); !s.ok()) return s;
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& args : commands) {
       to_argv(args, argv, lens);
       if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
                                  lens.data()) != REDIS_OK) {
-        return fail("pipeline append");
+        return fail("pipeline append", deadline);
       }
     }
-    int done = 0;
-    while (done == 0) {
-      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return fail("pipeline write");
-    }
-    return absl::OkStatus();
+    return flush(deadline);
   }
   absl::StatusOr<std::vector<Reply>> receive(std::size_t n) {
+    return receive(n, Deadline::after(config_.deadline));
+  }
+  absl::StatusOr<std::vector<Reply>> receive(std::size_t n, const Deadline& deadline) {
     if (ctx_ == nullptr) return absl::UnavailableError("redis receive: not connected");
     std::vector<Reply> replies;
     replies.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      void* raw = nullptr;
-      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
-        return fail("pipeline read");
-      }
-      replies.emplace_back(static_cast<redisReply*>(raw));
+      auto r = read_reply(deadline);
+      if (!r.ok()) return r.status();
+      replies.push_back(*std::move(r));
     }
     return replies;
   }
@@ -187,36 +211,78 @@ class Connection {
 
   std::string where() const { return absl::StrFormat("%s:%d", config_.host, config_.port); }
 
-  absl::Status ensure_connected() {
+  // Connects unless connected, within the time left. A deadline that passed before
+  // the connect is an error of this call only: the connection state is unchanged.
+  absl::Status ensure_connected(const Deadline& deadline) {
     if (ctx_ != nullptr) return absl::OkStatus();
-    ctx_.reset(redisConnectWithTimeout(config_.host.c_str(), config_.port,
-                                       to_timeval(config_.connect_timeout)));
+    if (deadline.expired()) return deadline.error("connect", where(), "no time left to connect");
+    ctx_.reset(
+        redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(deadline.left())));
     if (ctx_ == nullptr) {
       return absl::UnavailableError(absl::StrCat("redis connect to ", where(), ": out of memory"));
     }
     if (ctx_->err != 0) {
-      absl::Status s = absl::UnavailableError(
-          absl::StrCat("redis connect to ", where(), " failed: ", ctx_->errstr));
+      const std::string cause = ctx_->errstr;
       ctx_.reset();
-      return s;
+      if (deadline.expired()) return deadline.error("connect", where(), cause);
+      return absl::UnavailableError(absl::StrCat("redis connect to ", where(), " failed: ", cause));
     }
-    if (redisSetTimeout(ctx_.get(), to_timeval(config_.command_timeout)) != REDIS_OK) {
-      absl::Status s = absl::UnavailableError(
-          absl::StrCat("redis connect to ", where(), ": cannot set timeout: ", ctx_->errstr));
+    // A backstop only: a read or write that blocks despite ppoll's answer.
+    if (redisSetTimeout(ctx_.get(), to_timeval(deadline.budget())) != REDIS_OK) {
+      const std::string cause = ctx_->errstr;
       ctx_.reset();
-      return s;
+      return absl::UnavailableError(
+          absl::StrCat("redis connect to ", where(), ": cannot set timeout: ", cause));
     }
     return absl::OkStatus();
   }
 
-  // Maps the context's error to kUnavailable and drops the connection.
-  absl::Status fail(std::string_view what) {
-    std::string cause = ctx_ != nullptr && ctx_->err != 0 ? std::string(ctx_->errstr) : "no reply";
-    // hiredis reports a socket timeout as an I/O error with EAGAIN's text.
-    if (absl::StrContains(cause, "Resource temporarily unavailable")) {
-      cause = absl::StrFormat("timed out after %d us (%s)", config_.command_timeout.count(), cause);
+  // Waits until the socket is ready for `events` (POLLIN, POLLOUT), at most the time
+  // left; false when the deadline passes first. ppoll has nanosecond resolution; the
+  // socket's own timeouts (set at connect to the whole budget) are only a backstop.
+  bool ready(const Deadline& deadline, short events) {
+    for (;;) {
+      const auto left = deadline.left();
+      if (left.count() <= 0) return false;
+      const timespec ts{.tv_sec = static_cast<time_t>(left.count() / 1'000'000),
+                        .tv_nsec = static_cast<long>(left.count() % 1'000'000) * 1000};
+      pollfd p{.fd = ctx_->fd, .events = events, .revents = 0};
+      const int n = ppoll(&p, 1, &ts, nullptr);
+      if (n > 0) return true;  // readable, writable, or an error the next call reports
+      if (n < 0 && errno != EINTR) return true;
     }
+  }
+
+  // Writes what is buffered, each socket wait bounded by the time left.
+  absl::Status flush(const Deadline& deadline) {
+    int done = 0;
+    while (done == 0) {
+      if (!ready(deadline, POLLOUT)) return fail("write", deadline);
+      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return fail("write", deadline);
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads one reply, each socket wait bounded by the time left.
+  absl::StatusOr<Reply> read_reply(const Deadline& deadline) {
+    for (;;) {
+      void* raw = nullptr;
+      if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) return fail("read", deadline);
+      if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
+      if (!ready(deadline, POLLIN)) return fail("read", deadline);
+      if (redisBufferRead(ctx_.get()) != REDIS_OK) return fail("read", deadline);
+    }
+  }
+
+  // Maps the context's error (or the passed deadline) to kUnavailable and drops the
+  // connection: the exchange on it is broken off half way.
+  absl::Status fail(std::string_view what, const Deadline& deadline) {
+    std::string cause = ctx_ != nullptr && ctx_->err != 0 ? std::string(ctx_->errstr) : "no reply";
     ctx_.reset();
+    // A socket timeout is an I/O error with EAGAIN's text; the socket waited the time left.
+    if (deadline.expired() || absl::StrContains(cause, "Resource temporarily unavailable")) {
+      return deadline.error(what, where(), absl::StrCat("waiting to ", detail::av(what)));
+    }
     return absl::UnavailableError(
         absl::StrCat("redis ", detail::av(what), " on ", where(), ": ", cause));
   }
@@ -254,12 +320,14 @@ class ConnectionPool {
     std::unique_ptr<Connection> conn_;
   };
 
-  // Waits up to config.pool_wait for a free connection; kUnavailable after that.
-  absl::StatusOr<Lease> acquire() {
+  // Waits for a free connection at most until `deadline` (default: a fresh
+  // config().deadline); kUnavailable naming the deadline after that.
+  absl::StatusOr<Lease> acquire() { return acquire(Deadline::after(config_.deadline)); }
+  absl::StatusOr<Lease> acquire(const Deadline& deadline) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, config_.pool_wait, [this] { return !free_.empty(); })) {
-      return absl::UnavailableError(absl::StrFormat("redis pool: all %d connections busy for %d us",
-                                                    size_, config_.pool_wait.count()));
+    if (!cv_.wait_until(lock, deadline.at(), [this] { return !free_.empty(); })) {
+      return deadline.error("pool", absl::StrFormat("%s:%d", config_.host, config_.port),
+                            absl::StrFormat("all %d connections busy", size_));
     }
     std::unique_ptr<Connection> conn = std::move(free_.back());
     free_.pop_back();
