@@ -97,7 +97,7 @@ struct GatewayStoreOptions {
   // below the call's deadline.
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
-  // One deadline per script call (the connections' 3 ms when 0): CallLimits (script.hpp).
+  // One deadline per call and the in-flight guard: CallLimits (transport/limits.hpp).
   CallLimits limits{};
 };
 
@@ -250,6 +250,8 @@ class GatewayStore {
   }
 
   const GatewayStoreOptions& options() const { return options_; }
+  // The nodes' circuit breakers and the in-flight guard, counted (breaker.hpp).
+  FailFastStats fail_fast_stats() const { return script_.fail_fast_stats(); }
 
  private:
   Durability durability() const {

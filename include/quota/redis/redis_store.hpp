@@ -98,8 +98,8 @@ struct RedisStoreOptions {
   // at most, per key).
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
-  // One deadline per decision (all its waits together; the connections' 3 ms when 0):
-  // redis::CallLimits in transport/script.hpp.
+  // One deadline per decision (all its waits together; the connections' 3 ms when 0)
+  // and the process's in-flight guard: redis::CallLimits in transport/limits.hpp.
   redis::CallLimits limits{};
 };
 
@@ -254,6 +254,8 @@ class RedisStore {
   }
 
   const RedisStoreOptions& options() const { return options_; }
+  // The nodes' circuit breakers and the in-flight guard, counted (transport/breaker.hpp).
+  redis::FailFastStats fail_fast_stats() const { return script_.fail_fast_stats(); }
 
   // The Redis key a store key maps to (tests and operators use it, e.g. MEMORY USAGE).
   absl::StatusOr<std::string> redis_key(std::string_view key) const {

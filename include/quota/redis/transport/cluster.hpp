@@ -215,6 +215,21 @@ class ClusterPool {
   const ConnectionConfig& config() const { return base_; }
   const TryAgainPolicy& tryagain_policy() const { return tryagain_; }
 
+  // Every known node's breaker counters, summed (FailFastStats::breakers, open_nodes).
+  FailFastStats breaker_stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailFastStats out;
+    for (const auto& [name, pool] : nodes_) {
+      const BreakerStats b = pool->breaker_stats();
+      out.breakers.opened += b.opened;
+      out.breakers.rejected += b.rejected;
+      out.breakers.probes += b.probes;
+      out.breakers.open = out.breakers.open || b.open;
+      out.open_nodes += b.open ? 1 : 0;
+    }
+    return out;
+  }
+
   // After a -TRYAGAIN for a call bounded by `deadline` that has been retried `retries`
   // times: the wait before the next retry, or nullopt when the call must give up (no
   // retries left, or the wait would end past the budget or the deadline).
@@ -275,7 +290,7 @@ class ClusterPool {
   const std::size_t per_node_;
   const TryAgainPolicy tryagain_;
   std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0}, tryagains_{0};
-  std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
+  mutable std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
   bool loaded_ = false;
   std::map<std::string, std::shared_ptr<ConnectionPool>> nodes_;
   std::array<std::shared_ptr<ConnectionPool>, kClusterSlots> slots_{};

@@ -18,7 +18,9 @@
 //
 // `ConnectionPool` hands connections to many threads: `acquire(deadline)` waits for a
 // free one at most until the deadline (kUnavailable after that) and returns a lease that
-// puts the connection back when destroyed.
+// puts the connection back when destroyed. The pool is one node's, and holds the node's
+// circuit breaker (ConnectionConfig::breaker, breaker.hpp): while it is open, acquire()
+// fails at once naming it; each lease reports to it whether its exchanges succeeded.
 //
 // Thread safety: a Connection is for one thread at a time; ConnectionPool is thread-safe.
 //
@@ -54,6 +56,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/redis/transport/breaker.hpp"
 #include "quota/redis/transport/deadline.hpp"
 
 namespace quota::redis {
@@ -64,6 +67,8 @@ struct ConnectionConfig {
   // The budget of a call made without a Deadline: the pool wait, the connect, the write
   // and the reads, together. The stores use it unless their options set their own.
   std::chrono::microseconds deadline = kDefaultDeadline;
+  // The node's circuit breaker (breaker.hpp); off unless `breaker.failures` > 0.
+  BreakerConfig breaker{};
 };
 
 struct ReplyDeleter {
@@ -181,6 +186,13 @@ class Connection {
     return replies;
   }
 
+  // How the exchanges since the last call went: kFailed when any failed on the
+  // transport (or its deadline passed while talking to the server), kOk when replies
+  // came and none failed, kNone when nothing was exchanged; then back to kNone. The
+  // pool feeds it to the node's breaker.
+  enum class Outcome { kNone, kOk, kFailed };
+  Outcome take_outcome() { return std::exchange(outcome_, Outcome::kNone); }
+
   // Drops the connection; the next call reconnects. Tests use it to lose a reply.
   void disconnect() { ctx_.reset(); }
   bool connected() const { return ctx_ != nullptr; }
@@ -224,6 +236,7 @@ class Connection {
     if (ctx_->err != 0) {
       const std::string cause = ctx_->errstr;
       ctx_.reset();
+      outcome_ = Outcome::kFailed;
       if (deadline.expired()) return deadline.error("connect", where(), cause);
       return absl::UnavailableError(absl::StrCat("redis connect to ", where(), " failed: ", cause));
     }
@@ -268,7 +281,10 @@ class Connection {
     for (;;) {
       void* raw = nullptr;
       if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) return fail("read", deadline);
-      if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
+      if (raw != nullptr) {
+        if (outcome_ == Outcome::kNone) outcome_ = Outcome::kOk;
+        return Reply(static_cast<redisReply*>(raw));
+      }
       if (!ready(deadline, POLLIN)) return fail("read", deadline);
       if (redisBufferRead(ctx_.get()) != REDIS_OK) return fail("read", deadline);
     }
@@ -279,6 +295,7 @@ class Connection {
   absl::Status fail(std::string_view what, const Deadline& deadline) {
     std::string cause = ctx_ != nullptr && ctx_->err != 0 ? std::string(ctx_->errstr) : "no reply";
     ctx_.reset();
+    outcome_ = Outcome::kFailed;
     // A socket timeout is an I/O error with EAGAIN's text; the socket waited the time left.
     if (deadline.expired() || absl::StrContains(cause, "Resource temporarily unavailable")) {
       return deadline.error(what, where(), absl::StrCat("waiting to ", detail::av(what)));
@@ -289,12 +306,14 @@ class Connection {
 
   ConnectionConfig config_;
   std::unique_ptr<redisContext, ContextDeleter> ctx_;
+  Outcome outcome_ = Outcome::kNone;
 };
 
 class ConnectionPool {
  public:
   // A pool of `size` (>= 1) connections to one server, opened lazily.
-  ConnectionPool(ConnectionConfig config, std::size_t size) : config_(std::move(config)) {
+  ConnectionPool(ConnectionConfig config, std::size_t size)
+      : config_(std::move(config)), breaker_(config_.breaker) {
     size = std::max<std::size_t>(size, 1);
     for (std::size_t i = 0; i < size; ++i) free_.push_back(std::make_unique<Connection>(config_));
     size_ = size;
@@ -304,41 +323,69 @@ class ConnectionPool {
   class Lease {
    public:
     Lease(Lease&& other) noexcept
-        : pool_(std::exchange(other.pool_, nullptr)), conn_(std::move(other.conn_)) {}
+        : pool_(std::exchange(other.pool_, nullptr)),
+          conn_(std::move(other.conn_)),
+          probe_(other.probe_) {}
     Lease& operator=(Lease&&) = delete;
     ~Lease() {
-      if (pool_ != nullptr) pool_->release(std::move(conn_));
+      if (pool_ != nullptr) pool_->release(std::move(conn_), probe_);
     }
     Connection* operator->() const { return conn_.get(); }
     Connection& operator*() const { return *conn_; }
 
    private:
     friend class ConnectionPool;
-    Lease(ConnectionPool* pool, std::unique_ptr<Connection> conn)
-        : pool_(pool), conn_(std::move(conn)) {}
+    Lease(ConnectionPool* pool, std::unique_ptr<Connection> conn, bool probe)
+        : pool_(pool), conn_(std::move(conn)), probe_(probe) {}
     ConnectionPool* pool_;
     std::unique_ptr<Connection> conn_;
+    bool probe_;  // the breaker's probe after a cool-down
   };
 
   // Waits for a free connection at most until `deadline` (default: a fresh
-  // config().deadline); kUnavailable naming the deadline after that.
+  // config().deadline); kUnavailable naming the deadline after that. While the node's
+  // breaker is open: kUnavailable naming the breaker, at once.
   absl::StatusOr<Lease> acquire() { return acquire(Deadline::after(config_.deadline)); }
   absl::StatusOr<Lease> acquire(const Deadline& deadline) {
+    const Breaker::Admit admit = breaker_.admit();
+    if (admit == Breaker::Admit::kReject) {
+      return absl::UnavailableError(absl::StrFormat(
+          "redis %s:%d: circuit breaker open after %d consecutive failures; failing at once "
+          "for another %d us of its cool-down, then one probe",
+          config_.host, config_.port, config_.breaker.failures, breaker_.open_left().count()));
+    }
+    const bool probe = admit == Breaker::Admit::kProbe;
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_until(lock, deadline.at(), [this] { return !free_.empty(); })) {
+      lock.unlock();
+      breaker_.abandon(probe);
       return deadline.error("pool", absl::StrFormat("%s:%d", config_.host, config_.port),
                             absl::StrFormat("all %d connections busy", size_));
     }
     std::unique_ptr<Connection> conn = std::move(free_.back());
     free_.pop_back();
-    return Lease(this, std::move(conn));
+    return Lease(this, std::move(conn), probe);
   }
+
+  // The node's breaker counters (all zero without a breaker).
+  BreakerStats breaker_stats() const { return breaker_.stats(); }
 
   std::size_t size() const { return size_; }
   const ConnectionConfig& config() const { return config_; }
 
  private:
-  void release(std::unique_ptr<Connection> conn) {
+  void release(std::unique_ptr<Connection> conn, bool probe) {
+    switch (conn->take_outcome()) {
+      case Connection::Outcome::kOk:
+        breaker_.success(probe);
+        break;
+      case Connection::Outcome::kFailed:
+        breaker_.failure(probe);
+        break;
+      case Connection::Outcome::kNone:
+        breaker_.abandon(probe);
+        break;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_.push_back(std::move(conn));
@@ -347,6 +394,7 @@ class ConnectionPool {
   }
 
   const ConnectionConfig config_;
+  Breaker breaker_;
   std::size_t size_ = 0;
   // std::mutex rather than absl::Mutex: Debian's abseil is not built with TSan, which
   // then cannot see absl::Mutex's synchronization.

@@ -13,7 +13,9 @@
 // Every wait of one run / run_many (the pool, the connect, the writes, the replies, the
 // slot map, redirections and TRYAGAIN backoffs) is bounded by ONE Deadline set when the
 // call starts (CallLimits::deadline; the connections' ConnectionConfig::deadline, 3 ms,
-// when 0). Transport failures and the deadline are kUnavailable; error replies
+// when 0). A call beyond CallLimits::in_flight, or to a node whose breaker is open
+// (breaker.hpp), fails at once. Transport failures and the deadline are kUnavailable;
+// error replies
 // are returned as replies, for the caller to interpret. `Script::run_many(calls)` sends
 // several calls in one pipelined write per server (every server written before any reply
 // is read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
@@ -48,6 +50,7 @@
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/limits.hpp"
 
 namespace quota::redis {
 
@@ -65,45 +68,6 @@ inline std::vector<std::string_view> script_argv(std::string_view cmd, std::stri
   for (const auto& k : keys) v.push_back(k);
   for (const auto& a : args) v.push_back(a);
   return v;
-}
-
-// What bounds each call of a Script; the stores take it from their options (`limits`).
-struct CallLimits {
-  // The budget of one call, all its waits together. 0: the connections'
-  // ConnectionConfig::deadline (3 ms unless configured).
-  std::chrono::microseconds deadline{0};
-};
-
-// How many replicas must acknowledge a script call's write (WAIT), and how long the
-// server waits for them. 0 replicas: no WAIT. The timeout must be below the call's
-// deadline (the reply to WAIT comes after it).
-struct Durability {
-  int replicas = 0;
-  std::chrono::milliseconds timeout{2};
-};
-
-// The deadline of a call under `limits` over connections configured as `c`.
-inline std::chrono::microseconds call_deadline(const CallLimits& limits,
-                                               const ConnectionConfig& c) {
-  return limits.deadline.count() > 0 ? limits.deadline : c.deadline;
-}
-
-// OK when `d` can be kept within calls of `deadline`; else InvalidArgument naming the
-// option (`options`: the options struct that holds `replicas` and `replica_timeout`).
-inline absl::Status check_durability(const Durability& d, std::chrono::microseconds deadline,
-                                     const char* options) {
-  if (d.replicas < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: replicas=%d, must be at least 0", options, d.replicas));
-  }
-  if (d.replicas == 0) return absl::OkStatus();
-  if (d.timeout.count() < 1 || d.timeout >= deadline) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: replica_timeout=%d ms must be at least 1 ms and below the call's deadline "
-        "(%d us): WAIT answers only after it",
-        options, d.timeout.count(), deadline.count()));
-  }
-  return absl::OkStatus();
 }
 
 class Script {
@@ -151,6 +115,15 @@ class Script {
     out.reserve(calls.size());
     for (std::size_t c = 0; c < calls.size(); ++c) {
       out.emplace_back(absl::UnknownError("script call not sent"));
+    }
+    std::optional<InFlightGuard::Token> place;
+    if (limits_.in_flight != nullptr) {
+      auto entered = limits_.in_flight->enter();
+      if (!entered.ok()) {
+        for (auto& o : out) o = entered.status();
+        return out;
+      }
+      place.emplace(*std::move(entered));
     }
     struct Pending {
       std::size_t call;
@@ -326,6 +299,19 @@ class Script {
   }
 
   const std::string& text() const { return text_; }
+
+  // The breakers of the nodes and the in-flight guard, counted (breaker.hpp).
+  FailFastStats fail_fast_stats() const {
+    FailFastStats out;
+    if (cluster_ != nullptr) {
+      out = cluster_->breaker_stats();
+    } else if (pool_ != nullptr) {
+      out.breakers = pool_->breaker_stats();
+      out.open_nodes = out.breakers.open ? 1 : 0;
+    }
+    if (limits_.in_flight != nullptr) out.in_flight = limits_.in_flight->stats();
+    return out;
+  }
 
   // The budget of one call (CallLimits::deadline, or the connections').
   std::chrono::microseconds deadline() const {
