@@ -5,6 +5,9 @@
 //   - the script is loaded with SCRIPT LOAD on first use and its sha cached;
 //   - on `NOSCRIPT` (after a flush, restart or failover) it is sent once more with EVAL
 //     and the script's text, which loads and runs it in one command — only on that error;
+//   - on a cluster, a node that fails or answers `CLUSTERDOWN` has the slot map reloaded
+//     soon (ClusterPool::note_failure: rate-limited, from any node that answers); the
+//     failed call itself is not sent again (it may have run);
 //   - on a cluster, `MOVED` refreshes the slot map and retries on the named node, `ASK`
 //     retries there once after `ASKING` (the map unchanged), at most kMaxRedirects hops;
 //     `TRYAGAIN` (a call of several keys whose slot is half migrated: nothing ran) is
@@ -174,8 +177,11 @@ class Script {
         if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
         groups.back().end = i + 1;
       }
+      // A server that fails (transport, deadline, breaker) fails its group's calls; on a
+      // cluster its slots may have moved (a failover): the map is reloaded soon.
       auto fail = [&](const Group& g, const absl::Status& s) {
         for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
+        if (cluster_ != nullptr) cluster_->note_failure(*pending[g.begin].target);
       };
       for (Group& g : groups) {
         auto lease = pending[g.begin].target->acquire(deadline);
@@ -243,6 +249,7 @@ class Script {
             done(p.call, r);
             continue;
           }
+          if (is_error(*r, "CLUSTERDOWN")) cluster_->note_clusterdown();
           if (is_error(*r, "TRYAGAIN")) {
             cluster_->note_tryagain();
             const auto delay = cluster_->tryagain_delay(p.retries, deadline);
