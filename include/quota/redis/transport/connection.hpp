@@ -119,6 +119,7 @@ class Connection {
   absl::StatusOr<Reply> command(const std::vector<std::string_view>& args,
                                 const Deadline& deadline) {
     if (auto s = ensure_connected(deadline); !s.ok()) return s;
+    if (deadline.expired()) return deadline.error("send", where(), "no time left to send");
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     to_argv(args, argv, lens);
@@ -160,6 +161,8 @@ class Connection {
   absl::Status send(const std::vector<std::vector<std::string_view>>& commands,
                     const Deadline& deadline) {
     if (auto s = ensure_connected(deadline); !s.ok()) return s;
+    // Nothing is sent once the deadline has passed: its result could not be awaited.
+    if (deadline.expired()) return deadline.error("send", where(), "no time left to send");
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& args : commands) {
@@ -251,18 +254,20 @@ class Connection {
   }
 
   // Waits until the socket is ready for `events` (POLLIN, POLLOUT), at most the time
-  // left; false when the deadline passes first. ppoll has nanosecond resolution; the
-  // socket's own timeouts (set at connect to the whole budget) are only a backstop.
+  // left; false when the deadline passes first. Past the deadline it still looks once,
+  // without waiting: a reply that has already arrived (a batch's other node, read after
+  // a node that did not answer) is taken. ppoll has nanosecond resolution; the socket's
+  // own timeouts (set at connect to the whole budget) are only a backstop.
   bool ready(const Deadline& deadline, short events) {
     for (;;) {
       const auto left = deadline.left();
-      if (left.count() <= 0) return false;
       const timespec ts{.tv_sec = static_cast<time_t>(left.count() / 1'000'000),
                         .tv_nsec = static_cast<long>(left.count() % 1'000'000) * 1000};
       pollfd p{.fd = ctx_->fd, .events = events, .revents = 0};
       const int n = ppoll(&p, 1, &ts, nullptr);
       if (n > 0) return true;  // readable, writable, or an error the next call reports
-      if (n < 0 && errno != EINTR) return true;
+      if (n == 0) return false;
+      if (errno != EINTR) return true;
     }
   }
 
