@@ -58,7 +58,11 @@ TEST_CASE("against a paused server every decision returns within the deadline") 
   REQUIRE(server.started());
   warm_up(server, "dl1:");
   quota::RedisStore<TokenBucket> store({.pool = pool_for(server, 2), .prefix = "dl1:"});
-  REQUIRE(store.apply(kPolicy, "{acme}read", Nanos{0}, 1).ok());
+  // Its own first decision (connect, sha) may miss 3 ms on a loaded machine: retried.
+  absl::StatusOr<quota::Decision> first = absl::UnknownError("not tried");
+  for (int i = 0; i < 50 && !first.ok(); ++i)
+    first = store.apply(kPolicy, "{acme}read", Nanos{0}, 1);
+  REQUIRE(first.ok());
   std::vector<std::int64_t> took;
   {
     auto paused = server.pause();
