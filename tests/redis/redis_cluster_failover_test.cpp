@@ -146,11 +146,12 @@ TEST_CASE("a killed master's slots come back once its replica is promoted") {
   std::printf(
       "failover: decisions for the killed master's slots back %lld-%lld ms after SIGKILL "
       "(replica seen promoted at %lld ms; node timeout 1000 ms); %lld calls failed meanwhile; "
-      "%llu slot map loads\n",
+      "%llu slot map loads, %llu CLUSTERDOWN replies\n",
       static_cast<long long>(window_min / 1'000'000),
       static_cast<long long>(window_max / 1'000'000),
       static_cast<long long>(promoted_ns / 1'000'000), static_cast<long long>(errors),
-      static_cast<unsigned long long>(pool->refreshes()));
+      static_cast<unsigned long long>(pool->refreshes()),
+      static_cast<unsigned long long>(pool->clusterdowns()));
 
   // Envelope: r·T + 2B holds for every key; the excess over r·T + B alone is printed.
   std::int64_t worst_excess_micro = 0;
