@@ -5,7 +5,8 @@
 // It connects lazily. Every call is bounded by ONE Deadline (deadline.hpp): the connect,
 // the write of the command and the read of each reply each wait only the time left (a
 // ppoll() with that timeout before every read or write: a socket timeout would be
-// rounded to the kernel's tick, milliseconds), so they never add up past it.
+// rounded to the kernel's tick, milliseconds), so they never add up past it; hiredis
+// rounds the connect's wait up to a whole millisecond.
 // Without an explicit Deadline a call gets `ConnectionConfig::deadline` (3 ms). After ANY
 // failure (connection refused or lost, the deadline passed, a protocol error) it drops
 // the context, so the next call reconnects. A timed out command may still run on the
@@ -302,7 +303,8 @@ class Connection {
     ctx_.reset();
     outcome_ = Outcome::kFailed;
     // A socket timeout is an I/O error with EAGAIN's text; the socket waited the time left.
-    if (deadline.expired() || absl::StrContains(cause, "Resource temporarily unavailable")) {
+    if (deadline.left().count() == 0 ||
+        absl::StrContains(cause, "Resource temporarily unavailable")) {
       return deadline.error(what, where(), absl::StrCat("waiting to ", detail::av(what)));
     }
     return absl::UnavailableError(
