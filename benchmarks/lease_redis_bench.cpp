@@ -60,9 +60,7 @@ int server_port() {
 
 std::shared_ptr<quota::RedisStore<TokenBucket>> make_store(const std::string& prefix) {
   auto pool = std::make_shared<quota::redis::ConnectionPool>(
-      quota::redis::ConnectionConfig{.host = "127.0.0.1",
-                                     .port = server_port(),
-                                     .deadline = 1s},
+      quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = server_port(), .deadline = 1s},
       kGateways);
   return std::make_shared<quota::RedisStore<TokenBucket>>(
       quota::RedisStoreOptions{.pool = pool, .prefix = prefix});
