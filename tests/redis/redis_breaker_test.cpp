@@ -95,8 +95,9 @@ TEST_CASE("an open breaker fails decisions at once, not after the deadline") {
   std::printf("breaker open: %d decisions in %lld us (%.2f us each; deadline 3000 us)\n", kCalls,
               static_cast<long long>(us), static_cast<double>(us) / kCalls);
   CHECK(named == kCalls);
-  // 1,000 deadlines would be 3 s; failing fast is microseconds each. Bound: 1/10 of that.
-  CHECK(us < 300'000);
+  // 1,000 deadlines would be 3 s; failing fast is microseconds each (about 1.5 us in a
+  // release build, 145 us under TSan). Bound: a third of the 3 s, for a loaded machine.
+  CHECK(us < 1'000'000);
   const auto stats = store.fail_fast_stats();
   CHECK(stats.breakers.rejected == kCalls);
   CHECK(stats.breakers.probes == 0);
