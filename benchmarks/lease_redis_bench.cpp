@@ -60,11 +60,7 @@ int server_port() {
 
 std::shared_ptr<quota::RedisStore<TokenBucket>> make_store(const std::string& prefix) {
   auto pool = std::make_shared<quota::redis::ConnectionPool>(
-      quota::redis::ConnectionConfig{.host = "127.0.0.1",
-                                     .port = server_port(),
-                                     .connect_timeout = 100ms,
-                                     .command_timeout = 100ms,
-                                     .pool_wait = 1s},
+      quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = server_port(), .deadline = 1s},
       kGateways);
   return std::make_shared<quota::RedisStore<TokenBucket>>(
       quota::RedisStoreOptions{.pool = pool, .prefix = prefix});

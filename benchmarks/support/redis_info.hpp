@@ -13,11 +13,7 @@ namespace quota::bench {
 // A connection to a benchmark's redis-server on 127.0.0.1:`port`.
 inline redis::ConnectionConfig loopback(int port) {
   using namespace std::chrono_literals;
-  return {.host = "127.0.0.1",
-          .port = port,
-          .connect_timeout = 1s,
-          .command_timeout = 2s,
-          .pool_wait = 5s};
+  return {.host = "127.0.0.1", .port = port, .deadline = 5s};
 }
 
 // The number after `field` (e.g. "used_cpu_sys:") in INFO text; 0 when absent.

@@ -181,9 +181,7 @@ absl::StatusOr<quota::RedisStoreOptions> redis_options(const Options& o, const T
     return absl::InvalidArgumentError(
         absl::StrFormat("--redis expects HOST:PORT, got '%s'", o.redis));
   }
-  cfg.connect_timeout = 500ms;
-  cfg.command_timeout = 500ms;
-  cfg.pool_wait = 500ms;
+  cfg.deadline = 500ms;
   auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, o.traffic.gateways);
   {
     auto lease = pool->acquire();

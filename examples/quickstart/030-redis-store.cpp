@@ -23,8 +23,7 @@ int main() {
   using namespace std::chrono_literals;
   const char* env = std::getenv("QUOTA_REDIS_PORT");
   const int port = env != nullptr ? std::atoi(env) : 6379;
-  quota::redis::ConnectionConfig config{
-      .host = "127.0.0.1", .port = port, .connect_timeout = 200ms, .command_timeout = 200ms};
+  quota::redis::ConnectionConfig config{.host = "127.0.0.1", .port = port, .deadline = 200ms};
   // 5 units per minute, bursts of 5. A unique prefix so that reruns start fresh.
   const quota::TokenBucket policy{.rate = {.units = 5, .per = 1min}, .burst = 5};
   const std::string prefix = "quickstart-030:" + std::to_string(std::time(nullptr)) + ":";

@@ -36,11 +36,7 @@ const std::vector<std::string> kAclLines = {"user alice on >alice-pw ~* &* +@all
                                             "user default off"};
 
 ConnectionConfig config(int port, std::string username, std::string password) {
-  ConnectionConfig c{.host = "127.0.0.1",
-                     .port = port,
-                     .connect_timeout = 2s,
-                     .command_timeout = 2s,
-                     .pool_wait = 5s};
+  ConnectionConfig c{.host = "127.0.0.1", .port = port, .deadline = 2s};
   c.username = std::move(username);
   c.password = std::move(password);
   return c;

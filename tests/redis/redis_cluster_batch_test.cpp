@@ -186,7 +186,10 @@ TEST_CASE("MOVED during a batch (a stale slot map): every decision made exactly 
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const auto ports = cluster_ports();
-  auto stale = std::make_shared<quota::redis::ClusterPool>(node_config(ports[1]), 2);
+  // No reload for age: the map is meant to stay stale.
+  auto stale = std::make_shared<quota::redis::ClusterPool>(
+      node_config(ports[1]), 2, quota::redis::TryAgainPolicy{},
+      quota::redis::RefreshPolicy{.periodic = 0ms});
   auto fresh = std::make_shared<quota::redis::ClusterPool>(node_config(ports[0]), 2);
   auto batched = cluster_store(stale, "stale-batched");
   auto one = cluster_store(fresh, "stale-one");
@@ -303,7 +306,7 @@ TEST_CASE("a live slot migration under batch load: ASK and MOVED, every decision
 TEST_CASE("a node that does not answer fails only its own items of a batch, as unavailable") {
   const auto ports = cluster_ports();
   auto cfg = node_config(ports[0]);
-  cfg.command_timeout = 200ms;
+  cfg.deadline = 200ms;
   auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 2);
   // Separate stores (prefixes), so that what each call charged can be told apart.
   auto many_store = cluster_store(cluster, "paused-many");

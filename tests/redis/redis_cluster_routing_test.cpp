@@ -147,8 +147,9 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
     if (owner(key_slot(k)) == first) key = k;
   }
   auto cfg = node_config(first);
-  cfg.pool_wait = 3s;
-  auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 1);
+  cfg.deadline = 3s;
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(
+      cfg, 1, quota::redis::TryAgainPolicy{}, quota::redis::RefreshPolicy{.periodic = 0ms});
   auto store = cluster_store(cluster, "lonely");
   REQUIRE(store.apply(kOnce, key, Nanos{0}, 1).ok());  // map loaded: the slot on `first`
   const auto moved = migrate_slot(key_slot(key), first == ports[0] ? ports[1] : ports[0]);

@@ -234,7 +234,7 @@ TEST_CASE("gateway store, replicas = 1: a decision the replica cannot acknowledg
 }
 
 TEST_CASE("replicas: settings the store cannot keep are rejected, naming the field") {
-  const auto pool = pool_at(quota::testing::redis_port());  // command_timeout 2 s
+  const auto pool = pool_at(quota::testing::redis_port());  // deadline 2 s
   const std::string prefix = quota::testing::unique_prefix("durable-config");
   struct Case {
     int replicas;

@@ -32,12 +32,8 @@ namespace {
 const TokenBucket kPolicy{.rate = {.units = 1, .per = std::chrono::hours(1)}, .burst = 2};
 
 ConnectionConfig config(int port, EvictionPolicyCheck check = EvictionPolicyCheck::kRefuse) {
-  return ConnectionConfig{.host = "127.0.0.1",
-                          .port = port,
-                          .connect_timeout = 2s,
-                          .command_timeout = 2s,
-                          .pool_wait = 5s,
-                          .eviction_check = check};
+  return ConnectionConfig{
+      .host = "127.0.0.1", .port = port, .deadline = 2s, .eviction_check = check};
 }
 
 // The number of keys on the server (over a connection that skips the check).

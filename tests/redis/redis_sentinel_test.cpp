@@ -54,11 +54,7 @@ struct Credentials {
 };
 
 ConnectionConfig data_config(const Credentials& creds, int port = 0) {
-  ConnectionConfig c{.host = "127.0.0.1",
-                     .port = port,
-                     .connect_timeout = 200ms,
-                     .command_timeout = 500ms,
-                     .pool_wait = 2s};
+  ConnectionConfig c{.host = "127.0.0.1", .port = port, .deadline = 500ms};
   c.password = creds.data;
   return c;
 }

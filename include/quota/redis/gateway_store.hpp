@@ -55,7 +55,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/coalescer.hpp"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/transport/sentinel.hpp"
 #include "quota/redis/twin/gateway.hpp"
@@ -91,12 +91,14 @@ struct GatewayStoreOptions {
   // script calls (decisions, settlements, attempt records) ends with `WAIT replicas
   // replica_timeout`, and a result is given only when that many replicas acknowledged
   // it; otherwise kUnavailable (the route's fail mode applies). replica_timeout must be
-  // below the connections' command_timeout.
+  // below the call's deadline.
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
   // Or, instead of `pool` and `cluster`: a primary managed by Redis Sentinel
   // (sentinel.hpp), found through the sentinels and followed across a failover.
   std::shared_ptr<SentinelPool> sentinel = nullptr;
+  // One deadline per call and the in-flight guard: CallLimits (transport/limits.hpp).
+  CallLimits limits{};
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -108,8 +110,9 @@ class GatewayStore {
 
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
-        script_(kGatewayLua, options_.pool, options_.cluster, durability()),
-        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability()) {
+        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits),
+        attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability(),
+                  options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ = absl::InvalidArgumentError(
           "GatewayStoreOptions: pool, cluster and sentinel are all null");
@@ -126,10 +129,7 @@ class GatewayStore {
     } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
-    } else if (auto s = check_durability(durability(),
-                                         options_.cluster != nullptr ? options_.cluster->config()
-                                                                     : options_.pool->config(),
-                                         "GatewayStoreOptions");
+    } else if (auto s = check_durability(durability(), script_.deadline(), "GatewayStoreOptions");
                !s.ok()) {
       config_error_ = s;
     }
@@ -220,6 +220,8 @@ class GatewayStore {
   }
 
   const GatewayStoreOptions& options() const { return options_; }
+  // The nodes' circuit breakers and the in-flight guard, counted (breaker.hpp).
+  FailFastStats fail_fast_stats() const { return script_.fail_fast_stats(); }
 
  private:
   // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.

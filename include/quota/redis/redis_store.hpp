@@ -57,7 +57,7 @@
 #include "quota/redis/keys.hpp"
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/coalescer.hpp"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/transport/sentinel.hpp"
 #include "quota/redis/twin/call.hpp"
@@ -96,14 +96,17 @@ struct RedisStoreOptions {
   // replicas replica_timeout` (in the same pipelined write), and a decision is given only
   // when that many replicas acknowledged it; otherwise kUnavailable (the deduction stands
   // on the master, so the caller may have paid, never got more than its budget; but a
-  // replica promoted now would not have it). replica_timeout must be below the
-  // connections' command_timeout. 0: no WAIT (a failover may forget acknowledged
-  // decisions: an extra burst at most, per key).
+  // replica promoted now would not have it). replica_timeout must be below the call's
+  // deadline. 0: no WAIT (a failover may forget acknowledged decisions: an extra burst
+  // at most, per key).
   int replicas = 0;
   std::chrono::milliseconds replica_timeout{2};
   // Or, instead of `pool` and `cluster`: a primary managed by Redis Sentinel
   // (sentinel.hpp), found through the sentinels and followed across a failover.
   std::shared_ptr<redis::SentinelPool> sentinel = nullptr;
+  // One deadline per decision (all its waits together; the connections' 3 ms when 0)
+  // and the process's in-flight guard: redis::CallLimits in transport/limits.hpp.
+  redis::CallLimits limits{};
 };
 
 template <Policy P>
@@ -114,7 +117,7 @@ class RedisStore {
 
   explicit RedisStore(RedisStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
-        script_(Twin::script(), options_.pool, options_.cluster, durability()) {
+        script_(Twin::script(), options_.pool, options_.cluster, durability(), options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("RedisStoreOptions: pool, cluster and sentinel are all null");
@@ -261,6 +264,8 @@ class RedisStore {
   }
 
   const RedisStoreOptions& options() const { return options_; }
+  // The nodes' circuit breakers and the in-flight guard, counted (transport/breaker.hpp).
+  redis::FailFastStats fail_fast_stats() const { return script_.fail_fast_stats(); }
 
   // The Redis key a store key maps to (tests and operators use it, e.g. MEMORY USAGE).
   absl::StatusOr<std::string> redis_key(std::string_view key) const {
@@ -278,9 +283,7 @@ class RedisStore {
 
   // RedisStoreOptions::replicas and replica_timeout, checked against the connections.
   absl::Status check_durability() const {
-    const redis::ConnectionConfig& c =
-        options_.cluster != nullptr ? options_.cluster->config() : options_.pool->config();
-    return redis::check_durability(durability(), c, "RedisStoreOptions");
+    return redis::check_durability(durability(), script_.deadline(), "RedisStoreOptions");
   }
   redis::Durability durability() const {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};

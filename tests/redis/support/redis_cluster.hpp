@@ -9,20 +9,29 @@
 // its destructor finishes a migration left open and moves the slot back, so the other
 // tests sharing the cluster find the slot layout as it was.
 //
+// `ScratchCluster` is a cluster of the test's own (3 masters, config lines of the test's
+// choosing, e.g. AUTH); replicated_cluster.hpp has one with replicas, for failover tests.
+//
 // The helpers that may run on worker threads or in destructors (SlotMigration, LoadThreads)
 // use no Catch2 assertions (they are not thread-safe); they report through return values.
 #pragma once
 
+#include <signal.h>
+#include <sys/types.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>

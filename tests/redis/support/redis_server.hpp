@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 
 namespace quota::testing {
 
@@ -51,11 +51,7 @@ inline int redis_port() {
 // machine unless a test is about deadlines.
 inline redis::ConnectionConfig redis_config(
     std::chrono::microseconds deadline = std::chrono::seconds(2)) {
-  return redis::ConnectionConfig{.host = "127.0.0.1",
-                                 .port = redis_port(),
-                                 .connect_timeout = deadline,
-                                 .command_timeout = deadline,
-                                 .pool_wait = std::chrono::seconds(5)};
+  return redis::ConnectionConfig{.host = "127.0.0.1", .port = redis_port(), .deadline = deadline};
 }
 
 inline std::shared_ptr<redis::ConnectionPool> redis_pool(
@@ -269,8 +265,7 @@ class ConfiguredServer {
       redis::Connection c(
           redis::ConnectionConfig{.host = "127.0.0.1",
                                   .port = port,
-                                  .connect_timeout = std::chrono::seconds(1),
-                                  .command_timeout = std::chrono::seconds(1),
+                                  .deadline = std::chrono::seconds(1),
                                   .eviction_check = redis::EvictionPolicyCheck::kSkip});
       auto pong = c.command({"PING"});
       if (pong.ok() &&

@@ -12,7 +12,14 @@
 //   -MOVED <slot> <host:port>: the slot lives elsewhere now: refresh the map, retry there;
 //   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
 //                              ASKING + the command to that node, once, map unchanged.
+// Everything one call waits on (the map, the redirections, the backoffs) is bounded by the
+// call's one Deadline (deadline.hpp).
 // At most kMaxRedirects redirections per call; then kUnavailable.
+// Failover: the map is also reloaded (RefreshPolicy) after a node fails a call (a
+// connection error, its deadline, its breaker), after -CLUSTERDOWN, and periodically;
+// the reload asks the nodes that have not failed first, replicas included, and is
+// rate-limited (one at a time, at most one per min_interval), so that the calls for a
+// dead master's slots go to its replica once the cluster has promoted it.
 //   -TRYAGAIN:                 a call of several keys met its slot half migrated (some
 //                              of its keys on the source, some on the target), so
 //                              neither node ran it. The script did not run, so it is
@@ -44,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,7 +62,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 
 namespace quota::redis {
 
@@ -120,37 +128,72 @@ struct TryAgainPolicy {
   // The wait before the first retry, doubled before each further one up to max_backoff.
   std::chrono::microseconds backoff{500};
   std::chrono::microseconds max_backoff{std::chrono::milliseconds(20)};
-  // No retry starts after the call has run this long (since its first send): the
-  // connections' command_timeout when 0, and never more than it.
+  // No retry starts after the call has run this long (since it started): the call's
+  // deadline when 0, and never past it.
   std::chrono::microseconds budget{0};
+};
+
+// When the slot map is reloaded besides on first use and after -MOVED.
+struct RefreshPolicy {
+  // Reloaded by the first call after the map is this old; 0: never for age alone.
+  std::chrono::milliseconds periodic{1000};
+  // After a node failed a call or -CLUSTERDOWN, and for age: never two reloads started
+  // closer than this (while a node is down every call to it fails).
+  std::chrono::milliseconds min_interval{50};
 };
 
 class ClusterPool {
  public:
-  // `seed`: any node of the cluster (and the timeouts every node connection uses).
+  // `seed`: any node of the cluster (and the config every node connection uses).
   ClusterPool(ConnectionConfig seed, std::size_t connections_per_node,
-              TryAgainPolicy tryagain = TryAgainPolicy{})
+              TryAgainPolicy tryagain = TryAgainPolicy{}, RefreshPolicy refresh = RefreshPolicy{})
       : base_(std::move(seed)),
         per_node_(std::max<std::size_t>(connections_per_node, 1)),
-        tryagain_(tryagain) {
+        tryagain_(tryagain),
+        refresh_(refresh) {
     node(base_.host, base_.port);
   }
 
-  // The pool of the node serving `slot`; refreshes the map first if it has never been
-  // loaded. kUnavailable when no node answers CLUSTER SLOTS.
+  // The pool of the node serving `slot`; reloads the map first if it has never been
+  // loaded, or, rate-limited, when it is stale (a node failed, -CLUSTERDOWN) or old
+  // (RefreshPolicy), within `deadline` (default a fresh config().deadline). kUnavailable
+  // when the slot has no node and no node answers CLUSTER SLOTS.
   absl::StatusOr<std::shared_ptr<ConnectionPool>> for_slot(int slot) {
+    return for_slot(slot, Deadline::after(base_.deadline));
+  }
+  absl::StatusOr<std::shared_ptr<ConnectionPool>> for_slot(int slot, const Deadline& deadline) {
+    const auto i = static_cast<std::size_t>(slot);
+    bool due = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (loaded_ && slots_[static_cast<std::size_t>(slot)] != nullptr) {
-        return slots_[static_cast<std::size_t>(slot)];
+      if (loaded_ && slots_[i] != nullptr) {
+        due = claim_refresh_locked();
+        if (!due) return slots_[i];
       }
     }
-    if (auto s = refresh(); !s.ok()) return s;
+    // A stale map's reload failing leaves the old map in use.
+    absl::Status s = refresh(deadline);
     std::lock_guard<std::mutex> lock(mu_);
-    if (slots_[static_cast<std::size_t>(slot)] == nullptr) {
+    if (due) refreshing_ = false;
+    if (slots_[i] == nullptr) {
+      if (!s.ok()) return s;
       return absl::UnavailableError(absl::StrFormat("redis cluster: no node serves slot %d", slot));
     }
-    return slots_[static_cast<std::size_t>(slot)];
+    return slots_[i];
+  }
+
+  // A call to `node` failed (transport, deadline, breaker): the map is stale and the node
+  // is asked last by the next reload.
+  void note_failure(const ConnectionPool& node) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stale_ = true;
+    suspects_.insert(absl::StrFormat("%s:%d", node.config().host, node.config().port));
+  }
+  // A node answered -CLUSTERDOWN: the map is stale.
+  void note_clusterdown() {
+    clusterdowns_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    stale_ = true;
   }
 
   // The pool of one node, created on first use.
@@ -159,21 +202,27 @@ class ClusterPool {
     return node_locked(host, port);
   }
 
-  // Reloads the slot map from the first node that answers CLUSTER SLOTS.
-  absl::Status refresh() {
-    std::vector<std::shared_ptr<ConnectionPool>> nodes;
+  // Reloads the slot map from the first node that answers CLUSTER SLOTS (the nodes that
+  // failed a call since the last reload asked last), within `deadline` (default: a
+  // fresh config().deadline).
+  absl::Status refresh() { return refresh(Deadline::after(base_.deadline)); }
+  absl::Status refresh(const Deadline& deadline) {
+    std::vector<std::shared_ptr<ConnectionPool>> nodes, suspects;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [name, pool] : nodes_) nodes.push_back(pool);
+      for (auto& [name, pool] : nodes_) {
+        (suspects_.count(name) > 0 ? suspects : nodes).push_back(pool);
+      }
     }
+    nodes.insert(nodes.end(), suspects.begin(), suspects.end());
     absl::Status last = absl::UnavailableError("redis cluster: no node known");
     for (const auto& pool : nodes) {
-      auto lease = pool->acquire();
+      auto lease = pool->acquire(deadline);
       if (!lease.ok()) {
         last = lease.status();
         continue;
       }
-      auto reply = (*lease)->command({"CLUSTER", "SLOTS"});
+      auto reply = (*lease)->command({"CLUSTER", "SLOTS"}, deadline);
       if (!reply.ok()) {
         last = reply.status();
         continue;
@@ -197,8 +246,19 @@ class ClusterPool {
         for (auto s = from; s <= to && s < kClusterSlots; ++s) {
           slots_[static_cast<std::size_t>(s)] = pool_of;
         }
+        // Replicas are known too: one of them may be asked for the map after a failover.
+        for (std::size_t k = 3; k < range->elements; ++k) {
+          const redisReply* replica = range->element[k];
+          if (replica->type != REDIS_REPLY_ARRAY || replica->elements < 2) continue;
+          node_locked(std::string(reply_string(*replica->element[0])),
+                      static_cast<int>(replica->element[1]->integer));
+        }
       }
       loaded_ = true;
+      stale_ = false;
+      loaded_at_ = std::chrono::steady_clock::now();
+      suspects_.clear();
+      refreshes_.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
     return last;
@@ -207,18 +267,36 @@ class ClusterPool {
   const ConnectionConfig& config() const { return base_; }
   const TryAgainPolicy& tryagain_policy() const { return tryagain_; }
 
-  // After a -TRYAGAIN for a call that started at `start` and has been retried `retries`
+  // Every known node's breaker counters, summed (FailFastStats::breakers, open_nodes).
+  FailFastStats breaker_stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailFastStats out;
+    for (const auto& [name, pool] : nodes_) {
+      const BreakerStats b = pool->breaker_stats();
+      out.breakers.opened += b.opened;
+      out.breakers.rejected += b.rejected;
+      out.breakers.probes += b.probes;
+      out.breakers.open = out.breakers.open || b.open;
+      out.open_nodes += b.open ? 1 : 0;
+    }
+    return out;
+  }
+
+  // After a -TRYAGAIN for a call bounded by `deadline` that has been retried `retries`
   // times: the wait before the next retry, or nullopt when the call must give up (no
-  // retries left, or the wait would end past the budget / command deadline).
-  std::optional<std::chrono::microseconds> tryagain_delay(
-      int retries, std::chrono::steady_clock::time_point start) const {
+  // retries left, or the wait would end past the budget or the deadline).
+  std::optional<std::chrono::microseconds> tryagain_delay(int retries,
+                                                          const Deadline& deadline) const {
     if (retries < 0 || retries >= tryagain_.retries) return std::nullopt;
     auto delay = std::max(tryagain_.backoff, std::chrono::microseconds(1));
     for (int i = 0; i < retries && delay < tryagain_.max_backoff; ++i) delay *= 2;
     delay = std::min(delay, std::max(tryagain_.max_backoff, std::chrono::microseconds(1)));
-    auto limit = base_.command_timeout;
-    if (tryagain_.budget.count() > 0) limit = std::min(limit, tryagain_.budget);
-    if (std::chrono::steady_clock::now() - start + delay > limit) return std::nullopt;
+    if (delay >= deadline.left()) return std::nullopt;
+    const auto start = deadline.at() - deadline.budget();
+    if (tryagain_.budget.count() > 0 &&
+        std::chrono::steady_clock::now() - start + delay > tryagain_.budget) {
+      return std::nullopt;
+    }
     return delay;
   }
 
@@ -246,8 +324,24 @@ class ClusterPool {
   // -TRYAGAIN replies received (each retried or given up on).
   void note_tryagain() { tryagains_.fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t tryagains() const { return tryagains_.load(std::memory_order_relaxed); }
+  // Slot maps loaded, and -CLUSTERDOWN replies seen.
+  std::uint64_t refreshes() const { return refreshes_.load(std::memory_order_relaxed); }
+  std::uint64_t clusterdowns() const { return clusterdowns_.load(std::memory_order_relaxed); }
 
  private:
+  // Whether this caller reloads the map now: it is stale or old, no reload is running,
+  // and none started within min_interval. Claims the reload (refreshing_) when true.
+  bool claim_refresh_locked() {
+    const auto now = std::chrono::steady_clock::now();
+    const bool old = refresh_.periodic.count() > 0 && now - loaded_at_ >= refresh_.periodic;
+    if (refreshing_ || !(stale_ || old) || now - last_attempt_ < refresh_.min_interval) {
+      return false;
+    }
+    refreshing_ = true;
+    last_attempt_ = now;
+    return true;
+  }
+
   std::shared_ptr<ConnectionPool> node_locked(const std::string& host, int port) {
     const std::string name = absl::StrFormat("%s:%d", host, port);
     auto it = nodes_.find(name);
@@ -263,9 +357,15 @@ class ClusterPool {
   const ConnectionConfig base_;
   const std::size_t per_node_;
   const TryAgainPolicy tryagain_;
+  const RefreshPolicy refresh_;
   std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0}, tryagains_{0};
-  std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
+  std::atomic<std::uint64_t> refreshes_{0}, clusterdowns_{0};
+  mutable std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)
   bool loaded_ = false;
+  bool stale_ = false;       // a node failed or said CLUSTERDOWN since the last reload
+  bool refreshing_ = false;  // a rate-limited reload is running
+  std::chrono::steady_clock::time_point loaded_at_{}, last_attempt_{};
+  std::set<std::string> suspects_;  // nodes that failed a call since the last reload
   std::map<std::string, std::shared_ptr<ConnectionPool>> nodes_;
   std::array<std::shared_ptr<ConnectionPool>, kClusterSlots> slots_{};
 };

@@ -5,12 +5,20 @@
 //   - the script is loaded with SCRIPT LOAD on first use and its sha cached;
 //   - on `NOSCRIPT` (after a flush, restart or failover) it is sent once more with EVAL
 //     and the script's text, which loads and runs it in one command — only on that error;
+//   - on a cluster, a node that fails or answers `CLUSTERDOWN` has the slot map reloaded
+//     soon (ClusterPool::note_failure: rate-limited, from any node that answers); the
+//     failed call itself is not sent again (it may have run);
 //   - on a cluster, `MOVED` refreshes the slot map and retries on the named node, `ASK`
 //     retries there once after `ASKING` (the map unchanged), at most kMaxRedirects hops;
 //     `TRYAGAIN` (a call of several keys whose slot is half migrated: nothing ran) is
 //     sent again to the slot's owner after a short backoff, as the cluster's
 //     TryAgainPolicy allows, then kUnavailable naming TRYAGAIN (cluster.hpp).
-// Transport failures and deadlines are kUnavailable from the connection; error replies
+// Every wait of one run / run_many (the pool, the connect, the writes, the replies, the
+// slot map, redirections and TRYAGAIN backoffs) is bounded by ONE Deadline set when the
+// call starts (CallLimits::deadline; the connections' ConnectionConfig::deadline, 3 ms,
+// when 0). A call beyond CallLimits::in_flight, or to a node whose breaker is open
+// (breaker.hpp), fails at once. Transport failures and the deadline are kUnavailable;
+// error replies
 // are returned as replies, for the caller to interpret. `Script::run_many(calls)` sends
 // several calls in one pipelined write per server (every server written before any reply
 // is read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
@@ -44,7 +52,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/cluster.hpp"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
+#include "quota/redis/transport/limits.hpp"
 
 namespace quota::redis {
 
@@ -64,41 +73,16 @@ inline std::vector<std::string_view> script_argv(std::string_view cmd, std::stri
   return v;
 }
 
-// How many replicas must acknowledge a script call's write (WAIT), and how long the
-// server waits for them. 0 replicas: no WAIT. The timeout must be below the connections'
-// command_timeout (the reply to WAIT comes after it).
-struct Durability {
-  int replicas = 0;
-  std::chrono::milliseconds timeout{2};
-};
-
-// OK when `d` can be kept over connections configured as `c`; else InvalidArgument naming
-// the option (`options`: the options struct that holds `replicas` and `replica_timeout`).
-inline absl::Status check_durability(const Durability& d, const ConnectionConfig& c,
-                                     const char* options) {
-  if (d.replicas < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: replicas=%d, must be at least 0", options, d.replicas));
-  }
-  if (d.replicas == 0) return absl::OkStatus();
-  if (d.timeout.count() < 1 || d.timeout >= c.command_timeout) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: replica_timeout=%d ms must be at least 1 ms and below the connections' "
-        "command_timeout (%d us): WAIT answers only after it",
-        options, d.timeout.count(), c.command_timeout.count()));
-  }
-  return absl::OkStatus();
-}
-
 class Script {
  public:
   // `pool` for a standalone server, or `cluster`; one of them non-null.
   Script(std::string text, std::shared_ptr<ConnectionPool> pool,
-         std::shared_ptr<ClusterPool> cluster, Durability durability = {})
+         std::shared_ptr<ClusterPool> cluster, Durability durability = {}, CallLimits limits = {})
       : text_(std::move(text)),
         pool_(std::move(pool)),
         cluster_(std::move(cluster)),
         durability_(durability),
+        limits_(std::move(limits)),
         wait_argv_{"WAIT", absl::StrCat(durability.replicas),
                    absl::StrCat(durability.timeout.count())} {}
 
@@ -135,6 +119,15 @@ class Script {
     for (std::size_t c = 0; c < calls.size(); ++c) {
       out.emplace_back(absl::UnknownError("script call not sent"));
     }
+    std::optional<InFlightGuard::Token> place;
+    if (limits_.in_flight != nullptr) {
+      auto entered = limits_.in_flight->enter();
+      if (!entered.ok()) {
+        for (auto& o : out) o = entered.status();
+        return out;
+      }
+      place.emplace(*std::move(entered));
+    }
     struct Pending {
       std::size_t call;
       std::shared_ptr<ConnectionPool> target;
@@ -144,7 +137,7 @@ class Script {
       int retries = 0;       // sent again after -TRYAGAIN
       bool reroute = false;  // target: the slot's owner in the map (after -TRYAGAIN)
     };
-    const auto start = std::chrono::steady_clock::now();
+    const Deadline deadline = Deadline::after(this->deadline());
     auto slot_of = [&](std::size_t c) { return key_slot(calls[c].keys->front()); };
     std::vector<Pending> pending;
     pending.reserve(calls.size());
@@ -155,7 +148,7 @@ class Script {
           out[c] = absl::InvalidArgumentError("script call without keys");
           continue;
         }
-        auto target = target_of(calls[c].keys->front(), by_slot);
+        auto target = target_of(calls[c].keys->front(), by_slot, deadline);
         if (!target.ok()) {
           out[c] = target.status();
           continue;
@@ -184,17 +177,20 @@ class Script {
         if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
         groups.back().end = i + 1;
       }
+      // A server that fails (transport, deadline, breaker) fails its group's calls; on a
+      // cluster its slots may have moved (a failover): the map is reloaded soon.
       auto fail = [&](const Group& g, const absl::Status& s) {
         for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
+        if (cluster_ != nullptr) cluster_->note_failure(*pending[g.begin].target);
       };
       for (Group& g : groups) {
-        auto lease = pending[g.begin].target->acquire();
+        auto lease = pending[g.begin].target->acquire(deadline);
         if (!lease.ok()) {
           fail(g, lease.status());
           continue;
         }
         if (sha.empty()) {
-          auto loaded = this->sha(**lease);
+          auto loaded = this->sha(**lease, deadline);
           if (!loaded.ok()) {
             fail(g, loaded.status());
             continue;
@@ -210,7 +206,7 @@ class Script {
                                      numkeys[p.call], *calls[p.call].keys, *calls[p.call].args));
         }
         if (durability_.replicas > 0) cmds.push_back({wait_argv_[0], wait_argv_[1], wait_argv_[2]});
-        if (auto s = (*lease)->send(cmds); !s.ok()) {
+        if (auto s = (*lease)->send(cmds, deadline); !s.ok()) {
           fail(g, s);
           continue;
         }
@@ -223,7 +219,7 @@ class Script {
       std::chrono::microseconds wait{0};  // before the next round (after -TRYAGAIN)
       for (Group& g : groups) {
         if (!g.lease.has_value()) continue;
-        auto replies = (*g.lease)->receive(g.replies);
+        auto replies = (*g.lease)->receive(g.replies, deadline);
         g.lease.reset();
         if (!replies.ok()) {
           fail(g, replies.status());
@@ -253,11 +249,13 @@ class Script {
             done(p.call, r);
             continue;
           }
+          if (is_error(*r, "CLUSTERDOWN")) cluster_->note_clusterdown();
           if (is_error(*r, "TRYAGAIN")) {
             cluster_->note_tryagain();
-            const auto delay = cluster_->tryagain_delay(p.retries, start);
+            const auto delay = cluster_->tryagain_delay(p.retries, deadline);
             if (!delay.has_value()) {
-              out[p.call] = ClusterPool::tryagain_error(*r, slot_of(p.call), p.retries, start);
+              out[p.call] = ClusterPool::tryagain_error(*r, slot_of(p.call), p.retries,
+                                                        deadline.at() - deadline.budget());
               continue;
             }
             ++p.retries;
@@ -288,13 +286,13 @@ class Script {
         }
       }
       groups.clear();  // every lease back before the refresh asks a node
-      if (refresh) (void)cluster_->refresh();
+      if (refresh) (void)cluster_->refresh(deadline);
       if (wait.count() > 0) std::this_thread::sleep_for(wait);
       pending.clear();
       for (Pending& p : again) {
         if (p.reroute) {
           p.reroute = false;
-          auto pool = cluster_->for_slot(slot_of(p.call));
+          auto pool = cluster_->for_slot(slot_of(p.call), deadline);
           if (!pool.ok()) {
             out[p.call] = pool.status();
             continue;
@@ -309,14 +307,37 @@ class Script {
 
   const std::string& text() const { return text_; }
 
-  // The script's sha, loading it through `conn` (SCRIPT LOAD) on first use. For callers
-  // that pipeline EVALSHAs themselves.
+  // The breakers of the nodes and the in-flight guard, counted (breaker.hpp).
+  FailFastStats fail_fast_stats() const {
+    FailFastStats out;
+    if (cluster_ != nullptr) {
+      out = cluster_->breaker_stats();
+    } else if (pool_ != nullptr) {
+      out.breakers = pool_->breaker_stats();
+      out.open_nodes = out.breakers.open ? 1 : 0;
+    }
+    if (limits_.in_flight != nullptr) out.in_flight = limits_.in_flight->stats();
+    return out;
+  }
+
+  // The budget of one call (CallLimits::deadline, or the connections').
+  std::chrono::microseconds deadline() const {
+    if (cluster_ != nullptr) return call_deadline(limits_, cluster_->config());
+    return pool_ != nullptr ? call_deadline(limits_, pool_->config()) : kDefaultDeadline;
+  }
+
+  // The script's sha, loading it through `conn` (SCRIPT LOAD) on first use, within
+  // `deadline` (default: a fresh one of the connection's). For callers that pipeline
+  // EVALSHAs themselves.
   absl::StatusOr<std::string> sha(Connection& conn) {
+    return sha(conn, Deadline::after(conn.config().deadline));
+  }
+  absl::StatusOr<std::string> sha(Connection& conn, const Deadline& deadline) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!sha_.empty()) return sha_;
     }
-    auto reply = conn.command({"SCRIPT", "LOAD", text_});
+    auto reply = conn.command({"SCRIPT", "LOAD", text_}, deadline);
     if (!reply.ok()) return reply.status();
     if (auto s = error_status(**reply); !s.ok()) return s;
     if ((*reply)->type != REDIS_REPLY_STRING) {
@@ -354,14 +375,15 @@ class Script {
   // The server of a call whose first key is `key`: the pool on a standalone server, the
   // node of the key's slot on a cluster (looked up once per slot in `seen`).
   absl::StatusOr<std::shared_ptr<ConnectionPool>> target_of(
-      const std::string& key, std::map<int, std::shared_ptr<ConnectionPool>>& seen) const {
+      const std::string& key, std::map<int, std::shared_ptr<ConnectionPool>>& seen,
+      const Deadline& deadline) const {
     if (cluster_ == nullptr) {
       if (pool_ == nullptr) return absl::InvalidArgumentError("script: no pool and no cluster");
       return pool_;
     }
     const int slot = key_slot(key);
     if (auto it = seen.find(slot); it != seen.end()) return it->second;
-    auto pool = cluster_->for_slot(slot);
+    auto pool = cluster_->for_slot(slot, deadline);
     if (!pool.ok()) return pool.status();
     seen.emplace(slot, *pool);
     return *pool;
@@ -371,6 +393,7 @@ class Script {
   const std::shared_ptr<ConnectionPool> pool_;
   const std::shared_ptr<ClusterPool> cluster_;
   const Durability durability_;
+  const CallLimits limits_;
   const std::string wait_argv_[3];  // WAIT replicas timeout
   std::mutex mu_;                   // std::mutex: see ConnectionPool
   std::string sha_;                 // guarded by mu_

@@ -45,7 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 
 namespace quota::redis {
 
