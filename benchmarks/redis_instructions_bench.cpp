@@ -54,7 +54,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
-#include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 #include "redis/support/redis_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
