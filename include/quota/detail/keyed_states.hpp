@@ -93,18 +93,26 @@ class KeyedStates {
   ~KeyedStates() = default;
 
   // Runs `fn(State&)` on the state of `key` (hash = key_hash(key)), created fresh if absent,
-  // and keeps the idle index true to the write. Errors as find_or_create.
+  // and keeps the idle index true to the write. Errors as find_or_create. `fn` has this one
+  // call site, and a store never full pays for the idle index only tests of one flag.
   template <class Fn>
   auto update(const P& policy, std::string_view key, std::size_t hash, Nanos now, Fn&& fn)
       -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
-    if (!indexed_) {
-      // Never full: nothing was evicted and there is no idle index to keep. (A locate that
-      // fills the store builds the index and enters the new key at the lowest bound.)
-      auto id = locate(policy, key, hash, now);
-      if (!id.ok()) return id.status();
-      return std::forward<Fn>(fn)(arena_->state(*id));
+    // Read before locate(): a locate that fills the store builds the index and enters the
+    // new key at the lowest bound, so that write needs no entry of its own.
+    const bool kept = indexed_;
+    if (kept) [[unlikely]] {
+      compact_if_due(policy);
     }
-    return update_indexed(policy, key, hash, now, std::forward<Fn>(fn));
+    auto id = locate(policy, key, hash, now);
+    if (!id.ok()) return id.status();
+    State& s = arena_->state(*id);
+    const Nanos before = kept ? idle_before(policy, s) : kUnknown;
+    auto result = std::forward<Fn>(fn)(s);
+    if (kept) [[unlikely]] {
+      written(policy, Writing{.state = &s, .id = *id, .before = before});
+    }
+    return result;
   }
 
   // A key's state open for writing (open() … close()), for a caller that writes several
@@ -128,9 +136,11 @@ class KeyedStates {
   // moving a record, and never evicting a key open now). ResourceExhausted when the store
   // is full and no key is idle; InvalidArgument for a key longer than kMaxLocalKeyBytes.
   absl::StatusOr<Writing> open(const P& policy, std::string_view key, std::size_t hash, Nanos now) {
-    auto w = writing(policy, key, hash, now);
-    if (w.ok()) open_.push_back(w->id);
-    return w;
+    auto id = locate(policy, key, hash, now);
+    if (!id.ok()) return id.status();
+    open_.push_back(*id);
+    State& s = arena_->state(*id);
+    return Writing{.state = &s, .id = *id, .before = indexed_ ? policy.idle_at(s) : kUnknown};
   }
 
   // The write through `w` is done: if it moved the key's idle time earlier (a refund, a
@@ -179,19 +189,6 @@ class KeyedStates {
     bool operator()(const IdleEntry& a, const IdleEntry& b) const { return a.at > b.at; }
   };
 
-  // update() in a store that has been full; out of line, so that the usual path stays small.
-  template <class Fn>
-  [[gnu::noinline]] auto update_indexed(const P& policy, std::string_view key, std::size_t hash,
-                                        Nanos now, Fn&& fn)
-      -> absl::StatusOr<std::invoke_result_t<Fn&, State&>> {
-    compact_if_due(policy);
-    auto w = writing(policy, key, hash, now);
-    if (!w.ok()) return w.status();
-    auto result = std::forward<Fn>(fn)(*w->state);
-    written(policy, *w);
-    return result;
-  }
-
   // After a compaction (record ids changed): the index rebuilt at the size it now needs
   // (which also returns the memory of a table grown for more keys), and the idle index.
   void reindex(const P& policy) {
@@ -202,22 +199,21 @@ class KeyedStates {
     if (indexed_) rebuild_idle_index(policy);
   }
 
-  // open() without marking the key open (update(): nothing else is opened meanwhile).
-  absl::StatusOr<Writing> writing(const P& policy, std::string_view key, std::size_t hash,
-                                  Nanos now) {
-    auto id = locate(policy, key, hash, now);
-    if (!id.ok()) return id.status();
-    State& s = arena_->state(*id);
-    return Writing{.state = &s, .id = *id, .before = indexed_ ? policy.idle_at(s) : kUnknown};
+  // A key's idle time before a write, for the idle index. This and written() are out of
+  // line: a store that has been full pays a call, the usual path stays small enough for
+  // the compiler to inline the policy step into it.
+  [[gnu::noinline]] Nanos idle_before(const P& policy, const State& s) const {
+    return policy.idle_at(s);
   }
 
   // The idle index after a write (see close()). One branch while the store was never full.
-  void written(const P& policy, const Writing& w) {
+  [[gnu::noinline]] void written(const P& policy, const Writing& w) {
     if (!indexed_) return;
     const Nanos after = policy.idle_at(*w.state);
     if (w.before == kUnknown || after < w.before) push(policy, after, w.id);
   }
 
+  // The record of `key`: found, or created (create()).
   absl::StatusOr<std::uint32_t> locate(const P& policy, std::string_view key, std::size_t hash,
                                        Nanos now) {
     const Prehashed k{to_absl(key), hash};
@@ -225,6 +221,13 @@ class KeyedStates {
     // then one memory access away, not two (control byte, then slot, then record).
     index_.prefetch(k);
     if (auto it = index_.find(k, hash); it != index_.end()) return *it;
+    return create(policy, key, now);
+  }
+
+  // The record of a key not held yet, made room for if the store is full. Out of line: a
+  // key is created once and then found many times.
+  [[gnu::noinline]] absl::StatusOr<std::uint32_t> create(const P& policy, std::string_view key,
+                                                         Nanos now) {
     if (key.size() > kMaxLocalKeyBytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("key is %d bytes; the store holds keys of at most %d bytes", key.size(),
