@@ -23,7 +23,8 @@
 //             then, with an attempt, its fingerprint (keys and costs; no newline)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
-//         (-1 = never), reset_after ns (-1 = never)}; the token bucket's twin answers a
+//         (-1 = never), reset_after ns (-1 = never)}, a duration past 2^53 ns as its
+//         decimal string (Lua numbers are doubles); the token bucket's twin answers a
 //         call without an attempt in a compact form (twin/token_bucket.hpp).
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
@@ -162,7 +163,10 @@ if attempt_ttl > 0 then
       return redis.error_reply('QUOTA_ATTEMPT_MISMATCH attempt id reused with another key or cost')
     end
     local out = {1}
-    for v in string.gmatch(rest, '%S+') do out[#out + 1] = tonumber(v) end
+    -- (a duration past 2^53 ns stays a decimal string: a double would round it)
+    for v in string.gmatch(rest, '%S+') do
+      if #v > 15 then out[#out + 1] = v else out[#out + 1] = tonumber(v) end
+    end
     return out
   end
 end
@@ -199,7 +203,11 @@ end
 inline constexpr const char* kLuaTail = R"lua(
 if attempt_ttl > 0 then
   local parts = {}
-  for i = 2, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
+  for i = 2, #out do
+    local v = out[i]
+    if type(v) ~= 'string' then v = string.format('%.0f', v) end
+    parts[#parts + 1] = v
+  end
   redis.call('SET', KEYS[n + 1], ARGV[fpi] .. '\n' .. table.concat(parts, ' '), 'PX', attempt_ttl)
 end
 return out

@@ -183,7 +183,11 @@ for i = 1, n do
         if x > 2 * fill then
           tok = capM; c = 0
         else
-          @refill(x, tok, c, capM)
+          -- (the shared refill takes tokens as units and micro-units)
+          @mod(local tl, tok, M6)
+          local tu = (tok - tl) / M6
+          @refill(x, tu, tl, c, cap)
+          tok = tu * M6 + tl
         end
       end
     else
@@ -238,8 +242,9 @@ for i = 1, n do
     elseif units <= cap - tok then
       tok = tok + units; ok = 1; reason = 0; took = units
     else
-      local w, mode, W = m, p, fill
-      @to_next(retry, lsec, lns)
+      local w, mode, ts, tn = m, p
+      @to_next(ts, tn, lsec, lns)
+      retry = ts * 1000000000 + tn
     end
     if kind == 1 then
       -- tokens / 10^6 toward zero
@@ -313,8 +318,9 @@ for i = 1, n do
   if kind == 1 then
     if tok < capM then reset = reach(tok, c, capM, m, p) end
   elseif tok ~= 0 then
-    local w, mode, W = m, p, fill
-    @to_next(reset, lsec, lns)
+    local w, mode, ts, tn = m, p
+    @to_next(ts, tn, lsec, lns)
+    reset = ts * 1000000000 + tn
   end
   if decide then res[6 * i + 2] = reset end
   if decide and i < n and not denied then
@@ -349,8 +355,9 @@ for i = 1, n do
           else
             tok = tok - took
             if tok ~= 0 then
-              local w, mode, W = m, p, fill
-              @to_next(reset, lsec, lns)
+              local w, mode, ts, tn = m, p
+              @to_next(ts, tn, lsec, lns)
+              reset = ts * 1000000000 + tn
             end
           end
         end

@@ -52,6 +52,8 @@ namespace quota::redis {
 inline constexpr TwinRange kGatewayRange{
     .max_capacity = 2'000'000'000,
     .max_span_ns = 4'000'000'000'000'000,
+    .narrow_capacity = 2'000'000'000,
+    .narrow_span_ns = 4'000'000'000'000'000,
     .store = "the Redis gateway store",
     .keeps = "keeps micro-units with debt in Lua doubles, exact below 2^53"};
 static_assert((3 * kGatewayRange.max_capacity + 2) * kMicrosPerUnit < kLuaExact);
