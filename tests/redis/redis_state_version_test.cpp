@@ -141,8 +141,8 @@ TEST_CASE("a sliding log meta of another format version is QUOTA_CORRUPT") {
 }
 
 TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing written") {
-  // '<I7i7I7i6I4I7I4c33': the first field is the rule-set version (< 2^53); bits 53-55 of
-  // it are the format version (byte 6, bits 5-7).
+  // '<I6Bi6I3I7i6I4I5I3I4c35': the rule-set version's low 48 bits, then a byte of its
+  // bits 48-52 and, in bits 5-7, the format version (1).
   quota::redis::GatewayStore store({.pool = quota::testing::redis_pool(),
                                     .prefix = quota::testing::unique_prefix("gw-version"),
                                     .time = quota::redis::TimeSource::kCaller});
@@ -161,10 +161,10 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
   };
   const std::string v0 = value_of(cmd({"GET", *key}));
   REQUIRE(v0.size() == quota::redis::kGatewayStateBytes);
-  CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0);
-  for (unsigned char bits : {0x20, 0x40, 0x80}) {
+  CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0x20);
+  for (unsigned version : {0u, 2u, 3u, 4u, 7u}) {
     std::string other = v0;
-    other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | bits);
+    other[6] = static_cast<char>((static_cast<unsigned char>(other[6]) & 0x1f) | (version << 5));
     cmd({"SET", *key, other});
     auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
     CHECK(d.status().code() == absl::StatusCode::kDataLoss);

@@ -195,11 +195,27 @@ inline constexpr LuaMacro kLuaMacros[] = {
     // $1 = a duration of two limbs ($2 s + $3 ns, $2 = -1: never) as a reply value: a
     // number below 2^53 ns (-1 for never), else its decimal string (exact past 2^53).
     {"dur",
-     "if $2 < 9000000 then $1 = $2 * 1000000000 + $3 else $1 = $2 .. string.format('%09d', $3) "
-     "end\nif $2 < 0 then $1 = -1 end"},
+     "if $2 < 0 then $1 = -1 elseif $2 < 9000000 then $1 = $2 * 1000000000 + $3 else $1 = $2 .. "
+     "string.format('%09d', $3) end"},
+    // $1 = micro-units of two limbs ($2 units + $3 micro-units, >= 0) as a reply value: a
+    // number below 2^53, else its decimal string.
+    {"micros",
+     "if $2 < 9007199254 then $1 = $2 * 1000000 + $3 else $1 = $2 .. string.format('%06d', $3) "
+     "end"},
+    // Two-limb micro-units ($1 units + $2 micro-units in [0, 10^6)): $1, $2 minus, or
+    // plus, $3 units + $4 micro-units. $1, $2 must be names.
+    {"lsub", "$1 = $1 - $3; $2 = $2 - $4\nif $2 < 0 then $2 = $2 + 1000000; $1 = $1 - 1 end"},
+    {"ladd",
+     "$1 = $1 + $3; $2 = $2 + $4\nif $2 >= 1000000 then $2 = $2 - 1000000; $1 = $1 + 1 end"},
+    // A window's count $1 (of capacity $4) pays its debt ($2 units + $3 micro-units) in
+    // whole units, as far as the window has room (key_state.hpp's pay_debt); local wp, wo.
+    {"window_pay",
+     "local wp, wo = $4 - $1, $2\nif $3 > 0 then wo = $2 + 1 end\nif wo < wp then wp = wo end\n$2 "
+     "= "
+     "$2 - wp\nif $2 < 0 then $2 = 0; $3 = 0 end\n$1 = $1 + wp"},
     // $1 = ceil(($2 s + $3 ns) / 10^6): a duration of two limbs in whole milliseconds
     // (local dm).
-    {"ceil_ms2", "@ceil_ms(local dm, $3)\n$1 = $2 * 1000 + dm"},
+    {"ceil_ms2", "@ceil_ms(local dm, $3)\n$1 = ($2) * 1000 + dm"},
 };
 
 inline void lua_fail(std::string_view what) {
