@@ -278,3 +278,58 @@ TEST_CASE("past 2^53 micro-units and ns the gateway's twin still decides like Ke
       {.cost = 400'000'000'000, .amount = 3'000'000'000'000, .long_step = 250'000'000'000'000'000},
       6'000);
 }
+
+TEST_CASE("a monthly token budget on the Redis gateway: deepest debt, then the retry") {
+  // 1,000,000 tokens per minute; budgets of 30 days (4.32·10^10) and of 10^11 tokens. The
+  // whole budget is spent, then a charge of what the request really used pushes the level
+  // to its deepest debt (−capacity); the retry of one token waits two times to fill less
+  // what is carried: past 2^53 ns for the larger budget. In-process and Redis agree at
+  // every step.
+  quota::LocalStore<KeyPolicy> local_store({.max_keys = 100});
+  quota::gateway::StoreBackend local(local_store);
+  quota::redis::GatewayStore redis({.pool = quota::testing::redis_pool(1),
+                                    .prefix = quota::testing::unique_prefix("gw-monthly"),
+                                    .time = quota::redis::TimeSource::kCaller,
+                                    .ttl_margin = 1h});
+  for (const std::int64_t burst : {std::int64_t{43'200'000'000}, std::int64_t{100'000'000'000}}) {
+    INFO("burst " << burst);
+    const RulePolicy budget = TokenBucket{.rate = {.units = 1'000'000, .per = 60s}, .burst = burst};
+    REQUIRE(quota::redis::GatewayStore::check(budget).ok());
+    const std::string key = "{tenant}tokens" + std::to_string(burst);
+    const LevelCheck level[] = {{.policy = &budget, .key = key, .shadow = false}};
+    Nanos now{1'764'000'000'000'000'000};
+    auto decide = [&](std::int64_t cost) {
+      auto l = local.decide(with_cost(level, cost), 1, now);
+      auto r = redis.decide(with_cost(level, cost), 1, now);
+      REQUIRE(l.ok());
+      REQUIRE(r.ok());
+      REQUIRE(r->parts.size() == 1);
+      check_same(l->parts[0], r->parts[0]);
+      return r->parts[0];
+    };
+    const quota::Decision all = decide(burst);
+    CHECK(all.allowed);
+    CHECK(all.reset_after == Nanos{burst * 60'000});
+    // the request used twice its estimate and more: the level goes to its deepest debt
+    auto l = local.charge(budget, 1, key, 2 * burst + 1, now);
+    auto r = redis.charge(budget, 1, key, 2 * burst + 1, now);
+    REQUIRE(l.ok());
+    REQUIRE(r.ok());
+    CHECK(*l == *r);
+    CHECK(*r == quota::to_micro(burst));  // left as debt: −capacity
+    const quota::Decision deep = decide(1);
+    CHECK_FALSE(deep.allowed);
+    CHECK(deep.remaining == -burst);
+    // −burst back to +1 token: (2·burst + 1) tokens at 60 µs each
+    CHECK(deep.retry_after == Nanos{(2 * burst + 1) * 60'000});
+    CHECK(deep.reset_after == Nanos{2 * burst * 60'000});
+    // 30 days on, still in debt or just refilled; then exactly at the retry time
+    const Nanos start = now;
+    now = start + std::chrono::hours(24 * 30);
+    decide(1);
+    now = start + deep.retry_after - Nanos{1};
+    CHECK_FALSE(decide(1).allowed);
+    now = start + deep.retry_after;
+    CHECK(decide(1).allowed);
+  }
+}

@@ -214,11 +214,13 @@ return out
 )lua";
 
 // State format versions. Every twin's state carries a format version in bits that no
-// valid field value uses (each twin names them at its state): this release's format is
-// version 0, those bits zero, so the range checks every reader already makes reject any
-// other version as QUOTA_CORRUPT at no cost. The rule for each later format: a reader of
-// version k reads k and k-1 (rewriting k-1 as k on its next write) and rejects anything
-// else as QUOTA_CORRUPT (kDataLoss naming the key, nothing charged). A format whose
+// valid field value uses (each twin names them at its state): this release's formats are
+// version 1 for the token bucket and the gateway (tokens and debt in two limbs) and 0 for
+// the others, and the range checks every reader already makes reject any other version
+// as QUOTA_CORRUPT. The rule for each later format: a reader of version k reads k and k-1
+// (rewriting k-1 as k on its next write) and rejects anything else as QUOTA_CORRUPT
+// (kDataLoss naming the key, nothing charged); a version no release wrote needs no
+// reader. A format whose
 // version no longer fits its bits changes the state's length, which every earlier reader
 // rejects (the length is checked before anything else).
 
