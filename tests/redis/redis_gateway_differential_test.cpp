@@ -282,9 +282,9 @@ TEST_CASE("past 2^53 micro-units and ns the gateway's twin still decides like Ke
 TEST_CASE("a monthly token budget on the Redis gateway: deepest debt, then the retry") {
   // 1,000,000 tokens per minute; budgets of 30 days (4.32·10^10) and of 10^11 tokens. The
   // whole budget is spent, then a charge of what the request really used pushes the level
-  // to its deepest debt (−capacity); the retry of one token waits two times to fill less
-  // what is carried: past 2^53 ns for the larger budget. In-process and Redis agree at
-  // every step.
+  // to its deepest debt (−capacity); the retry of one token waits a time to fill and a
+  // token, the reset two times to fill: past 2^53 ns for the larger budget. In-process
+  // and Redis agree at every step.
   quota::LocalStore<KeyPolicy> local_store({.max_keys = 100});
   quota::gateway::StoreBackend local(local_store);
   quota::redis::GatewayStore redis({.pool = quota::testing::redis_pool(1),
@@ -320,8 +320,8 @@ TEST_CASE("a monthly token budget on the Redis gateway: deepest debt, then the r
     const quota::Decision deep = decide(1);
     CHECK_FALSE(deep.allowed);
     CHECK(deep.remaining == -burst);
-    // −burst back to +1 token: (2·burst + 1) tokens at 60 µs each
-    CHECK(deep.retry_after == Nanos{(2 * burst + 1) * 60'000});
+    // −burst back to +1 token: burst + 1 tokens at 60 µs each; back to full: 2·burst
+    CHECK(deep.retry_after == Nanos{(burst + 1) * 60'000});
     CHECK(deep.reset_after == Nanos{2 * burst * 60'000});
     // 30 days on, still in debt or just refilled; then exactly at the retry time
     const Nanos start = now;
