@@ -106,7 +106,7 @@ local res
 if not decide then res = {sec, ns, 0}
 elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
 else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
--- 'd' with several levels: the levels decided and not written yet, 20 values each (one
+-- 'd' with several levels: the levels decided and not written yet, 19 values each (one
 -- flat table, no table or closure per level). All are written once the last level is
 -- decided, without their deduction when it denied.
 local H
@@ -342,13 +342,13 @@ for i = 1, n do
   end
   if decide and i < n and not denied then
     if i == 1 then
-      H = {ver, kind, cap, m, p, g, fs, fn, tu, tl, c, lsec, lns, du, dl, expiry, took, id, rs, rn}
+      H = {ver, kind, cap, m, p, g, wide, tu, tl, c, lsec, lns, du, dl, expiry, took, id, rs, rn}
     else
-      local b = 20 * (i - 1)
+      local b = 19 * (i - 1)
       H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9],
-        H[b + 10] = ver, kind, cap, m, p, g, fs, fn, tu, tl
+        H[b + 10] = ver, kind, cap, m, p, g, wide, tu, tl, c
       H[b + 11], H[b + 12], H[b + 13], H[b + 14], H[b + 15], H[b + 16], H[b + 17], H[b + 18],
-        H[b + 19], H[b + 20] = c, lsec, lns, du, dl, expiry, took, id, rs, rn
+        H[b + 19] = lsec, lns, du, dl, expiry, took, id, rs, rn
     end
   else
     -- Writes this level, then ('d') the ones decided before it.
@@ -356,17 +356,16 @@ for i = 1, n do
     if decide then lo = 1 end
     for j = i, lo, -1 do
       if j < i then
-        local b = 20 * (j - 1)
-        ver, kind, cap, m, p, g, fs, fn, tu, tl = H[b + 1], H[b + 2], H[b + 3], H[b + 4],
+        local b = 19 * (j - 1)
+        ver, kind, cap, m, p, g, wide, tu, tl, c = H[b + 1], H[b + 2], H[b + 3], H[b + 4],
           H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9], H[b + 10]
-        c, lsec, lns, du, dl, expiry, took, id, rs, rn = H[b + 11], H[b + 12], H[b + 13],
-          H[b + 14], H[b + 15], H[b + 16], H[b + 17], H[b + 18], H[b + 19], H[b + 20]
+        lsec, lns, du, dl, expiry, took, id, rs, rn = H[b + 11], H[b + 12], H[b + 13], H[b + 14],
+          H[b + 15], H[b + 16], H[b + 17], H[b + 18], H[b + 19]
         if denied and took > 0 then
           -- given back: the state as before the deduction
           rs, rn = 0, 0
           if kind == 1 then
             tu = tu + took
-            wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
             @reach(rs, rn, tu, tl, c, cap)
           else
             tu = tu - took

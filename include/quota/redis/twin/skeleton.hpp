@@ -177,23 +177,25 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "@refill(9000000000000000, $3, $4, $5, $6)\n    rs = rs - 9000000\n  end\n  local rx = rs * "
      "1000000000 + $2\n  @refill(rx, $3, $4, $5, $6)\nend"},
     // The time for tokens $3 units + $4 micro-units carrying $5 (over p) to reach $6
-    // units, at m/p micro-units per ns, as two limbs: $1 s + $2 ns ($2 in [0, 10^9)); 0
-    // when already there, $1 = -1 (never) at rate 0. ceil((D·p − c)/m) for D = $6·10^6 −
-    // tokens: kLuaReach while `wide` is false (D and the result below 2^53); else D = a·m
+    // units, at m/p micro-units per ns, as two limbs: $1 s + $2 ns; 0 when already there,
+    // $1 = -1 (never) at rate 0. ceil((D·p − c)/m) for D = $6·10^6 − tokens: kLuaReach
+    // while `wide` is false (D and the result below 2^53: $1 = 0, $2 the whole time, not
+    // split, as every consumer takes it); else ($2 in [0, 10^9)) D = a·m
     // + b formed from its limbs (D_units = a1·m + b1, b1·10^6 − $4 = a2·m + b) and the time
     // a1·p·10^6 + a2·p + ceil((b·p − c)/m) summed in limbs (the wide range keeps m and p
     // at most 9·10^9). Locals ka, kb, kv, kc, kz, kx, km, kt. $1, $2 must be names.
     {"reach",
      "$1, $2 = 0, 0\nif $3 < $6 then\n  if m == 0 then\n    $1 = -1\n  elseif not wide then\n    "
-     "local kv = reach($3 * 1000000 + $4, $5, $6 * 1000000, m, p)\n    @mod($2, kv, 1000000000)\n "
-     "   $1 = (kv - $2) / 1000000000\n  else\n    local kv = $6 - $3\n    @mod(local kb, kv, m)\n "
+     "$2 = reach($3 * 1000000 + $4, $5, $6 * 1000000, m, p)\n  else\n    local kv = $6 - $3\n    "
+     "@mod(local kb, kv, m)\n "
      "   local ka = (kv - kb) / m\n    kv = kb * 1000000 - $4\n    @mod(kb, kv, m)\n    local kc = "
      "(kv - kb) / m\n    kv = kb * p - $5\n    @mod(local kz, kv, m)\n    if kz > 0 then kz = (kv "
      "- kz) / m + 1 else kz = kv / m end\n    local kx = ka * p\n    @mod(local km, kx, 1000)\n  "
      "  local kt = km * 1000000 + kc * p + kz\n    @mod($2, kt, 1000000000)\n    $1 = (kx - km) / "
      "1000 + (kt - $2) / 1000000000\n  end\nend"},
-    // $1 = a duration of two limbs ($2 s + $3 ns, $2 = -1: never) as a reply value: a
-    // number below 2^53 ns (-1 for never), else its decimal string (exact past 2^53).
+    // $1 = a duration of two limbs ($2 s + $3 ns: $3 in [0, 10^9), or $2 = 0 and $3 below
+    // 2^53; $2 = -1: never) as a reply value: a number below 2^53 ns (-1 for never), else
+    // its decimal string (exact past 2^53).
     {"dur",
      "if $2 < 0 then $1 = -1 elseif $2 < 9000000 then $1 = $2 * 1000000000 + $3 else $1 = $2 .. "
      "string.format('%09d', $3) end"},
@@ -214,7 +216,7 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "= "
      "$2 - wp\nif $2 < 0 then $2 = 0; $3 = 0 end\n$1 = $1 + wp"},
     // $1 = ceil(($2 s + $3 ns) / 10^6): a duration of two limbs in whole milliseconds
-    // (local dm).
+    // ($3 of any sign and size below 2^53; local dm).
     {"ceil_ms2", "@ceil_ms(local dm, $3)\n$1 = ($2) * 1000 + dm"},
 };
 
