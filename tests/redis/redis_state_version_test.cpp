@@ -141,8 +141,9 @@ TEST_CASE("a sliding log meta of another format version is QUOTA_CORRUPT") {
 }
 
 TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing written") {
-  // '<I6Bi6I3I7i6I4I5I3I4c35': the rule-set version's low 48 bits, then a byte of its
-  // bits 48-52 and, in bits 5-7, the format version (1).
+  // '<I7i6I3I7i6I4I5I3I4c35': bits 30-31 of the nanoseconds field (bytes 29-32) are the
+  // format version (1: byte 32's 0x40); bits 53-55 of the rule-set version (byte 6's top
+  // three bits) must be zero.
   quota::redis::GatewayStore store({.pool = quota::testing::redis_pool(),
                                     .prefix = quota::testing::unique_prefix("gw-version"),
                                     .time = quota::redis::TimeSource::kCaller});
@@ -161,10 +162,16 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
   };
   const std::string v0 = value_of(cmd({"GET", *key}));
   REQUIRE(v0.size() == quota::redis::kGatewayStateBytes);
-  CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0x20);
-  for (unsigned version : {0u, 2u, 3u, 4u, 7u}) {
+  CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0);
+  CHECK((static_cast<unsigned char>(v0[32]) & 0xc0) == 0x40);
+  for (int change = 0; change < 6; ++change) {
     std::string other = v0;
-    other[6] = static_cast<char>((static_cast<unsigned char>(other[6]) & 0x1f) | (version << 5));
+    if (change < 3) {  // format versions 0, 2 and 3
+      const unsigned char bits = change == 0 ? 0x00 : change == 1 ? 0x80 : 0xc0;
+      other[32] = static_cast<char>((static_cast<unsigned char>(other[32]) & 0x3f) | bits);
+    } else {  // a rule-set version past 2^53 - 1
+      other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | (0x20 << (change - 3)));
+    }
     cmd({"SET", *key, other});
     auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
     CHECK(d.status().code() == absl::StatusCode::kDataLoss);

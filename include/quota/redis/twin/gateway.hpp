@@ -57,14 +57,14 @@ namespace quota::redis {
 // Times are two limbs; a refill is the shared @refill_span up to twice the time to fill
 // (full past it), the time to reach and the window grid the shared @reach, @window_start,
 // @in_window and @to_next, all in limbs (twin/skeleton.hpp).
-// State: 80 bytes '<I6Bi6I3I7i6I4I5I3I4c35' (jemalloc's 96-byte class): the rule-set
-// version (its low 48 bits, then a byte: bits 48-52 and the format version), tokens'
-// units | the window's count, tokens' micro-units, the carry over p, the last time (s,
-// ns), the debt's units and micro-units, the expiry as last set (ms after the last time's
-// ms; 0 unknown), the policy argument that wrote it (the caller's: one string comparison);
-// every field checked on reading. Format version (twin/common.hpp): bits 5-7 of that
-// byte (bits 53-55 of the version field), version 1 = 001; `vhi >= 32 and vhi < 64`
-// rejects any other.
+// State: 80 bytes '<I7i6I3I7i6I4I5I3I4c35' (jemalloc's 96-byte class): the rule-set
+// version, tokens' units | the window's count, tokens' micro-units, the carry over p, the
+// last time (s, ns + 2^30), the debt's units and micro-units, the expiry as last set (ms
+// after the last time's ms; 0 unknown), the policy argument that wrote it (the caller's:
+// one string comparison); every field checked on reading. Format version
+// (twin/common.hpp): bits 30-31 of the nanoseconds field (< 10^9 < 2^30), version 1 =
+// bit 30 set; `lns >= 0 and lns <= 999999999` after subtracting 2^30 rejects any other
+// (bits 53-55 of the rule-set version are zero: `ver <= 2^53 - 1`).
 // TTL: idle time + margin; none with debt or for a rate-0 bucket not full (a one-off
 // budget must not come back). Kept (SETRANGE) while the expiry set last covers it with
 // 10 ms to spare; else set, one margin more for a busy key. Caller time: set every write.
@@ -138,8 +138,9 @@ for i = 1, n do
   else
     local len = #raw
     if len == 80 then
-      local vhi
-      ver, vhi, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I6Bi6I3I7i6I4I5I3I4c35', raw)
+      ver, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I7i6I3I7i6I4I5I3I4c35', raw)
+      -- format version 1: bit 30 of the nanoseconds field set, bit 31 clear
+      lns = lns - 1073741824
       -- (strings are interned: a pointer comparison)
       if id == pol then
         kind, cap, m, p, g, fs, fn = pkind, pcap, pm, pp, pg, pfs, pfn
@@ -156,13 +157,11 @@ for i = 1, n do
         end
         if not ok then return corrupt(key, 'field out of range') end
       end
-      -- format version 1: bits 5-7 of byte 6 (bits 53-55 of the version field) 001
-      local ok = vhi >= 32 and vhi < 64 and lns <= 999999999 and tl <= 999999 and
+      local ok = ver <= 9007199254740991 and lns >= 0 and lns <= 999999999 and tl <= 999999 and
         dl <= 999999 and (du < cap or (du == cap and dl == 0)) and
         ((kind == 1 and tu >= -cap and (tu < cap or (tu == cap and tl == 0)) and c < p) or
           (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0))
       if not ok then return corrupt(key, 'field out of range') end
-      ver = ver + (vhi - 32) * 281474976710656
       if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
     elseif type(raw) ~= 'string' then
       return corrupt(key, 'wrong type')
@@ -398,10 +397,8 @@ for i = 1, n do
           px = ttl
         end
       end
-      -- the version's low 48 bits, then its bits 48-52 with the format version (1) above
-      local vlo = ver % 281474976710656
-      local v = spack('<I6Bi6I3I7i6I4I5I3I4c35', vlo, (ver - vlo) / 281474976710656 + 32, tu,
-        tl, c, lsec, lns, du, dl, o, id)
+      local v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o,
+        id)
       if keep then
         -- (an 80-byte state, its expiry read from it) overwritten in place, TTL kept
         redis.call('SETRANGE', KEYS[j], '0', v)
