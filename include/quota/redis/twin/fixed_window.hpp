@@ -150,7 +150,7 @@ struct LuaTwin<FixedWindow> : TwinScript<kFixedWindowLua> {
 
   // The window grid of `fw` (window_grid), or kInvalidArgument naming the bound when the
   // twin cannot decide it exactly within `range` (the store's: RedisStore's by default;
-  // GatewayStore passes its narrower kGatewayRange): limit at most range.max_capacity, a
+  // GatewayStore passes kGatewayRange): limit at most range.max_capacity, a
   // window that divides 1 s or is a whole number of seconds up to range.max_span_ns.
   static absl::StatusOr<Params> params(const FixedWindow& fw,
                                        const TwinRange& range = kRedisWindowRange) {

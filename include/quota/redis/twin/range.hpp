@@ -1,11 +1,13 @@
 // quota/redis/twin/range.hpp — the range in which each Lua twin decides exactly.
 //
 // Lua 5.1 numbers are doubles, exact for integers below 2^53, so every twin accepts a
-// policy only where no value it forms can reach 2^53. Each policy's range is defined once
-// (its LuaTwin<P>::params, on the bounds here) and used by every store: RedisStore with
-// kRedisStoreRange, GatewayStore with its narrower kGatewayRange (headroom for debt,
-// twin/gateway_codec.hpp). A policy outside it is kInvalidArgument naming the bound.
-// Pure functions: thread-safe.
+// policy only where no value it forms can reach 2^53; the token bucket's and the
+// gateway's micro-units and every twin's times are two limbs, so their capacities and
+// spans reach past 2^53 micro-units and ns (kMaxWideCapacity, kMaxWideSpanNs). Each
+// policy's range is defined once (its LuaTwin<P>::params, on the bounds here) and used by
+// every store: RedisStore with kRedisStoreRange, GatewayStore with kGatewayRange (its
+// narrow bounds leave headroom for debt, twin/gateway_codec.hpp). A policy outside it is
+// kInvalidArgument naming the bound. Pure functions: thread-safe.
 //
 //   auto p = quota::redis::LuaTwin<quota::TokenBucket>::params(tb);   // or the bound
 //   auto g = quota::redis::window_grid(1s, quota::redis::kMaxWideSpanNs, "(~1157 days)");
@@ -44,7 +46,8 @@ static_assert(kMaxWideTerm * (1'000'000 + 1) + 1'000'000'000 < kLuaExact);
 // window), the narrow bounds within which a token bucket's values stay single numbers
 // below 2^53 (past them it is `wide`: LuaTwin<TokenBucket>::params), and, for errors, the
 // store it is and what its capacity bound keeps exact. kRedisStoreRange is RedisStore's;
-// GatewayStore's is narrower (kGatewayRange, twin/gateway_codec.hpp: headroom for debt).
+// GatewayStore's is kGatewayRange (twin/gateway_codec.hpp: narrower narrow bounds, for
+// debt).
 struct TwinRange {
   std::int64_t max_capacity;
   std::int64_t max_span_ns;
