@@ -163,7 +163,8 @@ TEST_CASE("the Lua twin decides bit-identically to quota::TokenBucket on random 
 
 namespace {
 
-// Windows the Lua twin accepts: divisors of 1 s and whole seconds up to 9e6 s.
+// Windows the Lua twins accept: divisors of 1 s and whole seconds (up to 10^8 s for the
+// fixed window; each twin's bound clamps the last ones).
 const std::int64_t kWindows[] = {1,
                                  2,
                                  8,
@@ -174,7 +175,9 @@ const std::int64_t kWindows[] = {1,
                                  2'000'000'000,
                                  60'000'000'000,
                                  3'600'000'000'000,
-                                 9'000'000'000'000'000};
+                                 9'000'000'000'000'000,
+                                 34'560'000'000'000'000,
+                                 100'000'000'000'000'000};
 
 std::int64_t next_window_time(std::mt19937_64& rng, std::int64_t w, std::int64_t now) {
   const std::int64_t start = quota::detail::floor_div(now, w) * w;
@@ -252,7 +255,7 @@ void window_differential(const char* name, std::uint64_t default_seed, std::int6
 }
 
 TEST_CASE("the FixedWindow Lua twin decides bit-identically to quota::FixedWindow") {
-  window_differential<FixedWindow>("FixedWindow", 20261130, quota::redis::kMaxFillNs);
+  window_differential<FixedWindow>("FixedWindow", 20261130, quota::redis::kMaxWideSpanNs);
 }
 
 TEST_CASE("the SlidingWindowEstimate Lua twin decides bit-identically to the C++ policy") {
@@ -266,8 +269,11 @@ TEST_CASE("FixedWindow windows the Lua twin cannot make exact are rejected, nami
   const absl::Status s = RedisStore<FixedWindow>::check({.limit = 10, .window = Nanos{3}});
   CHECK(absl::IsInvalidArgument(s));
   CHECK(s.message().find("window") != absl::string_view::npos);
-  CHECK(absl::IsInvalidArgument(
-      RedisStore<FixedWindow>::check({.limit = 10, .window = std::chrono::hours(24 * 105)})));
+  CHECK(RedisStore<FixedWindow>::check({.limit = 10, .window = std::chrono::hours(24 * 400)}).ok());
+  const absl::Status past = RedisStore<FixedWindow>::check(
+      {.limit = 10, .window = Nanos{quota::redis::kMaxWideSpanNs + 1'000'000'000}});
+  CHECK(absl::IsInvalidArgument(past));
+  CHECK(past.message().find("100000000 s") != absl::string_view::npos);
   CHECK(absl::IsInvalidArgument(
       RedisStore<FixedWindow>::check({.limit = quota::redis::kLuaExact, .window = 1s})));
 }

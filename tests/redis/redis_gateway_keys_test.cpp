@@ -74,19 +74,36 @@ void set_doubles(const std::string& key, const std::vector<std::int64_t>& fields
 
 TEST_CASE("redis gateway: rules outside the exact range, corrupted keys, TTLs") {
   SECTION("a rule the Lua twin cannot decide exactly is rejected, naming the bound") {
-    auto s =
-        GatewayStore::check(TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = 3'000'000'000});
+    // capacity: 10^12 units (two limbs), exactly at it and one past it
+    CHECK(GatewayStore::check(
+              TokenBucket{.rate = {.units = 10'000'000, .per = 1s}, .burst = 1'000'000'000'000})
+              .ok());
+    auto s = GatewayStore::check(
+        TokenBucket{.rate = {.units = 10'000'000, .per = 1s}, .burst = 1'000'000'000'001});
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-    CHECK(s.message().find("2000000000") != std::string::npos);
+    CHECK(s.message().find("at most 1000000000000 units") != std::string::npos);
+    CHECK(s.message().find("the Redis gateway store") != std::string::npos);
+    // time to fill: 10^17 ns (~1157 days) exactly, and 1 ns more
+    CHECK(GatewayStore::check(
+              TokenBucket{.rate = {.units = 1, .per = 100us}, .burst = 1'000'000'000'000})
+              .ok());
+    auto fill = GatewayStore::check(
+        TokenBucket{.rate = {.units = 1, .per = Nanos{413'339}}, .burst = 241'932'167'059});
+    CHECK(fill.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(fill.message().find("bound is 100000000000000000 ns (~1157 days)") != std::string::npos);
     auto w = GatewayStore::check(FixedWindow{.limit = 10, .window = Nanos{1500}});
     CHECK(w.code() == absl::StatusCode::kInvalidArgument);
     CHECK(w.message().find("divides 1 s") != std::string::npos);
     CHECK(w.message().find("the Redis gateway store") != std::string::npos);
-    // The fixed window twin's grid, within the gateway's span (4·10^6 s): 50 days are not.
-    auto days = GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1200)});
+    // The fixed window twin's grid, within the gateway's span (10^8 s): 10^8 s + 1 s is not.
+    auto days =
+        GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::seconds(100'000'001)});
     CHECK(days.code() == absl::StatusCode::kInvalidArgument);
-    CHECK(days.message().find("4000000 s") != std::string::npos);
-    CHECK(GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(1100)}).ok());
+    CHECK(days.message().find("100000000 s") != std::string::npos);
+    CHECK(GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::seconds(100'000'000)})
+              .ok());
+    CHECK(
+        GatewayStore::check(FixedWindow{.limit = 10, .window = std::chrono::hours(24 * 400)}).ok());
     CHECK(GatewayStore::check(TokenBucket{.rate = {.units = 10, .per = 1s}, .burst = 20}).ok());
   }
   SECTION("a decision under such a rule gets check()'s error every time") {
@@ -164,7 +181,8 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
     auto v = admin({"GET", *key});
     std::string s(v->str, v->len);
     REQUIRE(s.size() == quota::redis::kGatewayStateBytes);
-    s[kStateBytes - 33] = 3;  // the kind, first byte of the 33 bytes of parameters
+    // the kind, first byte of the policy argument at the state's end
+    s[kStateBytes - quota::redis::GatewayTwin::kPolicyArgBytes] = 3;
     admin({"SET", *key, s});
   }
   auto d = store.decide(with_cost(level, 1), 1, Nanos{0});
@@ -194,7 +212,7 @@ TEST_CASE("redis gateway: a key takes fewer bytes than as doubles (MEMORY USAGE)
 
 TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
   // The twin keeps a key's TTL while the expiry it set last still covers the idle time +
-  // margin (the state overwritten in place: SETRANGE, the value a raw string of 75 bytes,
+  // margin (the state overwritten in place: SETRANGE, the value a raw string of 80 bytes,
   // MEMORY USAGE that of the same value written new), and sets one margin more when a
   // busy key's fell short.
   GatewayStore store = make_store("gw-ttl-kept");

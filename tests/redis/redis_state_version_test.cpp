@@ -1,6 +1,7 @@
 // Tests for the state format version of the Lua twins (quota/redis/twin/common.hpp):
-// every twin writes version 0 (its version bits zero) and rejects a state carrying any
-// other version as QUOTA_CORRUPT (kDataLoss naming the key), writing nothing.
+// every twin writes its current version (the token bucket 1, the others 0) and rejects a
+// state carrying any other version as QUOTA_CORRUPT (kDataLoss naming the key), writing
+// nothing.
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -28,14 +29,15 @@ using quota::testing::with_cost;
 namespace {
 
 // Where each twin keeps its version (twin/<policy>.hpp): the byte of the state that holds
-// the version bits, and the mask of version 1 in it.
+// the version bits, the mask of version 1 in it, and the version the twin writes.
 template <class P>
 struct VersionBits;
 template <>
-struct VersionBits<TokenBucket> {  // '<I7I7i6I4I4': bits 30-31 of the nanoseconds
+struct VersionBits<TokenBucket> {  // '<I5I3I7i5I4I4': bits 30-31 of the nanoseconds
   static constexpr const char* name = "token-bucket";
   static constexpr std::size_t bytes = 28, at = 23;
   static constexpr unsigned char one = 0x40;
+  static constexpr unsigned version = 1;
   static TokenBucket policy() { return {.rate = {.units = 1, .per = 3600s}, .burst = 10}; }
 };
 template <>
@@ -43,6 +45,7 @@ struct VersionBits<quota::FixedWindow> {  // '<I3i5I4': bit 31 of the nanosecond
   static constexpr const char* name = "fixed-window";
   static constexpr std::size_t bytes = 12, at = 11;
   static constexpr unsigned char one = 0x80;
+  static constexpr unsigned version = 0;
   static quota::FixedWindow policy() { return {.limit = 10, .window = 1h}; }
 };
 template <>
@@ -50,6 +53,7 @@ struct VersionBits<quota::SlidingWindowEstimate> {  // '<I6I6i5I4': bit 31 likew
   static constexpr const char* name = "window-estimate";
   static constexpr std::size_t bytes = 21, at = 20;
   static constexpr unsigned char one = 0x80;
+  static constexpr unsigned version = 0;
   static quota::SlidingWindowEstimate policy() { return {.limit = 10, .window = 1h}; }
 };
 
@@ -87,12 +91,15 @@ TEMPLATE_TEST_CASE("a state of another format version is QUOTA_CORRUPT, nothing 
     REQUIRE(key.ok());
     const std::string v0 = value_of(run_in(store, {"GET", *key}));
     REQUIRE(v0.size() == V::bytes);
-    // Version 0: the bits are zero.
-    CHECK((static_cast<unsigned char>(v0[V::at]) & (V::one | (V::one << 1))) == 0);
-    for (unsigned char bits : {V::one, static_cast<unsigned char>(V::one << 1)}) {
-      if (bits == 0) continue;  // the fixed window and the estimate have one version bit
+    // The bits hold the current version.
+    const unsigned char mask = V::one | static_cast<unsigned char>(V::one << 1);
+    CHECK((static_cast<unsigned char>(v0[V::at]) & mask) == V::one * V::version);
+    for (unsigned version = 0; version < 4; ++version) {
+      const unsigned bits = V::one * version;
+      // (the fixed window and the estimate have one version bit)
+      if (version == V::version || (bits & ~unsigned{mask}) != 0) continue;
       std::string other = v0;
-      other[V::at] = static_cast<char>(static_cast<unsigned char>(other[V::at]) | bits);
+      other[V::at] = static_cast<char>((static_cast<unsigned char>(other[V::at]) & ~mask) | bits);
       run_in(store, {"SET", *key, other});
       auto d = store.apply(p, "{acme}v", Nanos{6s}, 1);
       REQUIRE_FALSE(d.ok());
@@ -100,7 +107,7 @@ TEMPLATE_TEST_CASE("a state of another format version is QUOTA_CORRUPT, nothing 
       CHECK(d.status().message().find(*key) != absl::string_view::npos);
       CHECK(value_of(run_in(store, {"GET", *key})) == other);  // nothing written
     }
-    // Back at version 0 the state is read again.
+    // Back at the current version the state is read again.
     run_in(store, {"SET", *key, v0});
     auto d = store.apply(p, "{acme}v", Nanos{6s}, 1);
     REQUIRE(d.ok());
@@ -134,8 +141,9 @@ TEST_CASE("a sliding log meta of another format version is QUOTA_CORRUPT") {
 }
 
 TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing written") {
-  // '<I7i7I7i6I4I7I4c33': the first field is the rule-set version (< 2^53); bits 53-55 of
-  // it are the format version (byte 6, bits 5-7).
+  // '<I7i6I3I7i6I4I5I3I4c35': bits 30-31 of the nanoseconds field (bytes 29-32) are the
+  // format version (1: byte 32's 0x40); bits 53-55 of the rule-set version (byte 6's top
+  // three bits) must be zero.
   quota::redis::GatewayStore store({.pool = quota::testing::redis_pool(),
                                     .prefix = quota::testing::unique_prefix("gw-version"),
                                     .time = quota::redis::TimeSource::kCaller});
@@ -155,9 +163,15 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
   const std::string v0 = value_of(cmd({"GET", *key}));
   REQUIRE(v0.size() == quota::redis::kGatewayStateBytes);
   CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0);
-  for (unsigned char bits : {0x20, 0x40, 0x80}) {
+  CHECK((static_cast<unsigned char>(v0[32]) & 0xc0) == 0x40);
+  for (int change = 0; change < 6; ++change) {
     std::string other = v0;
-    other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | bits);
+    if (change < 3) {  // format versions 0, 2 and 3
+      const unsigned char bits = change == 0 ? 0x00 : change == 1 ? 0x80 : 0xc0;
+      other[32] = static_cast<char>((static_cast<unsigned char>(other[32]) & 0x3f) | bits);
+    } else {  // a rule-set version past 2^53 - 1
+      other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | (0x20 << (change - 3)));
+    }
     cmd({"SET", *key, other});
     auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
     CHECK(d.status().code() == absl::StatusCode::kDataLoss);

@@ -30,14 +30,20 @@ using Twin = quota::redis::LuaTwin<TokenBucket>;
 
 namespace {
 
-// A state as the script packs it ('<I7I7i6I4I4'): tokens, carry, then the time and the
-// expiry, which the reply's reader ignores (filled with `fill`).
-std::string state(std::int64_t tokens, std::int64_t carry, char fill = '\x5a') {
+// A state as the script packs it ('<I5I3I7i5I4I4'): tokens as whole units and
+// micro-units, carry, then the time and the expiry, which the reply's reader ignores
+// (filled with `fill`). `micros` overrides the micro-units field (a malformed state).
+std::string state(std::int64_t tokens, std::int64_t carry, char fill = '\x5a',
+                  std::int64_t micros = -1) {
   std::string s(Twin::kStateBytes, fill);
-  for (int i = 0; i < 7; ++i) {
-    s[static_cast<std::size_t>(i)] = static_cast<char>((tokens >> (8 * i)) & 0xff);
-    s[static_cast<std::size_t>(7 + i)] = static_cast<char>((carry >> (8 * i)) & 0xff);
-  }
+  const std::int64_t units = tokens / quota::kMicrosPerUnit;
+  if (micros < 0) micros = tokens % quota::kMicrosPerUnit;
+  for (int i = 0; i < 5; ++i)
+    s[static_cast<std::size_t>(i)] = static_cast<char>((units >> (8 * i)) & 0xff);
+  for (int i = 0; i < 3; ++i)
+    s[static_cast<std::size_t>(5 + i)] = static_cast<char>((micros >> (8 * i)) & 0xff);
+  for (int i = 0; i < 7; ++i)
+    s[static_cast<std::size_t>(8 + i)] = static_cast<char>((carry >> (8 * i)) & 0xff);
   return s;
 }
 
@@ -90,6 +96,8 @@ TEST_CASE("a compact reply's state gives TokenBucket::apply's decision") {
     TokenBucket tb{.rate = {.units = static_cast<std::int64_t>(rng() % 1'000'000),
                             .per = Nanos{periods[rng() % std::size(periods)]}},
                    .burst = 1 + static_cast<std::int64_t>(rng() % 1'000'000'000)};
+    // bursts past 2^53 micro-units, up to the twin's bound of 10^12 units
+    if (rng() % 4 == 0) tb.burst = 1 + static_cast<std::int64_t>(rng() % 1'000'000'000'000);
     if (rng() % 8 == 0) tb.rate.units = 0;
     if (!quota::RedisStore<TokenBucket>::check(tb).ok()) continue;
     const std::int64_t cap = quota::to_micro(tb.burst);
@@ -176,6 +184,9 @@ TEST_CASE("a malformed compact reply is an error, never a decision") {
       {"an integer for a state", {0LL, 0LL, 0LL, 1LL, ok, 7LL, ok}, {1, 1, 1}},
       {"tokens above burst", {0LL, 0LL, 0LL, 1LL, state(10'000'001, 0)}, {1}},
       {"a carry not below rate.per", {0LL, 0LL, 0LL, 1LL, state(5'000'000, 1'000'000'000)}, {1}},
+      {"micro-units not below 10^6",
+       {0LL, 0LL, 0LL, 1LL, state(5'000'000, 0, 'x', 1'000'000)},
+       {1}},
       {"over limit with enough tokens", {0LL, 0LL, 0LL, 0LL, ok, 4LL + 1}, {5}},
       {"over limit with an invalid cost", {0LL, 0LL, 0LL, 0LL, ok, 4LL + 1}, {0}},
       {"a denial of reason 0", {0LL, 0LL, 0LL, 0LL, ok, 4LL}, {1}},

@@ -275,7 +275,7 @@ class GatewayStore {
 
   // Appends `policy`'s argument to `args`. Rule sets are immutable and hold few distinct
   // policies, so each one's range check and packing (a gcd, 128-bit products) is done
-  // once and kept: later decisions copy the 33 bytes. Entries are never erased, so a
+  // once and kept: later decisions copy the 35 bytes. Entries are never erased, so a
   // pointer taken under the lock stays valid; past kMaxCachedPolicies distinct policies
   // (many reloads, each with new parameters) new ones are checked and packed per call
   // instead. Errors are not kept: an out-of-range policy gets params()'s error on every

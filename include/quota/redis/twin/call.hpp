@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/decision.hpp"
@@ -210,7 +211,14 @@ absl::StatusOr<std::vector<BatchChunk<P>>> plan_batch(std::span<const BucketRequ
 
 namespace detail {
 
+// Element i as an integer: an integer reply, or a decimal string (how the scripts answer
+// a duration past 2^53 ns, which a Lua double cannot hold exactly).
 inline absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+  std::int64_t v = 0;
+  if (i < r.elements && r.element[i] != nullptr && r.element[i]->type == REDIS_REPLY_STRING &&
+      absl::SimpleAtoi(absl::string_view(r.element[i]->str, r.element[i]->len), &v)) {
+    return v;
+  }
   if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
     return absl::UnavailableError(
         absl::StrFormat("malformed reply from the quota script: element %d is not an integer", i));

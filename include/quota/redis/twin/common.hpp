@@ -23,7 +23,8 @@
 //             then, with an attempt, its fingerprint (keys and costs; no newline)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
-//         (-1 = never), reset_after ns (-1 = never)}; the token bucket's twin answers a
+//         (-1 = never), reset_after ns (-1 = never)}, a duration past 2^53 ns as its
+//         decimal string (Lua numbers are doubles); the token bucket's twin answers a
 //         call without an attempt in a compact form (twin/token_bucket.hpp).
 // Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
 //
@@ -109,11 +110,19 @@ end
 inline constexpr const char* kLuaRecord = R"lua(
 record_text = function(out, from)
   local parts = {}
-  for i = from, #out do parts[#parts + 1] = string.format('%.0f', out[i]) end
+  for i = from, #out do
+    local v = out[i]
+    if type(v) ~= 'string' then v = string.format('%.0f', v) end
+    parts[#parts + 1] = v
+  end
   return table.concat(parts, ' ')
 end
+-- (a value past 2^53 stays a decimal string, in the record and in the reply: a double
+-- would round it; the C++ readers take either form)
 record_read = function(text, out)
-  for v in string.gmatch(text, '%S+') do out[#out + 1] = tonumber(v) end
+  for v in string.gmatch(text, '%S+') do
+    if #v > 15 then out[#out + 1] = v else out[#out + 1] = tonumber(v) end
+  end
   return out
 end
 )lua";
@@ -231,11 +240,13 @@ return out
 )lua";
 
 // State format versions. Every twin's state carries a format version in bits that no
-// valid field value uses (each twin names them at its state): this release's format is
-// version 0, those bits zero, so the range checks every reader already makes reject any
-// other version as QUOTA_CORRUPT at no cost. The rule for each later format: a reader of
-// version k reads k and k-1 (rewriting k-1 as k on its next write) and rejects anything
-// else as QUOTA_CORRUPT (kDataLoss naming the key, nothing charged). A format whose
+// valid field value uses (each twin names them at its state): this release's formats are
+// version 1 for the token bucket and the gateway (tokens and debt in two limbs) and 0 for
+// the others, and the range checks every reader already makes reject any other version
+// as QUOTA_CORRUPT. The rule for each later format: a reader of version k reads k and k-1
+// (rewriting k-1 as k on its next write) and rejects anything else as QUOTA_CORRUPT
+// (kDataLoss naming the key, nothing charged); a version no release wrote needs no
+// reader. A format whose
 // version no longer fits its bits changes the state's length, which every earlier reader
 // rejects (the length is checked before anything else).
 

@@ -41,9 +41,11 @@ namespace quota::redis {
 // never formed as one number. params() accepts windows that tile the second grid:
 //   mode 1: W divides 1 s (1 ns … 1 s): the window of (sec, ns) is (sec, floor(ns / W)),
 //           the time to the next window start W − ns mod W;
-//   mode 2: W is a whole number s of seconds, s <= 9·10^6 (~104 days): the window is
-//           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns.
-// Counts are <= limit < 2^53, durations <= 9·10^15 ns.
+//   mode 2: W is a whole number s of seconds, s <= 10^8 (~1157 days): the window is
+//           floor(sec / s), the time to the next start (s − sec mod s)·10^9 − ns, formed
+//           as two limbs (@to_next) and answered as a number below 2^53 ns, else as its
+//           decimal string (@dur).
+// Counts are <= limit < 2^53.
 //
 // State: '<I3i5I4' (12 bytes) while the count is below 2^24, else '<I7i5I4' (16): the
 // count, the last time's seconds and nanoseconds, plus 10^9 when the key's TTL is known
@@ -68,12 +70,10 @@ local state_what, state_bytes, state_long = 'window', 12, 16
 -- (sized for one window's reply: a table that grows is resized; put fills 5..9)
 local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
 -- `start`: this call's window for the current parameters (mode 1: its first nanosecond
--- within second `sec`; mode 2: its first second); W: the window, ns.
-local limit, mode, w, W, start
+-- within second `sec`; mode 2: its first second).
+local limit, mode, w, start
 --@@ params
 limit, mode, w = sunpack('<i8i8i8', set)
-W = w
-if mode ~= 1 then W = w * 1000000000 end
 @window_start(start, sec, ns)
 --@@ state
 local count, lsec, lns
@@ -100,14 +100,18 @@ if sec > lsec or (sec == lsec and ns > lns) then
   if not same then count = 0; known = false end
   lsec, lns = sec, ns
 end
--- the time from the last time to the next window start
-@to_next(local to_next, lsec, lns)
+-- the time from the last time to the next window start, ts s + tn ns
+local ts, tn
+@to_next(ts, tn, lsec, lns)
 @decide(limit, cost <= limit - count)
-if reason == 1 then retry = to_next end
+if reason == 1 then
+  @dur(retry, ts, tn)
+end
 --@@ write
 if ok == 1 and deduct then count = count + cost end
 local reset = 0
-if count > 0 then reset = to_next end
+if count == 0 then ts, tn = 0, 0 end
+@dur(reset, ts, tn)
 -- Keep the TTL while it is known to cover this window (the count was above 0 in it and
 -- still is); else set it, and mark it known when the count is above 0.
 local keep = server and known and count > 0
@@ -127,7 +131,7 @@ elseif keep then
   -- the count crossed 2^24 in this window (12 -> 16 bytes)
   rcall('SET', key, v, 'KEEPTTL')
 else
-  @ceil_ms(local ms, reset)
+  @ceil_ms2(local ms, ts, tn)
   rcall('SET', key, v, 'PX', ms + margin)
 end
 --@@ reply
@@ -146,7 +150,7 @@ struct LuaTwin<FixedWindow> : TwinScript<kFixedWindowLua> {
 
   // The window grid of `fw` (window_grid), or kInvalidArgument naming the bound when the
   // twin cannot decide it exactly within `range` (the store's: RedisStore's by default;
-  // GatewayStore passes its narrower kGatewayRange): limit at most range.max_capacity, a
+  // GatewayStore passes kGatewayRange): limit at most range.max_capacity, a
   // window that divides 1 s or is a whole number of seconds up to range.max_span_ns.
   static absl::StatusOr<Params> params(const FixedWindow& fw,
                                        const TwinRange& range = kRedisWindowRange) {

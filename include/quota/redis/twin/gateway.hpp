@@ -11,14 +11,14 @@
 // parses its replies.
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
-// an exact integer below 2^53 and every duration exact nanoseconds, so both sides decide
-// identically; a key's state is 75 bytes; its TTL is its idle time plus the margin (none
+// exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
+// so both sides decide identically; a key's state is 80 bytes; its TTL is its idle time plus the margin (none
 // while it holds debt); a key that is not a gateway state of ours is QUOTA_CORRUPT,
 // nothing written. Thread safety: immutable text; Redis runs each call with nothing
 // interleaved.
 //
 //   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}read" <head: server time, 'd',
-//   //   margin, version 1, units 1, shadow "0"> <the level's 33-byte policy>
+//   //   margin, version 1, units 1, shadow "0"> <the level's 35-byte policy>
 //   // → {time s, time ns, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
 //   //    version}
 #pragma once
@@ -42,28 +42,34 @@ namespace quota::redis {
 //             is given (1; 0: the key's own latest time) and that time (s, ns). Then 'd':
 //             one shadow flag per level ('1' shadow); then, when the keys' units differ,
 //             each key's units ('<i8' each).
-// ARGV[1+i]   level i's policy, 33 bytes '<BI4I7I7I7I7': kind 1 token bucket (burst, m, p,
-//             g, fill ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1, g 1, fill 0) | kind 2
-//             fixed window (limit, w, mode: LuaTwin<FixedWindow>'s grid, 0, W ns)
+// ARGV[1+i]   level i's policy, 35 bytes '<BI5I7I7I7I4I4': kind 1 token bucket (burst, m,
+//             p, g, the time to fill as s and ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1,
+//             g 1, fill 0) | kind 2 fixed window (limit, w, mode: LuaTwin<FixedWindow>'s
+//             grid, 0, W as s and ns)
 // Reply 'd':  {time s, time ns, levels decided, then per level decided: allowed, reason,
 //             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version}
 // Reply 'r', 'c': {time s, time ns, then per key: micro-units given back | left as debt}
 // 'a': KEYS[n + 1] the attempt key, ARGV[n + 2 ..] its arguments; the reply is 'd's after
 //             two fields, or the record's (kGatewayAttemptHead, twin/gateway_attempts.hpp).
+// A duration past 2^53 ns, or micro-units past 2^53, is answered as its decimal string.
 //
 // 'd' migrates each state (key_state.hpp: a NEWER rule-set version's is kept), pays debt,
 // applies; on a denial that is not shadow the levels allowed before it are written
 // WITHOUT their deduction (what the in-process give-back leaves).
-// Exactness (kGatewayRange): capacity <= 2·10^9 units (micro-units with debt and refunds
-// below 6·10^15); an elapsed time is formed only below 9·10^6 s + 1 s and refills only up
-// to twice a time to fill (<= 8·10^15 ns); refill, time to reach and the window grid are
-// the shared @refill, kLuaReach, @window_start, @in_window and @to_next.
-// State: 75 bytes '<I7i7I7i6I4I7I4c33' (jemalloc's 80-byte class): the rule-set version,
-// tokens (micro-units) | the window's count, the carry over p, the last time (s, ns), the
-// debt (micro-units), the expiry as last set (ms after the last time's ms; 0 unknown),
-// the policy argument that wrote it (the caller's: one string comparison); every field
-// checked on reading. Format version (twin/common.hpp): bits 53-55 of the rule-set
-// version, 0; `ver <= 9007199254740991` rejects any other.
+// Exactness (kGatewayRange): capacity <= 10^12 units, spans <= 10^17 ns. Tokens and debt
+// are two limbs (units tu, du; micro-units tl, dl in [0, 10^6)): a cost, a refund or a
+// charge is whole units, so it touches the units limb; comparisons are of limb pairs.
+// Times are two limbs; a refill is the shared @refill_span up to twice the time to fill
+// (full past it), the time to reach and the window grid the shared @reach, @window_start,
+// @in_window and @to_next, all in limbs (twin/skeleton.hpp).
+// State: 80 bytes '<I7i6I3I7i6I4I5I3I4c35' (jemalloc's 96-byte class): the rule-set
+// version, tokens' units | the window's count, tokens' micro-units, the carry over p, the
+// last time (s, ns + 2^30), the debt's units and micro-units, the expiry as last set (ms
+// after the last time's ms; 0 unknown), the policy argument that wrote it (the caller's:
+// one string comparison); every field checked on reading. Format version
+// (twin/common.hpp): bits 30-31 of the nanoseconds field (< 10^9 < 2^30), version 1 =
+// bit 30 set; `lns >= 0 and lns <= 999999999` after subtracting 2^30 rejects any other
+// (bits 53-55 of the rule-set version are zero: `ver <= 2^53 - 1`).
 // TTL: idle time + margin; none with debt or for a rate-0 bucket not full (a one-off
 // budget must not come back). Kept (SETRANGE) while the expiry set last covers it with
 // 10 ms to spare; else set, one margin more for a busy key. Caller time: set every write.
@@ -71,16 +77,6 @@ inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
 local MAXOFF = 4294967295
 local sunpack, spack = struct.unpack, struct.pack
--- A window's count `tok` (of capacity `cap`) pays its debt (micro-units) in whole units,
--- as far as the window has room (key_state.hpp's pay_debt); returns the new count and debt.
-local function window_pay(tok, debt, cap)
-  local pay = cap - tok
-  local owed = idiv(debt + M6 - 1, M6)
-  if owed < pay then pay = owed end
-  debt = debt - pay * M6
-  if debt < 0 then debt = 0 end
-  return tok + pay, debt
-end
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
@@ -118,87 +114,84 @@ local res
 if not decide then res = {sec, ns, 0}
 elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
 else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
--- 'd' with several levels: the levels decided and not written yet, 15 values each (one
+-- 'd' with several levels: the levels decided and not written yet, 19 values each (one
 -- flat table, no table or closure per level). All are written once the last level is
 -- decided, without their deduction when it denied.
 local H
 -- The caller's policy of the level, unpacked when it differs from the previous level's.
-local spol, pkind, pcap, pm, pp, pg, pfill
+local spol, pkind, pcap, pm, pp, pg, pfs, pfn
 for i = 1, n do
   local key = KEYS[i]
   local pol = ARGV[1 + i]
   if cpos then units = sunpack('<i8', head, cpos + 8 * (i - 1)) end
   if pol ~= spol then
     spol = pol
-    pkind, pcap, pm, pp, pg, pfill = sunpack('<BI4I7I7I7I7', pol)
+    pkind, pcap, pm, pp, pg, pfs, pfn = sunpack('<BI5I7I7I7I4I4', pol)
   end
   local raw
   if raws then raw = raws[i] end
   if not raw then raw = redis.pcall('GET', key) end
   -- The level's state: the stored one, or a fresh one under the caller's policy. id: the
-  -- parameters that wrote it; same: they are the caller's. capM: capacity in micro-units;
-  -- tok: tokens (micro-units) | the window's count; c: the carry over p; (lsec, lns): the
-  -- last time; expiry: the key's expiry (server ms) as last set, 0 unknown.
-  local ver, kind, cap, m, p, g, fill, tok, c, lsec, lns, debt, off, id
-  local capM, expiry, same = 0, 0, true
+  -- parameters that wrote it; same: they are the caller's. tu + tl: tokens (units and
+  -- micro-units in [0, 10^6)) | the window's count (tl 0); c: the carry over p; (lsec,
+  -- lns): the last time; du + dl: the debt; (fs, fn): the time to fill | the window;
+  -- expiry: the key's expiry (server ms) as last set, 0 unknown.
+  local ver, kind, cap, m, p, g, fs, fn, tu, tl, c, lsec, lns, du, dl, off, id
+  local expiry, same = 0, true
   if not raw then
-    ver, kind, cap, m, p, g, fill, c, lsec, lns, debt = version, pkind, pcap, pm, pp, pg, pfill,
-      0, sec, ns, 0
+    ver, kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl = version, pkind, pcap, pm, pp,
+      pg, pfs, pfn, 0, 0, sec, ns, 0, 0
     id = pol
-    capM = cap * M6
-    if kind == 1 then tok = capM else tok = 0 end
+    if kind == 1 then tu = cap else tu = 0 end
   else
     local len = #raw
-    if len == 75 then
-      ver, tok, c, lsec, lns, debt, off, id = sunpack('<I7i7I7i6I4I7I4c33', raw)
+    if len == 80 then
+      ver, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I7i6I3I7i6I4I5I3I4c35', raw)
+      -- format version 1: bit 30 of the nanoseconds field set, bit 31 clear
+      lns = lns - 1073741824
       -- (strings are interned: a pointer comparison)
       if id == pol then
-        kind, cap, m, p, g, fill = pkind, pcap, pm, pp, pg, pfill
+        kind, cap, m, p, g, fs, fn = pkind, pcap, pm, pp, pg, pfs, pfn
       else
         same = false
-        kind, cap, m, p, g, fill = sunpack('<BI4I7I7I7I7', id)
-        local ok = cap >= 1 and cap <= 2000000000 and m <= 9007199254740991 and
-          fill <= 9007199254740991
+        kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
+        local ok = cap >= 1 and cap <= 1000000000000 and m <= 9007199254740991 and
+          fs <= 100000000 and fn <= 999999999
         if kind == 1 then
           ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991
         else
-          ok = ok and kind == 2 and m >= 1 and ((p == 1 and fill == m) or
-            (p == 2 and fill == m * 1000000000))
+          ok = ok and kind == 2 and m >= 1 and ((p == 1 and fs * 1000000000 + fn == m) or
+            (p == 2 and fs == m and fn == 0))
         end
         if not ok then return corrupt(key, 'field out of range') end
       end
-      capM = cap * M6
-      local ok = ver <= 9007199254740991 and lns <= 999999999 and debt <= capM and
-        ((kind == 1 and tok >= -capM and tok <= capM and c < p) or
-          (kind == 2 and tok >= 0 and tok <= cap and c == 0))
+      local ok = ver <= 9007199254740991 and lns >= 0 and lns <= 999999999 and tl <= 999999 and
+        dl <= 999999 and (du < cap or (du == cap and dl == 0)) and
+        ((kind == 1 and tu >= -cap and (tu < cap or (tu == cap and tl == 0)) and c < p) or
+          (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0))
       if not ok then return corrupt(key, 'field out of range') end
       if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
     elseif type(raw) ~= 'string' then
       return corrupt(key, 'wrong type')
     else
-      return corrupt(key, len .. ' bytes, expected 75')
+      return corrupt(key, len .. ' bytes, expected 80')
     end
   end
   -- Brought to the call's time under its own parameters (every operation first does that:
   -- a conversion observes the old state at max(now, last), debt is paid from it).
   if sec > lsec or (sec == lsec and ns > lns) then
     if kind == 1 then
-      if tok < capM and m > 0 then
-        -- an elapsed time is formed only up to 9·10^6 s; past twice the time to fill the
-        -- bucket is full (also from the deepest debt)
-        local dsec, x = sec - lsec, 2 * fill + 1
-        if dsec <= 9000000 then x = dsec * 1000000000 + (ns - lns) end
-        if x > 2 * fill then
-          tok = capM; c = 0
-        else
-          @refill(x, tok, c, capM)
-        end
+      if tu < cap and m > 0 then
+        -- full past twice the time to fill (also from the deepest debt)
+        local f2s, f2n = 2 * fs, 2 * fn
+        if f2n >= 1000000000 then f2s = f2s + 1; f2n = f2n - 1000000000 end
+        @refill_span(sec - lsec, ns - lns, tu, tl, c, cap, f2s, f2n)
       end
     else
       local w, mode = m, p
       @window_start(local st, sec, ns)
       @in_window(local inw, st, sec, lsec, lns)
-      if not inw then tok = 0 end
+      if not inw then tu = 0 end
     end
     lsec, lns = sec, ns
   end
@@ -210,54 +203,71 @@ for i = 1, n do
       if same then
         ver = version
       else
-        local remaining = tok
-        if kind == 2 then remaining = (cap - tok) * M6 end
-        if remaining < 0 and pkind == 2 then debt = debt - remaining end
-        ver, kind, cap, m, p, g, fill, c, id = version, pkind, pcap, pm, pp, pg, pfill, 0, pol
-        capM = cap * M6
-        if kind == 1 then
-          if remaining > capM then tok = capM elseif remaining < -capM then tok = -capM else tok = remaining end
-        else
-          local u = idiv(remaining, M6)
-          if u > cap then u = cap elseif u < 0 then u = 0 end
-          tok = cap - u
+        -- what remains, ru + rl micro-units: the tokens, or the window's room
+        local ru, rl = tu, tl
+        if kind == 2 then ru = cap - tu end
+        if ru < 0 and pkind == 2 then
+          @lsub(du, dl, ru, rl)
         end
-        if debt > capM then debt = capM end
+        ver, kind, cap, m, p, g, fs, fn, c, id = version, pkind, pcap, pm, pp, pg, pfs, pfn, 0,
+          pol
+        if kind == 1 then
+          if ru >= cap then tu, tl = cap, 0 elseif ru < -cap then tu, tl = -cap, 0 else tu, tl = ru, rl end
+        else
+          -- (ru: floor(remaining / 10^6))
+          if ru > cap then ru = cap elseif ru < 0 then ru = 0 end
+          tu, tl = cap - ru, 0
+        end
+        if du > cap or (du == cap and dl > 0) then du, dl = cap, 0 end
       end
     end
-    if debt > 0 then
+    if du > 0 or dl > 0 then
       if kind == 1 then
-        local pay = tok
-        if pay < 0 then pay = 0 elseif pay > debt then pay = debt end
-        tok, debt = tok - pay, debt - pay
+        -- pays min(max(tokens, 0), debt)
+        if tu > 0 or (tu == 0 and tl > 0) then
+          if tu > du or (tu == du and tl >= dl) then
+            @lsub(tu, tl, du, dl)
+            du, dl = 0, 0
+          else
+            @lsub(du, dl, tu, tl)
+            tu, tl = 0, 0
+          end
+        end
       else
-        tok, debt = window_pay(tok, debt, cap)
+        @window_pay(tu, du, dl, cap)
       end
     end
+  end
+  -- `wide`: past the gateway's narrow range (GatewayTwin::params), the reach macro forms its time
+  -- from limbs
+  local wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
+  if decide then
     local reason, retry, rem = 1, 0, 0
     if units < 1 then
       reason = 3; retry = -1
     elseif units > cap then
       reason = 2; retry = -1
     elseif kind == 1 then
-      local need = units * M6
-      if need <= tok then tok = tok - need; ok = 1; reason = 0; took = need
-      else retry = reach(tok, c, need, m, p) end
-    elseif units <= cap - tok then
-      tok = tok + units; ok = 1; reason = 0; took = units
+      -- (tokens >= units·10^6 exactly when the whole units do: tl < 10^6)
+      if units <= tu then tu = tu - units; ok = 1; reason = 0; took = units
+      else
+        local ys, yn
+        @reach(ys, yn, tu, tl, c, units)
+        @dur(retry, ys, yn)
+      end
+    elseif units <= cap - tu then
+      tu = tu + units; ok = 1; reason = 0; took = units
     else
-      local w, mode, W = m, p, fill
-      @to_next(retry, lsec, lns)
+      local w, mode, ys, yn = m, p
+      @to_next(ys, yn, lsec, lns)
+      @dur(retry, ys, yn)
     end
     if kind == 1 then
       -- tokens / 10^6 toward zero
-      local a = tok
-      if a < 0 then a = -a end
-      @mod(local r, a, M6)
-      rem = (a - r) / M6
-      if tok < 0 then rem = -rem end
-    elseif tok < cap then
-      rem = cap - tok
+      rem = tu
+      if tu < 0 and tl > 0 then rem = tu + 1 end
+    elseif tu < cap then
+      rem = cap - tu
     end
     local k = 6 * i - 3
     res[3] = i
@@ -265,18 +275,19 @@ for i = 1, n do
     res[k + 6] = ver
     denied = ok == 0 and string.byte(head, 51 + i) ~= 49
   elseif op == 114 then
-    local give = units
-    if give > 3 * cap + 2 then give = 3 * cap + 2 end
-    give = give * M6
-    local to_debt = debt
-    if to_debt > give then to_debt = give end
-    debt, give = debt - to_debt, give - to_debt
-    local given = 0
+    local gu, gl = units, 0
+    if gu > 3 * cap + 2 then gu = 3 * cap + 2 end
+    -- first to the debt (bu + bl), then to the tokens or the count (nu + nl)
+    local bu, bl, nu, nl = du, dl, 0, 0
+    if du > gu or (du == gu and dl > 0) then bu, bl = gu, 0 end
+    @lsub(du, dl, bu, bl)
+    @lsub(gu, gl, bu, bl)
     if kind == 1 then
-      given = capM - tok
-      if given > give then given = give end
-      tok = tok + given
-      if tok == capM then c = 0 end
+      nu, nl = cap, 0
+      @lsub(nu, nl, tu, tl)
+      if nu > gu or (nu == gu and nl > gl) then nu, nl = gu, gl end
+      @ladd(tu, tl, nu, nl)
+      if tu == cap and tl == 0 then c = 0 end
     else
       -- only units spent in the current window come back
       local inw = has_spent ~= 1
@@ -286,54 +297,65 @@ for i = 1, n do
         @in_window(inw, st, lsec, ssec, sns)
       end
       if inw then
-        local back = idiv(give, M6)
-        if back > tok then back = tok end
-        tok = tok - back
-        given = back * M6
+        -- (gu: floor(give / 10^6))
+        nu = gu
+        if nu > tu then nu = tu end
+        tu = tu - nu
       end
     end
-    res[i + 2] = given + to_debt
+    @ladd(nu, nl, bu, bl)
+    @micros(res[i + 2], nu, nl)
   else
     local u = units
     if u > 2 * cap + 1 then u = 2 * cap + 1 end
-    u = u * M6
-    local value = 0
+    local vu, vl = 0, 0
     if kind == 1 then
-      local before = -tok
-      if before < 0 then before = 0 end
-      local after = tok - u
-      if after < -capM then after = -capM end
-      tok = after
-      if after >= capM then c = 0 end
+      -- owed before (bu + bl): max(-tokens, 0); after: max(tokens - u, -capacity)
+      local bu, bl = 0, 0
+      if tu < 0 then
+        @lsub(bu, bl, tu, tl)
+      end
+      tu = tu - u
+      if tu < -cap then tu, tl = -cap, 0 end
+      if tu >= cap then c = 0 end
       -- (after >= 0 only when nothing was owed before)
-      if after < 0 then value = -after - before end
+      if tu < 0 then
+        @lsub(vu, vl, tu, tl)
+        @lsub(vu, vl, bu, bl)
+      end
     else
-      local before = debt
-      tok, debt = window_pay(tok, before + u, cap)
-      if debt > capM then debt = capM end
-      if before < debt then value = debt - before end
+      local bu, bl = du, dl
+      du = du + u
+      @window_pay(tu, du, dl, cap)
+      if du > cap or (du == cap and dl > 0) then du, dl = cap, 0 end
+      if bu < du or (bu == du and bl < dl) then
+        vu, vl = du, dl
+        @lsub(vu, vl, bu, bl)
+      end
     end
-    res[i + 2] = value
+    @micros(res[i + 2], vu, vl)
   end
-  -- Time from the last time until the state equals a fresh one, ns (-1: never): reset_after
-  -- (again below for a level given back).
-  local reset = 0
+  -- Time from the last time until the state equals a fresh one, rs s + rn ns (rs -1:
+  -- never): reset_after (again below for a level given back).
+  local rs, rn = 0, 0
   if kind == 1 then
-    if tok < capM then reset = reach(tok, c, capM, m, p) end
-  elseif tok ~= 0 then
-    local w, mode, W = m, p, fill
-    @to_next(reset, lsec, lns)
+    @reach(rs, rn, tu, tl, c, cap)
+  elseif tu ~= 0 then
+    local w, mode = m, p
+    @to_next(rs, rn, lsec, lns)
   end
-  if decide then res[6 * i + 2] = reset end
+  if decide then
+    @dur(res[6 * i + 2], rs, rn)
+  end
   if decide and i < n and not denied then
     if i == 1 then
-      H = {ver, kind, cap, m, p, g, fill, tok, c, lsec, lns, debt, expiry, took, id}
+      H = {ver, kind, cap, m, p, g, wide, tu, tl, c, lsec, lns, du, dl, expiry, took, id, rs, rn}
     else
-      local b = 15 * (i - 1)
-      H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5], H[b + 6], H[b + 7], H[b + 8] =
-        ver, kind, cap, m, p, g, fill, tok
-      H[b + 9], H[b + 10], H[b + 11], H[b + 12], H[b + 13], H[b + 14], H[b + 15] =
-        c, lsec, lns, debt, expiry, took, id
+      local b = 19 * (i - 1)
+      H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9],
+        H[b + 10] = ver, kind, cap, m, p, g, wide, tu, tl, c
+      H[b + 11], H[b + 12], H[b + 13], H[b + 14], H[b + 15], H[b + 16], H[b + 17], H[b + 18],
+        H[b + 19] = lsec, lns, du, dl, expiry, took, id, rs, rn
     end
   else
     -- Writes this level, then ('d') the ones decided before it.
@@ -341,33 +363,31 @@ for i = 1, n do
     if decide then lo = 1 end
     for j = i, lo, -1 do
       if j < i then
-        local b = 15 * (j - 1)
-        ver, kind, cap, m, p, g, fill, tok = H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5],
-          H[b + 6], H[b + 7], H[b + 8]
-        c, lsec, lns, debt, expiry, took, id = H[b + 9], H[b + 10], H[b + 11], H[b + 12],
-          H[b + 13], H[b + 14], H[b + 15]
-        capM = cap * M6
-        reset = res[6 * j + 2]
+        local b = 19 * (j - 1)
+        ver, kind, cap, m, p, g, wide, tu, tl, c = H[b + 1], H[b + 2], H[b + 3], H[b + 4],
+          H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9], H[b + 10]
+        lsec, lns, du, dl, expiry, took, id, rs, rn = H[b + 11], H[b + 12], H[b + 13], H[b + 14],
+          H[b + 15], H[b + 16], H[b + 17], H[b + 18], H[b + 19]
         if denied and took > 0 then
           -- given back: the state as before the deduction
-          reset = 0
+          rs, rn = 0, 0
           if kind == 1 then
-            tok = tok + took
-            if tok < capM then reset = reach(tok, c, capM, m, p) end
+            tu = tu + took
+            @reach(rs, rn, tu, tl, c, cap)
           else
-            tok = tok - took
-            if tok ~= 0 then
-              local w, mode, W = m, p, fill
-              @to_next(reset, lsec, lns)
+            tu = tu - took
+            if tu ~= 0 then
+              local w, mode = m, p
+              @to_next(rs, rn, lsec, lns)
             end
           end
         end
       end
-      -- The TTL (see above): none with debt or when never fresh (reset -1); else `keep`
+      -- The TTL (see above): none with debt or when never fresh (rs -1); else `keep`
       -- the one set earlier, or set `px`. `o`: the expiry as stored.
       local px, keep, o = nil, false, 0
-      if debt <= 0 and reset >= 0 then
-        @ceil_ms(local ttl, (lsec - sec) * 1000000000 + (lns - ns) + reset)
+      if du == 0 and dl == 0 and rs >= 0 then
+        @ceil_ms2(local ttl, lsec - sec + rs, lns - ns + rn)
         ttl = ttl + margin
         if now_ms then
           local base = lsec * 1000 + (lns - lns % M6) / M6
@@ -385,9 +405,10 @@ for i = 1, n do
           px = ttl
         end
       end
-      local v = spack('<I7i7I7i6I4I7I4c33', ver, tok, c, lsec, lns, debt, o, id)
+      local v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o,
+        id)
       if keep then
-        -- (a 75-byte state, its expiry read from it) overwritten in place, TTL kept
+        -- (an 80-byte state, its expiry read from it) overwritten in place, TTL kept
         redis.call('SETRANGE', KEYS[j], '0', v)
       elseif px then
         redis.call('SET', KEYS[j], v, 'PX', px)

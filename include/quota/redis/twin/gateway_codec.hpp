@@ -7,7 +7,7 @@
 // are the gateway twin; tests/redis/redis_gateway_differential_test.cpp proves it equal
 // to the in-process key_state.hpp.
 //
-//   auto arg = quota::redis::GatewayTwin::params(policy);   // 33 packed bytes, or the bound
+//   auto arg = quota::redis::GatewayTwin::params(policy);   // 35 packed bytes, or the bound
 //   auto decided = quota::redis::GatewayTwin::parse_decide(*reply, levels);
 //
 // Errors are values: a policy outside the range is kInvalidArgument naming the bound; an
@@ -43,31 +43,34 @@
 namespace quota::redis {
 
 // The gateway twin's exact range (see twin/gateway.hpp), passed to each policy's own twin
-// range check (LuaTwin<TokenBucket>::params, LuaTwin<FixedWindow>::params): theirs
-// narrowed by the headroom for debt. A level holds at most a capacity of debt and tokens
-// down to −capacity, a refund gives back up to 3·capacity + 2 units, and a refill from the
-// deepest debt spans two times to fill; so capacity is at most 2·10^9 units (micro-units
-// with debt and refunds below 6·10^15 < 2^53) and every span (time to fill, window) at
-// most 4·10^15 ns (two of them below kMaxFillNs).
+// range check (LuaTwin<TokenBucket>::params, LuaTwin<FixedWindow>::params). Tokens and
+// debt are two limbs (units, micro-units) and times two limbs (s, ns), so a level holds
+// up to 10^12 units (a capacity of debt, tokens down to −capacity, a refund of up to
+// 3·capacity + 2 units) and a span (time to fill, window) up to 10^17 ns (~1157 days; a
+// refill from the deepest debt spans two). Within the narrow bounds (capacity <= 2·10^9
+// units, time to fill <= 4·10^15 ns) every value in micro-units and ns stays one number
+// below 2^53; past them a token bucket's reduced rate terms are at most kMaxWideTerm.
 inline constexpr TwinRange kGatewayRange{
-    .max_capacity = 2'000'000'000,
-    .max_span_ns = 4'000'000'000'000'000,
+    .max_capacity = kMaxWideCapacity,
+    .max_span_ns = kMaxWideSpanNs,
+    .narrow_capacity = 2'000'000'000,
+    .narrow_span_ns = 4'000'000'000'000'000,
     .store = "the Redis gateway store",
-    .keeps = "keeps micro-units with debt in Lua doubles, exact below 2^53"};
-static_assert((3 * kGatewayRange.max_capacity + 2) * kMicrosPerUnit < kLuaExact);
-static_assert(2 * kGatewayRange.max_span_ns <= kMaxFillNs);
+    .keeps = "keeps tokens and debt as two limbs (units, micro-units) in Lua doubles"};
+static_assert((3 * kGatewayRange.narrow_capacity + 2) * kMicrosPerUnit < kLuaExact);
+static_assert(2 * kGatewayRange.narrow_span_ns <= kMaxFillNs);
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
 // The length of a key's state (twin/gateway.hpp).
-inline constexpr std::size_t kGatewayStateBytes = 75;
+inline constexpr std::size_t kGatewayStateBytes = 80;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
 // and the replies decoded. Pure functions: thread-safe.
 struct GatewayTwin {
-  // A policy's one script argument (see twin/gateway.hpp): 33 bytes, little-endian
-  // '<BI4I7I7I7I7' (kind, burst|limit, m|w, p|mode, g|0, fill ns|W ns), or
+  // A policy's one script argument (see twin/gateway.hpp): 35 bytes, little-endian
+  // '<BI5I7I7I7I4I4' (kind, burst|limit, m|w, p|mode, g|0, fill|W as s and ns), or
   // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
   using PolicyArgs = std::string;
-  static constexpr std::size_t kPolicyArgBytes = 33;
+  static constexpr std::size_t kPolicyArgBytes = 35;
   static PolicyArgs pack_policy(int kind, std::int64_t capacity, std::int64_t m, std::int64_t p,
                                 std::int64_t g, std::int64_t fill) {
     PolicyArgs out;
@@ -77,8 +80,10 @@ struct GatewayTwin {
       for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
     };
     put(kind, 1);
-    put(capacity, 4);
-    for (std::int64_t v : {m, p, g, fill}) put(v, 7);
+    put(capacity, 5);
+    for (std::int64_t v : {m, p, g}) put(v, 7);
+    put(fill / kNanosPerSecond, 4);
+    put(fill % kNanosPerSecond, 4);
     return out;
   }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
@@ -116,7 +121,14 @@ struct GatewayTwin {
     gateway::CheckVector<Decision> parts;
   };
 
+  // Element i as an integer: an integer reply, or a decimal string (how the script
+  // answers a value past 2^53, which a Lua double cannot hold exactly).
   static absl::StatusOr<std::int64_t> integer_at(const redisReply& r, std::size_t i) {
+    std::int64_t v = 0;
+    if (i < r.elements && r.element[i] != nullptr && r.element[i]->type == REDIS_REPLY_STRING &&
+        absl::SimpleAtoi(absl::string_view(r.element[i]->str, r.element[i]->len), &v)) {
+      return v;
+    }
     if (i >= r.elements || r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
       return absl::UnavailableError(absl::StrFormat(
           "malformed reply from the gateway script: element %d is not an integer", i));

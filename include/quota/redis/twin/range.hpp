@@ -1,14 +1,16 @@
 // quota/redis/twin/range.hpp — the range in which each Lua twin decides exactly.
 //
 // Lua 5.1 numbers are doubles, exact for integers below 2^53, so every twin accepts a
-// policy only where no value it forms can reach 2^53. Each policy's range is defined once
-// (its LuaTwin<P>::params, on the bounds here) and used by every store: RedisStore with
-// kRedisStoreRange, GatewayStore with its narrower kGatewayRange (headroom for debt,
-// twin/gateway_codec.hpp). A policy outside it is kInvalidArgument naming the bound.
-// Pure functions: thread-safe.
+// policy only where no value it forms can reach 2^53; the token bucket's and the
+// gateway's micro-units and every twin's times are two limbs, so their capacities and
+// spans reach past 2^53 micro-units and ns (kMaxWideCapacity, kMaxWideSpanNs). Each
+// policy's range is defined once (its LuaTwin<P>::params, on the bounds here) and used by
+// every store: RedisStore with kRedisStoreRange, GatewayStore with kGatewayRange (its
+// narrow bounds leave headroom for debt, twin/gateway_codec.hpp). A policy outside it is
+// kInvalidArgument naming the bound. Pure functions: thread-safe.
 //
 //   auto p = quota::redis::LuaTwin<quota::TokenBucket>::params(tb);   // or the bound
-//   auto g = quota::redis::window_grid(1s, quota::redis::kMaxFillNs, "(~104 days)");
+//   auto g = quota::redis::window_grid(1s, quota::redis::kMaxWideSpanNs, "(~1157 days)");
 #pragma once
 
 #include <algorithm>
@@ -25,29 +27,48 @@ namespace quota::redis {
 
 // 2^53: Lua numbers (doubles) hold every integer below it exactly.
 inline constexpr std::int64_t kLuaExact = std::int64_t{1} << 53;
-// The longest time to fill a bucket the Lua twin handles: 9·10^6 s (~104 days).
+// The longest time to fill a bucket, or window, the narrow arithmetic handles (an elapsed
+// time as one number): 9·10^6 s (~104 days).
 inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
+// RedisStore's bounds with two-limb tokens and times: a capacity of 10^12 units (a tenant
+// at 1,000,000 tokens per minute spends 4.32·10^10 in 30 days) and a span of 10^17 ns
+// (~1157 days).
+inline constexpr std::int64_t kMaxWideCapacity = 1'000'000'000'000;
+inline constexpr std::int64_t kMaxWideSpanNs = 100'000'000'000'000'000;
+// Past the narrow bounds a token bucket's reduced rate terms m and p are at most 9·10^9,
+// so that m·(10^6 + 1) and p·(10^6 + 1) + 10^9 stay below 2^53 (twin/skeleton.hpp's
+// @refill and @reach form them).
+inline constexpr std::int64_t kMaxWideTerm = 9'000'000'000;
+static_assert(kMaxWideTerm * (1'000'000 + 1) + 1'000'000'000 < kLuaExact);
 
 // The range a twin decides exactly in, beyond its policy's own checks: the largest
 // capacity (burst or limit, units), the longest span (a token bucket's time to fill, a
-// window), and, for errors, the store it is and what its capacity bound keeps exact.
-// kRedisStoreRange is RedisStore's; GatewayStore's is narrower (kGatewayRange,
-// twin/gateway_codec.hpp: headroom for debt).
+// window), the narrow bounds within which a token bucket's values stay single numbers
+// below 2^53 (past them it is `wide`: LuaTwin<TokenBucket>::params), and, for errors, the
+// store it is and what its capacity bound keeps exact. kRedisStoreRange is RedisStore's;
+// GatewayStore's is kGatewayRange (twin/gateway_codec.hpp: narrower narrow bounds, for
+// debt).
 struct TwinRange {
   std::int64_t max_capacity;
   std::int64_t max_span_ns;
+  std::int64_t narrow_capacity;
+  std::int64_t narrow_span_ns;
   std::string_view store;
   std::string_view keeps;
 };
 inline constexpr TwinRange kRedisStoreRange{
-    .max_capacity = (kLuaExact - 1) / kMicrosPerUnit,
-    .max_span_ns = kMaxFillNs,
+    .max_capacity = kMaxWideCapacity,
+    .max_span_ns = kMaxWideSpanNs,
+    .narrow_capacity = (kLuaExact - 1) / kMicrosPerUnit,
+    .narrow_span_ns = kMaxFillNs,
     .store = "the Redis store",
-    .keeps = "keeps micro-units in Lua doubles, exact below 2^53"};
+    .keeps = "keeps tokens as two limbs (units, micro-units) in Lua doubles"};
 // RedisStore's range for a fixed window: it counts whole units (a count up to limit + a
-// cost of limit + 1 stays below 2^53).
+// cost of limit + 1 stays below 2^53); durations are two limbs (seconds, nanoseconds).
 inline constexpr TwinRange kRedisWindowRange{.max_capacity = kLuaExact - 2,
-                                             .max_span_ns = kMaxFillNs,
+                                             .max_span_ns = kMaxWideSpanNs,
+                                             .narrow_capacity = kLuaExact - 2,
+                                             .narrow_span_ns = kMaxWideSpanNs,
                                              .store = "the Redis store",
                                              .keeps = "counts in Lua doubles, exact below 2^53"};
 

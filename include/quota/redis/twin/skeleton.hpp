@@ -145,19 +145,79 @@ inline constexpr LuaMacro kLuaMacros[] = {
     {"offset",
      "if mode == 1 then\n  @mod(local er, $3, w)\n  $1 = er\nelse\n  @mod(local er, $2, w)\n  "
      "$1 = er * 1000000000 + $3\nend"},
-    // $1 = the time from ($2, $3) to the next window start, ns (local W: the window, ns;
-    // local el).
-    {"to_next", "local el\n@offset(el, $2, $3)\n$1 = W - el"},
-    // Token bucket refill: $2 micro-units carrying $3 (over p) brought on by $1 ns at
-    // m/p micro-units per ns, capped at $4 (the carry then 0): floor((m·x + c)/p) split
-    // as x = q·p + r: m·q + floor((m·r + c)/p), so that no product reaches 2^53 (each
-    // twin keeps x below its time to fill, or twice that from debt). Locals rx, rr, ry,
-    // rc, rw. $1 and $4 must be names.
+    // The time from ($3, $4) to the next window start as two limbs, $1 s + $2 ns ($2 in
+    // [0, 10^9]; exact for windows past 2^53 ns); local el. $1, $2 must be names.
+    {"to_next",
+     "if mode == 1 then\n  @mod(local el, $4, w)\n  $1, $2 = 0, w - el\nelse\n  @mod(local el, $3, "
+     "w)\n  if $4 == 0 then $1, $2 = w - el, 0 else $1, $2 = w - el - 1, 1000000000 - $4 end\nend"},
+    // Token bucket refill by $1 ns ($1 < 2^53): tokens $2 units + $3 micro-units ($3 in
+    // [0, 10^6): two limbs, so that a capacity beyond 2^53 micro-units stays exact)
+    // carrying $4 (over p), at m/p micro-units per ns, capped at $5 units (then $3 and $4
+    // are 0). The micro-units added, floor((m·x + c)/p), are m·q + floor((m·r + c)/p) for
+    // x = q·p + r; m·q is formed whole while the sum stays below 2^53, else as
+    // m·(q − ql) + m·ql with ql = q mod 10^6 (the wide range keeps m·(10^6 + 1) < 2^53).
+    // Locals rq, rr, ry, rc, rt, rw, rh, rl, ql. $2..$5 must be names.
     {"refill",
-     "local rw, rc\nif p == 1 then\n  rw, rc = m * $1, 0\nelse\n  @mod(local rr, $1, p)\n  local "
-     "ry "
-     "= m * rr + $3\n  @mod(rc, ry, p)\n  rw = m * (($1 - rr) / p) + (ry - rc) / p\nend\nif rw >= "
-     "$4 - $2 then $2 = $4; $3 = 0 else $2 = $2 + rw; $3 = rc end"},
+     "local rq, rc, rt = $1, 0, 0\nif p ~= 1 then\n  @mod(local rr, $1, p)\n  rq = ($1 - rr) / "
+     "p\n  local ry = m * rr + $4\n  @mod(rc, ry, p)\n  rt = (ry - rc) / p\nend\nlocal rw, rh, "
+     "rl = m * rq, 0, 0\nif rw < 9007199254740992 - rt then\n  rw = rw + rt\n  @mod(rl, rw, "
+     "1000000)\n  rh = (rw - rl) / 1000000\nelse\n  @mod(local ql, rq, 1000000)\n  rw = m * ql + "
+     "rt\n  @mod(rl, rw, 1000000)\n  rh = m * ((rq - ql) / 1000000) + (rw - rl) / 1000000\nend\n"
+     "rl = $3 + rl\nif rl >= 1000000 then rl = rl - 1000000; rh = rh + 1 end\nif $2 + rh >= $5 "
+     "then $2 = $5; $3 = 0; $4 = 0 else $2 = $2 + rh; $3 = rl; $4 = rc end"},
+    // Token bucket refill over an elapsed time of two limbs ($1 s + $2 ns, $2 in (−10^9,
+    // 10^9), the sum above 0): tokens $3 units + $4 micro-units carrying $5, capped at $6
+    // units; full at once when the time reaches $7 s + $8 ns (a time from which any state
+    // fills: the time to fill, or twice it from the deepest debt). Else @refill in steps of
+    // at most 9·10^15 ns (each below 2^53; refilling in steps gives exactly what one step
+    // gives). Locals re, rs, rx and @refill's. $3..$6 must be names.
+    {"refill_span",
+     "local re = $1 - $7\nif re > 1 or (re > -2 and re * 1000000000 + $2 >= $8) then\n  $3 = $6; "
+     "$4 = 0; $5 = 0\nelse\n  local rs = $1\n  while rs > 9000000 do\n    "
+     "@refill(9000000000000000, $3, $4, $5, $6)\n    rs = rs - 9000000\n  end\n  local rx = rs * "
+     "1000000000 + $2\n  @refill(rx, $3, $4, $5, $6)\nend"},
+    // The time for tokens $3 units + $4 micro-units carrying $5 (over p) to reach $6
+    // units, at m/p micro-units per ns, as two limbs: $1 s + $2 ns; 0 when already there,
+    // $1 = -1 (never) at rate 0. ceil((D·p − c)/m) for D = $6·10^6 − tokens: kLuaReach
+    // while `wide` is false (D and the result below 2^53: $1 = 0, $2 the whole time, not
+    // split, as every consumer takes it); else ($2 in [0, 10^9)) D = a·m
+    // + b formed from its limbs (D_units = a1·m + b1, b1·10^6 − $4 = a2·m + b) and the time
+    // a1·p·10^6 + a2·p + ceil((b·p − c)/m) summed in limbs (the wide range keeps m and p
+    // at most 9·10^9). Locals ka, kb, kv, kc, kz, kx, km, kt. $1, $2 must be names.
+    {"reach",
+     "$1, $2 = 0, 0\nif $3 < $6 then\n  if m == 0 then\n    $1 = -1\n  elseif not wide then\n    "
+     "$2 = reach($3 * 1000000 + $4, $5, $6 * 1000000, m, p)\n  else\n    local kv = $6 - $3\n    "
+     "@mod(local kb, kv, m)\n "
+     "   local ka = (kv - kb) / m\n    kv = kb * 1000000 - $4\n    @mod(kb, kv, m)\n    local kc = "
+     "(kv - kb) / m\n    kv = kb * p - $5\n    @mod(local kz, kv, m)\n    if kz > 0 then kz = (kv "
+     "- kz) / m + 1 else kz = kv / m end\n    local kx = ka * p\n    @mod(local km, kx, 1000)\n  "
+     "  local kt = km * 1000000 + kc * p + kz\n    @mod($2, kt, 1000000000)\n    $1 = (kx - km) / "
+     "1000 + (kt - $2) / 1000000000\n  end\nend"},
+    // $1 = a duration of two limbs ($2 s + $3 ns: $3 in [0, 10^9), or $2 = 0 and $3 below
+    // 2^53; $2 = -1: never) as a reply value: a number below 2^53 ns (-1 for never), else
+    // its decimal string (exact past 2^53).
+    {"dur",
+     "if $2 < 0 then $1 = -1 elseif $2 < 9000000 then $1 = $2 * 1000000000 + $3 else $1 = $2 .. "
+     "string.format('%09d', $3) end"},
+    // $1 = micro-units of two limbs ($2 units + $3 micro-units, >= 0) as a reply value: a
+    // number below 2^53, else its decimal string.
+    {"micros",
+     "if $2 < 9007199254 then $1 = $2 * 1000000 + $3 else $1 = $2 .. string.format('%06d', $3) "
+     "end"},
+    // Two-limb micro-units ($1 units + $2 micro-units in [0, 10^6)): $1, $2 minus, or
+    // plus, $3 units + $4 micro-units. $1, $2 must be names.
+    {"lsub", "$1 = $1 - $3; $2 = $2 - $4\nif $2 < 0 then $2 = $2 + 1000000; $1 = $1 - 1 end"},
+    {"ladd",
+     "$1 = $1 + $3; $2 = $2 + $4\nif $2 >= 1000000 then $2 = $2 - 1000000; $1 = $1 + 1 end"},
+    // A window's count $1 (of capacity $4) pays its debt ($2 units + $3 micro-units) in
+    // whole units, as far as the window has room (key_state.hpp's pay_debt); local wp, wo.
+    {"window_pay",
+     "local wp, wo = $4 - $1, $2\nif $3 > 0 then wo = $2 + 1 end\nif wo < wp then wp = wo end\n$2 "
+     "= "
+     "$2 - wp\nif $2 < 0 then $2 = 0; $3 = 0 end\n$1 = $1 + wp"},
+    // $1 = ceil(($2 s + $3 ns) / 10^6): a duration of two limbs in whole milliseconds
+    // ($3 of any sign and size below 2^53; local dm).
+    {"ceil_ms2", "@ceil_ms(local dm, $3)\n$1 = ($2) * 1000 + dm"},
 };
 
 inline void lua_fail(std::string_view what) {

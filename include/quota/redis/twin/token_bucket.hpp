@@ -49,26 +49,32 @@ namespace quota::redis {
 // The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
 //
 // Exactness. Lua 5.1 numbers are doubles, exact for integers below 2^53; nothing formed
-// here reaches 2^53:
+// here reaches 2^53, for bursts up to 10^12 units (10^18 micro-units) and times to fill
+// up to 10^17 ns (~1157 days):
 //   - the rate M/P micro-units per ns is sent reduced by g = gcd(M, P) as m/p, so the
 //     carried remainder c lives over p (stored multiplied back by g: exactly the C++
 //     state's carry over rate.per);
-//   - time is two limbs (seconds, nanoseconds); an elapsed time is formed only when it is
-//     below the time to fill, `fill`, else the bucket is simply full (what the C++ refill
-//     computes for such a gap);
-//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p);
-//   - the time to reach D micro-units ceil((D·p − c)/m) is split as D = a·m + b:
-//     a·p + ceil((b·p − c)/m) (kLuaReach);
+//   - tokens are two limbs (whole units tu, micro-units tl in [0, 10^6)): a cost is
+//     compared with and deducted from tu alone;
+//   - time is two limbs (seconds, nanoseconds); an elapsed time at or past the time to
+//     fill (fs s + fn ns) fills the bucket (what the C++ refill computes for such a gap),
+//     a shorter one refills in steps below 2^53 ns (@refill_span, twin/skeleton.hpp);
+//   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p),
+//     and m·q in limbs when it reaches 2^53 (@refill);
+//   - the time to reach ceil((D·p − c)/m) is kLuaReach's split while D and the time stay
+//     below 2^53, else formed from D's limbs (@reach), and answered as two limbs;
 //   - a floor division is corrected by one step (a floating quotient is off by at most 1).
-// params() enforces burst·10^6 < 2^53, (m+2)(p+1) <= 2^53, fill <= 9·10^15 ns (~104
-// days) and rate.per < 2^53 ns.
+// params() enforces burst <= 10^12, (m+2)(p+1) <= 2^53, fill <= 10^17 ns, rate.per below
+// 2^53 ns, and, for a policy past the narrow range (burst·10^6 >= 2^53 or fill > 9·10^15
+// ns: `wide`), m and p at most 9·10^9.
 //
-// State: 28 bytes per bucket, '<I7I7i6I4I4': tokens (micro-units, < 2^53), carry over
-// rate.per (< 2^53), last time seconds, last time nanoseconds, the key's expiry as last
-// set (ms after the last time, 0 = unknown). 28 bytes keep the value in jemalloc's
-// 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes). Format version
-// (twin/common.hpp): bits 30-31 of the nanoseconds (< 10^9 < 2^30), version 0 = both
-// zero; the check `lns > 999999999` rejects any other.
+// State: 28 bytes per bucket, '<I5I3I7i5I4I4': tokens' whole units and micro-units, carry
+// over rate.per (< 2^53), last time seconds, last time nanoseconds + 2^30, the key's
+// expiry as last set (ms after the last time, 0 = unknown). 28 bytes keep the value in
+// jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1 bytes). Format
+// version (twin/common.hpp): bits 30-31 of the nanoseconds field (< 10^9 < 2^30), version
+// 1 = bit 30 set; the check `lns < 0 or lns > 999999999` after subtracting 2^30 rejects
+// any other.
 //
 // TTL, set in the same script: time to full (rounded up to ms) plus the margin for a new
 // key; none at rate 0 (a one-off budget must not come back). A later write keeps the
@@ -104,22 +110,26 @@ local den, nd = nil, 0
 local now_ms
 if server then now_ms = sec * 1000 + (ns - ns % 1000000) / 1000000 end
 local MAXOFF = 4294967295
-local burst, m, p, g, fill, cap, fillms
+local burst, m, p, g, fs, fn, wide, fillms
 --@@ params
-burst, m, p, g, fill = sunpack('<i8i8i8i8i8', set)
-cap = burst * 1000000
--- ceil(fill / 10^6) ms + margin + 10: a TTL that covers it covers any time to full
--- (reset <= fill), so the expiry set last can be kept without computing reset.
-@ceil_ms(local f, fill)
+local w1
+burst, m, p, g, fs, fn, w1 = sunpack('<i8i8i8i8i8i8i8', set)
+wide = w1 == 1
+-- the time to fill in ms, rounded up, + margin + 10: a TTL that covers it covers any time
+-- to full (reset <= fill), so the expiry set last can be kept without computing reset.
+@ceil_ms2(local f, fs, fn)
 fillms = f + margin + 10
 --@@ state
-local tokens, c, lsec, lns
+-- tokens: tu units + tl micro-units (tl in [0, 10^6))
+local tu, tl, c, lsec, lns
 -- the key's expiry (server ms) as last set, or 0 if unknown
 local expiry = 0
 --@@ read
-local carry, off
-tokens, carry, lsec, lns, off = sunpack('<I7I7i6I4I4', raw)
-if tokens > 9007199254740991 or carry > 9007199254740991 or lns > 999999999 then
+local carry, off, t
+tu, tl, carry, lsec, t, off = sunpack('<I5I3I7i5I4I4', raw)
+-- format version 1: bit 30 of the nanoseconds field set, bit 31 clear
+lns = t - 1073741824
+if tl > 999999 or carry > 9007199254740991 or lns < 0 or lns > 999999999 then
   @out_of_range()
 end
 if off > 0 then expiry = lsec * 1000 + (lns - lns % 1000000) / 1000000 + off end
@@ -129,47 +139,35 @@ if g > 1 then
   @mod(local r, carry, g)
   c = (carry - r) / g
 end
-if tokens >= cap then tokens = cap; c = 0 end
+if tu >= burst then tu = burst; tl = 0; c = 0 end
 if c >= p then c = 0 end
 --@@ fresh
-tokens, c, lsec, lns = cap, 0, sec, ns
+tu, tl, c, lsec, lns = burst, 0, 0, sec, ns
 --@@ step
 if sec > lsec or (sec == lsec and ns > lns) then
-  if tokens < cap and m > 0 then
-    -- an elapsed time is formed only below the time to fill
-    local dsec = sec - lsec
-    local full = dsec > 9000000
-    local dt = 0
-    if not full then
-      dt = dsec * 1000000000 + (ns - lns)
-      full = dt >= fill
-    end
-    if full then
-      tokens = cap; c = 0
-    else
-      @refill(dt, tokens, c, cap)
-    end
+  if tu < burst and m > 0 then
+    -- full once the elapsed time reaches the time to fill
+    @refill_span(sec - lsec, ns - lns, tu, tl, c, burst, fs, fn)
   end
   lsec, lns = sec, ns
 end
-local need = cost * 1000000
-@decide(burst, need <= tokens)
+-- (tokens >= cost·10^6 exactly when the whole units do: tl < 10^6)
+@decide(burst, cost <= tu)
 --@@ write
-if ok == 1 and deduct then tokens = tokens - need end
+if ok == 1 and deduct then tu = tu - cost end
 -- The TTL: none at rate 0 (a one-off budget must not come back); else the one set
 -- earlier while it still covers time to full plus the margin (10 ms to spare for the
 -- server's clock read at the write: a cheaper write, SETRANGE) — looked at first against
 -- the longest time to full (fillms), then, if that fails, this bucket's; else (px) time
 -- to full + margin for a new key, one margin more for one whose TTL ran short, so that
 -- the following writes can keep it. `off`: the expiry as stored in the state.
-local off, px, reset = 0, nil, nil
+local off, px, rs, rn = 0, nil, nil, 0
 if m > 0 then
   local base = lsec * 1000 + (lns - lns % 1000000) / 1000000
   if now_ms and expiry >= now_ms + fillms then off = expiry - base end
   if off < 1 or off > MAXOFF then
-    reset = 0
-    if tokens < cap then reset = reach(tokens, c, cap, m, p) end
-    @ceil_ms(local ttl, reset)
+    @reach(rs, rn, tu, tl, c, burst)
+    @ceil_ms2(local ttl, rs, rn)
     ttl = ttl + margin
     off = 0
     if now_ms and expiry >= now_ms + ttl + 10 then off = expiry - base end
@@ -182,7 +180,7 @@ if m > 0 then
     end
   end
 end
-local v = pack('<I7I7i6I4I4', tokens, c * g, lsec, lns, off)
+local v = pack('<I5I3I7i5I4I4', tu, tl, c * g, lsec, lns + 1073741824, off)
 if m == 0 then
   rcall('SET', key, v)
 elseif px then
@@ -203,15 +201,18 @@ if compact then
     den[nd] = 4 * i + reason
   end
 else
-  if reason == 1 then retry = reach(tokens, c, need, m, p) end
-  if not reset then
-    reset = 0
-    if tokens < cap then reset = reach(tokens, c, cap, m, p) end
+  if reason == 1 then
+    local ys, yn
+    @reach(ys, yn, tu, tl, c, cost)
+    @dur(retry, ys, yn)
   end
-  @mod(local r, tokens, 1000000)
+  if not rs then
+    @reach(rs, rn, tu, tl, c, burst)
+  end
   local k = 5 * i - 1
-  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = (tokens - r) / 1000000
-  out[k + 4] = retry; out[k + 5] = reset
+  out[k + 1] = ok; out[k + 2] = reason; out[k + 3] = tu
+  out[k + 4] = retry
+  @dur(out[k + 5], rs, rn)
 end
 --@@ epilogue
 for j = 1, nd do out[4 + n + j] = den[j] end
@@ -222,18 +223,20 @@ inline const std::string kTokenBucketLua = detail::loop_script(kLuaReach, kToken
 template <>
 struct LuaTwin<TokenBucket> : TwinScript<kTokenBucketLua> {
   // The script's per-bucket parameters (kTokenBucketLuaBody: m/p the rate reduced by g,
-  // fill the time to fill in ns, -1 at rate 0).
+  // the time to fill in ns, -1 at rate 0; wide: past the narrow range).
   struct Params {
     std::int64_t micros = 0;    // m: the rate is m micro-units every p ns, reduced by g
     std::int64_t per_ns = 1;    // p
     std::int64_t gcd = 1;       // g = gcd(rate.units·10^6, rate.per)
     std::int64_t fill_ns = -1;  // the time to fill the burst; -1 at rate 0
+    bool wide = false;          // burst·10^6 or the time to fill past the narrow range
   };
 
   // The parameters of `tb`, or kInvalidArgument naming the bound when the twin cannot
   // decide it exactly within `range` (the store's: RedisStore's by default; GatewayStore
-  // passes its narrower kGatewayRange): burst at most range.max_capacity, rate.per below
-  // 2^53 ns, (m+2)(p+1) <= 2^53, time to fill at most range.max_span_ns.
+  // passes kGatewayRange): burst at most range.max_capacity, rate.per below 2^53 ns,
+  // (m+2)(p+1) <= 2^53, time to fill at most range.max_span_ns; and, when the burst or the
+  // time to fill is past range's narrow bounds (wide), m and p at most kMaxWideTerm.
   static absl::StatusOr<Params> params(const TokenBucket& tb,
                                        const TwinRange& range = kRedisStoreRange) {
     if (auto s = tb.validate(); !s.ok()) return s;
@@ -263,7 +266,21 @@ struct LuaTwin<TokenBucket> : TwinScript<kTokenBucketLua> {
           tb.burst, to_string(tb.rate), static_cast<std::int64_t>(fill), range.store,
           range.max_span_ns, span_days(range.max_span_ns)));
     }
-    return Params{.micros = m, .per_ns = p, .gcd = g, .fill_ns = static_cast<std::int64_t>(fill)};
+    const bool wide = tb.burst > range.narrow_capacity || fill > range.narrow_span_ns;
+    if (wide && (m > kMaxWideTerm || p > kMaxWideTerm)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rate=%s: with burst=%d (above %d units) or a time to fill of %d ns (above %d ns), "
+          "%s needs rate.units*10^6/g and rate.per/g at most %d, g = gcd(rate.units*10^6, "
+          "rate.per) = %d; got %d/g and %d/g — use a rate.per that shares more factors with "
+          "rate.units*10^6 (e.g. whole ms)",
+          to_string(tb.rate), tb.burst, range.narrow_capacity, static_cast<std::int64_t>(fill),
+          range.narrow_span_ns, range.store, kMaxWideTerm, g, big_m, big_p));
+    }
+    return Params{.micros = m,
+                  .per_ns = p,
+                  .gcd = g,
+                  .fill_ns = static_cast<std::int64_t>(fill),
+                  .wide = wide};
   }
 
   // The cost as sent: costs outside [1, burst] decide the same whatever their size;
@@ -272,16 +289,21 @@ struct LuaTwin<TokenBucket> : TwinScript<kTokenBucketLua> {
     return std::clamp<std::int64_t>(cost, 0, tb.burst + 1);
   }
 
-  // The parameter set as one argument, '<i8i8i8i8i8': burst, m, p, g, fill.
+  // The parameter set as one argument, '<i8i8i8i8i8i8i8': burst, m, p, g, the time to
+  // fill as seconds and nanoseconds (-1 s at rate 0), wide (1/0).
   static std::string pack_params(const TokenBucket& tb, const Params& pr) {
     std::string out;
-    for (std::int64_t v : {tb.burst, pr.micros, pr.per_ns, pr.gcd, pr.fill_ns})
+    const std::int64_t fs = pr.fill_ns < 0 ? -1 : pr.fill_ns / 1'000'000'000;
+    const std::int64_t fn = pr.fill_ns < 0 ? 0 : pr.fill_ns % 1'000'000'000;
+    for (std::int64_t v :
+         {tb.burst, pr.micros, pr.per_ns, pr.gcd, fs, fn, std::int64_t{pr.wide ? 1 : 0}})
       detail::pack_le(out, v, 8);
     return out;
   }
 
   // The compact reply (kTokenBucketLuaBody): each bucket's state as the script wrote it
-  // (kStateBytes bytes: tokens and carry as 7-byte little-endian integers first), and the
+  // (kStateBytes bytes: tokens' whole units (5 bytes) and micro-units (3), the carry (7),
+  // little-endian, first), and the
   // reason of each denial. `decision` derives the rest as TokenBucket::apply does:
   // remaining = tokens / 10^6, retry_after (reason kOverLimit: the time to reach the cost;
   // kCostExceedsBurst, kInvalidCost: kNever; allowed: 0) and reset_after (the time to
@@ -296,14 +318,20 @@ struct LuaTwin<TokenBucket> : TwinScript<kTokenBucketLua> {
       return absl::UnavailableError(absl::StrFormat(
           "malformed reply from the quota script: a state of %d bytes", state.size()));
     }
-    auto field = [&](std::size_t at) {
+    auto field = [&](std::size_t at, std::size_t bytes) {
       std::int64_t v = 0;
-      for (std::size_t i = 7; i-- > 0;) {
+      for (std::size_t i = bytes; i-- > 0;) {
         v = (v << 8) | static_cast<unsigned char>(state[at + i]);
       }
       return v;
     };
-    const std::int64_t tokens = field(0), carry = field(7);
+    const std::int64_t units = field(0, 5), micros = field(5, 3), carry = field(8, 7);
+    if (units > kMaxUnits || micros >= kMicrosPerUnit) {
+      return absl::UnavailableError(
+          absl::StrFormat("malformed reply from the quota script: tokens %d units + %d micro-units",
+                          units, micros));
+    }
+    const std::int64_t tokens = units * kMicrosPerUnit + micros;
     const MicroUnits cap = to_micro(tb.burst);
     const std::int64_t per = tb.rate.per.count();
     if (tokens > cap || carry >= per) {
