@@ -36,6 +36,10 @@
 //     tenant's contract had room. (Admissions at the same instant are charged first, so
 //     this never overcounts.)
 //
+// --scenario noisy-neighbour runs another scenario instead (noisy.hpp, noisy_report.hpp):
+// one tenant's 200,000-token requests and 1,000 small tenants against a global 4,000,000
+// tokens per minute, first come first served and with fair share (quota/fair/).
+//
 // Exit status: 0 when every strategy that promises an envelope keeps it for every tenant
 // (shared, redis: r·T + B; leases: r·T + B + G·q_max); 1 when one breaks it; 2 for a bad command
 // line; 3 when the run failed (e.g. Redis unreachable).
