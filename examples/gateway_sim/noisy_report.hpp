@@ -4,7 +4,9 @@
 // Verdict lines, one per strategy and check:
 //   <strategy>  global budget within r*T + B | OVER r*T + B: worst interval ...
 //   <strategy>  small tenants at or above their fair share in every 10 s window: N of M
-//   <strategy>  noisy tenant admitted X tokens = P% of its asks
+//   <strategy>  noisy tenant admitted X tokens (N of 20 requests)
+//   fair-share  held the noisy tenant to X tokens, fewer | as many | more than fcfs (Y)
+//   fair-share  small tenants at their fair share in every window: N, more | ... than fcfs
 // Exit status (run_noisy_scenario): 0 when the global envelope holds for both strategies,
 // 1 when it is broken, 3 when a call failed or the chart could not be written.
 #pragma once
@@ -115,6 +117,21 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
                 static_cast<long long>(a.refused_over_share),
                 static_cast<long long>(a.refused_paused));
   }
+  // Fair share against first come first served, on the same stream.
+  const NoisyAnalysis& f = rows[0].second;
+  const NoisyAnalysis& s = rows[1].second;
+  std::printf("%-11s held the noisy tenant to %s tokens, %s than fcfs (%s)\n", "fair-share",
+              with_commas(s.noisy_admitted).c_str(),
+              s.noisy_admitted < f.noisy_admitted    ? "fewer"
+              : s.noisy_admitted == f.noisy_admitted ? "as many"
+                                                     : "more",
+              with_commas(f.noisy_admitted).c_str());
+  std::printf("%-11s small tenants at their fair share in every window: %d, %s than fcfs (%d)\n",
+              "fair-share", s.small_fair_every_window,
+              s.small_fair_every_window > f.small_fair_every_window    ? "more"
+              : s.small_fair_every_window == f.small_fair_every_window ? "as many"
+                                                                       : "fewer",
+              f.small_fair_every_window);
   std::printf(
       "\nfalse denials: a small tenant denied while the global contract, charged with the small "
       "tenants' admissions only, had room for it.\n");
