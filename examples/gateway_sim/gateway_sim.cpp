@@ -36,6 +36,10 @@
 //     tenant's contract had room. (Admissions at the same instant are charged first, so
 //     this never overcounts.)
 //
+// --scenario noisy-neighbour runs another scenario instead (noisy.hpp, noisy_report.hpp):
+// one tenant's 200,000-token requests and 1,000 small tenants against a global 4,000,000
+// tokens per minute, first come first served and with fair share (quota/fair/).
+//
 // Exit status: 0 when every strategy that promises an envelope keeps it for every tenant
 // (shared, redis: r·T + B; leases: r·T + B + G·q_max); 1 when one breaks it; 2 for a bad command
 // line; 3 when the run failed (e.g. Redis unreachable).
@@ -58,6 +62,7 @@
 #include "absl/strings/str_split.h"
 #include "analysis.hpp"
 #include "common/cli.hpp"
+#include "noisy_report.hpp"
 #include "options.hpp"
 #include "report.hpp"
 #include "run.hpp"
@@ -89,6 +94,7 @@ ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis server, or 'local'");
 ABSL_FLAG(std::int64_t, verify_burst, -1, "check the hot tenant against this burst");
 ABSL_FLAG(std::string, svg, "", "where to write the chart");
 ABSL_FLAG(bool, no_progress, false, "no progress line on stderr");
+ABSL_FLAG(std::string, scenario, "gateways", "gateways or noisy-neighbour");
 
 namespace {
 
@@ -134,6 +140,12 @@ Flags (--flag VALUE or --flag=VALUE):
   --svg PATH         where to write the chart (default: gateway_sim.svg in the
                      directory of this executable, i.e. the build tree)
   --no-progress      no progress line on stderr
+  --scenario NAME    gateways (default: the above) or noisy-neighbour: one tenant
+                     sends 20 requests of 200,000 tokens in 30 s against a global
+                     4,000,000 tokens per minute while 1,000 small tenants keep
+                     sending, first come first served and with fair share
+                     (noisy.hpp); uses --seed, --seconds and --svg (default:
+                     gateway_sim_noisy.svg beside this executable)
   --help             this text
 
 Requests are reads (cost 1) or, one in ten, creates (cost 5).
@@ -159,6 +171,9 @@ Options parse_options(int argc, char** argv) {
                   integer("tick_ms", 1, 100), integer("lease_q", 1, 1'000'000'000),
                   integer("verify_burst", 0, 1'000'000'000),
                   quota::cli::host_port("redis", "local"),
+                  quota::cli::custom(
+                      "scenario", "gateways or noisy-neighbour",
+                      [](std::string_view v) { return v == "gateways" || v == "noisy-neighbour"; }),
                   quota::cli::custom("svg", "a path",
                                      [](std::string_view v) { return !v.empty(); })}},
       argc, argv);
@@ -226,6 +241,12 @@ Options parse_options(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace gateway_sim;
   Options o = parse_options(argc, argv);
+  if (absl::GetFlag(FLAGS_scenario) == "noisy-neighbour") {
+    noisy::NoisyConfig c;
+    c.seed = o.traffic.seed;
+    c.seconds = o.traffic.seconds;
+    return noisy::run_noisy_scenario(c, o.svg);
+  }
 #ifdef QUOTA_SIM_HAVE_REDIS
   // --redis local: a throw-away redis-server (cmake/redis_server.sh, in a directory of
   // its own), stopped when the run ends.
