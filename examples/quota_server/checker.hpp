@@ -16,18 +16,23 @@
 // and its rate as "units per period" (Envoy's current_limit).
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
-// is sharded, the Gateway thread-safe on it).
+// is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
+// reload) waits until no Pin is held, so every decision taken under one Pin — all the
+// descriptors of one gRPC call — uses one whole rule set, and its rule, rate and version
+// are that set's.
 //
-//   quota::server::Checker checker(rules, metrics, {.max_cost = 1000});
+//   quota::server::Checker checker(rules, {.max_cost = 1000});
 //   auto req = checker.resolve({.tenant = "acme", .plan = "free", .route = "read"});
 //   if (!req.ok()) return req.status();            // nothing deducted
-//   auto c = checker.check(*req, clock.now());     // c->result.decision.allowed, ...
+//   auto pin = checker.pin();
+//   auto c = checker.check(pin, *req, clock.now());  // c->result.decision.allowed, ...
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -125,10 +130,15 @@ class Checker {
     return req;
   }
 
-  // Decides a request resolve() returned. Errors: those of the Gateway (an attempt id
+  // Held while deciding: no rule set is published meanwhile (see the top of this file).
+  using Pin = std::shared_lock<std::shared_mutex>;
+  Pin pin() const { return Pin(publish_mu_); }
+
+  // Decides a request resolve() returned, under `pin`. Errors: those of the Gateway (an attempt id
   // reused with another cost, ...); a store that cannot decide is a decision with reason
   // kUnavailable (fail closed) or kFailOpen, per the route's fail mode.
-  absl::StatusOr<Checked> check(const CheckRequest& req, Nanos now) {
+  absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
+                                Nanos now) {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .attempt_id = req.attempt_id};
     Checked out;
@@ -153,6 +163,13 @@ class Checker {
   // The version of the rule set in force.
   std::uint64_t rule_version() const { return registry_.current()->version(); }
 
+  // Makes `next` the rule set in force once no check is pinned (RuleRegistry::publish:
+  // FailedPrecondition unless its version is greater).
+  absl::Status publish(std::shared_ptr<const gateway::RuleSet> next) {
+    std::unique_lock lock(publish_mu_);
+    return registry_.publish(std::move(next));
+  }
+
  private:
   static gateway::Identity identity(const CheckRequest& req) {
     return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
@@ -173,6 +190,7 @@ class Checker {
   }
 
   CheckerOptions options_;
+  mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
   Store store_;
   gateway::RuleRegistry registry_;
   gateway::Gateway<Store> gateway_;

@@ -3,7 +3,9 @@
 //
 // A call is mapped (descriptors.hpp: every descriptor resolved and validated first, so
 // bad input deducts nothing), decided descriptor by descriptor in request order, and
-// answered with Envoy's RateLimitResponse. gRPC status codes:
+// answered with Envoy's RateLimitResponse; its dynamic_metadata carries
+// {"applied_rule_version": N}, the version of the rule set that decided every descriptor
+// of the call (one set per call: Checker::Pin). gRPC status codes:
 //   INVALID_ARGUMENT  bad input: empty or unknown domain, no descriptors, a missing tenant,
 //                     an unknown entry key or route, a cost outside [1, --max-cost], ...;
 //                     the message names the descriptor and field
@@ -47,12 +49,13 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const rls::RateLimitRequest* request,
                                rls::RateLimitResponse* response) override {
+    const Checker::Pin pin = checker_.pin();  // one rule set for every descriptor
     auto checks = map_request(*request, checker_, domain_);
     if (!checks.ok()) return fail(checks.status());
     std::vector<Checked> checked;
     checked.reserve(checks->size());
     for (std::size_t i = 0; i < checks->size(); ++i) {
-      auto c = checker_.check((*checks)[i], clock_.now());
+      auto c = checker_.check(pin, (*checks)[i], clock_.now());
       if (!c.ok()) {
         return fail(absl::Status(c.status().code(),
                                  absl::StrFormat("descriptors[%d]: %s", i, c.status().message())));
@@ -65,6 +68,9 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
       checked.push_back(*std::move(c));
     }
     *response = build_response(checked);
+    // The version of the one rule set that decided every descriptor (the call is pinned).
+    (*response->mutable_dynamic_metadata()->mutable_fields())["applied_rule_version"]
+        .set_number_value(static_cast<double>(checker_.rule_version()));
     stats_.count(Api::kGrpc, response->overall_code() == rls::RateLimitResponse::OVER_LIMIT
                                  ? Answer::kOverLimit
                                  : Answer::kOk);

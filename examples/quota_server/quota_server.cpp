@@ -7,11 +7,11 @@
 //         /metrics (http_api.hpp)
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
-// (the rule file), checker.hpp (one check on the Gateway), descriptors.hpp and
-// grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its counters). It blocks
-// SIGTERM and SIGINT before any thread starts and waits for one of them; then stops accepting
-// calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file that does not
-// load, or a port that cannot be bound, exits 1 with the reason on stderr.
+// (the rule file), rule_watcher.hpp (its hot reload), checker.hpp (one check on the Gateway),
+// descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its
+// counters). It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
+// stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
+// that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
 //
 // Build and run (one line):
 //   cmake --preset dev && cmake --build build/dev --target quota_server
@@ -35,6 +35,7 @@
 #include "http_api.hpp"
 #include "options.hpp"
 #include "rule_source.hpp"
+#include "rule_watcher.hpp"
 #include "server_stats.hpp"
 
 int main(int argc, char** argv) {
@@ -49,7 +50,10 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   quota::gateway::Metrics metrics;
-  auto rules = quota::server::load_server_rules(o.rules_path, metrics);
+  auto text = quota::server::read_rule_text(o.rules_path);
+  absl::StatusOr<std::shared_ptr<const quota::gateway::RuleSet>> rules =
+      text.ok() ? quota::server::build_server_rules(0, *text, o.rules_path, metrics)
+                : text.status();
   if (!rules.ok()) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
@@ -59,6 +63,13 @@ int main(int argc, char** argv) {
                                           .max_cost = o.max_cost,
                                           .max_keys = static_cast<std::size_t>(o.max_keys)});
   quota::server::ServerStats stats;
+  stats.count_load(true, 0);
+  quota::server::RuleWatcher watcher(
+      o.rules_path, *text, checker,
+      [&metrics](std::uint64_t in_force, std::string_view t, const std::string& path) {
+        return quota::server::build_server_rules(in_force, t, path, metrics);
+      },
+      stats);
 
   quota::server::RateLimitServiceImpl service(checker, stats, o.domain);
   grpc::ServerBuilder builder;
@@ -95,10 +106,12 @@ int main(int argc, char** argv) {
   std::printf("http listening on %s:%d\n", o.host.c_str(), http_port);
   std::fflush(stdout);
   ready.store(true, std::memory_order_release);
+  watcher.start();
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   ready.store(false, std::memory_order_release);
+  watcher.stop();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   http.stop();
   http_thread.join();
