@@ -28,11 +28,14 @@
 //   auto c = checker.check(pin, *req, clock.now());  // c->result.decision.allowed, ...
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -40,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "envoy_rules.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -72,6 +76,21 @@ struct CheckerOptions {
 struct RateInfo {
   std::int64_t units = 0;
   Nanos per{0};
+};
+
+// The rules a Checker decides with: quota's rule set, or an envoyproxy/ratelimit file
+// (envoy_rules.hpp; then `rules` is null).
+struct LoadedRules {
+  std::shared_ptr<const gateway::RuleSet> rules{};
+  std::shared_ptr<const EnvoyRules> envoy{};
+  std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
+};
+
+// One descriptor decided by an envoyproxy/ratelimit file: its limit (null: none applies,
+// or another matched limit replaces it) and, when limited, the store's decision.
+struct EnvoyChecked {
+  const EnvoyRateLimit* limit = nullptr;
+  Decision decision{};
 };
 
 struct Checked {
@@ -107,9 +126,22 @@ class Checker {
         registry_(std::move(rules)),
         gateway_(store_, registry_) {}
 
+  // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
+  // check_envoy() decides; resolve() refuses every request).
+  Checker(LoadedRules loaded, CheckerOptions options)
+      : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
+    envoy_ = std::move(loaded.envoy);
+    if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
+  }
+
   // `req` with the server's defaults filled in, validated against the rules in force
   // (see the top of this file). Decides nothing.
   absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
+    if (envoy_mode()) {
+      return absl::InvalidArgumentError(
+          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit "
+          "decides with it");
+    }
     if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
     if (req.plan.empty()) req.plan = options_.default_plan;
     if (req.route.empty()) req.route = options_.default_route;
@@ -161,16 +193,72 @@ class Checker {
   }
 
   // The version of the rule set in force.
-  std::uint64_t rule_version() const { return registry_.current()->version(); }
+  std::uint64_t rule_version() const {
+    return envoy_mode() ? envoy_version_.load(std::memory_order_relaxed)
+                        : registry_.current()->version();
+  }
 
-  // Makes `next` the rule set in force once no check is pinned (RuleRegistry::publish:
-  // FailedPrecondition unless its version is greater).
-  absl::Status publish(std::shared_ptr<const gateway::RuleSet> next) {
+  // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
+  bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
+
+  // The envoyproxy/ratelimit rules in force while `pin` is held (null in quota's format).
+  const EnvoyRules* envoy_rules([[maybe_unused]] const Pin& pin) const { return envoy_.get(); }
+
+  // Decides `cost` units for a descriptor's entries with the envoyproxy/ratelimit rules,
+  // under `pin`. `replaced`: names of limits another descriptor of the call replaces.
+  // The budget of a descriptor is keyed by the domain and its entries, keys and values.
+  absl::StatusOr<EnvoyChecked> check_envoy(
+      const Pin& pin, std::span<const std::pair<std::string, std::string>> entries,
+      std::int64_t cost, std::span<const std::string> replaced, Nanos now) {
+    const EnvoyRules* rules = envoy_rules(pin);
+    EnvoyChecked out;
+    if (rules == nullptr) return absl::FailedPreconditionError("no envoyproxy/ratelimit rules");
+    out.limit = rules->match(entries);
+    if (out.limit != nullptr &&
+        std::find(replaced.begin(), replaced.end(), out.limit->name) != replaced.end()) {
+      out.limit = nullptr;
+    }
+    if (out.limit == nullptr || out.limit->unlimited) return out;
+    std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
+    for (const auto& [k, v] : entries)
+      absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    auto d =
+        store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
+                     key, now, cost);
+    if (!d.ok()) return d.status();
+    out.decision = *d;
+    return out;
+  }
+
+  // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
+  // its version is greater, or when its format is not the one the Checker started with.
+  absl::Status publish(LoadedRules next) {
+    if (envoy_mode() != (next.envoy != nullptr)) {
+      return absl::FailedPreconditionError(
+          "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
+    }
     std::unique_lock lock(publish_mu_);
-    return registry_.publish(std::move(next));
+    if (next.rules) return registry_.publish(std::move(next.rules));
+    if (next.envoy->version <= envoy_->version) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
+    }
+    envoy_version_.store(next.envoy->version, std::memory_order_relaxed);
+    envoy_ = std::move(next.envoy);
+    return absl::OkStatus();
   }
 
  private:
+  // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
+  // class, no rules (every Gateway check fails; resolve() refuses first).
+  static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {
+    gateway::RuleSetSpec spec;
+    gateway::RouteClass route;
+    route.name = "envoy";
+    spec.routes.push_back(std::move(route));
+    return *gateway::RuleSet::create(spec);
+  }
+
   static gateway::Identity identity(const CheckRequest& req) {
     return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
   }
@@ -194,6 +282,8 @@ class Checker {
   Store store_;
   gateway::RuleRegistry registry_;
   gateway::Gateway<Store> gateway_;
+  std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
+  std::atomic<std::uint64_t> envoy_version_{0};
 };
 
 }  // namespace quota::server

@@ -44,12 +44,16 @@ inline grpc::Status to_grpc(const absl::Status& s) {
 
 class RateLimitServiceImpl final : public rls::RateLimitService::Service {
  public:
-  RateLimitServiceImpl(Checker& checker, ServerStats& stats, std::string domain)
-      : checker_(checker), stats_(stats), domain_(std::move(domain)) {}
+  RateLimitServiceImpl(Checker& checker, ServerStats& stats, std::string domain,
+                       std::int64_t max_cost = 1'000'000)
+      : checker_(checker), stats_(stats), domain_(std::move(domain)), max_cost_(max_cost) {}
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const rls::RateLimitRequest* request,
                                rls::RateLimitResponse* response) override {
     const Checker::Pin pin = checker_.pin();  // one rule set for every descriptor
+    if (const EnvoyRules* envoy = checker_.envoy_rules(pin); envoy != nullptr) {
+      return envoy_call(pin, *envoy, *request, response);
+    }
     auto checks = map_request(*request, checker_, domain_);
     if (!checks.ok()) return fail(checks.status());
     std::vector<Checked> checked;
@@ -78,6 +82,66 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
   }
 
  private:
+  // ShouldRateLimit with envoyproxy/ratelimit rules (envoy_rules.hpp): every descriptor
+  // validated, then matched, then decided in order, each an independent budget.
+  grpc::Status envoy_call(const Checker::Pin& pin, const EnvoyRules& rules,
+                          const rls::RateLimitRequest& req, rls::RateLimitResponse* response) {
+    auto prepared = map_envoy_request(req, rules.domain, max_cost_);
+    if (!prepared.ok()) return fail(prepared.status());
+    // A limit named in another matched limit's `replaces` does not apply.
+    std::vector<std::string> replaced;
+    for (const auto& [entries, cost] : *prepared) {
+      if (const EnvoyRateLimit* l = rules.match(entries); l != nullptr) {
+        replaced.insert(replaced.end(), l->replaces.begin(), l->replaces.end());
+      }
+    }
+    std::vector<Checked> checked;
+    std::vector<const EnvoyRateLimit*> limits;
+    const Nanos now = clock_.now();
+    for (std::size_t i = 0; i < prepared->size(); ++i) {
+      const auto& [entries, cost] = (*prepared)[i];
+      auto c = checker_.check_envoy(pin, entries, cost, replaced, now);
+      if (!c.ok()) {
+        return fail(absl::UnavailableError(absl::StrFormat(
+            "descriptors[%d]: the budget store cannot decide: %s", i, c.status().message())));
+      }
+      Checked out;
+      limits.push_back(c->limit);
+      if (c->limit == nullptr || c->limit->unlimited) {
+        // No limit: OK, remaining 0 (none) or 4294967295 (unlimited), as envoyproxy/ratelimit.
+        out.result.decision = Decision{.allowed = true,
+                                       .remaining = c->limit ? kUnlimitedRemaining : 0,
+                                       .retry_after = Nanos{0},
+                                       .reset_after = kNever,
+                                       .version = rules.version,
+                                       .reason = Reason::kAllowed};
+      } else {
+        out.result.decision = c->decision;
+        // Shadow mode: decided and answered OK (a denied request spends nothing).
+        if (c->limit->shadow) out.result.decision.allowed = true;
+        out.result.rule = c->limit->name;
+        auto info = http::describe(c->limit->name, c->limit->policy);
+        if (info.ok()) out.policy = *std::move(info);
+        out.rate = rate_of(c->limit->policy);
+      }
+      checked.push_back(std::move(out));
+    }
+    *response = build_response(checked);
+    for (int i = 0; i < response->statuses_size(); ++i) {
+      const EnvoyRateLimit* l = limits[static_cast<std::size_t>(i)];
+      if (l == nullptr || l->unlimited) continue;
+      auto* limit = response->mutable_statuses(i)->mutable_current_limit();
+      limit->set_requests_per_unit(static_cast<std::uint32_t>(l->requests_per_unit));
+      limit->set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(l->unit));
+    }
+    (*response->mutable_dynamic_metadata()->mutable_fields())["applied_rule_version"]
+        .set_number_value(static_cast<double>(rules.version));
+    stats_.count(Api::kGrpc, response->overall_code() == rls::RateLimitResponse::OVER_LIMIT
+                                 ? Answer::kOverLimit
+                                 : Answer::kOk);
+    return grpc::Status::OK;
+  }
+
   grpc::Status fail(const absl::Status& s) {
     stats_.count(Api::kGrpc, answer_of(s));
     return to_grpc(s);
@@ -86,6 +150,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
   Checker& checker_;
   ServerStats& stats_;
   std::string domain_;
+  std::int64_t max_cost_;
   SteadyClock clock_;
 };
 

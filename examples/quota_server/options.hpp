@@ -20,6 +20,7 @@
 #include "quota/units.hpp"
 
 ABSL_FLAG(std::string, rules, "", "the YAML rule file (required)");
+ABSL_FLAG(std::string, rules_format, "auto", "auto, quota or envoy (envoyproxy/ratelimit's YAML)");
 ABSL_FLAG(std::string, domain, "quota", "the RLS domain this server answers for");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (gRPC and HTTP)");
 ABSL_FLAG(std::int64_t, grpc_port, 8081, "gRPC port; 0 picks a free one");
@@ -41,8 +42,11 @@ rule file (docs/gateway.md "Rule files"; docs/service.md for the service):
 
 Flags (--flag VALUE or --flag=VALUE):
   --rules PATH          the YAML rule file (required)
+  --rules-format F      quota (docs/gateway.md "Rule files"), envoy (envoyproxy/ratelimit's
+                        YAML, docs/service.md) or auto: envoy when the file has a
+                        top-level domain or descriptors (default auto)
   --domain NAME         the RLS domain answered; another domain is INVALID_ARGUMENT
-                        (default quota)
+                        (default quota; an envoy-format file's own domain instead)
   --host HOST           address to listen on, gRPC and HTTP (default 127.0.0.1)
   --grpc-port N         gRPC port; 0 picks a free one (default 8081)
   --http-port N         HTTP port; 0 picks a free one (default 8080)
@@ -58,8 +62,11 @@ Prints "grpc listening on HOST:PORT" and "http listening on HOST:PORT" once serv
 SIGTERM or SIGINT stops it (in-flight calls finish first).
 )";
 
+enum class RulesFormat { kAuto, kQuota, kEnvoy };
+
 struct Options {
   std::string rules_path;
+  RulesFormat rules_format = RulesFormat::kAuto;
   std::string domain = "quota";
   std::string host = "127.0.0.1";
   int grpc_port = 8081;
@@ -83,9 +90,17 @@ inline Options parse_options(int argc, char** argv) {
        .usage = kUsage,
        .checks = {integer("grpc_port", 0, 65535), integer("http_port", 0, 65535),
                   integer("max_cost", 1, kMaxUnits), integer("max_keys", 1, 1'000'000'000),
-                  non_empty("rules"), non_empty("domain"), non_empty("host")}},
+                  non_empty("rules"), non_empty("domain"), non_empty("host"),
+                  quota::cli::custom("rules_format", "auto, quota or envoy",
+                                     [](std::string_view v) {
+                                       return v == "auto" || v == "quota" || v == "envoy";
+                                     })}},
       argc, argv);
+  const std::string format = absl::GetFlag(FLAGS_rules_format);
   Options o{.rules_path = absl::GetFlag(FLAGS_rules),
+            .rules_format = format == "quota"   ? RulesFormat::kQuota
+                            : format == "envoy" ? RulesFormat::kEnvoy
+                                                : RulesFormat::kAuto,
             .domain = absl::GetFlag(FLAGS_domain),
             .host = absl::GetFlag(FLAGS_host),
             .grpc_port = static_cast<int>(absl::GetFlag(FLAGS_grpc_port)),

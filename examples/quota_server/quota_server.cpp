@@ -51,9 +51,11 @@ int main(int argc, char** argv) {
 
   quota::gateway::Metrics metrics;
   auto text = quota::server::read_rule_text(o.rules_path);
-  absl::StatusOr<std::shared_ptr<const quota::gateway::RuleSet>> rules =
-      text.ok() ? quota::server::build_server_rules(0, *text, o.rules_path, metrics)
-                : text.status();
+  const quota::server::RulesFormat format =
+      quota::server::resolve_format(o.rules_format, text.ok() ? *text : "");
+  absl::StatusOr<quota::server::LoadedRules> rules =
+      text.ok() ? quota::server::build_server_rules(format, 0, *text, o.rules_path, metrics)
+                : absl::StatusOr<quota::server::LoadedRules>(text.status());
   if (!rules.ok()) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
@@ -66,12 +68,12 @@ int main(int argc, char** argv) {
   stats.count_load(true, 0);
   quota::server::RuleWatcher watcher(
       o.rules_path, *text, checker,
-      [&metrics](std::uint64_t in_force, std::string_view t, const std::string& path) {
-        return quota::server::build_server_rules(in_force, t, path, metrics);
+      [&metrics, format](std::uint64_t in_force, std::string_view t, const std::string& path) {
+        return quota::server::build_server_rules(format, in_force, t, path, metrics);
       },
       stats);
 
-  quota::server::RateLimitServiceImpl service(checker, stats, o.domain);
+  quota::server::RateLimitServiceImpl service(checker, stats, o.domain, o.max_cost);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port),
@@ -84,8 +86,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("grpc listening on %s:%d (domain \"%s\", rules %s version %llu)\n", o.host.c_str(),
-              grpc_port, o.domain.c_str(), o.rules_path.c_str(),
-              static_cast<unsigned long long>(checker.rule_version()));
+              grpc_port, rules->envoy ? rules->envoy->domain.c_str() : o.domain.c_str(),
+              o.rules_path.c_str(), static_cast<unsigned long long>(checker.rule_version()));
   std::fflush(stdout);
 
   std::atomic<bool> ready{false};

@@ -1,8 +1,11 @@
 // examples/quota_server/rule_source.hpp — the rule file quota-server decides with.
 //
 // read_rule_text() reads the file; build_server_rules() parses and validates its text
-// (quota/rules/rule_file.hpp; schema in docs/gateway.md "Rule files") into a RuleSet
-// whose rules count their decisions in `metrics` (served on /metrics), as the successor
+// into LoadedRules: in quota's format (quota/rules/rule_file.hpp; schema in
+// docs/gateway.md "Rule files"), a RuleSet whose rules count their decisions in `metrics`
+// (served on /metrics); in envoyproxy/ratelimit's (envoy_rules.hpp), an EnvoyRules. The
+// format is --rules-format's, or with `auto` the file's shape (a top-level `domain` or
+// `descriptors`: envoyproxy/ratelimit's), decided at start. Either is built as the successor
 // of the version in force (0 at start: the file's `version:`, else 1; on a reload the
 // file's `version:` must be greater, else it gets the version in force + 1). The whole
 // file or nothing: an error names the file, line, column and field. At start an error
@@ -12,7 +15,8 @@
 //
 //   quota::gateway::Metrics metrics;
 //   auto text = quota::server::read_rule_text("rules.yaml");
-//   auto rules = quota::server::build_server_rules(0, *text, "rules.yaml", metrics);
+//   auto rules = quota::server::build_server_rules(RulesFormat::kQuota, 0, *text,
+//                                                  "rules.yaml", metrics);
 //   if (!rules.ok()) { /* "rules.yaml:7:14: rules[1]...." */ }
 #pragma once
 
@@ -22,6 +26,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "checker.hpp"
+#include "envoy_rules.hpp"
+#include "options.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/rules/rule_file.hpp"
@@ -33,12 +40,29 @@ inline absl::StatusOr<std::string> read_rule_text(const std::string& path) {
   return quota::rules::detail::read_file(path);
 }
 
-// The RuleSet of `text` (the file at `path`) following version `in_force`, counting into
-// `metrics` (which must outlive it). Not published.
-inline absl::StatusOr<std::shared_ptr<const gateway::RuleSet>> build_server_rules(
-    std::uint64_t in_force, std::string_view text, const std::string& path,
-    gateway::Metrics& metrics) {
-  return quota::rules::load_next_rules(in_force, text, path, &metrics);
+// kQuota or kEnvoy: `format`, or for kAuto the shape of `text`.
+inline RulesFormat resolve_format(RulesFormat format, std::string_view text) {
+  if (format != RulesFormat::kAuto) return format;
+  return looks_like_envoy_rules(text) ? RulesFormat::kEnvoy : RulesFormat::kQuota;
+}
+
+// The rules of `text` (the file at `path`) following version `in_force`, counting into
+// `metrics` (which must outlive them). Not published.
+inline absl::StatusOr<LoadedRules> build_server_rules(RulesFormat format, std::uint64_t in_force,
+                                                      std::string_view text,
+                                                      const std::string& path,
+                                                      gateway::Metrics& metrics) {
+  LoadedRules out;
+  if (resolve_format(format, text) == RulesFormat::kEnvoy) {
+    auto envoy = parse_envoy_rules(text, path, in_force + 1);
+    if (!envoy.ok()) return envoy.status();
+    out.envoy = *std::move(envoy);
+    return out;
+  }
+  auto rules = quota::rules::load_next_rules(in_force, text, path, &metrics);
+  if (!rules.ok()) return rules.status();
+  out.rules = *std::move(rules);
+  return out;
 }
 
 }  // namespace quota::server

@@ -4,8 +4,9 @@
 // A RuleWatcher polls the rule file's content (every 200 ms by default; no inotify). A
 // content that differs from the last one it loaded — and that read the same at two polls
 // in a row, so a file still being written is not taken — is loaded whole by the Loader
-// (parsed and validated as the successor of the version in force: the file's `version:`,
-// which must be greater, or the version in force + 1) and published with
+// (parsed and validated as the successor of the version in force: in quota's format the
+// file's `version:`, which must be greater, else — and always in envoyproxy/ratelimit's —
+// the version in force + 1) and published with
 // Checker::publish, atomically: a check sees the old set or the new one, never a mix.
 // An invalid file (or one that cannot be read) changes nothing: the rules in force stay,
 // the error (file:line:column and field) is written to stderr once per change, and the
@@ -45,7 +46,7 @@ class RuleWatcher {
  public:
   // Builds the rule set of `text` (the file at `path`) as the successor of version
   // `in_force`, without publishing it.
-  using Loader = std::function<absl::StatusOr<std::shared_ptr<const gateway::RuleSet>>(
+  using Loader = std::function<absl::StatusOr<LoadedRules>(
       std::uint64_t in_force, std::string_view text, const std::string& path)>;
 
   // `loaded_text` is the content the rules in force were loaded from.
@@ -105,7 +106,7 @@ class RuleWatcher {
     loaded_ = std::move(now_text);
     stats_.count_load(true, unix_seconds());
     std::fprintf(stderr, "quota-server: rules reloaded from %s: version %llu\n", path_.c_str(),
-                 static_cast<unsigned long long>((*set)->version()));
+                 static_cast<unsigned long long>(set->version()));
   }
 
  private:
