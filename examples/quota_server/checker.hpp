@@ -5,8 +5,10 @@
 // (--default-plan, --default-route) and validates everything up front — ids, the route on
 // the rule set's whitelist, a tenant rule that applies, the cost within [1, --max-cost] —
 // so that bad input is an InvalidArgument (or NotFound: no tenant rule) naming the field,
-// with nothing deducted. Checker::check() then decides with the in-process
-// quota::gateway::Gateway over a ShardedStore<KeyPolicy>:
+// with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
+// a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
+// shared by every server on that Redis; a Redis that cannot answer gives the route's fail
+// mode, kUnavailable when it fails closed):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (Gateway::acquire_estimate, settled at once with c, so no ticket stays open);
@@ -51,6 +53,7 @@
 #include "quota/gateway/rule_registry.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/http.hpp"
+#include "quota/redis/gateway_store.hpp"
 #include "quota/store/sharded_store.hpp"
 
 namespace quota::server {
@@ -69,6 +72,9 @@ struct CheckerOptions {
   std::string default_route{};
   std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
   std::size_t max_keys = 10'000'000;  // the store's bound on keys
+  // Budgets in Redis (quota/redis/gateway_store.hpp), shared by every server on it; null:
+  // in process. Must outlive the Checker. Not with envoyproxy/ratelimit rules.
+  redis::GatewayStore* redis = nullptr;
 };
 
 // A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
@@ -123,8 +129,14 @@ class Checker {
   Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
       : options_(std::move(options)),
         store_(StoreOptions{.max_keys = options_.max_keys}),
-        registry_(std::move(rules)),
-        gateway_(store_, registry_) {}
+        registry_(std::move(rules)) {
+    if (options_.redis != nullptr) {
+      redis_gateway_ =
+          std::make_unique<gateway::Gateway<redis::GatewayStore>>(*options_.redis, registry_);
+    } else {
+      gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
+    }
+  }
 
   // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
   // check_envoy() decides; resolve() refuses every request).
@@ -174,20 +186,10 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .attempt_id = req.attempt_id};
     Checked out;
-    if (req.cost) {
-      auto e = gateway_.acquire_estimate(r, *req.cost, now);
-      if (!e.ok()) return e.status();
-      // The cost is known at once: settling with it closes the ticket and moves nothing.
-      if (e->ticket) (void)gateway_.settle(*e->ticket, *req.cost, now);
-      out.result = gateway::Result{.decision = e->decision,
-                                   .rule = e->rule,
-                                   .replayed = false,
-                                   .request_cap = e->request_cap};
-    } else {
-      auto d = gateway_.decide(r, now);
-      if (!d.ok()) return d.status();
-      out.result = *std::move(d);
-    }
+    auto decided =
+        redis_gateway_ ? decide(*redis_gateway_, req, r, now) : decide(*gateway_, req, r, now);
+    if (!decided.ok()) return decided.status();
+    out.result = *std::move(decided);
     describe(req, out);
     return out;
   }
@@ -249,6 +251,18 @@ class Checker {
   }
 
  private:
+  template <class G>
+  static absl::StatusOr<gateway::Result> decide(G& gw, const CheckRequest& req,
+                                                const gateway::Request& r, Nanos now) {
+    if (!req.cost) return gw.decide(r, now);
+    auto e = gw.acquire_estimate(r, *req.cost, now);
+    if (!e.ok()) return e.status();
+    // The cost is known at once: settling with it closes the ticket and moves nothing.
+    if (e->ticket) (void)gw.settle(*e->ticket, *req.cost, now);
+    return gateway::Result{
+        .decision = e->decision, .rule = e->rule, .replayed = false, .request_cap = e->request_cap};
+  }
+
   // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
   // class, no rules (every Gateway check fails; resolve() refuses first).
   static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {
@@ -281,7 +295,8 @@ class Checker {
   mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
   Store store_;
   gateway::RuleRegistry registry_;
-  gateway::Gateway<Store> gateway_;
+  std::unique_ptr<gateway::Gateway<Store>> gateway_;                      // in process
+  std::unique_ptr<gateway::Gateway<redis::GatewayStore>> redis_gateway_;  // or Redis
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
   std::atomic<std::uint64_t> envoy_version_{0};
 };

@@ -60,10 +60,35 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
   }
+  // --redis / --redis-cluster: the budgets in Redis, shared by every server on it.
+  std::unique_ptr<quota::redis::GatewayStore> redis_store;
+  if (!o.redis_host.empty()) {
+    if (rules->envoy) {
+      std::fprintf(stderr,
+                   "quota-server: --redis is not supported with an envoyproxy/ratelimit rule "
+                   "file (its budgets are in process)\n");
+      return 1;
+    }
+    const std::chrono::microseconds timeout = std::chrono::milliseconds(o.redis_timeout_ms);
+    const quota::redis::ConnectionConfig config{.host = o.redis_host,
+                                                .port = o.redis_port,
+                                                .connect_timeout = timeout,
+                                                .command_timeout = timeout,
+                                                .pool_wait = timeout};
+    const auto n = static_cast<std::size_t>(o.redis_connections);
+    quota::redis::GatewayStoreOptions store_options;
+    if (o.redis_cluster) {
+      store_options.cluster = std::make_shared<quota::redis::ClusterPool>(config, n);
+    } else {
+      store_options.pool = std::make_shared<quota::redis::ConnectionPool>(config, n);
+    }
+    redis_store = std::make_unique<quota::redis::GatewayStore>(std::move(store_options));
+  }
   quota::server::Checker checker(*rules, {.default_plan = o.default_plan,
                                           .default_route = o.default_route,
                                           .max_cost = o.max_cost,
-                                          .max_keys = static_cast<std::size_t>(o.max_keys)});
+                                          .max_keys = static_cast<std::size_t>(o.max_keys),
+                                          .redis = redis_store.get()});
   quota::server::ServerStats stats;
   stats.count_load(true, 0);
   quota::server::RuleWatcher watcher(
