@@ -3,11 +3,19 @@
 // `quota_policy: fixed_window`), called with the generated gRPC client: exact key+value
 // before key alone, nesting depth = number of entries, each value its own budget, token
 // buckets with burst = requests_per_unit and nothing spent by a denial, unlimited, no
-// limit, shadow_mode, replaces, the file's domain, and the fixed-window opt-in.
+// limit, shadow_mode, replaces, the file's domain, the fixed-window opt-in, and a hot
+// reload of such a file (a copy in a temporary directory).
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -219,4 +227,50 @@ TEST_CASE("envoy rules: quota_policy: fixed_window makes every limit a fixed win
   CHECK(t1 <= 43200);
   CHECK(t2 > 86300);
   CHECK(t2 <= 86400);
+}
+
+TEST_CASE(
+    "envoy rules: a changed file is reloaded as the next version; an invalid one is "
+    "refused") {
+  char dir_template[] = "/tmp/quota_envoy_reload_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string path = std::string(dir_template) + "/rl.yaml";
+  const auto write = [&](const std::string& text) {
+    std::ofstream(path + ".tmp", std::ios::trunc) << text;
+    REQUIRE(std::rename((path + ".tmp").c_str(), path.c_str()) == 0);
+  };
+  const auto file = [](int n) {
+    return "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+           "requests_per_unit: " +
+           std::to_string(n) + "}\n";
+  };
+  write(file(3));
+  Server s(path);
+  // The limit in force, once the server answers with `want` requests per unit (at most 30 s).
+  const auto wait_for = [&](unsigned want, long long version) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto c = call(s, {{{"k", "probe"}}});
+      const auto& f = c.response.dynamic_metadata().fields();
+      if (c.status.ok() && c.response.statuses(0).current_limit().requests_per_unit() == want &&
+          f.count("applied_rule_version") == 1 &&
+          static_cast<long long>(f.at("applied_rule_version").number_value()) == version) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  CHECK(wait_for(3, 1));
+  write(file(7));
+  CHECK(wait_for(7, 2));
+  // Invalid (unlimited with a unit): version 2 stays, through several polls.
+  write("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CHECK(wait_for(7, 2));
+  write(file(9));
+  CHECK(wait_for(9, 3));
+  CHECK(s.process.stop() == 0);
+  std::remove(path.c_str());
+  rmdir(dir_template);
 }

@@ -102,8 +102,14 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
       const auto& [entries, cost] = (*prepared)[i];
       auto c = checker_.check_envoy(pin, entries, cost, replaced, now);
       if (!c.ok()) {
-        return fail(absl::UnavailableError(absl::StrFormat(
-            "descriptors[%d]: the budget store cannot decide: %s", i, c.status().message())));
+        // Bad input (a key longer than the store takes) stays INVALID_ARGUMENT; anything
+        // else is the store failing to decide.
+        const bool bad_input = c.status().code() == absl::StatusCode::kInvalidArgument;
+        return fail(absl::Status(
+            bad_input ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kUnavailable,
+            absl::StrFormat(
+                "descriptors[%d]: %s%s", i,
+                bad_input ? "" : "the budget store cannot decide: ", c.status().message())));
       }
       Checked out;
       limits.push_back(c->limit);
