@@ -116,7 +116,7 @@ void http_client(int port, int server, std::int64_t until, Log& log) {
 
 }  // namespace
 
-TEST_CASE("two servers on one Redis share one budget; a stopped Redis fails closed") {
+TEST_CASE("two servers on one Redis share one budget; a stopped Redis fails closed", "[single]") {
   quota::testing::ScratchServer redis(quota::testing::scratch_dir("quota-server-redis-test"));
   REQUIRE(redis.started());
   char dir_template[] = "/tmp/quota_server_redis_XXXXXX";
@@ -186,6 +186,52 @@ TEST_CASE("two servers on one Redis share one budget; a stopped Redis fails clos
     const grpc::Status st = stub->ShouldRateLimit(&ctx, one_unit("fresh"), &resp);
     CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
   }
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+  std::remove(rules.c_str());
+  rmdir(dir_template);
+}
+
+// Run by quota_server_redis_cluster_test, on the tests' Redis Cluster (3 masters, the
+// redis_cluster fixture; $QUOTA_REDIS_CLUSTER_DIR/ports).
+TEST_CASE("two servers seeded at different nodes of a Redis Cluster share one budget",
+          "[cluster]") {
+  std::vector<int> ports;
+  {
+    std::ifstream in(env("QUOTA_REDIS_CLUSTER_DIR") + "/ports");
+    for (int p = 0; in >> p;) ports.push_back(p);
+  }
+  REQUIRE(ports.size() >= 2);
+  char dir_template[] = "/tmp/quota_server_cluster_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string rules = std::string(dir_template) + "/rules.yaml";
+  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
+                          "    plan: free\n    route: read\n"
+                          "    token_bucket: {rate: 1/100s, burst: 3}\n";
+  quota::testing::ServerProcess a, b;
+  for (auto [s, port] : {std::pair{&a, ports[0]}, std::pair{&b, ports[1]}}) {
+    REQUIRE(s->start(
+        {env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route", "read",
+         "--grpc-port", "0", "--http-port", "0", "--redis-cluster",
+         "127.0.0.1:" + std::to_string(port), "--redis-timeout-ms", "2000"},
+        {"grpc", "http"}));
+  }
+  // A tenant of this run only (the cluster is shared by other tests and runs).
+  const std::string body = R"({"tenant":"cl-)" + std::to_string(::getpid()) + R"("})";
+  const auto allowed = [&](quota::testing::ServerProcess& s) {
+    httplib::Client c("127.0.0.1", s.port("http"));
+    c.set_read_timeout(10);
+    auto r = c.Post("/v1/check", body, "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return r->body.find("\"allowed\":true") != std::string::npos;
+  };
+  // 3 units in all, whichever server is asked: a, b, a admitted; then neither.
+  CHECK(allowed(a));
+  CHECK(allowed(b));
+  CHECK(allowed(a));
+  CHECK_FALSE(allowed(b));
+  CHECK_FALSE(allowed(a));
   CHECK(a.stop() == 0);
   CHECK(b.stop() == 0);
   std::remove(rules.c_str());
