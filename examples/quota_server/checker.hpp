@@ -15,7 +15,9 @@
 //     budgets with a fixed `costs` entry pay that entry.
 // The answer carries the Gateway's Result (decision, deciding rule, version) and what the
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
-// and its rate as "units per period" (Envoy's current_limit).
+// and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
+// rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
+// limit on the in-process store, keyed by the domain and the descriptor's entries.
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
 // is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
