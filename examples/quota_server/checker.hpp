@@ -5,29 +5,41 @@
 // (--default-plan, --default-route) and validates everything up front — ids, the route on
 // the rule set's whitelist, a tenant rule that applies, the cost within [1, --max-cost] —
 // so that bad input is an InvalidArgument (or NotFound: no tenant rule) naming the field,
-// with nothing deducted. Checker::check() then decides with the in-process
-// quota::gateway::Gateway over a ShardedStore<KeyPolicy>:
+// with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
+// a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
+// shared by every server on that Redis; a Redis that cannot answer gives the route's fail
+// mode, kUnavailable when it fails closed):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (Gateway::acquire_estimate, settled at once with c, so no ticket stays open);
 //     budgets with a fixed `costs` entry pay that entry.
 // The answer carries the Gateway's Result (decision, deciding rule, version) and what the
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
-// and its rate as "units per period" (Envoy's current_limit).
+// and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
+// rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
+// limit on the in-process store, keyed by the domain and the descriptor's entries.
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
-// is sharded, the Gateway thread-safe on it).
+// is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
+// reload) waits until no Pin is held, so every decision taken under one Pin — all the
+// descriptors of one gRPC call — uses one whole rule set, and its rule, rate and version
+// are that set's.
 //
-//   quota::server::Checker checker(rules, metrics, {.max_cost = 1000});
+//   quota::server::Checker checker(rules, {.max_cost = 1000});
 //   auto req = checker.resolve({.tenant = "acme", .plan = "free", .route = "read"});
 //   if (!req.ok()) return req.status();            // nothing deducted
-//   auto c = checker.check(*req, clock.now());     // c->result.decision.allowed, ...
+//   auto pin = checker.pin();
+//   auto c = checker.check(pin, *req, clock.now());  // c->result.decision.allowed, ...
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -35,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "envoy_rules.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -42,6 +55,7 @@
 #include "quota/gateway/rule_registry.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/http.hpp"
+#include "quota/redis/gateway_store.hpp"
 #include "quota/store/sharded_store.hpp"
 
 namespace quota::server {
@@ -60,6 +74,9 @@ struct CheckerOptions {
   std::string default_route{};
   std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
   std::size_t max_keys = 10'000'000;  // the store's bound on keys
+  // Budgets in Redis (quota/redis/gateway_store.hpp), shared by every server on it; null:
+  // in process. Must outlive the Checker. Not with envoyproxy/ratelimit rules.
+  redis::GatewayStore* redis = nullptr;
 };
 
 // A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
@@ -67,6 +84,21 @@ struct CheckerOptions {
 struct RateInfo {
   std::int64_t units = 0;
   Nanos per{0};
+};
+
+// The rules a Checker decides with: quota's rule set, or an envoyproxy/ratelimit file
+// (envoy_rules.hpp; then `rules` is null).
+struct LoadedRules {
+  std::shared_ptr<const gateway::RuleSet> rules{};
+  std::shared_ptr<const EnvoyRules> envoy{};
+  std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
+};
+
+// One descriptor decided by an envoyproxy/ratelimit file: its limit (null: none applies,
+// or another matched limit replaces it) and, when limited, the store's decision.
+struct EnvoyChecked {
+  const EnvoyRateLimit* limit = nullptr;
+  Decision decision{};
 };
 
 struct Checked {
@@ -99,12 +131,31 @@ class Checker {
   Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
       : options_(std::move(options)),
         store_(StoreOptions{.max_keys = options_.max_keys}),
-        registry_(std::move(rules)),
-        gateway_(store_, registry_) {}
+        registry_(std::move(rules)) {
+    if (options_.redis != nullptr) {
+      redis_gateway_ =
+          std::make_unique<gateway::Gateway<redis::GatewayStore>>(*options_.redis, registry_);
+    } else {
+      gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
+    }
+  }
+
+  // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
+  // check_envoy() decides; resolve() refuses every request).
+  Checker(LoadedRules loaded, CheckerOptions options)
+      : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
+    envoy_ = std::move(loaded.envoy);
+    if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
+  }
 
   // `req` with the server's defaults filled in, validated against the rules in force
   // (see the top of this file). Decides nothing.
   absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
+    if (envoy_mode()) {
+      return absl::InvalidArgumentError(
+          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit "
+          "decides with it");
+    }
     if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
     if (req.plan.empty()) req.plan = options_.default_plan;
     if (req.route.empty()) req.route = options_.default_route;
@@ -125,35 +176,105 @@ class Checker {
     return req;
   }
 
-  // Decides a request resolve() returned. Errors: those of the Gateway (an attempt id
+  // Held while deciding: no rule set is published meanwhile (see the top of this file).
+  using Pin = std::shared_lock<std::shared_mutex>;
+  Pin pin() const { return Pin(publish_mu_); }
+
+  // Decides a request resolve() returned, under `pin`. Errors: those of the Gateway (an attempt id
   // reused with another cost, ...); a store that cannot decide is a decision with reason
   // kUnavailable (fail closed) or kFailOpen, per the route's fail mode.
-  absl::StatusOr<Checked> check(const CheckRequest& req, Nanos now) {
+  absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
+                                Nanos now) {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .attempt_id = req.attempt_id};
     Checked out;
-    if (req.cost) {
-      auto e = gateway_.acquire_estimate(r, *req.cost, now);
-      if (!e.ok()) return e.status();
-      // The cost is known at once: settling with it closes the ticket and moves nothing.
-      if (e->ticket) (void)gateway_.settle(*e->ticket, *req.cost, now);
-      out.result = gateway::Result{.decision = e->decision,
-                                   .rule = e->rule,
-                                   .replayed = false,
-                                   .request_cap = e->request_cap};
-    } else {
-      auto d = gateway_.decide(r, now);
-      if (!d.ok()) return d.status();
-      out.result = *std::move(d);
-    }
+    auto decided =
+        redis_gateway_ ? decide(*redis_gateway_, req, r, now) : decide(*gateway_, req, r, now);
+    if (!decided.ok()) return decided.status();
+    out.result = *std::move(decided);
     describe(req, out);
     return out;
   }
 
   // The version of the rule set in force.
-  std::uint64_t rule_version() const { return registry_.current()->version(); }
+  std::uint64_t rule_version() const {
+    return envoy_mode() ? envoy_version_.load(std::memory_order_relaxed)
+                        : registry_.current()->version();
+  }
+
+  // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
+  bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
+
+  // The envoyproxy/ratelimit rules in force while `pin` is held (null in quota's format).
+  const EnvoyRules* envoy_rules([[maybe_unused]] const Pin& pin) const { return envoy_.get(); }
+
+  // Decides `cost` units for a descriptor's entries with the envoyproxy/ratelimit rules,
+  // under `pin`. `replaced`: names of limits another descriptor of the call replaces.
+  // The budget of a descriptor is keyed by the domain and its entries, keys and values.
+  absl::StatusOr<EnvoyChecked> check_envoy(
+      const Pin& pin, std::span<const std::pair<std::string, std::string>> entries,
+      std::int64_t cost, std::span<const std::string> replaced, Nanos now) {
+    const EnvoyRules* rules = envoy_rules(pin);
+    EnvoyChecked out;
+    if (rules == nullptr) return absl::FailedPreconditionError("no envoyproxy/ratelimit rules");
+    out.limit = rules->match(entries);
+    if (out.limit != nullptr &&
+        std::find(replaced.begin(), replaced.end(), out.limit->name) != replaced.end()) {
+      out.limit = nullptr;
+    }
+    if (out.limit == nullptr || out.limit->unlimited) return out;
+    std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
+    for (const auto& [k, v] : entries)
+      absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    auto d =
+        store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
+                     key, now, cost);
+    if (!d.ok()) return d.status();
+    out.decision = *d;
+    return out;
+  }
+
+  // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
+  // its version is greater, or when its format is not the one the Checker started with.
+  absl::Status publish(LoadedRules next) {
+    if (envoy_mode() != (next.envoy != nullptr)) {
+      return absl::FailedPreconditionError(
+          "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
+    }
+    std::unique_lock lock(publish_mu_);
+    if (next.rules) return registry_.publish(std::move(next.rules));
+    if (next.envoy->version <= envoy_->version) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
+    }
+    envoy_version_.store(next.envoy->version, std::memory_order_relaxed);
+    envoy_ = std::move(next.envoy);
+    return absl::OkStatus();
+  }
 
  private:
+  template <class G>
+  static absl::StatusOr<gateway::Result> decide(G& gw, const CheckRequest& req,
+                                                const gateway::Request& r, Nanos now) {
+    if (!req.cost) return gw.decide(r, now);
+    auto e = gw.acquire_estimate(r, *req.cost, now);
+    if (!e.ok()) return e.status();
+    // The cost is known at once: settling with it closes the ticket and moves nothing.
+    if (e->ticket) (void)gw.settle(*e->ticket, *req.cost, now);
+    return gateway::Result{
+        .decision = e->decision, .rule = e->rule, .replayed = false, .request_cap = e->request_cap};
+  }
+
+  // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
+  // class, no rules (every Gateway check fails; resolve() refuses first).
+  static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {
+    gateway::RuleSetSpec spec;
+    gateway::RouteClass route;
+    route.name = "envoy";
+    spec.routes.push_back(std::move(route));
+    return *gateway::RuleSet::create(spec);
+  }
+
   static gateway::Identity identity(const CheckRequest& req) {
     return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
   }
@@ -173,9 +294,13 @@ class Checker {
   }
 
   CheckerOptions options_;
+  mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
   Store store_;
   gateway::RuleRegistry registry_;
-  gateway::Gateway<Store> gateway_;
+  std::unique_ptr<gateway::Gateway<Store>> gateway_;                      // in process
+  std::unique_ptr<gateway::Gateway<redis::GatewayStore>> redis_gateway_;  // or Redis
+  std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
+  std::atomic<std::uint64_t> envoy_version_{0};
 };
 
 }  // namespace quota::server

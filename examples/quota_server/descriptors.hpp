@@ -135,6 +135,57 @@ inline absl::StatusOr<std::vector<CheckRequest>> map_request(const rls::RateLimi
   return out;
 }
 
+// limit_remaining of a descriptor whose limit is `unlimited` (envoyproxy/ratelimit's).
+inline constexpr std::int64_t kUnlimitedRemaining = std::numeric_limits<std::uint32_t>::max();
+
+// A request descriptor for envoyproxy/ratelimit rules: its entries and its cost.
+struct EnvoyDescriptor {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::int64_t cost = 1;
+};
+
+// The descriptors of `req` for envoyproxy/ratelimit rules of `domain`: the domain must
+// match, there must be descriptors, each with entries whose keys are non-empty; no
+// per-request limit override; the cost (as for quota's rules: the descriptor's
+// hits_addend, else the request's if > 0, else 1) within [1, max_cost].
+inline absl::StatusOr<std::vector<EnvoyDescriptor>> map_envoy_request(
+    const rls::RateLimitRequest& req, std::string_view domain, std::int64_t max_cost) {
+  if (req.domain().empty()) return absl::InvalidArgumentError("domain is empty");
+  if (req.domain() != domain) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown domain \"%s\" (this server answers for \"%s\")", req.domain(), domain));
+  }
+  if (req.descriptors_size() == 0) return absl::InvalidArgumentError("no descriptors");
+  std::vector<EnvoyDescriptor> out;
+  for (int i = 0; i < req.descriptors_size(); ++i) {
+    const auto& d = req.descriptors(i);
+    const auto fail = [i](std::string_view m) {
+      return absl::InvalidArgumentError(absl::StrFormat("descriptors[%d]: %s", i, m));
+    };
+    if (d.entries_size() == 0) return fail("no entries");
+    if (d.has_limit()) {
+      return fail("a per-request limit override is not supported (the rule file decides)");
+    }
+    EnvoyDescriptor e;
+    for (const auto& entry : d.entries()) {
+      if (entry.key().empty()) return fail("an entry has an empty key");
+      e.entries.emplace_back(entry.key(), entry.value());
+    }
+    std::uint64_t hits = 1;
+    if (d.has_hits_addend()) {
+      hits = d.hits_addend().value();
+    } else if (req.hits_addend() > 0) {
+      hits = req.hits_addend();
+    }
+    if (hits < 1 || hits > static_cast<std::uint64_t>(max_cost)) {
+      return fail(absl::StrFormat("cost %d is outside [1, %d] (--max-cost)", hits, max_cost));
+    }
+    e.cost = static_cast<std::int64_t>(hits);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 // Envoy's response for the decided checks, in request order (see the top of this file).
 inline rls::RateLimitResponse build_response(const std::vector<Checked>& checked) {
   rls::RateLimitResponse out;

@@ -3,7 +3,9 @@
 //
 // A call is mapped (descriptors.hpp: every descriptor resolved and validated first, so
 // bad input deducts nothing), decided descriptor by descriptor in request order, and
-// answered with Envoy's RateLimitResponse. gRPC status codes:
+// answered with Envoy's RateLimitResponse; its dynamic_metadata carries
+// {"applied_rule_version": N}, the version of the rule set that decided every descriptor
+// of the call (one set per call: Checker::Pin). gRPC status codes:
 //   INVALID_ARGUMENT  bad input: empty or unknown domain, no descriptors, a missing tenant,
 //                     an unknown entry key or route, a cost outside [1, --max-cost], ...;
 //                     the message names the descriptor and field
@@ -42,17 +44,22 @@ inline grpc::Status to_grpc(const absl::Status& s) {
 
 class RateLimitServiceImpl final : public rls::RateLimitService::Service {
  public:
-  RateLimitServiceImpl(Checker& checker, ServerStats& stats, std::string domain)
-      : checker_(checker), stats_(stats), domain_(std::move(domain)) {}
+  RateLimitServiceImpl(Checker& checker, ServerStats& stats, std::string domain,
+                       std::int64_t max_cost = 1'000'000)
+      : checker_(checker), stats_(stats), domain_(std::move(domain)), max_cost_(max_cost) {}
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const rls::RateLimitRequest* request,
                                rls::RateLimitResponse* response) override {
+    const Checker::Pin pin = checker_.pin();  // one rule set for every descriptor
+    if (const EnvoyRules* envoy = checker_.envoy_rules(pin); envoy != nullptr) {
+      return envoy_call(pin, *envoy, *request, response);
+    }
     auto checks = map_request(*request, checker_, domain_);
     if (!checks.ok()) return fail(checks.status());
     std::vector<Checked> checked;
     checked.reserve(checks->size());
     for (std::size_t i = 0; i < checks->size(); ++i) {
-      auto c = checker_.check((*checks)[i], clock_.now());
+      auto c = checker_.check(pin, (*checks)[i], clock_.now());
       if (!c.ok()) {
         return fail(absl::Status(c.status().code(),
                                  absl::StrFormat("descriptors[%d]: %s", i, c.status().message())));
@@ -65,6 +72,9 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
       checked.push_back(*std::move(c));
     }
     *response = build_response(checked);
+    // The version of the one rule set that decided every descriptor (the call is pinned).
+    (*response->mutable_dynamic_metadata()->mutable_fields())["applied_rule_version"]
+        .set_number_value(static_cast<double>(checker_.rule_version()));
     stats_.count(Api::kGrpc, response->overall_code() == rls::RateLimitResponse::OVER_LIMIT
                                  ? Answer::kOverLimit
                                  : Answer::kOk);
@@ -72,6 +82,72 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
   }
 
  private:
+  // ShouldRateLimit with envoyproxy/ratelimit rules (envoy_rules.hpp): every descriptor
+  // validated, then matched, then decided in order, each an independent budget.
+  grpc::Status envoy_call(const Checker::Pin& pin, const EnvoyRules& rules,
+                          const rls::RateLimitRequest& req, rls::RateLimitResponse* response) {
+    auto prepared = map_envoy_request(req, rules.domain, max_cost_);
+    if (!prepared.ok()) return fail(prepared.status());
+    // A limit named in another matched limit's `replaces` does not apply.
+    std::vector<std::string> replaced;
+    for (const auto& [entries, cost] : *prepared) {
+      if (const EnvoyRateLimit* l = rules.match(entries); l != nullptr) {
+        replaced.insert(replaced.end(), l->replaces.begin(), l->replaces.end());
+      }
+    }
+    std::vector<Checked> checked;
+    std::vector<const EnvoyRateLimit*> limits;
+    const Nanos now = clock_.now();
+    for (std::size_t i = 0; i < prepared->size(); ++i) {
+      const auto& [entries, cost] = (*prepared)[i];
+      auto c = checker_.check_envoy(pin, entries, cost, replaced, now);
+      if (!c.ok()) {
+        // Bad input (a key longer than the store takes) stays INVALID_ARGUMENT; anything
+        // else is the store failing to decide.
+        const bool bad_input = c.status().code() == absl::StatusCode::kInvalidArgument;
+        return fail(absl::Status(
+            bad_input ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kUnavailable,
+            absl::StrFormat(
+                "descriptors[%d]: %s%s", i,
+                bad_input ? "" : "the budget store cannot decide: ", c.status().message())));
+      }
+      Checked out;
+      limits.push_back(c->limit);
+      if (c->limit == nullptr || c->limit->unlimited) {
+        // No limit: OK, remaining 0 (none) or 4294967295 (unlimited), as envoyproxy/ratelimit.
+        out.result.decision = Decision{.allowed = true,
+                                       .remaining = c->limit ? kUnlimitedRemaining : 0,
+                                       .retry_after = Nanos{0},
+                                       .reset_after = kNever,
+                                       .version = rules.version,
+                                       .reason = Reason::kAllowed};
+      } else {
+        out.result.decision = c->decision;
+        // Shadow mode: decided and answered OK (a denied request spends nothing).
+        if (c->limit->shadow) out.result.decision.allowed = true;
+        out.result.rule = c->limit->name;
+        auto info = http::describe(c->limit->name, c->limit->policy);
+        if (info.ok()) out.policy = *std::move(info);
+        out.rate = rate_of(c->limit->policy);
+      }
+      checked.push_back(std::move(out));
+    }
+    *response = build_response(checked);
+    for (int i = 0; i < response->statuses_size(); ++i) {
+      const EnvoyRateLimit* l = limits[static_cast<std::size_t>(i)];
+      if (l == nullptr || l->unlimited) continue;
+      auto* limit = response->mutable_statuses(i)->mutable_current_limit();
+      limit->set_requests_per_unit(static_cast<std::uint32_t>(l->requests_per_unit));
+      limit->set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(l->unit));
+    }
+    (*response->mutable_dynamic_metadata()->mutable_fields())["applied_rule_version"]
+        .set_number_value(static_cast<double>(rules.version));
+    stats_.count(Api::kGrpc, response->overall_code() == rls::RateLimitResponse::OVER_LIMIT
+                                 ? Answer::kOverLimit
+                                 : Answer::kOk);
+    return grpc::Status::OK;
+  }
+
   grpc::Status fail(const absl::Status& s) {
     stats_.count(Api::kGrpc, answer_of(s));
     return to_grpc(s);
@@ -80,6 +156,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
   Checker& checker_;
   ServerStats& stats_;
   std::string domain_;
+  std::int64_t max_cost_;
   SteadyClock clock_;
 };
 

@@ -184,12 +184,13 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
   server.Post("/v1/check", [api](const httplib::Request& req, httplib::Response& res) {
     std::int64_t expected_version = -1;
     auto parsed = check_request_of(req.body, &expected_version);
+    const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
     if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
     if (!parsed.ok()) {
       api.stats->count(Api::kCheck, answer_of(parsed.status()));
       return detail::set_error(res, parsed.status());
     }
-    auto c = api.checker->check(*parsed, SteadyClock{}.now());
+    auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
     if (!c.ok()) {
       api.stats->count(Api::kCheck, answer_of(c.status()));
       return detail::set_error(res, c.status());
@@ -205,12 +206,13 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
 
   server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
     auto parsed = detail::auth_request_of(req);
+    const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
     if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
     if (!parsed.ok()) {
       api.stats->count(Api::kAuth, answer_of(parsed.status()));
       return detail::set_error(res, parsed.status());
     }
-    auto c = api.checker->check(*parsed, SteadyClock{}.now());
+    auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
     if (!c.ok()) {
       api.stats->count(Api::kAuth, answer_of(c.status()));
       return detail::set_error(res, c.status());

@@ -7,11 +7,11 @@
 //         /metrics (http_api.hpp)
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
-// (the rule file), checker.hpp (one check on the Gateway), descriptors.hpp and
-// grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its counters). It blocks
-// SIGTERM and SIGINT before any thread starts and waits for one of them; then stops accepting
-// calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file that does not
-// load, or a port that cannot be bound, exits 1 with the reason on stderr.
+// (the rule file), rule_watcher.hpp (its hot reload), checker.hpp (one check on the Gateway),
+// descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its
+// counters). It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
+// stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
+// that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
 //
 // Build and run (one line):
 //   cmake --preset dev && cmake --build build/dev --target quota_server
@@ -35,6 +35,7 @@
 #include "http_api.hpp"
 #include "options.hpp"
 #include "rule_source.hpp"
+#include "rule_watcher.hpp"
 #include "server_stats.hpp"
 
 int main(int argc, char** argv) {
@@ -49,18 +50,55 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   quota::gateway::Metrics metrics;
-  auto rules = quota::server::load_server_rules(o.rules_path, metrics);
+  auto text = quota::server::read_rule_text(o.rules_path);
+  const quota::server::RulesFormat format =
+      quota::server::resolve_format(o.rules_format, text.ok() ? *text : "");
+  absl::StatusOr<quota::server::LoadedRules> rules =
+      text.ok() ? quota::server::build_server_rules(format, 0, *text, o.rules_path, metrics)
+                : absl::StatusOr<quota::server::LoadedRules>(text.status());
   if (!rules.ok()) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
   }
+  // --redis / --redis-cluster: the budgets in Redis, shared by every server on it.
+  std::unique_ptr<quota::redis::GatewayStore> redis_store;
+  if (!o.redis_host.empty()) {
+    if (rules->envoy) {
+      std::fprintf(stderr,
+                   "quota-server: --redis is not supported with an envoyproxy/ratelimit rule "
+                   "file (its budgets are in process)\n");
+      return 1;
+    }
+    const std::chrono::microseconds timeout = std::chrono::milliseconds(o.redis_timeout_ms);
+    const quota::redis::ConnectionConfig config{.host = o.redis_host,
+                                                .port = o.redis_port,
+                                                .connect_timeout = timeout,
+                                                .command_timeout = timeout,
+                                                .pool_wait = timeout};
+    const auto n = static_cast<std::size_t>(o.redis_connections);
+    quota::redis::GatewayStoreOptions store_options;
+    if (o.redis_cluster) {
+      store_options.cluster = std::make_shared<quota::redis::ClusterPool>(config, n);
+    } else {
+      store_options.pool = std::make_shared<quota::redis::ConnectionPool>(config, n);
+    }
+    redis_store = std::make_unique<quota::redis::GatewayStore>(std::move(store_options));
+  }
   quota::server::Checker checker(*rules, {.default_plan = o.default_plan,
                                           .default_route = o.default_route,
                                           .max_cost = o.max_cost,
-                                          .max_keys = static_cast<std::size_t>(o.max_keys)});
+                                          .max_keys = static_cast<std::size_t>(o.max_keys),
+                                          .redis = redis_store.get()});
   quota::server::ServerStats stats;
+  stats.count_load(true, 0);
+  quota::server::RuleWatcher watcher(
+      o.rules_path, *text, checker,
+      [&metrics, format](std::uint64_t in_force, std::string_view t, const std::string& path) {
+        return quota::server::build_server_rules(format, in_force, t, path, metrics);
+      },
+      stats);
 
-  quota::server::RateLimitServiceImpl service(checker, stats, o.domain);
+  quota::server::RateLimitServiceImpl service(checker, stats, o.domain, o.max_cost);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port),
@@ -73,13 +111,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("grpc listening on %s:%d (domain \"%s\", rules %s version %llu)\n", o.host.c_str(),
-              grpc_port, o.domain.c_str(), o.rules_path.c_str(),
-              static_cast<unsigned long long>(checker.rule_version()));
+              grpc_port, rules->envoy ? rules->envoy->domain.c_str() : o.domain.c_str(),
+              o.rules_path.c_str(), static_cast<unsigned long long>(checker.rule_version()));
   std::fflush(stdout);
 
   std::atomic<bool> ready{false};
   httplib::Server http;
   http.set_payload_max_length(64 * 1024);  // larger bodies: 413 from httplib, unread
+  // An answer goes out at once (headers and body are separate writes: with Nagle, the
+  // body waits for the client's delayed ACK, ~40 ms).
+  http.set_tcp_nodelay(true);
   quota::server::add_http_api(
       http, {.checker = &checker, .stats = &stats, .metrics = &metrics, .ready = &ready});
   const int http_port = o.http_port == 0                         ? http.bind_to_any_port(o.host)
@@ -95,10 +136,12 @@ int main(int argc, char** argv) {
   std::printf("http listening on %s:%d\n", o.host.c_str(), http_port);
   std::fflush(stdout);
   ready.store(true, std::memory_order_release);
+  watcher.start();
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   ready.store(false, std::memory_order_release);
+  watcher.stop();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   http.stop();
   http_thread.join();

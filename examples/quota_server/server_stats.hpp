@@ -4,7 +4,9 @@
 // quota_decisions_total{rule,route,level,outcome}), the server counts every call it
 // answers per API (grpc, check, auth) and answer (ok, over_limit, invalid_argument,
 // not_found, unavailable, error) — a fixed set of labels, never a tenant id — and
-// renders them with the rule version in force as Prometheus text.
+// renders them with the rule version in force as Prometheus text. It also counts the rule
+// file's loads (the first and every hot reload) by outcome, ok or error, with the Unix
+// time of the last refused one.
 //
 // Thread safety: relaxed atomics; any thread.
 //
@@ -63,7 +65,17 @@ class ServerStats {
         .load(std::memory_order_relaxed);
   }
 
-  // quota_server_requests_total{api,answer} and quota_rule_version, Prometheus text.
+  // A load of the rule file: published (`ok`) or refused, at Unix time `unix_seconds`.
+  void count_load(bool ok, std::int64_t unix_seconds) {
+    (ok ? loads_ok_ : loads_error_).fetch_add(1, std::memory_order_relaxed);
+    if (!ok) last_error_unix_.store(unix_seconds, std::memory_order_relaxed);
+  }
+  std::uint64_t loads(bool ok) const {
+    return (ok ? loads_ok_ : loads_error_).load(std::memory_order_relaxed);
+  }
+
+  // quota_server_requests_total{api,answer}, quota_rule_version, quota_config_loads_total
+  // {outcome} and quota_config_last_error_timestamp_seconds (0: none), Prometheus text.
   std::string render(std::uint64_t rule_version) const {
     static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
     static constexpr const char* kAnswerNames[kAnswers] = {
@@ -83,11 +95,27 @@ class ServerStats {
                     "# TYPE quota_rule_version gauge\n"
                     "quota_rule_version ",
                     rule_version, "\n");
+    absl::StrAppend(
+        &out,
+        "# HELP quota_config_loads_total Loads of the rule file (start and hot reloads), by "
+        "outcome.\n"
+        "# TYPE quota_config_loads_total counter\n"
+        "quota_config_loads_total{outcome=\"ok\"} ",
+        loads_ok_.load(std::memory_order_relaxed), "\nquota_config_loads_total{outcome=\"error\"} ",
+        loads_error_.load(std::memory_order_relaxed),
+        "\n# HELP quota_config_last_error_timestamp_seconds Unix time of the last refused load "
+        "(0: none).\n"
+        "# TYPE quota_config_last_error_timestamp_seconds gauge\n"
+        "quota_config_last_error_timestamp_seconds ",
+        last_error_unix_.load(std::memory_order_relaxed), "\n");
     return out;
   }
 
  private:
   std::array<std::atomic<std::uint64_t>, kApis * kAnswers> counts_{};
+  std::atomic<std::uint64_t> loads_ok_{0};
+  std::atomic<std::uint64_t> loads_error_{0};
+  std::atomic<std::int64_t> last_error_unix_{0};
 };
 
 }  // namespace quota::server

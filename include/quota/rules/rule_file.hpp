@@ -64,6 +64,14 @@ inline absl::StatusOr<std::uint64_t> reload_rule_file(gateway::RuleRegistry& reg
                                                       const std::string& path,
                                                       gateway::Metrics* metrics = nullptr);
 
+// What reload_rule_file() publishes, built from text already read (`yaml`, named
+// `file_name` in errors) as the successor of version `in_force`, and not published: for a
+// caller that reads the file itself or publishes under its own lock. Errors as
+// reload_rule_file's.
+inline absl::StatusOr<std::shared_ptr<const gateway::RuleSet>> load_next_rules(
+    std::uint64_t in_force, std::string_view yaml, std::string_view file_name,
+    gateway::Metrics* metrics = nullptr);
+
 // Implementation details follow.
 
 namespace detail {
@@ -191,10 +199,21 @@ inline absl::StatusOr<std::uint64_t> reload_rule_file(gateway::RuleRegistry& reg
                                                       gateway::Metrics* metrics) {
   auto text = detail::read_file(path);
   if (!text.ok()) return text.status();
-  auto parsed = detail::parse_with_source(*text, path);
-  if (!parsed.ok()) return parsed.status();
   const std::shared_ptr<const gateway::RuleSet> current = registry.current();
-  const std::uint64_t in_force = current == nullptr ? 0 : current->version();
+  auto set = load_next_rules(current == nullptr ? 0 : current->version(), *text, path, metrics);
+  if (!set.ok()) return set.status();
+  // Fails only when another publisher got in between with this version or a later one.
+  if (auto s = registry.publish(*set); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  return (*set)->version();
+}
+
+inline absl::StatusOr<std::shared_ptr<const gateway::RuleSet>> load_next_rules(
+    std::uint64_t in_force, std::string_view yaml, std::string_view path,
+    gateway::Metrics* metrics) {
+  auto parsed = detail::parse_with_source(yaml, path);
+  if (!parsed.ok()) return parsed.status();
   if (parsed->has_version && parsed->spec.version <= in_force) {
     return detail::located(
         path, parsed->source.version, "version",
@@ -206,17 +225,11 @@ inline absl::StatusOr<std::uint64_t> reload_rule_file(gateway::RuleRegistry& reg
   if (!parsed->has_version) {
     if (in_force == std::numeric_limits<std::uint64_t>::max()) {
       return absl::FailedPreconditionError(
-          absl::StrFormat("%s: the version in force is the largest there is", path));
+          absl::StrFormat("%s: the version in force is the largest there is", detail::sv(path)));
     }
     parsed->spec.version = in_force + 1;
   }
-  auto set = detail::create(*parsed, path, metrics);
-  if (!set.ok()) return set.status();
-  // Fails only when another publisher got in between with this version or a later one.
-  if (auto s = registry.publish(*set); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-  }
-  return parsed->spec.version;
+  return detail::create(*parsed, path, metrics);
 }
 
 }  // namespace quota::rules

@@ -1,0 +1,226 @@
+// quota_server_bench — a load driver for quota-server: checks per second and the server's
+// own CPU time per check, over gRPC (RLS v3) and HTTP (/v1/check), with 1 and 8 client
+// connections on loopback; in process, or with --redis (a redis-server of its own on a free
+// port, cmake/redis_server.sh).
+//
+// It starts the server binary (--server) on free ports with a rule file of its own (a
+// budget far larger than the run asks for, so every check is an admission that writes the
+// store), and for each case runs `connections` client threads, each with its own
+// connection (gRPC: its own channel and subchannel), each asking 1 unit for its own tenant
+// as fast as answers come back, for --seconds. The server's CPU time (utime + stime of
+// /proc/<pid>/stat, clock ticks) is read before and after each case: CPU µs per check =
+// that difference / checks. Client and server share the machine's cores, so checks/s is
+// bounded by both; CPU per check is the server's alone. First, the decision alone: the
+// same rules on a Checker in this process (resolve + pin + check, thread CPU time), the
+// part of the server's CPU that is not the protocol. One JSON object per case on stdout.
+//
+//   cmake --preset release
+//   cmake --build build/release --target quota_server quota_server_bench -j1
+//   build/release/examples/quota_server/quota_server_bench
+//       --server build/release/examples/quota_server/quota-server --seconds 5
+#include <httplib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "checker.hpp"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "quota/clock.hpp"
+#include "quota/rules/rule_file.hpp"
+#include "redis/support/redis_server.hpp"
+#include "testing/server_process.hpp"
+
+ABSL_FLAG(std::string, server, "", "the quota-server binary");
+ABSL_FLAG(double, seconds, 5.0, "length of each case");
+ABSL_FLAG(std::string, apis, "grpc,http", "the APIs to run: grpc, http or both");
+ABSL_FLAG(std::string, connections, "1,8", "client connection counts to run: 1, 8 or both");
+ABSL_FLAG(bool, redis, false, "also run the cases with --redis on a redis-server of its own");
+
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+
+// utime + stime of `pid`, in microseconds.
+std::int64_t cpu_us(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(all.substr(close + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  return (utime + stime) * 1'000'000 / sysconf(_SC_CLK_TCK);
+}
+
+struct Result {
+  long long checks = 0;
+  long long errors = 0;
+};
+
+void grpc_loop(int port, int id, std::chrono::steady_clock::time_point until, Result& out) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+  auto stub = rls::RateLimitService::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  rls::RateLimitRequest req;
+  req.set_domain("quota");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("tenant");
+  e->set_value("bench-" + std::to_string(id));
+  while (std::chrono::steady_clock::now() < until) {
+    rls::RateLimitResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->ShouldRateLimit(&ctx, req, &resp);
+    if (s.ok() && resp.overall_code() == rls::RateLimitResponse::OK) {
+      ++out.checks;
+    } else {
+      ++out.errors;
+    }
+  }
+}
+
+void http_loop(int port, int id, std::chrono::steady_clock::time_point until, Result& out) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_keep_alive(true);
+  c.set_tcp_nodelay(true);
+  const std::string body = R"({"tenant":"bench-)" + std::to_string(id) + R"("})";
+  while (std::chrono::steady_clock::now() < until) {
+    auto r = c.Post("/v1/check", body, "application/json");
+    if (r && r->status == 200 && r->body.find("\"allowed\":true") != std::string::npos) {
+      ++out.checks;
+    } else {
+      ++out.errors;
+    }
+  }
+}
+
+void run_case(const quota::testing::ServerProcess& server, const std::string& store,
+              const std::string& api, int connections, double seconds) {
+  const int port = server.port(api);
+  std::vector<Result> results(static_cast<std::size_t>(connections));
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::microseconds(static_cast<std::int64_t>(seconds * 1e6));
+  const std::int64_t cpu_before = cpu_us(server.pid());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < connections; ++i) {
+    threads.emplace_back(api == "grpc" ? grpc_loop : http_loop, port, i, until,
+                         std::ref(results[static_cast<std::size_t>(i)]));
+  }
+  for (auto& t : threads) t.join();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::int64_t cpu = cpu_us(server.pid()) - cpu_before;
+  Result total;
+  for (const Result& r : results) {
+    total.checks += r.checks;
+    total.errors += r.errors;
+  }
+  std::printf(
+      "{\"store\":\"%s\",\"api\":\"%s\",\"connections\":%d,\"seconds\":%.2f,\"checks\":%lld,"
+      "\"errors\":%lld,\"checks_per_second\":%.0f,\"server_cpu_us\":%lld,"
+      "\"server_cpu_us_per_check\":%.2f}\n",
+      store.c_str(), api.c_str(), connections, elapsed, total.checks, total.errors,
+      total.checks / elapsed, static_cast<long long>(cpu),
+      total.checks > 0 ? static_cast<double>(cpu) / static_cast<double>(total.checks) : 0.0);
+  std::fflush(stdout);
+}
+
+// The decision alone: the same rules on a Checker in this process, one thread, no
+// protocol — the part of a check that is not gRPC or HTTP.
+bool run_checker(const std::string& rules, long long checks) {
+  auto set = quota::rules::load_rule_file(rules);
+  if (!set.ok()) return false;
+  quota::server::Checker checker(*set, {});
+  quota::SteadyClock clock;
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  long long admitted = 0;
+  for (long long i = 0; i < checks; ++i) {
+    auto req = checker.resolve({.tenant = "bench-0", .plan = "free", .route = "read"});
+    if (!req.ok()) return false;
+    const auto pin = checker.pin();
+    auto c = checker.check(pin, *req, clock.now());
+    admitted += c.ok() && c->result.decision.allowed;
+  }
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  const double us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
+  std::printf(
+      "{\"store\":\"in_process\",\"api\":\"checker\",\"connections\":0,\"checks\":%lld,"
+      "\"admitted\":%lld,\"cpu_us_per_check\":%.3f}\n",
+      checks, admitted, us / static_cast<double>(checks));
+  std::fflush(stdout);
+  return admitted == checks;
+}
+
+bool run_store(const std::string& store, const std::string& rules,
+               const std::vector<std::string>& extra, double seconds) {
+  quota::testing::ServerProcess server;
+  std::vector<std::string> args = {absl::GetFlag(FLAGS_server),
+                                   "--rules",
+                                   rules,
+                                   "--default-plan",
+                                   "free",
+                                   "--default-route",
+                                   "read",
+                                   "--grpc-port",
+                                   "0",
+                                   "--http-port",
+                                   "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  if (!server.start(args, {"grpc", "http"})) return false;
+  const std::string apis = absl::GetFlag(FLAGS_apis);
+  const std::string counts = absl::GetFlag(FLAGS_connections);
+  for (const char* api : {"grpc", "http"}) {
+    if (apis.find(api) == std::string::npos) continue;
+    for (int connections : {1, 8}) {
+      if (counts.find(std::to_string(connections)) == std::string::npos) continue;
+      run_case(server, store, api, connections, seconds);
+    }
+  }
+  return server.stop() == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string binary = absl::GetFlag(FLAGS_server);
+  if (binary.empty()) {
+    std::fprintf(stderr,
+                 "quota_server_bench: --server PATH (the quota-server binary) is required\n");
+    return 2;
+  }
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const std::string rules = "/tmp/quota_server_bench_rules_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: bench\n    level: tenant\n"
+                          "    plan: free\n    route: read\n"
+                          "    token_bucket: {rate: 1000000000/1s, burst: 1000000000}\n";
+  bool ok = run_checker(rules, 200'000) && run_store("in_process", rules, {}, seconds);
+  if (ok && absl::GetFlag(FLAGS_redis)) {
+    quota::testing::ScratchServer redis(quota::testing::scratch_dir("quota-server-bench-redis"));
+    ok = redis.started() && run_store("redis", rules,
+                                      {"--redis", "127.0.0.1:" + std::to_string(redis.port()),
+                                       "--redis-timeout-ms", "1000"},
+                                      seconds);
+  }
+  std::remove(rules.c_str());
+  return ok ? 0 : 1;
+}
