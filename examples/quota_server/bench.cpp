@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
     quota::testing::ScratchServer redis(quota::testing::scratch_dir("quota-server-bench-redis"));
     ok = redis.started() && run_store("redis", rules,
                                       {"--redis", "127.0.0.1:" + std::to_string(redis.port()),
-                                       "--redis-timeout-ms", "1000"},
+                                       "--redis-deadline-ms", "1000"},
                                       seconds);
   }
   std::remove(rules.c_str());

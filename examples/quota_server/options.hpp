@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, default_route, "", "route class of a request that names n
 ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
 ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis holding the budgets (default: in process)");
 ABSL_FLAG(std::string, redis_cluster, "", "HOST:PORT of any node of a Redis Cluster instead");
-ABSL_FLAG(std::int64_t, redis_timeout_ms, 50, "bound on each Redis connect and command");
+ABSL_FLAG(std::int64_t, redis_deadline_ms, 50,
+          "the deadline of one call to Redis: pool wait, connect, send and reply together");
 ABSL_FLAG(std::int64_t, redis_connections, 8, "connections to Redis (per node on a cluster)");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
 
@@ -65,7 +66,7 @@ Flags (--flag VALUE or --flag=VALUE):
                         on it (default: in process); a Redis that cannot answer gives
                         the route's fail mode (fail closed: UNAVAILABLE / 503)
   --redis-cluster HOST:PORT  the same on a Redis Cluster (any node)
-  --redis-timeout-ms N  bound on each Redis connect and command (default 50)
+  --redis-deadline-ms N  one call to Redis: pool wait, connect, send and reply (default 50)
   --redis-connections N connections to Redis, per node on a cluster (default 8)
   --help                this text
 
@@ -89,7 +90,7 @@ struct Options {
   std::string redis_host;  // empty: in process
   int redis_port = 0;
   bool redis_cluster = false;
-  std::int64_t redis_timeout_ms = 50;
+  std::int64_t redis_deadline_ms = 50;
   std::int64_t redis_connections = 8;
 };
 
@@ -124,7 +125,7 @@ inline Options parse_options(int argc, char** argv) {
        .checks = {integer("grpc_port", 0, 65535), integer("http_port", 0, 65535),
                   integer("max_cost", 1, kMaxUnits), integer("max_keys", 1, 1'000'000'000),
                   non_empty("rules"), non_empty("domain"), non_empty("host"),
-                  integer("redis_timeout_ms", 1, 60'000), integer("redis_connections", 1, 1024),
+                  integer("redis_deadline_ms", 1, 60'000), integer("redis_connections", 1, 1024),
                   quota::cli::custom(
                       "redis", "HOST:PORT",
                       [](std::string_view v) { return split_host_port(v, nullptr, nullptr); }),
@@ -152,7 +153,7 @@ inline Options parse_options(int argc, char** argv) {
             .redis_host = {},
             .redis_port = 0,
             .redis_cluster = false,
-            .redis_timeout_ms = absl::GetFlag(FLAGS_redis_timeout_ms),
+            .redis_deadline_ms = absl::GetFlag(FLAGS_redis_deadline_ms),
             .redis_connections = absl::GetFlag(FLAGS_redis_connections)};
   const std::string redis = absl::GetFlag(FLAGS_redis);
   const std::string cluster = absl::GetFlag(FLAGS_redis_cluster);

@@ -69,12 +69,10 @@ int main(int argc, char** argv) {
                    "file (its budgets are in process)\n");
       return 1;
     }
-    const std::chrono::microseconds timeout = std::chrono::milliseconds(o.redis_timeout_ms);
-    const quota::redis::ConnectionConfig config{.host = o.redis_host,
-                                                .port = o.redis_port,
-                                                .connect_timeout = timeout,
-                                                .command_timeout = timeout,
-                                                .pool_wait = timeout};
+    const quota::redis::ConnectionConfig config{
+        .host = o.redis_host,
+        .port = o.redis_port,
+        .deadline = std::chrono::milliseconds(o.redis_deadline_ms)};
     const auto n = static_cast<std::size_t>(o.redis_connections);
     quota::redis::GatewayStoreOptions store_options;
     if (o.redis_cluster) {

@@ -130,7 +130,7 @@ TEST_CASE("two servers on one Redis share one budget; a stopped Redis fails clos
   for (auto* s : {&a, &b}) {
     REQUIRE(s->start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
                       "--default-route", "read", "--grpc-port", "0", "--http-port", "0", "--redis",
-                      "127.0.0.1:" + std::to_string(redis.port()), "--redis-timeout-ms", "2000"},
+                      "127.0.0.1:" + std::to_string(redis.port()), "--redis-deadline-ms", "2000"},
                      {"grpc", "http"}));
   }
 
@@ -213,7 +213,7 @@ TEST_CASE("two servers seeded at different nodes of a Redis Cluster share one bu
     REQUIRE(s->start(
         {env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route", "read",
          "--grpc-port", "0", "--http-port", "0", "--redis-cluster",
-         "127.0.0.1:" + std::to_string(port), "--redis-timeout-ms", "2000"},
+         "127.0.0.1:" + std::to_string(port), "--redis-deadline-ms", "2000"},
         {"grpc", "http"}));
   }
   // A tenant of this run only (the cluster is shared by other tests and runs).
