@@ -161,3 +161,41 @@ TEST_CASE("MOVED with one connection per node: the map refresh does not wait for
   CHECK(cluster->moves() == 1);
   CHECK(took < 1s);
 }
+
+TEST_CASE("a slot map reload that meets a node that does not answer leaves the call its time") {
+  const auto ports = cluster_ports();
+  // The reload asks the known nodes in the order of their names: pause the first, and
+  // decide for a tenant of another node, with the map due for its periodic reload.
+  std::vector<int> by_name = ports;
+  std::sort(by_name.begin(), by_name.end(),
+            [](int a, int b) { return std::to_string(a) < std::to_string(b); });
+  const int paused_port = by_name[0];
+  auto cfg = node_config(ports[0]);
+  cfg.deadline = 300ms;
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(
+      cfg, 2, quota::redis::TryAgainPolicy{}, quota::redis::RefreshPolicy{.periodic = 20ms});
+  auto store = cluster_store(cluster, "reload-paused");
+  std::string key;
+  for (int i = 0; i < 1000 && key.empty(); ++i) {
+    const std::string k = "reload-" + std::to_string(i) + ":read";
+    auto rk = store.redis_key(k);
+    REQUIRE(rk.ok());
+    if (owner(key_slot(*rk)) != paused_port) key = k;
+  }
+  REQUIRE_FALSE(key.empty());
+  REQUIRE(store.apply(kOnce, key, Nanos{0}, 1).ok());  // the map loaded, every node known
+  REQUIRE(cluster->refresh().ok());
+  const auto refreshes = cluster->refreshes();
+  Connection admin(node_config(paused_port));
+  REQUIRE(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).ok());
+  std::this_thread::sleep_for(60ms);  // the map is old: this call reloads it first
+  auto d = store.apply(kOnce, key, Nanos{0}, 1);
+  INFO(d.status());
+  // The reload gave up on the paused node within its share of the time and asked the
+  // next; the call still had time for its own node.
+  REQUIRE(d.ok());
+  CHECK(d->allowed);
+  CHECK(d->remaining == 1);
+  CHECK(cluster->refreshes() == refreshes + 1);
+  std::this_thread::sleep_for(1600ms);  // the pause over, for the tests that follow
+}

@@ -171,8 +171,10 @@ class ClusterPool {
         if (!due) return slots_[i];
       }
     }
-    // A stale map's reload failing leaves the old map in use.
-    absl::Status s = refresh(deadline);
+    // A stale map's reload failing leaves the old map in use; with a map to fall back on,
+    // the reload gets half the time left, so an unresponsive node it asks cannot take
+    // the call's own time.
+    absl::Status s = refresh(due ? deadline.share(2) : deadline);
     std::lock_guard<std::mutex> lock(mu_);
     if (due) refreshing_ = false;
     if (slots_[i] == nullptr) {
@@ -204,7 +206,8 @@ class ClusterPool {
 
   // Reloads the slot map from the first node that answers CLUSTER SLOTS (the nodes that
   // failed a call since the last reload asked last), within `deadline` (default: a
-  // fresh config().deadline).
+  // fresh config().deadline); each node asked gets its share of the time left, so one
+  // that does not answer leaves time for the others.
   absl::Status refresh() { return refresh(Deadline::after(base_.deadline)); }
   absl::Status refresh(const Deadline& deadline) {
     std::vector<std::shared_ptr<ConnectionPool>> nodes, suspects;
@@ -216,13 +219,15 @@ class ClusterPool {
     }
     nodes.insert(nodes.end(), suspects.begin(), suspects.end());
     absl::Status last = absl::UnavailableError("redis cluster: no node known");
-    for (const auto& pool : nodes) {
-      auto lease = pool->acquire(deadline);
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      const auto& pool = nodes[k];
+      const Deadline mine = deadline.share(static_cast<int>(nodes.size() - k));
+      auto lease = pool->acquire(mine);
       if (!lease.ok()) {
         last = lease.status();
         continue;
       }
-      auto reply = (*lease)->command({"CLUSTER", "SLOTS"}, deadline);
+      auto reply = (*lease)->command({"CLUSTER", "SLOTS"}, mine);
       if (!reply.ok()) {
         last = reply.status();
         continue;

@@ -48,6 +48,13 @@ class Deadline {
     return std::max(d, std::chrono::microseconds(0));
   }
   bool expired() const { return Clock::now() >= at_; }
+  // A part of this call: the same budget (an error still names the call's), ending when
+  // 1/`parts` of the time left has passed (or at this deadline, for parts <= 1). For a
+  // wait that may be given up for another way, so it cannot use up the call.
+  Deadline share(int parts) const {
+    if (parts <= 1) return *this;
+    return Deadline(Clock::now() + left() / parts, budget_);
+  }
   Clock::time_point at() const { return at_; }
   std::chrono::microseconds budget() const { return budget_; }
 

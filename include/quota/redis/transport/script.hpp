@@ -183,14 +183,19 @@ class Script {
         for (std::size_t i = g.begin; i < g.end; ++i) out[pending[i].call] = s;
         if (cluster_ != nullptr) cluster_->note_failure(*pending[g.begin].target);
       };
-      for (Group& g : groups) {
-        auto lease = pending[g.begin].target->acquire(deadline);
+      for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+        Group& g = groups[gi];
+        // Each server's write gets its share of the time left: one that must be connected
+        // again (a connect and its handshake, a round trip) and does not answer cannot
+        // take the time of the servers written after it.
+        const Deadline mine = deadline.share(static_cast<int>(groups.size() - gi));
+        auto lease = pending[g.begin].target->acquire(mine);
         if (!lease.ok()) {
           fail(g, lease.status());
           continue;
         }
         if (sha.empty()) {
-          auto loaded = this->sha(**lease, deadline);
+          auto loaded = this->sha(**lease, mine);
           if (!loaded.ok()) {
             fail(g, loaded.status());
             continue;
@@ -206,7 +211,7 @@ class Script {
                                      numkeys[p.call], *calls[p.call].keys, *calls[p.call].args));
         }
         if (durability_.replicas > 0) cmds.push_back({wait_argv_[0], wait_argv_[1], wait_argv_[2]});
-        if (auto s = (*lease)->send(cmds, deadline); !s.ok()) {
+        if (auto s = (*lease)->send(cmds, mine); !s.ok()) {
           fail(g, s);
           continue;
         }
