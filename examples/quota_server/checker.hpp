@@ -8,7 +8,7 @@
 // with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
 // a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
 // shared by every server on that Redis; a Redis that cannot answer gives the route's fail
-// mode, kUnavailable when it fails closed):
+// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (Gateway::acquire_estimate, settled at once with c, so no ticket stays open);
@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "counted_redis_store.hpp"
 #include "envoy_rules.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
@@ -74,9 +75,10 @@ struct CheckerOptions {
   std::string default_route{};
   std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
   std::size_t max_keys = 10'000'000;  // the store's bound on keys
-  // Budgets in Redis (quota/redis/gateway_store.hpp), shared by every server on it; null:
-  // in process. Must outlive the Checker. Not with envoyproxy/ratelimit rules.
-  redis::GatewayStore* redis = nullptr;
+  // Budgets in Redis (quota/redis/gateway_store.hpp through counted_redis_store.hpp),
+  // shared by every server on it; null: in process. Must outlive the Checker. Not with
+  // envoyproxy/ratelimit rules.
+  CountedRedisStore* redis = nullptr;
 };
 
 // A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
@@ -134,7 +136,7 @@ class Checker {
         registry_(std::move(rules)) {
     if (options_.redis != nullptr) {
       redis_gateway_ =
-          std::make_unique<gateway::Gateway<redis::GatewayStore>>(*options_.redis, registry_);
+          std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_);
     } else {
       gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
     }
@@ -181,8 +183,9 @@ class Checker {
   Pin pin() const { return Pin(publish_mu_); }
 
   // Decides a request resolve() returned, under `pin`. Errors: those of the Gateway (an attempt id
-  // reused with another cost, ...); a store that cannot decide is a decision with reason
-  // kUnavailable (fail closed) or kFailOpen, per the route's fail mode.
+  // reused with another cost, ...), kUnavailable when Redis refuses AUTH; a store that cannot
+  // decide is a decision with reason kUnavailable (fail closed) or kFailOpen, per the route's fail
+  // mode.
   absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
                                 Nanos now) {
     const gateway::Request r{
@@ -190,7 +193,16 @@ class Checker {
     Checked out;
     auto decided =
         redis_gateway_ ? decide(*redis_gateway_, req, r, now) : decide(*gateway_, req, r, now);
-    if (!decided.ok()) return decided.status();
+    if (!decided.ok()) {
+      // Redis refused our credentials: the server cannot decide (never the fail-open
+      // answer a route may give an outage).
+      if (decided.status().code() == absl::StatusCode::kUnauthenticated) {
+        return absl::UnavailableError(
+            absl::StrCat("the budget store cannot decide: redis authentication failed: ",
+                         decided.status().message()));
+      }
+      return decided.status();
+    }
     out.result = *std::move(decided);
     describe(req, out);
     return out;
@@ -297,8 +309,8 @@ class Checker {
   mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
   Store store_;
   gateway::RuleRegistry registry_;
-  std::unique_ptr<gateway::Gateway<Store>> gateway_;                      // in process
-  std::unique_ptr<gateway::Gateway<redis::GatewayStore>> redis_gateway_;  // or Redis
+  std::unique_ptr<gateway::Gateway<Store>> gateway_;                    // in process
+  std::unique_ptr<gateway::Gateway<CountedRedisStore>> redis_gateway_;  // or Redis
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
   std::atomic<std::uint64_t> envoy_version_{0};
 };

@@ -50,6 +50,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const rls::RateLimitRequest* request,
                                rls::RateLimitResponse* response) override {
+    const TimedCall timed(stats_);
     const Checker::Pin pin = checker_.pin();  // one rule set for every descriptor
     if (const EnvoyRules* envoy = checker_.envoy_rules(pin); envoy != nullptr) {
       return envoy_call(pin, *envoy, *request, response);
@@ -69,6 +70,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
             "descriptors[%d]: the budget store cannot decide (route \"%s\" fails closed)", i,
             (*checks)[i].route)));
       }
+      stats_.observe((*checks)[i], *c);
       checked.push_back(*std::move(c));
     }
     *response = build_response(checked);
@@ -129,6 +131,10 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
         auto info = http::describe(c->limit->name, c->limit->policy);
         if (info.ok()) out.policy = *std::move(info);
         out.rate = rate_of(c->limit->policy);
+        if (out.policy) {
+          stats_.decisions.observe_decision(out.result.rule, out.result.decision.remaining,
+                                            out.policy->quota, c->decision.allowed);
+        }
       }
       checked.push_back(std::move(out));
     }

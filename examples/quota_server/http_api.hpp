@@ -18,7 +18,9 @@
 //   GET  /readyz     200 once every listener is up, 503 before and while draining
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
-//                    quota_rule_version — labels from configuration only, no tenant ids.
+//                    quota_rule_version, the decision-latency histogram, near-limit,
+//                    Redis errors by kind (decision_stats.hpp) — labels from configuration
+//                    only, except the top-K tenants (at most 20 series).
 //
 // `rule_version` in a check is the version the caller expects; the decision is made with
 // the rules in force, and applied_rule_version says which (a caller ahead of the server
@@ -182,6 +184,7 @@ inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req)
 // Registers the endpoints (see the top of this file) on `server`.
 inline void add_http_api(httplib::Server& server, HttpApi api) {
   server.Post("/v1/check", [api](const httplib::Request& req, httplib::Response& res) {
+    const TimedCall timed(*api.stats);
     std::int64_t expected_version = -1;
     auto parsed = check_request_of(req.body, &expected_version);
     const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
@@ -195,6 +198,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       api.stats->count(Api::kCheck, answer_of(c.status()));
       return detail::set_error(res, c.status());
     }
+    api.stats->observe(*parsed, *c);
     const Decision& d = c->result.decision;
     const bool unavailable = d.reason == Reason::kUnavailable;
     api.stats->count(Api::kCheck, unavailable ? Answer::kUnavailable
@@ -205,6 +209,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
   });
 
   server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
+    const TimedCall timed(*api.stats);
     auto parsed = detail::auth_request_of(req);
     const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
     if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
@@ -217,6 +222,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       api.stats->count(Api::kAuth, answer_of(c.status()));
       return detail::set_error(res, c.status());
     }
+    api.stats->observe(*parsed, *c);
     const Decision& d = c->result.decision;
     if (d.reason == Reason::kUnavailable) {
       api.stats->count(Api::kAuth, Answer::kUnavailable);

@@ -12,11 +12,19 @@
 //   // o.rules_path, o.grpc_port, o.http_port, o.domain, ...
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/cli.hpp"
 #include "quota/units.hpp"
 
@@ -34,6 +42,19 @@ ABSL_FLAG(std::string, redis_cluster, "", "HOST:PORT of any node of a Redis Clus
 ABSL_FLAG(std::int64_t, redis_deadline_ms, 50,
           "the deadline of one call to Redis: pool wait, connect, send and reply together");
 ABSL_FLAG(std::int64_t, redis_connections, 8, "connections to Redis (per node on a cluster)");
+ABSL_FLAG(std::string, redis_sentinel, "",
+          "HOST:PORT[,HOST:PORT...] of Redis Sentinels naming the primary instead");
+ABSL_FLAG(std::string, redis_sentinel_master, "",
+          "the name the sentinels monitor the primary under");
+ABSL_FLAG(std::string, redis_user, "", "ACL user for Redis AUTH (with --redis-password-file)");
+ABSL_FLAG(std::string, redis_password_file, "", "file holding the Redis password (AUTH)");
+ABSL_FLAG(std::string, redis_sentinel_password_file, "",
+          "file holding the sentinels' password (their requirepass)");
+ABSL_FLAG(std::int64_t, redis_breaker_failures, 0,
+          "consecutive failures that open a Redis node's circuit breaker; 0: none");
+ABSL_FLAG(std::int64_t, redis_breaker_cooldown_ms, 250,
+          "how long an open breaker fails calls at once before one probe");
+ABSL_FLAG(std::int64_t, redis_max_in_flight, 0, "the most calls to Redis at once; 0: no limit");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
 
 namespace quota::server {
@@ -68,6 +89,24 @@ Flags (--flag VALUE or --flag=VALUE):
   --redis-cluster HOST:PORT  the same on a Redis Cluster (any node)
   --redis-deadline-ms N  one call to Redis: pool wait, connect, send and reply (default 50)
   --redis-connections N connections to Redis, per node on a cluster (default 8)
+  --redis-sentinel HOST:PORT[,HOST:PORT...]  the same on the primary these Redis
+                        Sentinels name (with --redis-sentinel-master), followed across
+                        a failover; exactly one of --redis, --redis-cluster and
+                        --redis-sentinel
+  --redis-sentinel-master NAME  the name the sentinels monitor the primary under
+  --redis-user NAME     ACL user for AUTH (default: the default user)
+  --redis-password-file PATH  AUTH with the password in this file (one trailing newline
+                        dropped); never on the command line. A missing, unreadable or
+                        empty file stops the start (exit 2); a rejected AUTH answers
+                        UNAVAILABLE / 503 and is logged
+  --redis-sentinel-password-file PATH  AUTH on the sentinels (their requirepass) with
+                        the password in this file (default: none)
+  --redis-breaker-failures N  consecutive failures that open a node's circuit breaker:
+                        calls fail at once (the route's fail mode) (default 0: none)
+  --redis-breaker-cooldown-ms N  how long an open breaker fails calls before it lets
+                        one probe through (default 250)
+  --redis-max-in-flight N  the most calls to Redis at once; more fail at once
+                        (default 0: no limit)
   --help                this text
 
 Prints "grpc listening on HOST:PORT" and "http listening on HOST:PORT" once serving;
@@ -75,6 +114,7 @@ SIGTERM or SIGINT stops it (in-flight calls finish first).
 )";
 
 enum class RulesFormat { kAuto, kQuota, kEnvoy };
+enum class RedisMode { kNone, kSingle, kCluster, kSentinel };
 
 struct Options {
   std::string rules_path;
@@ -87,11 +127,19 @@ struct Options {
   std::string default_route;
   std::int64_t max_cost = 1'000'000;
   std::int64_t max_keys = 10'000'000;
-  std::string redis_host;  // empty: in process
+  RedisMode redis_mode = RedisMode::kNone;  // kNone: in process
+  std::string redis_host;                   // --redis / --redis-cluster
   int redis_port = 0;
-  bool redis_cluster = false;
+  std::vector<std::pair<std::string, int>> redis_sentinels;  // --redis-sentinel
+  std::string redis_sentinel_master;
+  std::string redis_user;
+  std::string redis_password;           // read from --redis-password-file
+  std::string redis_sentinel_password;  // read from --redis-sentinel-password-file
   std::int64_t redis_deadline_ms = 50;
   std::int64_t redis_connections = 8;
+  std::int64_t redis_breaker_failures = 0;
+  std::int64_t redis_breaker_cooldown_ms = 250;
+  std::int64_t redis_max_in_flight = 0;
 };
 
 // "HOST:PORT" split; false when it is not that (a port in [1, 65535]).
@@ -109,6 +157,45 @@ inline bool split_host_port(std::string_view v, std::string* host, int* port) {
   if (host != nullptr) *host = std::string(v.substr(0, colon));
   if (port != nullptr) *port = p;
   return true;
+}
+
+// "HOST:PORT[,HOST:PORT...]" split; false when an item is not HOST:PORT.
+inline bool split_host_ports(std::string_view v, std::vector<std::pair<std::string, int>>* out) {
+  if (v.empty()) return false;
+  while (true) {
+    const std::size_t comma = v.find(',');
+    std::pair<std::string, int> hp;
+    if (!split_host_port(v.substr(0, comma), &hp.first, &hp.second)) return false;
+    if (out != nullptr) out->push_back(std::move(hp));
+    if (comma == std::string_view::npos) return true;
+    v.remove_prefix(comma + 1);
+  }
+}
+
+// The password in the file at `path`: its content without one trailing "\n" (or
+// "\r\n"). An error names the file and the reason (missing, unreadable, empty).
+inline absl::StatusOr<std::string> read_password_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--redis-password-file ", path, ": the file is empty"));
+  }
+  if (text.find('\n') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--redis-password-file ", path, ": more than one line"));
+  }
+  return text;
 }
 
 // The command line as Options; exits 0 after --help, 2 on a usage error (also when
@@ -132,37 +219,104 @@ inline Options parse_options(int argc, char** argv) {
                   quota::cli::custom(
                       "redis_cluster", "HOST:PORT",
                       [](std::string_view v) { return split_host_port(v, nullptr, nullptr); }),
+                  quota::cli::custom(
+                      "redis_sentinel", "HOST:PORT[,HOST:PORT...]",
+                      [](std::string_view v) { return split_host_ports(v, nullptr); }),
+                  integer("redis_breaker_failures", 0, 1'000'000),
+                  integer("redis_breaker_cooldown_ms", 1, 3'600'000),
+                  integer("redis_max_in_flight", 0, 1'000'000),
                   quota::cli::custom("rules_format", "auto, quota or envoy",
                                      [](std::string_view v) {
                                        return v == "auto" || v == "quota" || v == "envoy";
                                      })}},
       argc, argv);
   const std::string format = absl::GetFlag(FLAGS_rules_format);
-  Options o{.rules_path = absl::GetFlag(FLAGS_rules),
-            .rules_format = format == "quota"   ? RulesFormat::kQuota
-                            : format == "envoy" ? RulesFormat::kEnvoy
-                                                : RulesFormat::kAuto,
-            .domain = absl::GetFlag(FLAGS_domain),
-            .host = absl::GetFlag(FLAGS_host),
-            .grpc_port = static_cast<int>(absl::GetFlag(FLAGS_grpc_port)),
-            .http_port = static_cast<int>(absl::GetFlag(FLAGS_http_port)),
-            .default_plan = absl::GetFlag(FLAGS_default_plan),
-            .default_route = absl::GetFlag(FLAGS_default_route),
-            .max_cost = absl::GetFlag(FLAGS_max_cost),
-            .max_keys = absl::GetFlag(FLAGS_max_keys),
-            .redis_host = {},
-            .redis_port = 0,
-            .redis_cluster = false,
-            .redis_deadline_ms = absl::GetFlag(FLAGS_redis_deadline_ms),
-            .redis_connections = absl::GetFlag(FLAGS_redis_connections)};
+  Options o;
+  o.rules_path = absl::GetFlag(FLAGS_rules);
+  o.rules_format = format == "quota"   ? RulesFormat::kQuota
+                   : format == "envoy" ? RulesFormat::kEnvoy
+                                       : RulesFormat::kAuto;
+  o.domain = absl::GetFlag(FLAGS_domain);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.grpc_port = static_cast<int>(absl::GetFlag(FLAGS_grpc_port));
+  o.http_port = static_cast<int>(absl::GetFlag(FLAGS_http_port));
+  o.default_plan = absl::GetFlag(FLAGS_default_plan);
+  o.default_route = absl::GetFlag(FLAGS_default_route);
+  o.max_cost = absl::GetFlag(FLAGS_max_cost);
+  o.max_keys = absl::GetFlag(FLAGS_max_keys);
+  o.redis_deadline_ms = absl::GetFlag(FLAGS_redis_deadline_ms);
+  o.redis_connections = absl::GetFlag(FLAGS_redis_connections);
+  o.redis_breaker_failures = absl::GetFlag(FLAGS_redis_breaker_failures);
+  o.redis_breaker_cooldown_ms = absl::GetFlag(FLAGS_redis_breaker_cooldown_ms);
+  o.redis_max_in_flight = absl::GetFlag(FLAGS_redis_max_in_flight);
   const std::string redis = absl::GetFlag(FLAGS_redis);
   const std::string cluster = absl::GetFlag(FLAGS_redis_cluster);
-  if (!redis.empty() && !cluster.empty()) {
-    quota::cli::usage_error("quota-server", "--redis and --redis-cluster exclude each other");
+  const std::string sentinel = absl::GetFlag(FLAGS_redis_sentinel);
+  const std::string master = absl::GetFlag(FLAGS_redis_sentinel_master);
+  const std::string user = absl::GetFlag(FLAGS_redis_user);
+  const std::string password_file = absl::GetFlag(FLAGS_redis_password_file);
+  const int stores = !redis.empty() + !cluster.empty() + !sentinel.empty();
+  if (stores > 1) {
+    quota::cli::usage_error("quota-server",
+                            "--redis, --redis-cluster and --redis-sentinel exclude each other; "
+                            "give exactly one");
   }
-  o.redis_cluster = !cluster.empty();
-  if (!redis.empty() || !cluster.empty()) {
-    split_host_port(o.redis_cluster ? cluster : redis, &o.redis_host, &o.redis_port);
+  if (!sentinel.empty() && master.empty()) {
+    quota::cli::usage_error("quota-server",
+                            "--redis-sentinel needs --redis-sentinel-master NAME (the name the "
+                            "sentinels monitor the primary under)");
+  }
+  const std::string sentinel_password_file = absl::GetFlag(FLAGS_redis_sentinel_password_file);
+  if (sentinel.empty() && !master.empty()) {
+    quota::cli::usage_error("quota-server", "--redis-sentinel-master needs --redis-sentinel");
+  }
+  if (sentinel.empty() && !sentinel_password_file.empty()) {
+    quota::cli::usage_error("quota-server",
+                            "--redis-sentinel-password-file needs --redis-sentinel");
+  }
+  if (stores == 0) {
+    const std::pair<const char*, bool> needs_redis[] = {
+        {"--redis-user", !user.empty()},
+        {"--redis-password-file", !password_file.empty()},
+        {"--redis-breaker-failures", o.redis_breaker_failures > 0},
+        {"--redis-max-in-flight", o.redis_max_in_flight > 0}};
+    for (const auto& [flag, set] : needs_redis) {
+      if (set) {
+        quota::cli::usage_error(
+            "quota-server",
+            absl::StrCat(flag, " needs --redis, --redis-cluster or --redis-sentinel"));
+      }
+    }
+  }
+  if (!user.empty() && password_file.empty()) {
+    quota::cli::usage_error("quota-server", "--redis-user needs --redis-password-file");
+  }
+  o.redis_mode = !redis.empty()      ? RedisMode::kSingle
+                 : !cluster.empty()  ? RedisMode::kCluster
+                 : !sentinel.empty() ? RedisMode::kSentinel
+                                     : RedisMode::kNone;
+  if (o.redis_mode == RedisMode::kSingle || o.redis_mode == RedisMode::kCluster) {
+    split_host_port(o.redis_mode == RedisMode::kCluster ? cluster : redis, &o.redis_host,
+                    &o.redis_port);
+  } else if (o.redis_mode == RedisMode::kSentinel) {
+    split_host_ports(sentinel, &o.redis_sentinels);
+    o.redis_sentinel_master = master;
+  }
+  o.redis_user = user;
+  if (!password_file.empty()) {
+    auto password = read_password_file(password_file);
+    if (!password.ok()) {
+      quota::cli::usage_error("quota-server", std::string(password.status().message()));
+    }
+    o.redis_password = *std::move(password);
+  }
+  if (!sentinel_password_file.empty()) {
+    auto password = read_password_file(sentinel_password_file);
+    if (!password.ok()) {
+      quota::cli::usage_error("quota-server", absl::StrCat("--redis-sentinel-password-file: ",
+                                                           password.status().message()));
+    }
+    o.redis_sentinel_password = *std::move(password);
   }
   if (o.rules_path.empty())
     quota::cli::usage_error("quota-server", "--rules PATH is required (see --help)");

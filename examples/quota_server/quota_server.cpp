@@ -8,8 +8,9 @@
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
 // (the rule file), rule_watcher.hpp (its hot reload), checker.hpp (one check on the Gateway),
-// descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp (its
-// counters). It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
+// descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp and
+// decision_stats.hpp (its counters), redis_backend.hpp (--redis*). It blocks SIGTERM and
+// SIGINT before any thread starts and waits for one of them; then
 // stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
 // that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
 //
@@ -34,6 +35,7 @@
 #include "grpc_service.hpp"
 #include "http_api.hpp"
 #include "options.hpp"
+#include "redis_backend.hpp"
 #include "rule_source.hpp"
 #include "rule_watcher.hpp"
 #include "server_stats.hpp"
@@ -60,34 +62,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
   }
-  // --redis / --redis-cluster: the budgets in Redis, shared by every server on it.
-  std::unique_ptr<quota::redis::GatewayStore> redis_store;
-  if (!o.redis_host.empty()) {
+  // --redis / --redis-cluster / --redis-sentinel: the budgets in Redis, shared by every
+  // server on it (redis_backend.hpp), its errors counted by kind.
+  quota::server::ServerStats stats;
+  const std::unique_ptr<quota::redis::GatewayStore> redis_store =
+      quota::server::make_redis_store(o);
+  std::unique_ptr<quota::server::CountedRedisStore> counted;
+  if (redis_store != nullptr) {
     if (rules->envoy) {
       std::fprintf(stderr,
                    "quota-server: --redis is not supported with an envoyproxy/ratelimit rule "
                    "file (its budgets are in process)\n");
       return 1;
     }
-    const quota::redis::ConnectionConfig config{
-        .host = o.redis_host,
-        .port = o.redis_port,
-        .deadline = std::chrono::milliseconds(o.redis_deadline_ms)};
-    const auto n = static_cast<std::size_t>(o.redis_connections);
-    quota::redis::GatewayStoreOptions store_options;
-    if (o.redis_cluster) {
-      store_options.cluster = std::make_shared<quota::redis::ClusterPool>(config, n);
-    } else {
-      store_options.pool = std::make_shared<quota::redis::ConnectionPool>(config, n);
-    }
-    redis_store = std::make_unique<quota::redis::GatewayStore>(std::move(store_options));
+    counted = std::make_unique<quota::server::CountedRedisStore>(*redis_store, stats.decisions);
   }
   quota::server::Checker checker(*rules, {.default_plan = o.default_plan,
                                           .default_route = o.default_route,
                                           .max_cost = o.max_cost,
                                           .max_keys = static_cast<std::size_t>(o.max_keys),
-                                          .redis = redis_store.get()});
-  quota::server::ServerStats stats;
+                                          .redis = counted.get()});
   stats.count_load(true, 0);
   quota::server::RuleWatcher watcher(
       o.rules_path, *text, checker,

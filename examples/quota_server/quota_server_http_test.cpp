@@ -179,9 +179,16 @@ TEST_CASE("health, readiness and metrics") {
                           "level=\"tenant\",outcome=\"denied\"} "));
   CHECK_THAT(r->body, Catch::Matchers::Contains(
                           "quota_server_requests_total{api=\"check\",answer=\"over_limit\"} "));
-  // Tenant ids never become labels.
-  CHECK_THAT(r->body, !Catch::Matchers::Contains("http-metrics"));
-  CHECK_THAT(r->body, !Catch::Matchers::Contains("tenant=\""));
+  // Tenant ids are labels of the top-K series only (at most 20 of them).
+  std::size_t tenant_labels = 0;
+  for (std::size_t at = r->body.find("tenant=\""); at != std::string::npos;
+       at = r->body.find("tenant=\"", at + 1)) {
+    const std::size_t line = r->body.rfind('\n', at) + 1;
+    CHECK(r->body.compare(line, 24, "quota_top_tenant_units{r") == 0);
+    ++tenant_labels;
+  }
+  CHECK(tenant_labels >= 1);
+  CHECK(tenant_labels <= 20);
 }
 
 TEST_CASE("SIGTERM stops the server with exit status 0") {

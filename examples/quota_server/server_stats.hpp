@@ -6,7 +6,9 @@
 // not_found, unavailable, error) — a fixed set of labels, never a tenant id — and
 // renders them with the rule version in force as Prometheus text. It also counts the rule
 // file's loads (the first and every hot reload) by outcome, ok or error, with the Unix
-// time of the last refused one.
+// time of the last refused one. Its `decisions` member (decision_stats.hpp) holds the
+// decision-latency histogram, the near-limit counter per rule, the Redis errors by kind
+// and the top-K tenants by units; observe() feeds it one decided check.
 //
 // Thread safety: relaxed atomics; any thread.
 //
@@ -23,6 +25,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checker.hpp"
+#include "decision_stats.hpp"
+#include "quota/clock.hpp"
 
 namespace quota::server {
 
@@ -56,6 +61,17 @@ inline Answer answer_of(const absl::Status& s) {
 
 class ServerStats {
  public:
+  // A check `req` decided as `c`: near the limit of its deciding rule (capacity: the
+  // rule's RateLimit-Policy quota, a bucket's burst or a window's limit) and the tenant's
+  // units (its cost, 1 when the rule file's costs apply) in the top-K.
+  void observe(const CheckRequest& req, const Checked& c) {
+    if (c.policy) {
+      decisions.observe_decision(c.result.rule, c.result.decision.remaining, c.policy->quota,
+                                 c.result.decision.allowed);
+    }
+    decisions.observe_tenant(req.tenant, req.cost.value_or(1));
+  }
+
   void count(Api api, Answer answer) {
     counts_[static_cast<std::size_t>(api) * kAnswers + static_cast<std::size_t>(answer)].fetch_add(
         1, std::memory_order_relaxed);
@@ -75,7 +91,8 @@ class ServerStats {
   }
 
   // quota_server_requests_total{api,answer}, quota_rule_version, quota_config_loads_total
-  // {outcome} and quota_config_last_error_timestamp_seconds (0: none), Prometheus text.
+  // {outcome}, quota_config_last_error_timestamp_seconds (0: none) and the series of
+  // `decisions`, Prometheus text.
   std::string render(std::uint64_t rule_version) const {
     static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
     static constexpr const char* kAnswerNames[kAnswers] = {
@@ -108,14 +125,31 @@ class ServerStats {
         "# TYPE quota_config_last_error_timestamp_seconds gauge\n"
         "quota_config_last_error_timestamp_seconds ",
         last_error_unix_.load(std::memory_order_relaxed), "\n");
+    absl::StrAppend(&out, decisions.render());
     return out;
   }
+
+  DecisionStats decisions;
 
  private:
   std::array<std::atomic<std::uint64_t>, kApis * kAnswers> counts_{};
   std::atomic<std::uint64_t> loads_ok_{0};
   std::atomic<std::uint64_t> loads_error_{0};
   std::atomic<std::int64_t> last_error_unix_{0};
+};
+
+// Times one call, from its construction to its destruction, into the decision-latency
+// histogram of `stats`.
+class TimedCall {
+ public:
+  explicit TimedCall(ServerStats& stats) : stats_(stats), start_(SteadyClock{}.now()) {}
+  TimedCall(const TimedCall&) = delete;
+  TimedCall& operator=(const TimedCall&) = delete;
+  ~TimedCall() { stats_.decisions.observe_latency(SteadyClock{}.now() - start_); }
+
+ private:
+  ServerStats& stats_;
+  Nanos start_;
 };
 
 }  // namespace quota::server

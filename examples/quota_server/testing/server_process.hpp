@@ -5,7 +5,8 @@
 // that pipe until every expected "<word> listening on 127.0.0.1:PORT" line has appeared
 // (at most 20 s), recording each port by its word ("grpc", "http"). stop() sends SIGTERM
 // and waits (SIGKILL after 10 s); kill() sends SIGKILL. The destructor stops a running
-// child. Every wait is bounded.
+// child. Every wait is bounded. set_stderr(path) before start() sends the child's stderr
+// to that file (its log, for a test to read).
 //
 // Thread safety: one thread per ServerProcess.
 //
@@ -14,6 +15,7 @@
 //   int port = s.port("grpc");
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -25,6 +27,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace quota::testing {
@@ -36,6 +39,9 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
   ~ServerProcess() { stop(); }
 
+  // The file the next start()'s child writes its stderr to (truncated); "": inherited.
+  void set_stderr(std::string path) { stderr_path_ = std::move(path); }
+
   // Starts `args` (args[0] the binary) and waits for "<word> listening on 127.0.0.1:PORT"
   // for every word of `words`. False (the child killed, its output printed) otherwise.
   bool start(std::vector<std::string> args, const std::vector<std::string>& words) {
@@ -44,6 +50,13 @@ class ServerProcess {
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], 1);
+      if (!stderr_path_.empty()) {
+        const int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (err >= 0) {
+          dup2(err, 2);
+          close(err);
+        }
+      }
       close(fds[0]);
       close(fds[1]);
       std::vector<char*> argv;
@@ -110,6 +123,7 @@ class ServerProcess {
   }
 
   pid_t pid_ = -1;
+  std::string stderr_path_;
   std::map<std::string, int> ports_;
 };
 

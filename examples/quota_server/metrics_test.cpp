@@ -1,0 +1,121 @@
+// quota_server_metrics_test — /metrics of a real quota-server process (in-process store),
+// over real HTTP and gRPC on loopback: the decision-latency histogram counts every check
+// call, near-limit counts the admission that leaves a rule under 10 % of its burst, and the
+// top-K lists the heaviest tenant first with its units, bounded to at most 20 series
+// however many tenants call.
+#include <httplib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "testing/metrics_text.hpp"
+#include "testing/server_process.hpp"
+
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+using quota::testing::metric_value;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+std::string metrics(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r = c.Get("/metrics");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  return r->body;
+}
+
+bool check(int port, const std::string& tenant, int cost) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r =
+      c.Post("/v1/check", R"({"tenant":")" + tenant + R"(","cost":)" + std::to_string(cost) + "}",
+             "application/json");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  return r->body.find("\"allowed\":true") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real calls") {
+  char dir_template[] = "/tmp/quota_server_metrics_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string rules = std::string(dir_template) + "/rules.yaml";
+  std::ofstream(rules)
+      << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n    level: tenant\n"
+         "    plan: free\n    route: read\n"
+         "    token_bucket: {rate: 1/100s, burst: 10}\n";
+  quota::testing::ServerProcess s;
+  REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
+                   "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
+                  {"grpc", "http"}));
+  const int http = s.port("http");
+
+  const std::string before = metrics(http);
+  CHECK(before.find("# TYPE quota_decision_duration_seconds histogram") != std::string::npos);
+  CHECK(metric_value(before, "quota_decision_duration_seconds_count") == 0);
+  CHECK(metric_value(before, "quota_near_limit_total{rule=\"per-tenant\"}") == -1);
+  CHECK(metric_value(before, "quota_redis_errors_total{kind=\"unavailable\"}") == 0);
+
+  // "heavy": 8 + 1 leaves 1 of 10 (not under 10 %), the next 1 leaves 0 (near), then denied.
+  CHECK(check(http, "heavy", 8));
+  CHECK(check(http, "heavy", 1));
+  const std::string mid = metrics(http);
+  CHECK(metric_value(mid, "quota_near_limit_total{rule=\"per-tenant\"}") == -1);
+  CHECK(check(http, "heavy", 1));
+  CHECK_FALSE(check(http, "heavy", 1));
+  // 30 light tenants, 1 unit each: more tenants than the sketch's 20 counters.
+  for (int i = 0; i < 30; ++i) CHECK(check(http, "light-" + std::to_string(i), 1));
+  // One gRPC call (1 unit for "heavy", denied): timed too.
+  {
+    auto stub = rls::RateLimitService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(s.port("grpc")), grpc::InsecureChannelCredentials()));
+    rls::RateLimitRequest req;
+    req.set_domain("quota");
+    auto* e = req.add_descriptors()->add_entries();
+    e->set_key("tenant");
+    e->set_value("heavy");
+    rls::RateLimitResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    REQUIRE(stub->ShouldRateLimit(&ctx, req, &resp).ok());
+    CHECK(resp.overall_code() == rls::RateLimitResponse::OVER_LIMIT);
+  }
+
+  const std::string after = metrics(http);
+  INFO(after);
+  const double calls = 4 + 30 + 1;
+  CHECK(metric_value(after, "quota_decision_duration_seconds_count") == calls);
+  CHECK(metric_value(after, "quota_decision_duration_seconds_bucket{le=\"+Inf\"}") == calls);
+  const double under_100ms =
+      metric_value(after, "quota_decision_duration_seconds_bucket{le=\"0.1\"}");
+  CHECK(under_100ms >= 0);
+  CHECK(under_100ms <= calls);
+  CHECK(metric_value(after, "quota_decision_duration_seconds_sum") > 0);
+  CHECK(metric_value(after, "quota_near_limit_total{rule=\"per-tenant\"}") == 1);
+  // heavy asked for 8+1+1+1 units over HTTP and 1 over gRPC (the rule file's cost): 12, the
+  // most of all (a light tenant's count is over by at most N/K = 42/20).
+  CHECK(metric_value(after, "quota_top_tenant_units{rank=\"1\",tenant=\"heavy\"}") == 12);
+  std::size_t series = 0;
+  for (std::size_t at = after.find("\nquota_top_tenant_units{"); at != std::string::npos;
+       at = after.find("\nquota_top_tenant_units{", at + 1)) {
+    ++series;
+  }
+  CHECK(series == 20);
+  CHECK(after.find("rank=\"21\"") == std::string::npos);
+  CHECK(s.stop() == 0);
+  std::remove(rules.c_str());
+  rmdir(dir_template);
+}
