@@ -1,0 +1,1 @@
+// The translation unit that compiles test_pch.hpp into the tests' precompiled header.
