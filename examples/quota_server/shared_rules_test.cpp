@@ -9,6 +9,8 @@
 //     `instances`, and quota_rules_version_lag goes to 0;
 //   - an invalid file is refused with file:line:column: field, and a `version:` not above
 //     the published one with its line; nothing changes in Redis or in the servers;
+//   - a version in a format the server cannot read (written to Redis directly): the rules
+//     in force stay, the refusal is logged and counted, quota_rules_version_lag is 1;
 //   - a paused Redis: the servers keep their rules and say so (log, /metrics), then apply
 //     the next version once it answers again;
 //   - on a Redis Cluster ([cluster], the tests' cluster fixture): published through one
@@ -29,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "quota/redis/transport/connection.hpp"
 #include "redis/support/redis_server.hpp"
 #include "testing/metrics_text.hpp"
 #include "testing/server_process.hpp"
@@ -207,6 +210,29 @@ TEST_CASE(
     CHECK(out.find("published version 2\n") != std::string::npos);
   }
   CHECK(metric_value(metrics(a.port("http")), "quota_rule_version") == 2);
+
+  // A version this server cannot read (written past `publish`, as a newer publisher's
+  // format would be): not applied, logged, counted; the lag shows it.
+  {
+    quota::redis::Connection direct(
+        quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = redis.port()});
+    const std::string rules_key = "{shared-" + std::to_string(::getpid()) + "}:rules";
+    auto r =
+        direct.command({"HSET", rules_key, "version", "3", "format", "quota-next", "text", "x"},
+                       quota::redis::Deadline::after(std::chrono::seconds(2)));
+    REQUIRE(r.ok());
+  }
+  CHECK(eventually([&] {
+    const std::string m = metrics(a.port("http"));
+    return metric_value(m, "quota_rules_published_version") == 3 &&
+           metric_value(m, "quota_rules_version_lag") == 1 &&
+           metric_value(m, "quota_config_loads_total{outcome=\"error\"}") == 1;
+  }));
+  CHECK(metric_value(metrics(a.port("http")), "quota_rule_version") == 2);
+  CHECK(read_all(a_log).find("shared rules version 3 not applied (version 2 stays in force)") !=
+        std::string::npos);
+  CHECK(read_all(a_log).find("format \"quota-next\" is not one this server reads") !=
+        std::string::npos);
 
   // Redis paused: the servers keep version 2 and report it; once it answers again, the
   // next version (the file's own version: 9) is applied.
