@@ -84,9 +84,10 @@ inline int run_publish(const Options& o) {
   if (refused.ok()) refused = build_server_rules(format, 0, *text, o.rules_path, metrics).status();
   // A server on Redis keeps its budgets there, which an envoy-format file cannot use.
   if (refused.ok() && format == RulesFormat::kEnvoy) {
-    refused = absl::InvalidArgumentError(absl::StrCat(
-        o.rules_path, ": an envoyproxy/ratelimit rule file cannot be shared (its budgets are "
-                      "in process; a server with --rules-from-redis keeps them in Redis)"));
+    refused = absl::InvalidArgumentError(
+        absl::StrCat(o.rules_path,
+                     ": an envoyproxy/ratelimit rule file cannot be shared (its budgets are "
+                     "in process; a server with --rules-from-redis keeps them in Redis)"));
   }
   if (!refused.ok()) {
     std::fprintf(stderr, "quota-server publish: not published: %s\n",
