@@ -11,8 +11,7 @@
 // mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
-//     (Gateway::acquire_estimate, settled at once with c, so no ticket stays open);
-//     budgets with a fixed `costs` entry pay that entry.
+//     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
 // The answer carries the Gateway's Result (decision, deciding rule, version) and what the
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
 // and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
@@ -189,10 +188,9 @@ class Checker {
   absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
                                 Nanos now) {
     const gateway::Request r{
-        .who = identity(req), .route = req.route, .attempt_id = req.attempt_id};
+        .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    auto decided =
-        redis_gateway_ ? decide(*redis_gateway_, req, r, now) : decide(*gateway_, req, r, now);
+    auto decided = redis_gateway_ ? redis_gateway_->decide(r, now) : gateway_->decide(r, now);
     if (!decided.ok()) {
       // Redis refused our credentials: the server cannot decide (never the fail-open
       // answer a route may give an outage).
@@ -265,18 +263,6 @@ class Checker {
   }
 
  private:
-  template <class G>
-  static absl::StatusOr<gateway::Result> decide(G& gw, const CheckRequest& req,
-                                                const gateway::Request& r, Nanos now) {
-    if (!req.cost) return gw.decide(r, now);
-    auto e = gw.acquire_estimate(r, *req.cost, now);
-    if (!e.ok()) return e.status();
-    // The cost is known at once: settling with it closes the ticket and moves nothing.
-    if (e->ticket) (void)gw.settle(*e->ticket, *req.cost, now);
-    return gateway::Result{
-        .decision = e->decision, .rule = e->rule, .replayed = false, .request_cap = e->request_cap};
-  }
-
   // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
   // class, no rules (every Gateway check fails; resolve() refuses first).
   static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {

@@ -75,7 +75,7 @@ class CountedRedisStore {
     // Bad input is the request's, not Redis's.
     if (s.code() == absl::StatusCode::kInvalidArgument) return r;
     stats_.count_redis_error(s);
-    const auto kind = static_cast<std::size_t>(redis_error_kind(s));
+    const auto kind = static_cast<std::size_t>(redis::error_kind(s));
     const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count();

@@ -8,13 +8,13 @@
 //       than 10 % of its capacity (a token bucket's burst, a window's limit): remaining *
 //       10 < capacity. Labels are rule names of the rule file, never tenant ids;
 //   quota_redis_errors_total{kind}  calls to Redis that failed, by kind (RedisErrorKind:
-//       unavailable, deadline, breaker_open, in_flight, unauthenticated, other);
+//       unavailable, deadline, breaker_open, in_flight, unauthenticated, other:
+//       redis::ErrorKind);
 //   quota_top_tenant_units{rank,tenant}  the heaviest tenants by units asked for
 //       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K).
 //
-// The kind of a Redis error is read from its status: kUnauthenticated; the messages of
-// the transport (quota/redis/transport: "circuit breaker open", "in-flight guard",
-// "deadline ... passed"); any other kUnavailable; anything else is `other`.
+// The kind of a Redis error is the one the transport marked it with
+// (quota/redis/transport/error_kind.hpp redis::error_kind), never read from its message.
 //
 // Thread safety: atomics and HeavyHitters' mutex; any thread.
 //
@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "heavy_hitters.hpp"
+#include "quota/redis/transport/error_kind.hpp"
 
 namespace quota::server {
 
@@ -46,32 +47,10 @@ inline constexpr std::array<std::int64_t, 13> kLatencyBuckets = {
     10, 25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000};
 inline constexpr std::size_t kTopTenants = 20;
 
-enum class RedisErrorKind : std::uint8_t {
-  kUnavailable = 0,
-  kDeadline = 1,
-  kBreakerOpen = 2,
-  kInFlight = 3,
-  kUnauthenticated = 4,
-  kOther = 5,
-};
-inline constexpr std::size_t kRedisErrorKinds = 6;
-inline constexpr std::array<const char*, kRedisErrorKinds> kRedisErrorNames = {
-    "unavailable", "deadline", "breaker_open", "in_flight", "unauthenticated", "other"};
-
-// The kind of a failed call to Redis (see the top of this file).
-inline RedisErrorKind redis_error_kind(const absl::Status& s) {
-  const std::string_view m(s.message().data(), s.message().size());
-  if (s.code() == absl::StatusCode::kUnauthenticated) return RedisErrorKind::kUnauthenticated;
-  if (m.find("circuit breaker open") != std::string_view::npos) return RedisErrorKind::kBreakerOpen;
-  if (m.find("in-flight guard") != std::string_view::npos) return RedisErrorKind::kInFlight;
-  if (s.code() == absl::StatusCode::kDeadlineExceeded ||
-      (m.find("deadline") != std::string_view::npos &&
-       m.find("passed") != std::string_view::npos)) {
-    return RedisErrorKind::kDeadline;
-  }
-  if (s.code() == absl::StatusCode::kUnavailable) return RedisErrorKind::kUnavailable;
-  return RedisErrorKind::kOther;
-}
+// The kinds of quota_redis_errors_total: the transport's (error_kind.hpp).
+using RedisErrorKind = redis::ErrorKind;
+inline constexpr std::size_t kRedisErrorKinds = redis::kErrorKinds;
+inline constexpr const auto& kRedisErrorNames = redis::kErrorKindNames;
 
 // Prometheus label value: backslash, double quote and newline escaped.
 inline std::string prometheus_label(std::string_view v) {
@@ -122,7 +101,7 @@ class DecisionStats {
   }
 
   void count_redis_error(const absl::Status& s) {
-    redis_errors_[static_cast<std::size_t>(redis_error_kind(s))].fetch_add(
+    redis_errors_[static_cast<std::size_t>(redis::error_kind(s))].fetch_add(
         1, std::memory_order_relaxed);
   }
   std::uint64_t redis_errors(RedisErrorKind k) const {

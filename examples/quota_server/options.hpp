@@ -28,7 +28,11 @@
 #include "common/cli.hpp"
 #include "quota/units.hpp"
 
-ABSL_FLAG(std::string, rules, "", "the YAML rule file (required)");
+ABSL_FLAG(std::string, rules, "", "the YAML rule file (required unless --rules-from-redis)");
+ABSL_FLAG(bool, rules_from_redis, false,
+          "decide with the rule set published in Redis (quota-server publish)");
+ABSL_FLAG(std::string, rules_key, "quota-rules", "the hash tag of the shared rules' keys");
+ABSL_FLAG(std::string, instance_id, "", "this server's id in its heartbeat (default HOST:PID)");
 ABSL_FLAG(std::string, rules_format, "auto", "auto, quota or envoy (envoyproxy/ratelimit's YAML)");
 ABSL_FLAG(std::string, domain, "quota", "the RLS domain this server answers for");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (gRPC and HTTP)");
@@ -60,6 +64,9 @@ ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memo
 namespace quota::server {
 
 inline constexpr const char* kUsage = R"(usage: quota-server --rules PATH [flags]
+       quota-server --rules-from-redis --redis HOST:PORT [flags]
+       quota-server publish --rules PATH --redis HOST:PORT [flags]   (publish --help)
+       quota-server instances --redis HOST:PORT [flags]              (instances --help)
 
 A rate limit service for gateways, deciding with quota's in-process Gateway from a YAML
 rule file (docs/gateway.md "Rule files"; docs/service.md for the service):
@@ -68,7 +75,13 @@ rule file (docs/gateway.md "Rule files"; docs/service.md for the service):
         GET /healthz, /readyz, /metrics (Prometheus)
 
 Flags (--flag VALUE or --flag=VALUE):
-  --rules PATH          the YAML rule file (required)
+  --rules PATH          the YAML rule file (hot reloaded; this or --rules-from-redis)
+  --rules-from-redis    decide with the rule set `quota-server publish` put in the Redis
+                        of --redis / --redis-cluster / --redis-sentinel, and follow its
+                        new versions (within about a second); a heartbeat (instance,
+                        version applied) every second, listed by `quota-server instances`
+  --rules-key NAME      the hash tag of the shared rules' keys (default quota-rules)
+  --instance-id ID      this server's id in its heartbeat (default HOST:PID)
   --rules-format F      quota (docs/gateway.md "Rule files"), envoy (envoyproxy/ratelimit's
                         YAML, docs/service.md) or auto: envoy when the file has a
                         top-level domain or descriptors (default auto)
@@ -113,11 +126,40 @@ Prints "grpc listening on HOST:PORT" and "http listening on HOST:PORT" once serv
 SIGTERM or SIGINT stops it (in-flight calls finish first).
 )";
 
+inline constexpr const char* kPublishUsage =
+    R"(usage: quota-server publish --rules PATH --redis HOST:PORT [flags]
+
+Validates the rule file whole (the server's parser: an error names file:line:column and
+the field, exit 1, nothing published) and stores it in Redis as the next version, which
+every quota-server started with --rules-from-redis on that Redis applies within about a
+second. Prints "published version N". Flags: --rules, --rules-format, --rules-key and
+the server's --redis* flags (--redis, --redis-cluster or --redis-sentinel with
+--redis-sentinel-master; AUTH; --redis-deadline-ms). Exit 0 published, 1 refused or
+Redis cannot answer, 2 usage error.
+)";
+
+inline constexpr const char* kInstancesUsage =
+    R"(usage: quota-server instances --redis HOST:PORT [flags]
+
+Lists the servers that follow the shared rules (--rules-from-redis) on this Redis: one
+line per heartbeat, "INSTANCE version V age MS ms ADDRESS" after a line "published
+version N". A heartbeat is written every second; one older than 60 s is forgotten.
+Flags: --rules-key and the server's --redis* flags. Exit 0, 1 when Redis cannot answer,
+2 usage error.
+)";
+
+// What the command line asks for: serve, or one of the subcommands on the shared rules.
+enum class Command { kServe, kPublish, kInstances };
+
 enum class RulesFormat { kAuto, kQuota, kEnvoy };
 enum class RedisMode { kNone, kSingle, kCluster, kSentinel };
 
 struct Options {
+  Command command = Command::kServe;
   std::string rules_path;
+  bool rules_from_redis = false;
+  std::string rules_key = "quota-rules";
+  std::string instance_id;
   RulesFormat rules_format = RulesFormat::kAuto;
   std::string domain = "quota";
   std::string host = "127.0.0.1";
@@ -199,20 +241,39 @@ inline absl::StatusOr<std::string> read_password_file(const std::string& path) {
 }
 
 // The command line as Options; exits 0 after --help, 2 on a usage error (also when
-// --rules is missing).
+// --rules is missing). A first argument "publish" or "instances" names a subcommand.
 inline Options parse_options(int argc, char** argv) {
+  Command command = Command::kServe;
+  const char* name = "quota-server";
+  const char* usage = kUsage;
+  if (argc > 1 && std::string_view(argv[1]) == "publish") {
+    command = Command::kPublish;
+    name = "quota-server publish";
+    usage = kPublishUsage;
+  } else if (argc > 1 && std::string_view(argv[1]) == "instances") {
+    command = Command::kInstances;
+    name = "quota-server instances";
+    usage = kInstancesUsage;
+  }
+  if (command != Command::kServe) {
+    // The subcommand's name stands in for the program's: its flags follow.
+    argv[1] = argv[0];
+    --argc;
+    ++argv;
+  }
   using quota::cli::integer;
   const auto non_empty = [](std::string flag) {
     return quota::cli::custom(std::move(flag), "a non-empty value",
                               [](std::string_view v) { return !v.empty(); });
   };
   quota::cli::parse(
-      {.name = "quota-server",
-       .usage = kUsage,
+      {.name = name,
+       .usage = usage,
        .checks = {integer("grpc_port", 0, 65535), integer("http_port", 0, 65535),
                   integer("max_cost", 1, kMaxUnits), integer("max_keys", 1, 1'000'000'000),
-                  non_empty("rules"), non_empty("domain"), non_empty("host"),
-                  integer("redis_deadline_ms", 1, 60'000), integer("redis_connections", 1, 1024),
+                  non_empty("rules"), non_empty("rules_key"), non_empty("domain"),
+                  non_empty("host"), integer("redis_deadline_ms", 1, 60'000),
+                  integer("redis_connections", 1, 1024),
                   quota::cli::custom(
                       "redis", "HOST:PORT",
                       [](std::string_view v) { return split_host_port(v, nullptr, nullptr); }),
@@ -232,7 +293,11 @@ inline Options parse_options(int argc, char** argv) {
       argc, argv);
   const std::string format = absl::GetFlag(FLAGS_rules_format);
   Options o;
+  o.command = command;
   o.rules_path = absl::GetFlag(FLAGS_rules);
+  o.rules_from_redis = absl::GetFlag(FLAGS_rules_from_redis);
+  o.rules_key = absl::GetFlag(FLAGS_rules_key);
+  o.instance_id = absl::GetFlag(FLAGS_instance_id);
   o.rules_format = format == "quota"   ? RulesFormat::kQuota
                    : format == "envoy" ? RulesFormat::kEnvoy
                                        : RulesFormat::kAuto;
@@ -257,22 +322,21 @@ inline Options parse_options(int argc, char** argv) {
   const std::string password_file = absl::GetFlag(FLAGS_redis_password_file);
   const int stores = !redis.empty() + !cluster.empty() + !sentinel.empty();
   if (stores > 1) {
-    quota::cli::usage_error("quota-server",
+    quota::cli::usage_error(name,
                             "--redis, --redis-cluster and --redis-sentinel exclude each other; "
                             "give exactly one");
   }
   if (!sentinel.empty() && master.empty()) {
-    quota::cli::usage_error("quota-server",
+    quota::cli::usage_error(name,
                             "--redis-sentinel needs --redis-sentinel-master NAME (the name the "
                             "sentinels monitor the primary under)");
   }
   const std::string sentinel_password_file = absl::GetFlag(FLAGS_redis_sentinel_password_file);
   if (sentinel.empty() && !master.empty()) {
-    quota::cli::usage_error("quota-server", "--redis-sentinel-master needs --redis-sentinel");
+    quota::cli::usage_error(name, "--redis-sentinel-master needs --redis-sentinel");
   }
   if (sentinel.empty() && !sentinel_password_file.empty()) {
-    quota::cli::usage_error("quota-server",
-                            "--redis-sentinel-password-file needs --redis-sentinel");
+    quota::cli::usage_error(name, "--redis-sentinel-password-file needs --redis-sentinel");
   }
   if (stores == 0) {
     const std::pair<const char*, bool> needs_redis[] = {
@@ -283,13 +347,12 @@ inline Options parse_options(int argc, char** argv) {
     for (const auto& [flag, set] : needs_redis) {
       if (set) {
         quota::cli::usage_error(
-            "quota-server",
-            absl::StrCat(flag, " needs --redis, --redis-cluster or --redis-sentinel"));
+            name, absl::StrCat(flag, " needs --redis, --redis-cluster or --redis-sentinel"));
       }
     }
   }
   if (!user.empty() && password_file.empty()) {
-    quota::cli::usage_error("quota-server", "--redis-user needs --redis-password-file");
+    quota::cli::usage_error(name, "--redis-user needs --redis-password-file");
   }
   o.redis_mode = !redis.empty()      ? RedisMode::kSingle
                  : !cluster.empty()  ? RedisMode::kCluster
@@ -306,20 +369,36 @@ inline Options parse_options(int argc, char** argv) {
   if (!password_file.empty()) {
     auto password = read_password_file(password_file);
     if (!password.ok()) {
-      quota::cli::usage_error("quota-server", std::string(password.status().message()));
+      quota::cli::usage_error(name, std::string(password.status().message()));
     }
     o.redis_password = *std::move(password);
   }
   if (!sentinel_password_file.empty()) {
     auto password = read_password_file(sentinel_password_file);
     if (!password.ok()) {
-      quota::cli::usage_error("quota-server", absl::StrCat("--redis-sentinel-password-file: ",
-                                                           password.status().message()));
+      quota::cli::usage_error(
+          name, absl::StrCat("--redis-sentinel-password-file: ", password.status().message()));
     }
     o.redis_sentinel_password = *std::move(password);
   }
-  if (o.rules_path.empty())
-    quota::cli::usage_error("quota-server", "--rules PATH is required (see --help)");
+  if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
+    quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");
+  }
+  const bool needs_rules_file =
+      command == Command::kPublish || (command == Command::kServe && !o.rules_from_redis);
+  if (needs_rules_file && o.rules_path.empty()) {
+    quota::cli::usage_error(name, command == Command::kPublish
+                                      ? "--rules PATH is required (see --help)"
+                                      : "--rules PATH or --rules-from-redis is required "
+                                        "(see --help)");
+  }
+  const bool needs_redis = command != Command::kServe || o.rules_from_redis;
+  if (needs_redis && o.redis_mode == RedisMode::kNone) {
+    quota::cli::usage_error(
+        name, absl::StrCat(command == Command::kServe ? "--rules-from-redis" : "the subcommand",
+                           " needs --redis, --redis-cluster or "
+                           "--redis-sentinel"));
+  }
   return o;
 }
 

@@ -7,10 +7,12 @@
 //         /metrics (http_api.hpp)
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
-// (the rule file), rule_watcher.hpp (its hot reload), checker.hpp (one check on the Gateway),
-// descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP), server_stats.hpp and
-// decision_stats.hpp (its counters), redis_backend.hpp (--redis*). It blocks SIGTERM and
-// SIGINT before any thread starts and waits for one of them; then
+// (the rule file), rule_watcher.hpp (its hot reload), or with --rules-from-redis
+// shared_rules.hpp and rule_subscriber.hpp (the rule set published in Redis, followed),
+// rules_admin.hpp (the subcommands publish and instances), checker.hpp (one check on the
+// Gateway), descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP),
+// server_stats.hpp and decision_stats.hpp (its counters), redis_backend.hpp (--redis*).
+// It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
 // stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
 // that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
 //
@@ -20,6 +22,7 @@
 //       --rules examples/rules/shared-tenant-budget.yaml
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -37,11 +40,16 @@
 #include "options.hpp"
 #include "redis_backend.hpp"
 #include "rule_source.hpp"
+#include "rule_subscriber.hpp"
 #include "rule_watcher.hpp"
+#include "rules_admin.hpp"
 #include "server_stats.hpp"
+#include "shared_rules.hpp"
 
 int main(int argc, char** argv) {
   const quota::server::Options o = quota::server::parse_options(argc, argv);
+  if (o.command == quota::server::Command::kPublish) return quota::server::run_publish(o);
+  if (o.command == quota::server::Command::kInstances) return quota::server::run_instances(o);
 
   // Every thread started from here on inherits the mask: the signals reach sigwait only.
   sigset_t stop_signals;
@@ -52,12 +60,35 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   quota::gateway::Metrics metrics;
-  auto text = quota::server::read_rule_text(o.rules_path);
-  const quota::server::RulesFormat format =
-      quota::server::resolve_format(o.rules_format, text.ok() ? *text : "");
-  absl::StatusOr<quota::server::LoadedRules> rules =
-      text.ok() ? quota::server::build_server_rules(format, 0, *text, o.rules_path, metrics)
-                : absl::StatusOr<quota::server::LoadedRules>(text.status());
+  // The rules: the file (hot reloaded) or, with --rules-from-redis, the version
+  // published in Redis (followed).
+  std::unique_ptr<quota::server::SharedRules> shared;
+  absl::StatusOr<std::string> text = std::string();
+  absl::StatusOr<quota::server::LoadedRules> rules = absl::UnknownError("no rules");
+  quota::server::RulesFormat format = quota::server::RulesFormat::kQuota;
+  std::string origin = o.rules_path;
+  if (o.rules_from_redis) {
+    shared = std::make_unique<quota::server::SharedRules>(
+        quota::server::make_redis_connections(o, 1, quota::server::kSharedRulesDeadline),
+        o.rules_key);
+    origin = shared->rules_key();
+    auto latest = shared->fetch(0);
+    if (!latest.ok()) {
+      rules = absl::Status(
+          latest.status().code(),
+          absl::StrCat("cannot read the shared rules from redis: ", latest.status().message()));
+    } else if (latest->version == 0) {
+      rules = absl::NotFoundError(absl::StrCat("no rules are published under ", shared->rules_key(),
+                                               " (quota-server publish)"));
+    } else {
+      rules = quota::server::build_published_rules(*shared, *latest, metrics);
+    }
+  } else {
+    text = quota::server::read_rule_text(o.rules_path);
+    format = quota::server::resolve_format(o.rules_format, text.ok() ? *text : "");
+    rules = text.ok() ? quota::server::build_server_rules(format, 0, *text, o.rules_path, metrics)
+                      : absl::StatusOr<quota::server::LoadedRules>(text.status());
+  }
   if (!rules.ok()) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
@@ -83,12 +114,15 @@ int main(int argc, char** argv) {
                                           .max_keys = static_cast<std::size_t>(o.max_keys),
                                           .redis = counted.get()});
   stats.count_load(true, 0);
-  quota::server::RuleWatcher watcher(
-      o.rules_path, *text, checker,
-      [&metrics, format](std::uint64_t in_force, std::string_view t, const std::string& path) {
-        return quota::server::build_server_rules(format, in_force, t, path, metrics);
-      },
-      stats);
+  std::unique_ptr<quota::server::RuleWatcher> watcher;
+  if (!o.rules_from_redis) {
+    watcher = std::make_unique<quota::server::RuleWatcher>(
+        o.rules_path, *text, checker,
+        [&metrics, format](std::uint64_t in_force, std::string_view t, const std::string& path) {
+          return quota::server::build_server_rules(format, in_force, t, path, metrics);
+        },
+        stats);
+  }
 
   quota::server::RateLimitServiceImpl service(checker, stats, o.domain, o.max_cost);
   grpc::ServerBuilder builder;
@@ -104,7 +138,7 @@ int main(int argc, char** argv) {
   }
   std::printf("grpc listening on %s:%d (domain \"%s\", rules %s version %llu)\n", o.host.c_str(),
               grpc_port, rules->envoy ? rules->envoy->domain.c_str() : o.domain.c_str(),
-              o.rules_path.c_str(), static_cast<unsigned long long>(checker.rule_version()));
+              origin.c_str(), static_cast<unsigned long long>(checker.rule_version()));
   std::fflush(stdout);
 
   std::atomic<bool> ready{false};
@@ -128,12 +162,31 @@ int main(int argc, char** argv) {
   std::printf("http listening on %s:%d\n", o.host.c_str(), http_port);
   std::fflush(stdout);
   ready.store(true, std::memory_order_release);
-  watcher.start();
+  std::unique_ptr<quota::server::RuleSubscriber> subscriber;
+  if (shared != nullptr) {
+    std::string id = o.instance_id;
+    if (id.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      id = absl::StrCat(host, ":", getpid());
+    }
+    subscriber = std::make_unique<quota::server::RuleSubscriber>(
+        *shared, checker,
+        [&metrics, &shared](const quota::server::PublishedRules& p) {
+          return quota::server::build_published_rules(*shared, p, metrics);
+        },
+        stats,
+        quota::server::RuleSubscriber::Identity{.id = std::move(id),
+                                                .address = absl::StrCat(o.host, ":", http_port)});
+    subscriber->start();
+  }
+  if (watcher != nullptr) watcher->start();
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   ready.store(false, std::memory_order_release);
-  watcher.stop();
+  if (watcher != nullptr) watcher->stop();
+  if (subscriber != nullptr) subscriber->stop();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   http.stop();
   http_thread.join();

@@ -1,6 +1,8 @@
 // examples/quota_server/redis_backend.hpp — quota-server's budgets in Redis.
 //
-// make_redis_store() builds the redis::GatewayStore the --redis* flags describe
+// make_redis_connections() opens the connections the --redis* flags describe (the
+// budgets' and, with --rules-from-redis, the shared rules' own: shared_rules.hpp), and
+// make_redis_store() builds on them the redis::GatewayStore
 // (options.hpp): one server (--redis), a Redis Cluster (--redis-cluster) or a primary
 // found through Redis Sentinel (--redis-sentinel, --redis-sentinel-master), each with the
 // same connection options — AUTH (--redis-user, --redis-password-file; the sentinels with
@@ -29,21 +31,27 @@
 
 namespace quota::server {
 
-// The GatewayStore of the --redis* options; null when the budgets are in process.
-inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
-  if (o.redis_mode == RedisMode::kNone) return nullptr;
-  redis::ConnectionConfig config{.host = o.redis_host,
-                                 .port = o.redis_port,
-                                 .deadline = std::chrono::milliseconds(o.redis_deadline_ms)};
+// The connections the --redis* options describe, one of the three set (all null
+// without --redis*): `connections` per server (per node on a cluster), each call bounded
+// by `deadline` (the store's --redis-deadline-ms; the shared rules' own, shared_rules.hpp).
+struct RedisConnections {
+  std::shared_ptr<redis::ConnectionPool> pool{};
+  std::shared_ptr<redis::ClusterPool> cluster{};
+  std::shared_ptr<redis::SentinelPool> sentinel{};
+};
+
+inline RedisConnections make_redis_connections(const Options& o, std::size_t connections,
+                                               std::chrono::milliseconds deadline) {
+  RedisConnections out;
+  if (o.redis_mode == RedisMode::kNone) return out;
+  redis::ConnectionConfig config{.host = o.redis_host, .port = o.redis_port, .deadline = deadline};
   config.username = o.redis_user;
   config.password = o.redis_password;
   config.breaker.failures = static_cast<int>(o.redis_breaker_failures);
   config.breaker.cool_down = std::chrono::milliseconds(o.redis_breaker_cooldown_ms);
-  const auto n = static_cast<std::size_t>(o.redis_connections);
-  redis::GatewayStoreOptions store_options;
   switch (o.redis_mode) {
     case RedisMode::kCluster:
-      store_options.cluster = std::make_shared<redis::ClusterPool>(config, n);
+      out.cluster = std::make_shared<redis::ClusterPool>(config, connections);
       break;
     case RedisMode::kSentinel: {
       redis::SentinelConfig s{.name = o.redis_sentinel_master,
@@ -52,13 +60,25 @@ inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
                               .sentinel_password = o.redis_sentinel_password,
                               .primary = config};
       for (const auto& [host, port] : o.redis_sentinels) s.sentinels.push_back({host, port});
-      store_options.sentinel = std::make_shared<redis::SentinelPool>(std::move(s), n);
+      out.sentinel = std::make_shared<redis::SentinelPool>(std::move(s), connections);
       break;
     }
     default:
-      store_options.pool = std::make_shared<redis::ConnectionPool>(config, n);
+      out.pool = std::make_shared<redis::ConnectionPool>(config, connections);
       break;
   }
+  return out;
+}
+
+// The GatewayStore of the --redis* options; null when the budgets are in process.
+inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
+  if (o.redis_mode == RedisMode::kNone) return nullptr;
+  RedisConnections c = make_redis_connections(o, static_cast<std::size_t>(o.redis_connections),
+                                              std::chrono::milliseconds(o.redis_deadline_ms));
+  redis::GatewayStoreOptions store_options;
+  store_options.pool = std::move(c.pool);
+  store_options.cluster = std::move(c.cluster);
+  store_options.sentinel = std::move(c.sentinel);
   if (o.redis_max_in_flight > 0) {
     store_options.limits.in_flight =
         std::make_shared<redis::InFlightGuard>(static_cast<int>(o.redis_max_in_flight));

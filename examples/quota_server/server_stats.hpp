@@ -90,9 +90,22 @@ class ServerStats {
     return (ok ? loads_ok_ : loads_error_).load(std::memory_order_relaxed);
   }
 
+  // With --rules-from-redis (rule_subscriber.hpp): the latest version published in Redis
+  // that the server has seen, and whether Redis answered its last call.
+  void set_shared_rules(std::uint64_t published, bool redis_up) {
+    published_.store(published, std::memory_order_relaxed);
+    redis_up_.store(redis_up, std::memory_order_relaxed);
+    shared_.store(true, std::memory_order_relaxed);
+  }
+  std::uint64_t shared_rules_published() const {
+    return published_.load(std::memory_order_relaxed);
+  }
+
   // quota_server_requests_total{api,answer}, quota_rule_version, quota_config_loads_total
-  // {outcome}, quota_config_last_error_timestamp_seconds (0: none) and the series of
-  // `decisions`, Prometheus text.
+  // {outcome}, quota_config_last_error_timestamp_seconds (0: none), with shared rules
+  // quota_rules_published_version, quota_rules_version_lag (published − applied, at
+  // least 0) and quota_shared_rules_redis_up, and the series of `decisions`, Prometheus
+  // text.
   std::string render(std::uint64_t rule_version) const {
     static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
     static constexpr const char* kAnswerNames[kAnswers] = {
@@ -125,6 +138,26 @@ class ServerStats {
         "# TYPE quota_config_last_error_timestamp_seconds gauge\n"
         "quota_config_last_error_timestamp_seconds ",
         last_error_unix_.load(std::memory_order_relaxed), "\n");
+    if (shared_.load(std::memory_order_relaxed)) {
+      const std::uint64_t published = published_.load(std::memory_order_relaxed);
+      absl::StrAppend(
+          &out,
+          "# HELP quota_rules_published_version Latest rule version published in Redis that "
+          "this server has seen.\n"
+          "# TYPE quota_rules_published_version gauge\n"
+          "quota_rules_published_version ",
+          published,
+          "\n# HELP quota_rules_version_lag Published rule version minus the version in "
+          "force.\n"
+          "# TYPE quota_rules_version_lag gauge\n"
+          "quota_rules_version_lag ",
+          published > rule_version ? published - rule_version : 0,
+          "\n# HELP quota_shared_rules_redis_up 1 when Redis answered the last call for the "
+          "shared rules.\n"
+          "# TYPE quota_shared_rules_redis_up gauge\n"
+          "quota_shared_rules_redis_up ",
+          redis_up_.load(std::memory_order_relaxed) ? 1 : 0, "\n");
+    }
     absl::StrAppend(&out, decisions.render());
     return out;
   }
@@ -136,6 +169,9 @@ class ServerStats {
   std::atomic<std::uint64_t> loads_ok_{0};
   std::atomic<std::uint64_t> loads_error_{0};
   std::atomic<std::int64_t> last_error_unix_{0};
+  std::atomic<bool> shared_{false};
+  std::atomic<std::uint64_t> published_{0};
+  std::atomic<bool> redis_up_{false};
 };
 
 // Times one call, from its construction to its destruction, into the decision-latency

@@ -6,7 +6,7 @@
 // most N/K above them, and the counts sum to N. The stream is random with a fixed seed,
 // printed. DecisionStats: the histogram's buckets are cumulative and count every call,
 // near-limit counts an admission under 10 % of the capacity only, and Redis errors are
-// sorted by kind from the transport's real messages.
+// counted by the kind the transport marks them with (never by their message).
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -17,6 +17,9 @@
 #include "absl/status/status.h"
 #include "decision_stats.hpp"
 #include "heavy_hitters.hpp"
+#include "quota/redis/transport/breaker.hpp"
+#include "quota/redis/transport/deadline.hpp"
+#include "quota/redis/transport/error_kind.hpp"
 
 using quota::server::DecisionStats;
 using quota::server::HeavyHitters;
@@ -112,27 +115,36 @@ TEST_CASE("decision stats: histogram, near-limit, Redis error kinds") {
   CHECK(d.near_limit("s") == 1);
   CHECK(d.render().find("quota_near_limit_total{rule=\"r\"} 2\n") != std::string::npos);
 
+  // The kinds as the transport makes them: the deadline's error, the in-flight guard's
+  // refusal, a marked status; a status's message is never read.
   using K = RedisErrorKind;
+  quota::redis::InFlightGuard guard(1);
+  auto held = guard.enter();
+  REQUIRE(held.ok());
   const std::pair<absl::Status, K> cases[] = {
       {absl::UnauthenticatedError("redis 127.0.0.1:1: authentication failed"), K::kUnauthenticated},
-      {absl::UnavailableError("redis 127.0.0.1:1: circuit breaker open after 3 consecutive "
-                              "failures; failing at once"),
+      {quota::redis::with_kind(absl::UnavailableError("the pool's breaker"), K::kBreakerOpen),
        K::kBreakerOpen},
-      {absl::UnavailableError("redis: the in-flight guard's maximum of 4 calls to the authority "
-                              "is reached; failing at once"),
-       K::kInFlight},
-      {absl::UnavailableError("redis read on 127.0.0.1:1: the call's deadline of 50000 us passed "
-                              "(reading)"),
+      {guard.enter().status(), K::kInFlight},
+      {quota::redis::Deadline::after(std::chrono::microseconds(1))
+           .error("read", "127.0.0.1:1", "reading"),
        K::kDeadline},
       {absl::UnavailableError("redis connect to 127.0.0.1:1: Connection refused"), K::kUnavailable},
+      // Words of another kind in the message do not make it that kind.
+      {absl::UnavailableError("redis 127.0.0.1:1: circuit breaker open (a quoted message)"),
+       K::kUnavailable},
       {absl::FailedPreconditionError("maxmemory-policy allkeys-lru evicts keys"), K::kOther}};
   for (const auto& [status, kind] : cases) {
     INFO(status.ToString());
-    CHECK(quota::server::redis_error_kind(status) == kind);
+    CHECK(quota::redis::error_kind(status) == kind);
     const auto before = d.redis_errors(kind);
     d.count_redis_error(status);
     CHECK(d.redis_errors(kind) == before + 1);
   }
+  // Context added to a message keeps the kind.
+  CHECK(quota::redis::error_kind(quota::redis::with_message(
+            quota::redis::with_kind(absl::UnavailableError("x"), K::kDeadline), "sentinel: x")) ==
+        K::kDeadline);
   CHECK(d.render().find("quota_redis_errors_total{kind=\"breaker_open\"} 1\n") !=
         std::string::npos);
 

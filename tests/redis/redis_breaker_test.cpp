@@ -3,7 +3,8 @@
 //   - after N consecutive failures the node's breaker opens and a decision fails at once,
 //     naming the breaker: 1,000 decisions take far less than 1,000 deadlines;
 //   - after SIGCONT, decisions come back within one cool-down, through exactly one probe;
-//     a probe that fails opens the breaker for another cool-down;
+//     a probe that fails opens the breaker for another cool-down; the statuses carry
+//     their kinds (transport/error_kind.hpp: kDeadline, kBreakerOpen);
 //   - the in-flight guard: many threads against a paused server never have more than its
 //     maximum in flight, the others fail at once naming the guard, and a gateway applies
 //     the route's fail mode to them.
@@ -21,6 +22,7 @@
 #include "quota/gateway/gateway.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/error_kind.hpp"
 #include "support/gateway_rules.hpp"
 #include "support/paused_server.hpp"
 
@@ -81,6 +83,7 @@ TEST_CASE("an open breaker fails decisions at once, not after the deadline") {
     REQUIRE_FALSE(d.ok());
     INFO(d.status().ToString());
     CHECK(mentions(d.status(), "deadline of 3000 us"));
+    CHECK(quota::redis::error_kind(d.status()) == quota::redis::ErrorKind::kDeadline);
   }
   CHECK(store.fail_fast_stats().breakers.opened == 1);
   CHECK(store.fail_fast_stats().open_nodes == 1);
@@ -171,6 +174,7 @@ TEST_CASE("a probe that fails opens the breaker for another cool-down") {
   // Open again: the next call fails at once.
   auto next = store.apply(kPolicy, kKey, Nanos{0}, 1);
   CHECK(mentions(next.status(), "circuit breaker open"));
+  CHECK(quota::redis::error_kind(next.status()) == quota::redis::ErrorKind::kBreakerOpen);
 }
 
 TEST_CASE("the in-flight guard bounds the calls waiting on a paused server") {

@@ -95,7 +95,11 @@ class Gateway {
     const std::shared_ptr<const RuleSet> rules = rules_.current();
     auto route = rules->route(req.route);
     if (!route.ok()) return route.status();
-    return decide_with(*rules, **route, req, std::nullopt, now, nullptr);
+    if (req.cost && (*req.cost < 1 || *req.cost > kMaxUnits)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cost %d is outside [1, %d]", *req.cost, kMaxUnits));
+    }
+    return decide_with(*rules, **route, req, req.cost, now, nullptr);
   }
 
   // Deducts `estimate` units from the budgets the route pays by estimate (those without a

@@ -1,8 +1,8 @@
 // quota/gateway/request.hpp — what a Gateway is asked, what it answers, and its options.
 //
 // The values Gateway<Store> (gateway.hpp) takes and returns: a Request (who, which route,
-// an optional attempt id), a Result (the combined Decision and the rule that decided),
-// an EstimateResult (with the ticket to settle), GatewayOptions, and is_unavailable(),
+// an optional cost, an optional attempt id), a Result (the combined Decision and the rule that
+// decided), an EstimateResult (with the ticket to settle), GatewayOptions, and is_unavailable(),
 // the test that sends a store error to the route's fail mode.
 //
 // Thread safety: plain values and a pure function.
@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,13 @@ struct GatewayOptions {
 struct Request {
   Identity who{};
   std::string_view route{};
+  // Optional: what this request costs, whole units in [1, kMaxUnits], paid by every
+  // budget the route pays by estimate (RouteCost::estimate, or the route's default cost)
+  // instead of the rule file's cost; budgets with a fixed cost entry pay that entry.
+  // Gateway::decide deducts it as acquire_estimate deducts an estimate, with nothing
+  // left to settle. Outside the range: InvalidArgument naming `cost`, nothing deducted.
+  // (acquire_estimate takes its estimate as an argument and ignores this field.)
+  std::optional<std::int64_t> cost = std::nullopt;
   // Optional: idempotent retries (attempts.hpp). With an attempt id the first decision
   // is replayed for GatewayOptions::attempt_ttl; the same id with another key or cost is
   // InvalidArgument. Kept in this process's AttemptCache, or — over Redis — in Redis,

@@ -42,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "quota/redis/transport/error_kind.hpp"
 
 namespace quota::redis {
 
@@ -185,16 +186,17 @@ class InFlightGuard {
     InFlightGuard* guard_;
   };
 
-  // A place for one call, or at once kUnavailable naming the guard.
+  // A place for one call, or at once kUnavailable naming the guard (ErrorKind::kInFlight).
   absl::StatusOr<Token> enter() {
     const std::int64_t n = in_flight_.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (n > max_) {
       in_flight_.fetch_sub(1, std::memory_order_acq_rel);
       rejected_.fetch_add(1, std::memory_order_relaxed);
-      return absl::UnavailableError(absl::StrFormat(
-          "redis: the in-flight guard's maximum of %d calls to the authority is reached; "
-          "failing at once",
-          max_));
+      return with_kind(absl::UnavailableError(absl::StrFormat(
+                           "redis: the in-flight guard's maximum of %d calls to the authority is "
+                           "reached; failing at once",
+                           max_)),
+                       ErrorKind::kInFlight);
     }
     std::int64_t peak = peak_.load(std::memory_order_relaxed);
     while (n > peak && !peak_.compare_exchange_weak(peak, n, std::memory_order_relaxed)) {

@@ -68,15 +68,17 @@ class ConnectionPool {
 
   // Waits for a free connection at most until `deadline` (default: a fresh
   // config().deadline); kUnavailable naming the deadline after that. While the node's
-  // breaker is open: kUnavailable naming the breaker, at once.
+  // breaker is open: kUnavailable naming the breaker (ErrorKind::kBreakerOpen), at once.
   absl::StatusOr<Lease> acquire() { return acquire(Deadline::after(config_.deadline)); }
   absl::StatusOr<Lease> acquire(const Deadline& deadline) {
     const Breaker::Admit admit = breaker_.admit();
     if (admit == Breaker::Admit::kReject) {
-      return absl::UnavailableError(absl::StrFormat(
-          "redis %s:%d: circuit breaker open after %d consecutive failures; failing at once "
-          "for another %d us of its cool-down, then one probe",
-          config_.host, config_.port, config_.breaker.failures, breaker_.open_left().count()));
+      return with_kind(
+          absl::UnavailableError(absl::StrFormat(
+              "redis %s:%d: circuit breaker open after %d consecutive failures; failing at once "
+              "for another %d us of its cool-down, then one probe",
+              config_.host, config_.port, config_.breaker.failures, breaker_.open_left().count())),
+          ErrorKind::kBreakerOpen);
     }
     const bool probe = admit == Breaker::Admit::kProbe;
     std::unique_lock<std::mutex> lock(mu_);

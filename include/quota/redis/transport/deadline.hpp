@@ -6,7 +6,7 @@
 // which all of them must be over: it is fixed when the call starts, and every wait is
 // given only the time left (`left()`), so the waits never add up past it. A call that
 // runs out returns kUnavailable from `error(...)`, which names the deadline and its
-// budget, so that a log line says which limit was hit.
+// budget, so that a log line says which limit was hit, marked ErrorKind::kDeadline.
 //
 // Guarantees. `left()` is never negative and never more than the budget; the clock is
 // std::chrono::steady_clock (monotonic). The deadline bounds the client's waits, not the
@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "quota/redis/transport/error_kind.hpp"
 
 namespace quota::redis {
 
@@ -59,11 +60,13 @@ class Deadline {
   std::chrono::microseconds budget() const { return budget_; }
 
   // kUnavailable "redis <what> on <where>: the call's deadline of <budget> us passed
-  // (<cause>)": the error of a call that ran out of time while `cause`.
+  // (<cause>)": the error of a call that ran out of time while `cause`, of kind
+  // ErrorKind::kDeadline (error_kind.hpp).
   absl::Status error(std::string_view what, std::string_view where, std::string_view cause) const {
-    return absl::UnavailableError(
-        absl::StrFormat("redis %s on %s: the call's deadline of %d us passed (%s)", sv(what),
-                        sv(where), budget_.count(), sv(cause)));
+    return with_kind(absl::UnavailableError(
+                         absl::StrFormat("redis %s on %s: the call's deadline of %d us passed (%s)",
+                                         sv(what), sv(where), budget_.count(), sv(cause))),
+                     ErrorKind::kDeadline);
   }
 
  private:

@@ -46,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/connection_pool.hpp"
+#include "quota/redis/transport/error_kind.hpp"
 
 namespace quota::redis {
 
@@ -105,7 +106,7 @@ class SentinelResolver final : public AddressResolver {
       current_ = *got;
       return *got;
     }
-    return absl::Status(last.code(),
+    return with_message(last,
                         absl::StrFormat("redis sentinel: no primary for '%s' from %d sentinels: %s",
                                         config_.name, sentinels_.size(), last.message()));
   }

@@ -1,0 +1,143 @@
+// examples/quota_server/rules_admin.hpp — the subcommands on the shared rules:
+// `quota-server publish` and `quota-server instances` (options.hpp kPublishUsage,
+// kInstancesUsage), and the Loader a --rules-from-redis server builds a published text
+// with.
+//
+// publish(): the rule file is read and validated whole with the server's own parser
+// (rule_source.hpp build_server_rules) before Redis is asked anything, so an invalid file
+// is refused with the server's error (file:line:column: field) and nothing is stored; so
+// is an envoyproxy/ratelimit file (its budgets are in process, a --rules-from-redis
+// server's are in Redis).
+// Then it is validated again as the successor of the version published (a `version:` in
+// the file must be greater, as on a hot reload; without one it gets the published + 1)
+// and stored with a compare-and-set on that version (SharedRules::publish); when another
+// publish got in between, the validation and the store are tried again (at most
+// kPublishAttempts times). The version stored is the rule set's own version, so a server
+// that applies it reports the same number everywhere.
+//
+// instances(): the heartbeats, one line each, sorted by instance id.
+//
+// Thread safety: run once, from main.
+//
+//   const Options o = parse_options(argc, argv);   // "publish --rules r.yaml --redis ..."
+//   return quota::server::run_publish(o);          // exit code
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "checker.hpp"
+#include "options.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "redis_backend.hpp"
+#include "rule_source.hpp"
+#include "shared_rules.hpp"
+
+namespace quota::server {
+
+inline constexpr int kPublishAttempts = 5;
+
+// The deadline of one call on the shared rules (a rule text is larger than a decision's
+// arguments, and no request waits on it).
+inline constexpr std::chrono::milliseconds kSharedRulesDeadline{1000};
+
+inline const char* format_name(RulesFormat f) {
+  return f == RulesFormat::kEnvoy ? "envoy" : "quota";
+}
+
+// Where a published text came from, as its errors name it.
+inline std::string published_origin(const SharedRules& shared, std::uint64_t version) {
+  return absl::StrCat("redis ", shared.rules_key(), " version ", version);
+}
+
+// The rules of `p` as version p.version (the Loader of RuleSubscriber), counting into
+// `metrics`: an unknown format, a text the parser refuses or another version is an error.
+inline absl::StatusOr<LoadedRules> build_published_rules(const SharedRules& shared,
+                                                         const PublishedRules& p,
+                                                         gateway::Metrics& metrics) {
+  const std::string origin = published_origin(shared, p.version);
+  if (p.format != "quota" && p.format != "envoy") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": format \"", p.format, "\" is not one this server reads"));
+  }
+  if (p.version == 0) return absl::DataLossError(absl::StrCat(origin, ": version 0"));
+  auto rules = build_server_rules(p.format == "envoy" ? RulesFormat::kEnvoy : RulesFormat::kQuota,
+                                  p.version - 1, p.text, origin, metrics);
+  if (rules.ok() && rules->version() != p.version) {
+    return absl::DataLossError(absl::StrCat(origin, ": the text says version ", rules->version()));
+  }
+  return rules;
+}
+
+inline int run_publish(const Options& o) {
+  auto text = read_rule_text(o.rules_path);
+  const RulesFormat format = resolve_format(o.rules_format, text.ok() ? *text : "");
+  gateway::Metrics metrics;
+  absl::Status refused = text.status();
+  // The whole file first, before Redis (0 in force: any `version:` passes here; it is
+  // checked against the published one below).
+  if (refused.ok()) refused = build_server_rules(format, 0, *text, o.rules_path, metrics).status();
+  // A server on Redis keeps its budgets there, which an envoy-format file cannot use.
+  if (refused.ok() && format == RulesFormat::kEnvoy) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat(o.rules_path,
+                     ": an envoyproxy/ratelimit rule file cannot be shared (its budgets are "
+                     "in process; a server with --rules-from-redis keeps them in Redis)"));
+  }
+  if (!refused.ok()) {
+    std::fprintf(stderr, "quota-server publish: not published: %s\n",
+                 std::string(refused.message()).c_str());
+    return 1;
+  }
+  SharedRules shared(make_redis_connections(o, 1, kSharedRulesDeadline), o.rules_key);
+  absl::Status last;
+  for (int attempt = 0; attempt < kPublishAttempts; ++attempt) {
+    auto current = shared.fetch(std::numeric_limits<std::uint64_t>::max());
+    if (!current.ok()) {
+      last = current.status();
+      break;
+    }
+    auto next = build_server_rules(format, current->version, *text, o.rules_path, metrics);
+    if (!next.ok()) {
+      last = next.status();
+      break;
+    }
+    last = shared.publish(current->version, next->version(), format_name(format), *text);
+    if (last.ok()) {
+      std::printf("published version %llu (%s) to %s\n",
+                  static_cast<unsigned long long>(next->version()), format_name(format),
+                  shared.rules_key().c_str());
+      return 0;
+    }
+    if (last.code() != absl::StatusCode::kAborted) break;
+  }
+  std::fprintf(stderr, "quota-server publish: not published: %s\n",
+               std::string(last.message()).c_str());
+  return 1;
+}
+
+inline int run_instances(const Options& o) {
+  SharedRules shared(make_redis_connections(o, 1, kSharedRulesDeadline), o.rules_key);
+  auto list = shared.instances();
+  if (!list.ok()) {
+    std::fprintf(stderr, "quota-server instances: %s\n",
+                 std::string(list.status().message()).c_str());
+    return 1;
+  }
+  std::sort(list->instances.begin(), list->instances.end(),
+            [](const InstanceEntry& a, const InstanceEntry& b) { return a.beat.id < b.beat.id; });
+  std::printf("published version %llu\n", static_cast<unsigned long long>(list->published));
+  for (const InstanceEntry& e : list->instances) {
+    std::printf("%s version %llu age %lld ms %s\n", e.beat.id.c_str(),
+                static_cast<unsigned long long>(e.beat.applied), static_cast<long long>(e.age_ms),
+                e.beat.address.c_str());
+  }
+  return 0;
+}
+
+}  // namespace quota::server

@@ -1,0 +1,313 @@
+// quota_server_shared_rules_test — one rule set for every server, published in Redis
+// (shared_rules.hpp, rule_subscriber.hpp, rules_admin.hpp), over real processes: a real
+// redis-server (tests/redis/support/redis_server.hpp ConfiguredServer, stopped by pid),
+// two quota-server processes with --rules-from-redis and the `publish` and `instances`
+// subcommands, all on loopback.
+//
+//   - a published version is applied by both servers (a bounded wait, not a timing
+//     assertion), answered with (applied_rule_version, the new burst), listed by
+//     `instances`, and quota_rules_version_lag goes to 0;
+//   - an invalid file is refused with file:line:column: field, and a `version:` not above
+//     the published one with its line; nothing changes in Redis or in the servers;
+//   - a version in a format the server cannot read (written to Redis directly): the rules
+//     in force stay, the refusal is logged and counted, quota_rules_version_lag is 1;
+//   - a paused Redis: the servers keep their rules and say so (log, /metrics), then apply
+//     the next version once it answers again;
+//   - on a Redis Cluster ([cluster], the tests' cluster fixture): published through one
+//     node, followed by servers seeded at two others (the keys share one slot).
+#include <httplib.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "quota/redis/transport/connection.hpp"
+#include "redis/support/redis_server.hpp"
+#include "testing/metrics_text.hpp"
+#include "testing/server_process.hpp"
+
+namespace {
+
+using quota::testing::ConfiguredServer;
+using quota::testing::metric_value;
+using quota::testing::ServerProcess;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/quota_server_shared_XXXXXX";
+    REQUIRE(mkdtemp(t) != nullptr);
+    path = t;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = path + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+};
+
+// A rule file: one route, plan free's tenant bucket of `burst` (no refill while the test
+// runs), and `version:` when given.
+std::string rules_text(int burst, int version = 0) {
+  std::string t = version > 0 ? "version: " + std::to_string(version) + "\n" : "";
+  return t + "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n" +
+         "    plan: free\n    route: read\n    token_bucket: {rate: 1/1000s, burst: " +
+         std::to_string(burst) + "}\n";
+}
+
+// Runs `quota-server <args>`: its exit code and output (stdout and stderr).
+std::pair<int, std::string> run(const std::string& args) {
+  FILE* p = ::popen((env("QUOTA_SERVER") + " " + args + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string metrics(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r = c.Get("/metrics");
+  return r ? r->body : std::string();
+}
+
+// POST /v1/check for `tenant`: the body (empty when no answer).
+std::string check(int port, const std::string& tenant) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
+  return r ? r->body : std::string();
+}
+
+// Polls `done` every 50 ms for at most 15 s: true once it holds.
+bool eventually(const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a published rule set reaches every server; invalid files and a paused Redis change "
+    "nothing",
+    "[single]") {
+  ConfiguredServer redis("server-shared-rules", {});
+  REQUIRE(redis.started());
+  TempDir dir;
+  const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());
+  const std::string key = "--rules-key=shared-" + std::to_string(::getpid());
+
+  // Nothing published: a server refuses to start and says why.
+  {
+    const auto [code, out] = run("--rules-from-redis " + where + " " + key);
+    INFO(out);
+    CHECK(code == 1);
+    CHECK(out.find("no rules are published") != std::string::npos);
+  }
+
+  const auto [code1, out1] =
+      run("publish " + where + " " + key + " --rules=" + dir.write("v1.yaml", rules_text(5)));
+  INFO(out1);
+  REQUIRE(code1 == 0);
+  CHECK(out1.find("published version 1 ") != std::string::npos);
+
+  ServerProcess a, b;
+  const std::string a_log = dir.path + "/a.log";
+  a.set_stderr(a_log);
+  for (auto [s, id] : {std::pair{&a, "server-a"}, std::pair{&b, "server-b"}}) {
+    REQUIRE(s->start({env("QUOTA_SERVER"), "--rules-from-redis", where, key, "--instance-id", id,
+                      "--default-plan", "free", "--default-route", "read", "--grpc-port", "0",
+                      "--http-port", "0", "--redis-deadline-ms", "2000"},
+                     {"grpc", "http"}));
+  }
+  const std::string tenant = "t" + std::to_string(::getpid());
+  {
+    const std::string body = check(a.port("http"), tenant);
+    INFO(body);
+    CHECK(body.find("\"applied_rule_version\":1") != std::string::npos);
+    CHECK(body.find("\"remaining\":4") != std::string::npos);  // burst 5, 1 spent
+  }
+
+  // Version 2 (burst 50): both servers apply it and answer with it.
+  const auto [code2, out2] =
+      run("publish " + where + " " + key + " --rules=" + dir.write("v2.yaml", rules_text(50)));
+  INFO(out2);
+  REQUIRE(code2 == 0);
+  CHECK(out2.find("published version 2 ") != std::string::npos);
+  for (ServerProcess* s : {&a, &b}) {
+    const int port = s->port("http");
+    CHECK(eventually([&] {
+      const std::string m = metrics(port);
+      return metric_value(m, "quota_rule_version") == 2 &&
+             metric_value(m, "quota_rules_published_version") == 2 &&
+             metric_value(m, "quota_rules_version_lag") == 0;
+    }));
+    // A tenant of its own: the budgets are shared in Redis too.
+    const std::string body = check(port, tenant + "-v2-" + std::to_string(port));
+    INFO(body);
+    CHECK(body.find("\"applied_rule_version\":2") != std::string::npos);
+    CHECK(body.find("\"remaining\":49") != std::string::npos);
+  }
+  // Their heartbeats say version 2.
+  CHECK(eventually([&] {
+    const auto [code, out] = run("instances " + where + " " + key);
+    return code == 0 && out.find("published version 2\n") != std::string::npos &&
+           out.find("server-a version 2 age ") != std::string::npos &&
+           out.find("server-b version 2 age ") != std::string::npos;
+  }));
+
+  // An invalid file: refused with file:line:column: field; Redis and the servers unchanged.
+  {
+    const std::string bad = dir.write("bad.yaml", rules_text(0));
+    const auto [code, out] = run("publish " + where + " " + key + " --rules=" + bad);
+    INFO(out);
+    CHECK(code == 1);
+    CHECK(out.find(bad + ":8:") != std::string::npos);
+    CHECK(out.find("rules[0].token_bucket.burst") != std::string::npos);
+  }
+  // A `version:` not above the published one: refused, naming its line.
+  {
+    const std::string old = dir.write("old.yaml", rules_text(7, 2));
+    const auto [code, out] = run("publish " + where + " " + key + " --rules=" + old);
+    INFO(out);
+    CHECK(code == 1);
+    CHECK(out.find(old + ":1:") != std::string::npos);
+    CHECK(out.find("version 2 is not greater than the version in force, 2") != std::string::npos);
+  }
+  {
+    const auto [code, out] = run("instances " + where + " " + key);
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(out.find("published version 2\n") != std::string::npos);
+  }
+  CHECK(metric_value(metrics(a.port("http")), "quota_rule_version") == 2);
+
+  // A version this server cannot read (written past `publish`, as a newer publisher's
+  // format would be): not applied, logged, counted; the lag shows it.
+  {
+    quota::redis::Connection direct(
+        quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = redis.port()});
+    const std::string rules_key = "{shared-" + std::to_string(::getpid()) + "}:rules";
+    auto r =
+        direct.command({"HSET", rules_key, "version", "3", "format", "quota-next", "text", "x"},
+                       quota::redis::Deadline::after(std::chrono::seconds(2)));
+    REQUIRE(r.ok());
+  }
+  CHECK(eventually([&] {
+    const std::string m = metrics(a.port("http"));
+    return metric_value(m, "quota_rules_published_version") == 3 &&
+           metric_value(m, "quota_rules_version_lag") == 1 &&
+           metric_value(m, "quota_config_loads_total{outcome=\"error\"}") == 1;
+  }));
+  CHECK(metric_value(metrics(a.port("http")), "quota_rule_version") == 2);
+  CHECK(read_all(a_log).find("shared rules version 3 not applied (version 2 stays in force)") !=
+        std::string::npos);
+  CHECK(read_all(a_log).find("format \"quota-next\" is not one this server reads") !=
+        std::string::npos);
+
+  // Redis paused: the servers keep version 2 and report it; once it answers again, the
+  // next version (the file's own version: 9) is applied.
+  REQUIRE(redis.kill(SIGSTOP));
+  CHECK(eventually(
+      [&] { return metric_value(metrics(a.port("http")), "quota_shared_rules_redis_up") == 0; }));
+  CHECK(metric_value(metrics(a.port("http")), "quota_rule_version") == 2);
+  CHECK(read_all(a_log).find("shared rules: redis cannot answer (version 2 stays in force)") !=
+        std::string::npos);
+  REQUIRE(redis.kill(SIGCONT));
+  const auto [code3, out3] =
+      run("publish " + where + " " + key + " --rules=" + dir.write("v9.yaml", rules_text(90, 9)));
+  INFO(out3);
+  REQUIRE(code3 == 0);
+  CHECK(out3.find("published version 9 ") != std::string::npos);
+  for (ServerProcess* s : {&a, &b}) {
+    const int port = s->port("http");
+    CHECK(eventually([&] {
+      const std::string m = metrics(port);
+      return metric_value(m, "quota_rule_version") == 9 &&
+             metric_value(m, "quota_rules_version_lag") == 0 &&
+             metric_value(m, "quota_shared_rules_redis_up") == 1;
+    }));
+  }
+  CHECK(read_all(a_log).find("shared rules: redis answers again") != std::string::npos);
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+}
+
+// Run by quota_server_shared_rules_cluster_test, on the tests' Redis Cluster (3 masters,
+// the redis_cluster fixture; $QUOTA_REDIS_CLUSTER_DIR/ports).
+TEST_CASE("shared rules on a Redis Cluster: any node publishes, every server follows",
+          "[cluster]") {
+  std::vector<int> ports;
+  {
+    std::ifstream in(env("QUOTA_REDIS_CLUSTER_DIR") + "/ports");
+    for (int p = 0; in >> p;) ports.push_back(p);
+  }
+  REQUIRE(ports.size() >= 3);
+  TempDir dir;
+  const auto node = [&](int i) {
+    return "--redis-cluster=127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(i)]);
+  };
+  // Keys of this run only (the cluster is shared by other tests and runs).
+  const std::string key = "--rules-key=cl-shared-" + std::to_string(::getpid());
+  const auto [code1, out1] =
+      run("publish " + node(0) + " " + key + " --rules=" + dir.write("v1.yaml", rules_text(5)));
+  INFO(out1);
+  REQUIRE(code1 == 0);
+  ServerProcess a, b;
+  for (auto [s, i] : {std::pair{&a, 1}, std::pair{&b, 2}}) {
+    REQUIRE(
+        s->start({env("QUOTA_SERVER"), "--rules-from-redis", node(i), key, "--instance-id",
+                  "node-" + std::to_string(i), "--default-plan", "free", "--default-route", "read",
+                  "--grpc-port", "0", "--http-port", "0", "--redis-deadline-ms", "2000"},
+                 {"grpc", "http"}));
+  }
+  const auto [code2, out2] =
+      run("publish " + node(2) + " " + key + " --rules=" + dir.write("v2.yaml", rules_text(50)));
+  INFO(out2);
+  REQUIRE(code2 == 0);
+  CHECK(out2.find("published version 2 ") != std::string::npos);
+  for (ServerProcess* s : {&a, &b}) {
+    const int port = s->port("http");
+    CHECK(eventually([&] {
+      const std::string m = metrics(port);
+      return metric_value(m, "quota_rule_version") == 2 &&
+             metric_value(m, "quota_rules_version_lag") == 0;
+    }));
+  }
+  CHECK(eventually([&] {
+    const auto [code, out] = run("instances " + node(0) + " " + key);
+    return code == 0 && out.find("node-1 version 2 age ") != std::string::npos &&
+           out.find("node-2 version 2 age ") != std::string::npos;
+  }));
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+}
