@@ -99,6 +99,18 @@ struct GatewayStoreOptions {
   std::shared_ptr<SentinelPool> sentinel = nullptr;
   // One deadline per call and the in-flight guard: CallLimits (transport/limits.hpp).
   CallLimits limits{};
+  // Failover safety (redis/transport/node_watch.hpp; docs/redis.md): when a connect finds
+  // the node is another server than before (a replica promoted, a restart: acknowledged
+  // deductions may be lost), every bucket whose state is older than that connect's server
+  // TIME, or missing, is read as the policy's exhausted(that time) and refills from there
+  // (the counterpart of StoreOptions::assume_spent_at). Costs false denials for one time
+  // to full (or window) after each detected failover. Off by default.
+  bool failover_safety = false;
+  // Clock-step guard (node_watch.hpp): a node whose TIME runs ahead of the client's
+  // monotonic clock by more than `tolerance` since its last agreeing reply is refused
+  // (kUnavailable naming QUOTA_CLOCK_AHEAD, nothing read or written) until they agree
+  // again, so that no bucket refills from a forward step. Off when empty.
+  std::optional<ClockGuard> clock_guard = std::nullopt;
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -110,7 +122,10 @@ class GatewayStore {
 
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
-        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits),
+        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits,
+                {.failover = options_.failover_safety,
+                 .clock = options_.clock_guard,
+                 .reply_time_at = 0}),
         attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability(),
                   options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
@@ -323,7 +338,8 @@ class GatewayStore {
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
     const auto [sec, ns] = GatewayTwin::limbs(caller ? now : Nanos{0});
-    detail::pack_le(head, caller ? 1 : 0, 1);
+    const bool guarded = options_.failover_safety || options_.clock_guard.has_value();
+    detail::pack_le(head, (caller ? 1 : 0) + (guarded ? 2 : 0), 1);
     detail::pack_le(head, sec, 8);
     detail::pack_le(head, ns, 4);
     detail::pack_le(head, static_cast<unsigned char>(op), 1);
