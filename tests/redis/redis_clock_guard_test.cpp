@@ -138,3 +138,23 @@ TEST_CASE("clock guard: time passing on both clocks alike is never refused") {
   }
   CHECK(pool->node_watch().stats().clock_refusals == 0);
 }
+
+TEST_CASE("clock guard: a tolerance below 1 ns or caller time is a configuration error") {
+  auto pool = quota::testing::redis_pool(1);
+  quota::RedisStore<TokenBucket> zero(quota::RedisStoreOptions{
+      .pool = pool, .clock_guard = quota::redis::ClockGuard{.tolerance = Nanos{0}}});
+  auto d = zero.apply(kPolicy, "{acme}read", Nanos{0}, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(absl::IsInvalidArgument(d.status()));
+  CHECK(d.status().message().find("clock_guard.tolerance") != std::string::npos);
+  quota::redis::GatewayStore caller(
+      quota::redis::GatewayStoreOptions{.pool = pool,
+                                        .time = quota::redis::TimeSource::kCaller,
+                                        .clock_guard = quota::redis::ClockGuard{}});
+  const quota::gateway::RulePolicy policy = kPolicy;
+  const quota::gateway::LevelCheck level{.policy = &policy, .key = "{acme}read"};
+  auto r = caller.decide(std::span(&level, 1), 1, Nanos{0});
+  REQUIRE_FALSE(r.ok());
+  CHECK(absl::IsInvalidArgument(r.status()));
+  CHECK(r.status().message().find("TimeSource::kCaller") != std::string::npos);
+}

@@ -99,17 +99,14 @@ struct GatewayStoreOptions {
   std::shared_ptr<SentinelPool> sentinel = nullptr;
   // One deadline per call and the in-flight guard: CallLimits (transport/limits.hpp).
   CallLimits limits{};
-  // Failover safety (redis/transport/node_watch.hpp; docs/redis.md): when a connect finds
-  // the node is another server than before (a replica promoted, a restart: acknowledged
-  // deductions may be lost), every bucket whose state is older than that connect's server
-  // TIME, or missing, is read as the policy's exhausted(that time) and refills from there
-  // (the counterpart of StoreOptions::assume_spent_at). Costs false denials for one time
-  // to full (or window) after each detected failover. Off by default.
+  // Failover safety (transport/node_watch.hpp, docs/redis.md): after a connect finds
+  // another server (a replica promoted, a restart), a bucket older than that connect's
+  // TIME, or missing, is read as spent then (the policy's exhausted(at)). Costs false
+  // denials for one time to full after a failover. Off by default.
   bool failover_safety = false;
   // Clock-step guard (node_watch.hpp): a node whose TIME runs ahead of the client's
-  // monotonic clock by more than `tolerance` since its last agreeing reply is refused
-  // (kUnavailable naming QUOTA_CLOCK_AHEAD, nothing read or written) until they agree
-  // again, so that no bucket refills from a forward step. Off when empty.
+  // monotonic clock by more than the tolerance is refused (kUnavailable,
+  // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty.
   std::optional<ClockGuard> clock_guard = std::nullopt;
 };
 
@@ -145,6 +142,11 @@ class GatewayStore {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     } else if (auto s = check_durability(durability(), script_.deadline(), "GatewayStoreOptions");
+               !s.ok()) {
+      config_error_ = s;
+    } else if (auto s =
+                   check_clock_guard(options_.clock_guard, options_.time == TimeSource::kCaller,
+                                     "GatewayStoreOptions");
                !s.ok()) {
       config_error_ = s;
     }

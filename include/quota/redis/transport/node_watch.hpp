@@ -35,6 +35,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "quota/clock.hpp"
 #include "quota/redis/transport/reply.hpp"
 #include "quota/units.hpp"
@@ -49,6 +51,25 @@ struct ClockGuard {
   // that stands still while real time passes makes the server's TIME look like a step.
   std::function<Nanos()> monotonic = nullptr;
 };
+
+// OK unless `guard` is set with a tolerance below 1 ns or on the caller's time
+// (`caller_time`: TimeSource::kCaller, where there is no server TIME to guard);
+// InvalidArgument naming the option of `options` otherwise.
+inline absl::Status check_clock_guard(const std::optional<ClockGuard>& guard, bool caller_time,
+                                      const char* options) {
+  if (!guard.has_value()) return absl::OkStatus();
+  if (guard->tolerance.count() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: clock_guard.tolerance=%d ns, must be at least 1 ns", options,
+                        guard->tolerance.count()));
+  }
+  if (caller_time) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: clock_guard guards the server's TIME; it cannot be set with TimeSource::kCaller",
+        options));
+  }
+  return absl::OkStatus();
+}
 
 // What a Script sends with each call (one argument after the call's own; the script's
 // head says so, twin/common.hpp). Set by the stores from their options.
