@@ -122,10 +122,11 @@ inline constexpr LuaMacro kLuaMacros[] = {
     // off by at most b (a rounded quotient), corrected in one step.
     {"mod",
      "$1 = ($2) % ($3)\nif $1 < 0 then $1 = $1 + ($3) elseif $1 >= ($3) then $1 = $1 - ($3) end"},
+    // common.hpp's kLuaNodeGuard, for a twin with a head of its own (the gateway's).
+    {"node_guard", kLuaNodeGuard},
     // Opens `if ... then` (closed by the twin's `end`): failover safety is on (fsec, from
     // kLuaNodeGuard) and the state ($1: its raw value, false when missing) has no last
     // time ($2 s, $3 ns) at or after the failover time (fsec, fns).
-    {"node_guard", kLuaNodeGuard},
     {"if_spent", "if fsec and (not $1 or $2 < fsec or ($2 == fsec and $3 < fns)) then"},
     // $1 = ceil($2 / 10^6): nanoseconds to whole milliseconds (locals cx, cr).
     {"ceil_ms", "local cx = ($2) + 999999\n@mod(local cr, cx, 1000000)\n$1 = (cx - cr) / 1000000"},
