@@ -42,6 +42,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -122,6 +123,8 @@ struct Row {
 
 ABSL_FLAG(std::int64_t, calls, 2000, "script calls per single-decision row");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON to this file");
+ABSL_FLAG(std::string, node_guards, "off",
+          "the stores' node guards: off, failover, clock or both (node_watch.hpp)");
 
 constexpr const char* kUsage = R"(usage: redis_instructions_bench [--calls N] [--json FILE]
 
@@ -131,17 +134,26 @@ valgrind; without it nothing is measured and the exit status is 0).
   --calls N             script calls per single-decision row, in [100, 10000000]
                         (default 2000; the batch rows make N / 8)
   --json FILE           also write the rows as JSON to FILE
+  --node_guards G       the quota and gateway stores with failover_safety (a failover
+                        recorded an hour before the run: every state is newer, as after
+                        one), clock_guard, both, or off (default)
   --benchmark_out=FILE  the same as --json FILE (what `bash cmake/run.sh bench` passes);
                         other --benchmark_* arguments are ignored
   --help                this text
 )";
 
 int main(int argc, char** argv) {
-  const auto args = quota::cli::parse({.name = "redis_instructions_bench",
-                                       .usage = kUsage,
-                                       .checks = {quota::cli::integer("calls", 100, 10'000'000)},
-                                       .benchmark_flags = true},
-                                      argc, argv);
+  const auto args = quota::cli::parse(
+      {.name = "redis_instructions_bench",
+       .usage = kUsage,
+       .checks = {quota::cli::integer("calls", 100, 10'000'000),
+                  quota::cli::custom("node_guards", "off, failover, clock or both",
+                                     [](std::string_view v) {
+                                       return v == "off" || v == "failover" || v == "clock" ||
+                                              v == "both";
+                                     })},
+       .benchmark_flags = true},
+      argc, argv);
   const long long calls =
       absl::GetFlag(FLAGS_calls);  // per single-decision row; batches make calls / 8
   std::string json_path = absl::GetFlag(FLAGS_json);
@@ -166,9 +178,30 @@ int main(int argc, char** argv) {
     return c;
   }();
   auto pool = std::make_shared<quota::redis::ConnectionPool>(cfg, 1);
+  const std::string guards = absl::GetFlag(FLAGS_node_guards);
+  const bool failover = guards == "failover" || guards == "both";
+  std::optional<quota::redis::ClockGuard> clock_guard;
+  // (a wide tolerance: the server runs under valgrind, its replies are slow)
+  if (guards == "clock" || guards == "both")
+    clock_guard = quota::redis::ClockGuard{.tolerance = 60s};
+  if (failover) {
+    // As after a failover an hour ago: every state is newer, the check runs and passes.
+    auto t = quota::redis::Connection(cfg).command({"TIME"});
+    if (!t.ok() || (*t)->type != REDIS_REPLY_ARRAY || (*t)->elements != 2) {
+      std::fprintf(stderr, "TIME failed\n");
+      return 1;
+    }
+    const std::int64_t s =
+        std::atoll(std::string(quota::redis::reply_string(*(*t)->element[0])).c_str());
+    pool->node_watch().record_failover(Nanos{(s - 3600) * 1'000'000'000});
+  }
   // A margin of 10 minutes keeps every key alive through the run (valgrind is slow):
   // what is measured is the busy bucket, as in redis_bench, not creation.
-  RedisStore<TokenBucket> store({.pool = pool, .prefix = "bench:", .ttl_margin = 600s});
+  RedisStore<TokenBucket> store({.pool = pool,
+                                 .prefix = "bench:",
+                                 .ttl_margin = 600s,
+                                 .failover_safety = failover,
+                                 .clock_guard = clock_guard});
   const TokenBucket policy{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
   // The window policies: hour-long windows that never fill (a busy key within its window).
   RedisStore<FixedWindow> fixed_store({.pool = pool, .prefix = "bfw:", .ttl_margin = 600s});
@@ -276,7 +309,11 @@ int main(int argc, char** argv) {
   // The gateway (GatewayStore::decide): generous token buckets, every key written three
   // times first (1 level: "{tenant-i}read"; 3 levels: its user "{tenant-i}read/u", the
   // tenant key and the one global key "{~global}read").
-  quota::redis::GatewayStore gw_store({.pool = pool, .prefix = "bgw:", .ttl_margin = 600s});
+  quota::redis::GatewayStore gw_store({.pool = pool,
+                                       .prefix = "bgw:",
+                                       .ttl_margin = 600s,
+                                       .failover_safety = failover,
+                                       .clock_guard = clock_guard});
   const quota::gateway::RulePolicy gw_policy = policy;
   auto gw_call = [&](std::uint64_t x, int levels) {
     const std::string tenant = key(x);
@@ -317,8 +354,10 @@ int main(int argc, char** argv) {
                 row.per_call, row.per_decision());
     std::fflush(stdout);
   };
-  std::printf("redis_instructions_bench: redis-server under callgrind on port %d, %d keys\n",
-              server.port(), kKeys);
+  std::printf(
+      "redis_instructions_bench: redis-server under callgrind on port %d, %d keys, node guards "
+      "%s (quota and gateway rows)\n",
+      server.port(), kKeys, guards.c_str());
   measure("quota d1", 1, calls, [&](std::mt19937_64& r) { return quota_call(r, 1); });
   measure("quota b16", 16, calls / 8, [&](std::mt19937_64& r) { return quota_call(r, 16); });
   measure("quota b64", 64, calls / 32, [&](std::mt19937_64& r) { return quota_call(r, 64); });

@@ -99,6 +99,15 @@ struct GatewayStoreOptions {
   std::shared_ptr<SentinelPool> sentinel = nullptr;
   // One deadline per call and the in-flight guard: CallLimits (transport/limits.hpp).
   CallLimits limits{};
+  // Failover safety (transport/node_watch.hpp, docs/redis.md): after a connect finds
+  // another server (a replica promoted, a restart), a bucket older than that connect's
+  // TIME, or missing, is read as spent then (the policy's exhausted(at)). Costs false
+  // denials for one time to full after a failover. Off by default.
+  bool failover_safety = false;
+  // Clock-step guard (node_watch.hpp): a node whose TIME runs ahead of the client's
+  // monotonic clock by more than the tolerance is refused (kUnavailable,
+  // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty.
+  std::optional<ClockGuard> clock_guard = std::nullopt;
 };
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
@@ -110,7 +119,10 @@ class GatewayStore {
 
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
-        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits),
+        script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits,
+                {.failover = options_.failover_safety,
+                 .clock = options_.clock_guard,
+                 .reply_time_at = 0}),
         attempts_(kGatewayAttemptLua, options_.pool, options_.cluster, durability(),
                   options_.limits) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
@@ -130,6 +142,11 @@ class GatewayStore {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "GatewayStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     } else if (auto s = check_durability(durability(), script_.deadline(), "GatewayStoreOptions");
+               !s.ok()) {
+      config_error_ = s;
+    } else if (auto s =
+                   check_clock_guard(options_.clock_guard, options_.time == TimeSource::kCaller,
+                                     "GatewayStoreOptions");
                !s.ok()) {
       config_error_ = s;
     }
@@ -323,7 +340,8 @@ class GatewayStore {
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
     const auto [sec, ns] = GatewayTwin::limbs(caller ? now : Nanos{0});
-    detail::pack_le(head, caller ? 1 : 0, 1);
+    const bool guarded = options_.failover_safety || options_.clock_guard.has_value();
+    detail::pack_le(head, (caller ? 1 : 0) + (guarded ? 2 : 0), 1);
     detail::pack_le(head, sec, 8);
     detail::pack_le(head, ns, 4);
     detail::pack_le(head, static_cast<unsigned char>(op), 1);

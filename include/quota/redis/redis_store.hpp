@@ -107,6 +107,15 @@ struct RedisStoreOptions {
   // One deadline per decision (all its waits together; the connections' 3 ms when 0)
   // and the process's in-flight guard: redis::CallLimits in transport/limits.hpp.
   redis::CallLimits limits{};
+  // Failover safety (transport/node_watch.hpp, docs/redis.md): after a connect finds
+  // another server (a replica promoted, a restart), a bucket older than that connect's
+  // TIME, or missing, is read as spent then (the policy's exhausted(at)). Costs false
+  // denials for one time to full after a failover. Off by default.
+  bool failover_safety = false;
+  // Clock-step guard (node_watch.hpp): a node whose TIME runs ahead of the client's
+  // monotonic clock by more than the tolerance is refused (kUnavailable,
+  // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty.
+  std::optional<redis::ClockGuard> clock_guard = std::nullopt;
 };
 
 template <Policy P>
@@ -117,7 +126,10 @@ class RedisStore {
 
   explicit RedisStore(RedisStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
-        script_(Twin::script(), options_.pool, options_.cluster, durability(), options_.limits) {
+        script_(Twin::script(), options_.pool, options_.cluster, durability(), options_.limits,
+                {.failover = options_.failover_safety,
+                 .clock = options_.clock_guard,
+                 .reply_time_at = 1}) {
     if (options_.pool == nullptr && options_.cluster == nullptr) {
       config_error_ =
           absl::InvalidArgumentError("RedisStoreOptions: pool, cluster and sentinel are all null");
@@ -134,6 +146,11 @@ class RedisStore {
       config_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "RedisStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
     } else if (auto s = check_durability(); !s.ok()) {
+      config_error_ = s;
+    } else if (auto s = redis::check_clock_guard(options_.clock_guard,
+                                                 options_.time == redis::TimeSource::kCaller,
+                                                 "RedisStoreOptions");
+               !s.ok()) {
       config_error_ = s;
     }
     if (options_.coalesce > 1) {
@@ -295,11 +312,13 @@ class RedisStore {
   absl::StatusOr<Call> build(std::span<const Request> reqs, Nanos now, std::string_view attempt_id,
                              bool batch = false) const {
     if (!config_error_.ok()) return config_error_;
-    return redis::build_call<P>({.prefix = options_.prefix,
-                                 .time = options_.time,
-                                 .ttl_margin = options_.ttl_margin,
-                                 .attempt_ttl = options_.attempt_ttl},
-                                reqs, now, attempt_id, batch);
+    return redis::build_call<P>(
+        {.prefix = options_.prefix,
+         .time = options_.time,
+         .ttl_margin = options_.ttl_margin,
+         .attempt_ttl = options_.attempt_ttl,
+         .node_guards = options_.failover_safety || options_.clock_guard.has_value()},
+        reqs, now, attempt_id, batch);
   }
   static absl::StatusOr<redis::ScriptResult> parse(const redisReply& r,
                                                    std::span<const Request> reqs,

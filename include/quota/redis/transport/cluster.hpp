@@ -354,6 +354,7 @@ class ClusterPool {
     ConnectionConfig cfg = base_;
     cfg.host = host;
     cfg.port = port;
+    cfg.node_watch = nullptr;  // each node its own (ConnectionPool creates it)
     auto pool = std::make_shared<ConnectionPool>(cfg, per_node_);
     nodes_.emplace(name, pool);
     return pool;

@@ -54,11 +54,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/breaker.hpp"
 #include "quota/redis/transport/deadline.hpp"
 #include "quota/redis/transport/handshake.hpp"
+#include "quota/redis/transport/node_watch.hpp"
 #include "quota/redis/transport/reply.hpp"
 
 namespace quota::redis {
@@ -90,6 +92,10 @@ struct ConnectionConfig {
   // Counters and once-only warnings of the handshake, shared by the connections of one
   // ConnectionPool (the pool creates it when null).
   std::shared_ptr<HandshakeStats> handshake_stats = nullptr;
+  // The node's identity and failover time (node_watch.hpp), shared by the connections of
+  // one ConnectionPool (the pool creates it when null): with it, the handshake also reads
+  // `INFO server replication` and TIME. Null: not read.
+  std::shared_ptr<NodeWatch> node_watch = nullptr;
 };
 
 class Connection {
@@ -273,6 +279,11 @@ class Connection {
     if (role) cmds.push_back({"ROLE"});
     const bool policy = config_.eviction_check != EvictionPolicyCheck::kSkip;
     if (policy) cmds.push_back({"CONFIG", "GET", "maxmemory-policy"});
+    const bool watch = config_.node_watch != nullptr;
+    if (watch) {
+      cmds.push_back({"INFO", "server", "replication"});
+      cmds.push_back({"TIME"});
+    }
     if (cmds.empty()) return absl::OkStatus();
     if (auto s = send(cmds, deadline); !s.ok()) return s;
     auto replies = receive(cmds.size(), deadline);
@@ -318,8 +329,27 @@ class Connection {
                                                    detail::av(is), "): its address is stale"));
       }
     }
-    if (policy) return check_policy(*(*replies)[k++]);
+    if (policy) {
+      if (auto s = check_policy(*(*replies)[k++]); !s.ok()) return s;
+    }
+    if (watch) watch_node(*(*replies)[k], *(*replies)[k + 1]);
     return absl::OkStatus();
+  }
+
+  // The node's identity (run_id, master_replid) and TIME, to config_.node_watch. A server
+  // that does not answer them (INFO or TIME not permitted, Redis before 7) is not watched.
+  void watch_node(const redisReply& info, const redisReply& time) {
+    if (info.type != REDIS_REPLY_STRING && info.type != REDIS_REPLY_STATUS) return;
+    if (time.type != REDIS_REPLY_ARRAY || time.elements != 2) return;
+    std::int64_t s = 0, us = 0;
+    if (!absl::SimpleAtoi(detail::av(reply_string(*time.element[0])), &s) ||
+        !absl::SimpleAtoi(detail::av(reply_string(*time.element[1])), &us)) {
+      return;
+    }
+    const std::string_view text = reply_string(info);
+    config_.node_watch->on_connect(detail::info_field(text, "run_id"),
+                                   detail::info_field(text, "master_replid"),
+                                   Nanos{s * 1'000'000'000 + us * 1'000});
   }
 
   // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check.

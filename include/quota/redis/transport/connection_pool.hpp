@@ -100,11 +100,14 @@ class ConnectionPool {
   const ConnectionConfig& config() const { return config_; }
   // What the connect handshakes of this pool's connections saw (never null).
   const HandshakeStats& handshake_stats() const { return *config_.handshake_stats; }
+  // The node's identity and failovers, as its connects saw them (never null).
+  NodeWatch& node_watch() const { return *config_.node_watch; }
 
  private:
-  // Shares one HandshakeStats among the pool's connections.
+  // Shares one HandshakeStats and one NodeWatch among the pool's connections.
   static ConnectionConfig with_handshake_stats(ConnectionConfig c) {
     if (c.handshake_stats == nullptr) c.handshake_stats = std::make_shared<HandshakeStats>();
+    if (c.node_watch == nullptr) c.node_watch = std::make_shared<NodeWatch>();
     return c;
   }
 

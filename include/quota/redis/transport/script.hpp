@@ -30,6 +30,15 @@
 // otherwise kUnavailable: the write stands on the master, but a failover to a replica
 // that lacks it would forget it, so it is not acknowledged.
 //
+// Node guards (node_watch.hpp): with `guards.any()`, every call gets one more argument,
+// last, built for the server it goes to at the moment of its write: the node's failover
+// time and the bound on its TIME (the highest server time minus monotonic time its
+// replies showed, plus the monotonic time now, plus the tolerance). The script's head
+// must say so (bit 1 of its first byte: the stores set it). Replies feed the bound: the
+// time at element `reply_time_at` of a reply (seconds, nanoseconds) that does not run
+// ahead of it raises the node's offset; a QUOTA_CLOCK_AHEAD refusal is counted in the
+// node's NodeWatch.
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -54,6 +63,7 @@
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection_pool.hpp"
 #include "quota/redis/transport/limits.hpp"
+#include "quota/redis/transport/node_watch.hpp"
 
 namespace quota::redis {
 
@@ -77,12 +87,14 @@ class Script {
  public:
   // `pool` for a standalone server, or `cluster`; one of them non-null.
   Script(std::string text, std::shared_ptr<ConnectionPool> pool,
-         std::shared_ptr<ClusterPool> cluster, Durability durability = {}, CallLimits limits = {})
+         std::shared_ptr<ClusterPool> cluster, Durability durability = {}, CallLimits limits = {},
+         NodeGuards guards = {})
       : text_(std::move(text)),
         pool_(std::move(pool)),
         cluster_(std::move(cluster)),
         durability_(durability),
         limits_(std::move(limits)),
+        guards_(std::move(guards)),
         wait_argv_{"WAIT", absl::StrCat(durability.replicas),
                    absl::StrCat(durability.timeout.count())} {}
 
@@ -171,10 +183,13 @@ class Script {
         std::size_t begin, end;
         std::optional<ConnectionPool::Lease> lease;
         std::size_t replies = 0;
+        std::string node_arg;  // the node's guards (guards_.any())
+        Nanos sent{0};         // the monotonic time of the write
       };
       std::vector<Group> groups;
       for (std::size_t i = 0; i < pending.size(); ++i) {
-        if (i == 0 || pending[i].target != pending[i - 1].target) groups.push_back({i, i, {}, 0});
+        if (i == 0 || pending[i].target != pending[i - 1].target)
+          groups.push_back({i, i, {}, 0, {}, Nanos{0}});
         groups.back().end = i + 1;
       }
       // A server that fails (transport, deadline, breaker) fails its group's calls; on a
@@ -204,11 +219,16 @@ class Script {
         }
         std::vector<std::vector<std::string_view>> cmds;
         cmds.reserve(g.end - g.begin);
+        if (guards_.any()) {
+          const ConnectionPool& node = *pending[g.begin].target;
+          g.node_arg = guards_.argument(&node, node.node_watch(), g.sent);
+        }
         for (std::size_t i = g.begin; i < g.end; ++i) {
           const Pending& p = pending[i];
           if (p.asking) cmds.push_back({"ASKING"});
           cmds.push_back(script_argv(p.eval ? "EVAL" : "EVALSHA", p.eval ? text_ : sha,
                                      numkeys[p.call], *calls[p.call].keys, *calls[p.call].args));
+          if (guards_.any()) cmds.back().push_back(g.node_arg);
         }
         if (durability_.replicas > 0) cmds.push_back({wait_argv_[0], wait_argv_[1], wait_argv_[2]});
         if (auto s = (*lease)->send(cmds, mine); !s.ok()) {
@@ -245,6 +265,7 @@ class Script {
           Pending p = pending[i];
           if (p.asking) ++k;  // ASKING's +OK
           Reply& r = (*replies)[k++];
+          if (guards_.any()) guards_.observe(p.target.get(), p.target->node_watch(), *r, g.sent);
           if (!p.eval && is_error(*r, "NOSCRIPT")) {
             p.eval = true;
             again.push_back(std::move(p));
@@ -399,6 +420,7 @@ class Script {
   const std::shared_ptr<ClusterPool> cluster_;
   const Durability durability_;
   const CallLimits limits_;
+  NodeGuardState guards_;
   const std::string wait_argv_[3];  // WAIT replicas timeout
   std::mutex mu_;                   // std::mutex: see ConnectionPool
   std::string sha_;                 // guarded by mu_

@@ -78,6 +78,7 @@ class SentinelResolver final : public AddressResolver {
       c.eviction_check = EvictionPolicyCheck::kSkip;  // a sentinel holds no quota keys
       c.resolver = nullptr;
       c.handshake_stats = nullptr;
+      c.node_watch = nullptr;
       sentinels_.push_back(std::make_unique<Connection>(std::move(c)));
     }
   }

@@ -61,6 +61,9 @@ struct CallOptions {
   TimeSource time = TimeSource::kServer;
   std::chrono::milliseconds ttl_margin{1000};     // added to each bucket's time to full
   std::chrono::milliseconds attempt_ttl{600000};  // how long an attempt's result is kept
+  // Script appends the node's guards as the last argument (transport/node_watch.hpp):
+  // the head says so (common.hpp's kLuaNodeGuard).
+  bool node_guards = false;
 };
 
 // One bucket of a call: its policy, its store key ("{tenant}route") and its cost.
@@ -145,7 +148,8 @@ absl::StatusOr<Call> build_call(const CallOptions& options, std::span<const Buck
     attempt = std::max<std::int64_t>(options.attempt_ttl.count(), 1);
   }
   std::string head;
-  detail::pack_le(head, options.time == TimeSource::kCaller ? 1 : 0, 1);
+  detail::pack_le(head,
+                  (options.time == TimeSource::kCaller ? 1 : 0) + (options.node_guards ? 2 : 0), 1);
   detail::pack_le(head, same_cost ? 0 : 1, 1);
   detail::pack_le(head, same_params ? 0 : 1, 1);
   detail::pack_le(head, sec, 8);

@@ -12,26 +12,28 @@
 //
 // KEYS[1..n]  bucket keys (one hash slot: one tenant; distinct in a batch)
 // KEYS[n+1]   attempt key, when the attempt TTL is above 0
-// ARGV[1]     the head, struct-packed '<BBBi8I4i8i8I4i8': caller time (1) or the
-//             server's TIME (0); costs vary (1: one per bucket, below) or not (0);
-//             parameter sets vary (1) or not (0); the caller's time (seconds, nanoseconds
-//             in [0, 1e9)); TTL margin, ms; attempt TTL, ms (0: no attempt; -1: a batch
-//             of independent decisions, each deducted when it alone allows); n; the cost
-//             shared by every bucket
+// ARGV[1]     the head, struct-packed '<BBBi8I4i8i8I4i8': caller time (bit 0: 1) or the
+//             server's TIME (0), plus 2 with the node argument (kLuaNodeGuard); costs vary (1: one
+//             per bucket, below) or not (0); parameter sets vary (1) or not (0); the caller's time
+//             (seconds, nanoseconds in [0, 1e9)); TTL margin, ms; attempt TTL, ms (0: no attempt;
+//             -1: a batch of independent decisions, each deducted when it alone allows); n; the
+//             cost shared by every bucket
 // ARGV[2..]   the parameter sets, one packed string each (the twin's pack_params): one
 //             when they do not vary, else n; then, when the costs vary, n decimal costs;
-//             then, with an attempt, its fingerprint (keys and costs; no newline)
+//             then, with an attempt, its fingerprint (keys and costs; no newline); last,
+//             with the node argument, the node's guards (kLuaNodeGuard)
 // Reply: {replayed, time seconds, time nanoseconds, all allowed (1/0), then per bucket:
 //         allowed (1/0: this bucket alone had enough), reason, remaining, retry_after ns
 //         (-1 = never), reset_after ns (-1 = never)}, a duration past 2^53 ns as its
 //         decimal string (Lua numbers are doubles); the token bucket's twin answers a
 //         call without an attempt in a compact form (twin/token_bucket.hpp).
-// Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...".
+// Errors: "QUOTA_CORRUPT ..." (a key's state is not ours), "QUOTA_ATTEMPT_MISMATCH ...",
+// "QUOTA_CLOCK_AHEAD ..." (kLuaNodeGuard).
 //
 // The head replays a stored attempt and sets `sec`, `ns` (the time), `n`, `margin`,
-// `server`, `batch`, `cost1`, `cstep`, `pstep`, `cbase`, `all`, and `seen`, `nwritten` and
-// `fail` (a failed batch charges nothing). The body fills `out` (the reply); the tail
-// stores an attempt's reply and returns `out`.
+// `server`, `fsec`, `fns` (the failover time, kLuaNodeGuard), `batch`, `cost1`, `cstep`, `pstep`,
+// `cbase`, `all`, and `seen`, `nwritten` and `fail` (a failed batch charges nothing). The body
+// fills `out` (the reply); the tail stores an attempt's reply and returns `out`.
 #pragma once
 
 #include <algorithm>
@@ -127,6 +129,25 @@ record_read = function(text, out)
 end
 )lua";
 
+// The node's guards (transport/node_watch.hpp), in every script's head right after the
+// time is read (`sec`, `ns`), before any state: when bit 1 of the head's first byte
+// (`caller`) is set, the call's last argument, appended by Script, is '<i8I4i8I4': the
+// node's failover time (fsec, fns; nil when none: -1 s) and a bound on TIME (-1 s: none).
+// A TIME past the bound is a forward step of the server's clock: the call is refused,
+// nothing read or written. A twin reads a state older than (fsec, fns), or a missing one,
+// as its policy's exhausted(fsec, fns) (`failover safety`).
+inline constexpr const char* kLuaNodeGuard = R"lua(local fsec, fns
+if caller >= 2 then
+  local bs, bn
+  fsec, fns, bs, bn = struct.unpack('<i8I4i8I4', ARGV[#ARGV])
+  if bs >= 0 and (sec > bs or (sec == bs and ns > bn)) then
+    return redis.error_reply(string.format('QUOTA_CLOCK_AHEAD server TIME %.0f.%09.0f s is ' ..
+      'past %.0f.%09.0f s, the latest agreeing TIME plus the client\'s monotonic time since ' ..
+      'plus the tolerance: refused, nothing read or written', sec, ns, bs, bn))
+  end
+  if fsec < 0 then fsec = nil end
+end)lua";
+
 namespace detail {
 
 // `lua` with kLuaRecord in place of its `@record`.
@@ -135,9 +156,15 @@ inline std::string with_record(std::string lua) {
   return lua;
 }
 
+// `lua` with kLuaNodeGuard in place of its `@node_guard()`.
+inline std::string with_guard(std::string lua) {
+  lua.replace(lua.find("@node_guard()"), 13, kLuaNodeGuard);
+  return lua;
+}
+
 }  // namespace detail
 
-inline const std::string kLuaHead = detail::with_record(R"lua(
+inline const std::string kLuaHead = detail::with_guard(detail::with_record(R"lua(
 local record_text, record_read
 -- A key's packed state: nil when the key does not exist; an error reply (second value)
 -- when it holds anything but `bytes` bytes of a twin's state. Allocates nothing.
@@ -158,7 +185,7 @@ end
 -- 1), the caller's time, the TTL margin, the attempt TTL, n and the shared cost.
 local caller, cstep, pstep, sec, ns, margin, attempt_ttl, n, cost1 =
   struct.unpack('<BBBi8I4i8i8I4i8', ARGV[1])
-local server = caller == 0
+local server = caller % 2 == 0
 -- bucket i's parameter set is ARGV[2 + pstep·(i-1)], its cost (when they vary)
 -- ARGV[cbase + i - 1]; the attempt's fingerprint is ARGV[fpi]
 local cbase = 3 + pstep * (n - 1)
@@ -207,6 +234,7 @@ if server then
   sec = t[1] + 0
   ns = (t[2] + 0) * 1000
 end
+@node_guard()
 local all = 1
 -- A batch writes each bucket as soon as it is decided. A corrupt state found after some
 -- were written fails the call, and `fail` first puts those back as they were read, so
@@ -220,7 +248,7 @@ local function fail(err)
   end
   return err
 end
-)lua");
+)lua"));
 
 // put(out, i, ...): decision i's five reply fields, after the reply's four header fields
 // (after kLuaHead, in the twins that answer in the full form only; the token bucket's

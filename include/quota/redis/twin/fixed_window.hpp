@@ -93,6 +93,8 @@ lns = t
 if t >= 1000000000 then known = true; lns = t - 1000000000 end
 --@@ fresh
 count, lsec, lns = 0, sec, ns
+--@@ spent
+count, lsec, lns, known = limit, fsec, fns, false
 --@@ step
 if sec > lsec or (sec == lsec and ns > lns) then
   -- the same window: mode 1, the same second and window start; mode 2, the same start

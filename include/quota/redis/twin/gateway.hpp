@@ -12,8 +12,8 @@
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
 // exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
-// so both sides decide identically; a key's state is 80 bytes; its TTL is its idle time plus the margin (none
-// while it holds debt); a key that is not a gateway state of ours is QUOTA_CORRUPT,
+// so both sides decide identically; a key's state is 80 bytes; its TTL is its idle time plus the
+// margin (none while it holds debt); a key that is not a gateway state of ours is QUOTA_CORRUPT,
 // nothing written. Thread safety: immutable text; Redis runs each call with nothing
 // interleaved.
 //
@@ -36,7 +36,8 @@ namespace quota::redis {
 //
 // KEYS[1..n]  the keys (one hash slot)
 // ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes): the caller's time (1) or the
-//             server's TIME (0); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c', 'a'); the
+//             server's TIME (0), plus 2 with the node argument last (twin/common.hpp's
+//             kLuaNodeGuard); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c', 'a'); the
 //             TTL margin, ms (>= 1); the caller's rule-set version; units (the cost 'd',
 //             to give back 'r', to charge 'c'); 'r': whether the time the units were spent
 //             is given (1; 0: the key's own latest time) and that time (s, ns). Then 'd':
@@ -87,12 +88,13 @@ local head = ARGV[1]
 local caller, sec, ns, op, margin, version, units, has_spent, ssec, sns =
   sunpack('<Bi8I4Bi8i8i8Bi8I4', head)
 local now_ms
-if caller == 0 then
+if caller % 2 == 0 then
   local now = redis.call('TIME')
   local us = now[2] + 0
   sec, ns = now[1] + 0, us * 1000
   now_ms = sec * 1000 + (us - us % 1000) / 1000
 end
+@node_guard()
 if op ~= 100 and op ~= 114 and op ~= 99 and op ~= 97 then
   return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
@@ -176,6 +178,12 @@ for i = 1, n do
     else
       return corrupt(key, len .. ' bytes, expected 80')
     end
+  end
+  -- failover safety (kLuaNodeGuard): KeyPolicy::exhausted(failover time), caller's policy
+  @if_spent(raw, lsec, lns)
+    ver, kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl, id, same = version, pkind, pcap,
+      pm, pp, pg, pfs, pfn, 0, 0, fsec, fns, 0, 0, pol, true
+    if kind == 1 then tu = 0 else tu = cap end
   end
   -- Brought to the call's time under its own parameters (every operation first does that:
   -- a conversion observes the old state at max(now, last), debt is paid from it).

@@ -32,7 +32,9 @@ namespace quota::redis {
 // state_long (a second valid length, or state_bytes again), `out` and the parameter
 // locals; `params` unpacks parameter set `set` (when it differs from the previous
 // bucket's); `state` declares the state's locals, `read` decodes them from `raw` (key
-// `key`, of length `len`), `fresh` sets those of a missing key; `step` brings the state
+// `key`, of length `len`), `fresh` sets those of a missing key, `spent` those of the
+// policy's exhausted state at (fsec, fns) (failover safety: the state, named lsec, lns
+// for its last time, is older or missing); `step` brings the state
 // to the call's time and decides (@decide: ok, reason, retry); `write` writes it; `reply`
 // puts its reply; `epilogue` ends the reply.
 //
@@ -85,6 +87,11 @@ for pass = first, 2 do
     else
       --@@ fresh
     end
+    -- failover safety (kLuaNodeGuard): a state older than the failover, or none, is read
+    -- as spent at the failover time (the policy's exhausted(at))
+    @if_spent(raw, lsec, lns)
+      --@@ spent
+    end
     --@@ step
     if ok == 0 then out[4] = 0 end
     if write then
@@ -115,6 +122,12 @@ inline constexpr LuaMacro kLuaMacros[] = {
     // off by at most b (a rounded quotient), corrected in one step.
     {"mod",
      "$1 = ($2) % ($3)\nif $1 < 0 then $1 = $1 + ($3) elseif $1 >= ($3) then $1 = $1 - ($3) end"},
+    // common.hpp's kLuaNodeGuard, for a twin with a head of its own (the gateway's).
+    {"node_guard", kLuaNodeGuard},
+    // Opens `if ... then` (closed by the twin's `end`): failover safety is on (fsec, from
+    // kLuaNodeGuard) and the state ($1: its raw value, false when missing) has no last
+    // time ($2 s, $3 ns) at or after the failover time (fsec, fns).
+    {"if_spent", "if fsec and (not $1 or $2 < fsec or ($2 == fsec and $3 < fns)) then"},
     // $1 = ceil($2 / 10^6): nanoseconds to whole milliseconds (locals cx, cr).
     {"ceil_ms", "local cx = ($2) + 999999\n@mod(local cr, cx, 1000000)\n$1 = (cx - cr) / 1000000"},
     // A twin's decision from its capacity $1 and whether the cost fits ($2): ok (1/0),

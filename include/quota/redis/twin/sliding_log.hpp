@@ -95,15 +95,27 @@ for i = 1, n do
   else
     lsec, lns, used = sec, ns, 0
   end
+  -- failover safety (kLuaNodeGuard): a log older than the failover, or none, is read as
+  -- SlidingLog::exhausted(failover time): one event of `limit` units then
+  local spent = false
+  @if_spent(raw, lsec, lns)
+    spent = true
+    lsec, lns, used = fsec, fns, limit
+  end
   local len = redis.pcall('LLEN', lkey)
   if type(len) == 'table' then
     return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ' is not a quota event list')
   end
   if sec > lsec or (sec == lsec and ns > lns) then lsec, lns = sec, ns end
+  local drop, step, live = 0, 1, false
+  if spent then
+    -- the log is that one event until it leaves the window (the list is replaced below)
+    len, live = 1, true
+    if age(lsec, lns, fsec, fns, w) >= w then len, used = 0, 0 end
+  end
   -- The first `drop` events have left the window. They are only counted here and trimmed
   -- in the second pass: a later bucket of this call may be corrupt, and a failed call
   -- changes nothing. Read in growing chunks: usually none or one has left.
-  local drop, step, live = 0, 1, false
   while not live and drop < len do
     local chunk = redis.call('LRANGE', lkey, drop, drop + step - 1)
     if #chunk == 0 then break end
@@ -123,6 +135,7 @@ for i = 1, n do
     return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used does not match the events')
   end
   @decide(limit, cost <= limit - used)
+  if reason == 1 and spent then retry = w - age(lsec, lns, fsec, fns, w) end
   if reason == 1 then
     local excess = used + cost - limit
     local acc, from = 0, drop
@@ -146,7 +159,7 @@ for i = 1, n do
     end
   end
   if ok == 0 then all = 0 end
-  st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w, drop}
+  st[i] = {key, lkey, lsec, lns, used, len, cost, ok, reason, retry, limit, w, drop, spent}
 end
 -- (sized for one log's reply: a table that grows is resized; put fills 5..9)
 local out = {0, sec, ns, all, 0, 0, 0, 0, 0}
@@ -154,6 +167,10 @@ for i = 1, n do
   local s = st[i]
   local lkey, lsec, lns, used, len, w = s[2], s[3], s[4], s[5], s[6], s[12]
   if s[13] > 0 then redis.call('LTRIM', lkey, s[13], -1) end
+  if s[14] then
+    redis.call('DEL', lkey)
+    if len > 0 then redis.call('RPUSH', lkey, struct.pack('<ddd', fsec, fns, s[11])) end
+  end
   if all == 1 or (batch and s[8] == 1) then
     redis.call('RPUSH', lkey, struct.pack('<ddd', lsec, lns, s[7]))
     used = used + s[7]

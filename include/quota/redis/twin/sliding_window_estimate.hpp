@@ -133,6 +133,8 @@ if t >= 1000000000 then
 end
 --@@ fresh
 cur, prev, lsec, lns = 0, 0, sec, ns
+--@@ spent
+cur, prev, lsec, lns, known = limit, 0, fsec, fns, 0
 --@@ step
 -- d: windows advanced (2 standing for 2 or more)
 local d = 0

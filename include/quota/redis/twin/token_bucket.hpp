@@ -143,6 +143,8 @@ if tu >= burst then tu = burst; tl = 0; c = 0 end
 if c >= p then c = 0 end
 --@@ fresh
 tu, tl, c, lsec, lns = burst, 0, 0, sec, ns
+--@@ spent
+tu, tl, c, lsec, lns = 0, 0, 0, fsec, fns
 --@@ step
 if sec > lsec or (sec == lsec and ns > lns) then
   if tu < burst and m > 0 then
