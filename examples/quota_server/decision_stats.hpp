@@ -8,7 +8,8 @@
 //       than 10 % of its capacity (a token bucket's burst, a window's limit): remaining *
 //       10 < capacity. Labels are rule names of the rule file, never tenant ids;
 //   quota_redis_errors_total{kind}  calls to Redis that failed, by kind (RedisErrorKind:
-//       unavailable, deadline, breaker_open, in_flight, unauthenticated, other:
+//       unavailable, deadline, breaker_open, in_flight, unauthenticated, other,
+//       clock_ahead:
 //       redis::ErrorKind);
 //   quota_top_tenant_units{rank,tenant}  the heaviest tenants by units asked for
 //       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K).

@@ -17,6 +17,7 @@
 #include "quota/policy/token_bucket.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/redis_store.hpp"
+#include "quota/redis/transport/error_kind.hpp"
 #include "support/printers.hpp"
 #include "support/redis_server.hpp"
 
@@ -73,6 +74,7 @@ void step_and_recover(TestClock& mono, const Decide& decide, quota::redis::Conne
     INFO(r.status().ToString());
     CHECK(absl::IsUnavailable(r.status()));
     CHECK(r.status().message().find("QUOTA_CLOCK_AHEAD") != std::string::npos);
+    CHECK(quota::redis::error_kind(r.status()) == quota::redis::ErrorKind::kClockAhead);
   }
   // Nothing read or written: the state is the drained one, not refilled.
   CHECK(raw_state(pool, redis_key) == before);

@@ -7,7 +7,8 @@
 // quota_redis_errors_total{kind}). The transport marks the status where it is made,
 // as a payload under kErrorKindUrl (absl::Status::SetPayload), so a reader never parses a
 // message: the deadline (deadline.hpp Deadline::error), an open breaker
-// (connection_pool.hpp), the in-flight guard (breaker.hpp). A status without the payload
+// (connection_pool.hpp), the in-flight guard (breaker.hpp), a script's refusal of a node
+// whose TIME ran ahead (reply.hpp error_status). A status without the payload
 // has the kind its code implies: kUnauthenticated, kDeadlineExceeded → kDeadline,
 // kUnavailable → kUnavailable, anything else kOther.
 //
@@ -38,12 +39,14 @@ enum class ErrorKind : std::uint8_t {
   kInFlight = 3,         // the in-flight guard's maximum is reached (breaker.hpp)
   kUnauthenticated = 4,  // AUTH refused (NOAUTH, WRONGPASS)
   kOther = 5,            // anything else
+  kClockAhead = 6,       // the node's TIME ran ahead of the client's clock (node_watch.hpp)
 };
-inline constexpr std::size_t kErrorKinds = 6;
+inline constexpr std::size_t kErrorKinds = 7;
 
 // Names for labels and logs, indexed by ErrorKind.
 inline constexpr std::array<const char*, kErrorKinds> kErrorKindNames = {
-    "unavailable", "deadline", "breaker_open", "in_flight", "unauthenticated", "other"};
+    "unavailable",     "deadline", "breaker_open", "in_flight",
+    "unauthenticated", "other",    "clock_ahead"};
 
 // The payload's type URL.
 inline constexpr std::string_view kErrorKindUrl = "type.quota.dev/quota.redis.ErrorKind";

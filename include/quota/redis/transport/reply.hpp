@@ -4,7 +4,8 @@
 // `reply_string` views its text, `is_error(r, "NOSCRIPT")` tests an error reply's code, and
 // `error_status(r)` maps an error reply to the absl::Status a caller reports: NOAUTH and
 // WRONGPASS kUnauthenticated (naming authentication), NOPERM kPermissionDenied, any other
-// kUnavailable. An error reply is a reply, not a transport failure (connection.hpp).
+// kUnavailable (QUOTA_CLOCK_AHEAD marked ErrorKind::kClockAhead: error_kind.hpp). An error reply is
+// a reply, not a transport failure (connection.hpp).
 //
 // Thread safety: plain values and pure functions.
 //
@@ -17,10 +18,12 @@
 
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "quota/redis/transport/error_kind.hpp"
 
 namespace quota::redis {
 
@@ -63,7 +66,9 @@ inline absl::Status error_status(const redisReply& r) {
   if (is_error(r, "NOPERM")) {
     return absl::PermissionDeniedError(absl::StrCat("redis error: ", detail::av(msg)));
   }
-  return absl::UnavailableError(absl::StrCat("redis error: ", detail::av(msg)));
+  absl::Status s = absl::UnavailableError(absl::StrCat("redis error: ", detail::av(msg)));
+  if (is_error(r, "QUOTA_CLOCK_AHEAD")) return with_kind(std::move(s), ErrorKind::kClockAhead);
+  return s;
 }
 
 }  // namespace quota::redis
