@@ -139,8 +139,9 @@ class KeyedStates {
 
   // Reclaims the records of evicted keys once they are half the capacity (a compaction:
   // O(keys), once per capacity/2 evictions; every live key stays). Call with no state open.
-  // Out of line: update() calls it only on a store that has been full, and inlined there
-  // it would enlarge every caller's copy of the decision.
+  // Out of line: update() calls it only on a store that has been full, and its check
+  // inlined into every caller's copy of the decision costs that copy registers (two more
+  // instructions per decision on LocalStore's hot key; docs/benchmarks.md).
   [[gnu::noinline]] void compact_if_due(const P& policy) {
     if (arena_->dead_count() > capacity_ / 2) [[unlikely]]
       compact(policy);
@@ -205,10 +206,10 @@ class KeyedStates {
 
   // Code layout. The decision path — update(), locate(), the policy step — is inlined into
   // the caller. What runs only when the store is full, compacts, sweeps or fails is
-  // [[gnu::cold]]: GCC optimizes it for size and leaves it out of the size by which it lets
-  // inlining grow a translation unit (--param inline-unit-growth, 40 % above at least
-  // 10,000 of its units at -O3), so that budget goes to the decision path in the caller's
-  // translation unit (docs/benchmarks.md, "The hot path after the idle index").
+  // [[gnu::cold]]: GCC optimizes it for size and does not count it in a translation unit's
+  // size, whose growth by inlining it caps (--param inline-unit-growth: 40 % over the
+  // larger of the unit and 10,000 units at -O3), so the budget goes to the decision path in
+  // the caller's unit (docs/benchmarks.md, "The hot path after the idle index").
 
   // The records of evicted keys dropped (see compact_if_due).
   [[gnu::cold, gnu::noinline]] void compact(const P& policy) {
