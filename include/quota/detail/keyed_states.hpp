@@ -64,6 +64,19 @@ inline std::size_t key_hash(std::string_view key) {
   return absl::Hash<absl::string_view>{}(to_absl(key));
 }
 
+// The errors of KeyedStates::create, built out of line and cold (see "Code layout" in
+// KeyedStates): rare, and their formatting is large.
+[[gnu::cold, gnu::noinline]] inline absl::Status key_too_long(std::size_t size, std::size_t max) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("key is %d bytes; the store holds keys of at most %d bytes", size, max));
+}
+[[gnu::cold, gnu::noinline]] inline absl::Status store_full(std::size_t held,
+                                                            std::string_view key) {
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "store full: %d keys held, none idle (full again) to evict; key \"%s\" not created", held,
+      key));
+}
+
 template <Policy P>
 class KeyedStates {
  public:
@@ -126,10 +139,12 @@ class KeyedStates {
 
   // Reclaims the records of evicted keys once they are half the capacity (a compaction:
   // O(keys), once per capacity/2 evictions; every live key stays). Call with no state open.
-  void compact_if_due(const P& policy) {
-    if (arena_->dead_count() <= capacity_ / 2) return;
-    arena_->compact([](const State&) { return true; });  // the live records all stay
-    reindex(policy);
+  // Out of line: update() calls it only on a store that has been full, and its check
+  // inlined into every caller's copy of the decision costs that copy registers (two more
+  // instructions per decision on LocalStore's hot key; docs/benchmarks.md).
+  [[gnu::noinline]] void compact_if_due(const P& policy) {
+    if (arena_->dead_count() > capacity_ / 2) [[unlikely]]
+      compact(policy);
   }
 
   // Finds or creates the state of `key`, evicting idle keys if the store is full (never
@@ -163,7 +178,7 @@ class KeyedStates {
 
   // Forgets every key that is idle at `now` and compacts the rest. Returns how many were
   // removed. O(keys).
-  std::size_t sweep(const P& policy, Nanos now) {
+  [[gnu::cold, gnu::noinline]] std::size_t sweep(const P& policy, Nanos now) {
     const std::size_t before = index_.size();
     const bool moved = arena_->compact([&](const State& s) { return policy.idle_at(s) > now; });
     const std::size_t removed = before - arena_->live();
@@ -188,6 +203,19 @@ class KeyedStates {
   struct LaterFirst {
     bool operator()(const IdleEntry& a, const IdleEntry& b) const { return a.at > b.at; }
   };
+
+  // Code layout. The decision path — update(), locate(), the policy step — is inlined into
+  // the caller. What runs only when the store is full, compacts, sweeps or fails is
+  // [[gnu::cold]]: GCC optimizes it for size and does not count it in a translation unit's
+  // size, whose growth by inlining it caps (--param inline-unit-growth: 40 % over the
+  // larger of the unit and 10,000 units at -O3), so the budget goes to the decision path in
+  // the caller's unit (docs/benchmarks.md, "The hot path after the idle index").
+
+  // The records of evicted keys dropped (see compact_if_due).
+  [[gnu::cold, gnu::noinline]] void compact(const P& policy) {
+    arena_->compact([](const State&) { return true; });  // the live records all stay
+    reindex(policy);
+  }
 
   // After a compaction (record ids changed): the index rebuilt at the size it now needs
   // (which also returns the memory of a table grown for more keys), and the idle index.
@@ -228,15 +256,9 @@ class KeyedStates {
   // key is created once and then found many times.
   [[gnu::noinline]] absl::StatusOr<std::uint32_t> create(const P& policy, std::string_view key,
                                                          Nanos now) {
-    if (key.size() > kMaxLocalKeyBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("key is %d bytes; the store holds keys of at most %d bytes", key.size(),
-                          kMaxLocalKeyBytes));
-    }
+    if (key.size() > kMaxLocalKeyBytes) return key_too_long(key.size(), kMaxLocalKeyBytes);
     if (index_.size() >= capacity_ && !make_room(policy, now)) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "store full: %d keys held, none idle (full again) to evict; key \"%s\" not created",
-          index_.size(), key));
+      return store_full(index_.size(), key);
     }
     auto fresh = new_state(policy, now);
     if (!fresh.ok()) return fresh.status();
@@ -251,7 +273,7 @@ class KeyedStates {
 
   // Evicts every key idle at `now` from the idle index (built the first time: O(keys)
   // once; then O(log keys) per entry due); true when one was. Moves no record.
-  bool make_room(const P& policy, Nanos now) {
+  [[gnu::cold, gnu::noinline]] bool make_room(const P& policy, Nanos now) {
     if (!indexed_) {
       indexed_ = true;
       rebuild_idle_index(policy);
@@ -292,7 +314,7 @@ class KeyedStates {
     std::push_heap(idle_.begin(), idle_.end(), LaterFirst{});
   }
 
-  void rebuild_idle_index(const P& policy) {
+  [[gnu::cold, gnu::noinline]] void rebuild_idle_index(const P& policy) {
     idle_.clear();
     if (idle_.capacity() > 4 * arena_->live() + 64) idle_.shrink_to_fit();
     idle_.reserve(arena_->live());
