@@ -190,6 +190,36 @@ TEST_CASE("FairShare: below the water level tenants borrow up to it and come fir
   CHECK(d->used == 800);
 }
 
+TEST_CASE("FairShare: a constrained tenant leaves a below-level tenant's share free", "[fair]") {
+  // Default config (pause 90 %): e, alone, holds 500. Then a and e want 1,000 each and b
+  // 100: shares of 900 are b 100, a 400, e 400, and e still holds 500 (until its lease
+  // expires). a within its share would fill the budget to the pause level and leave b
+  // nothing; it is held back instead, and b gets its share.
+  FairShare fs(*FairShareConfig{.budget = 1'000}.checked());
+  REQUIRE(fs.request("e", 500).value().verdict == FairShareVerdict::kFree);
+  REQUIRE(fs.report("a", {.weight = 1, .demand = 1'000}).ok());
+  REQUIRE(fs.report("e", {.weight = 1, .demand = 1'000}).ok());
+  REQUIRE(fs.report("b", {.weight = 1, .demand = 100}).ok());
+  REQUIRE(fs.allocate().ok());
+  auto d = fs.request("a", 400);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kOverShare);
+  CHECK(d->share == 400);
+  d = fs.request("a", 300);  // 500 + 300 + b's unused 100 = 900
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kWithinShare);
+  d = fs.request("b", 100);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kWithinShare);
+  CHECK(d->total_used == 900);
+  // e's 500 expire: a reaches its whole share.
+  REQUIRE(fs.expire("e", 500).ok());
+  d = fs.request("a", 100);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kWithinShare);
+  CHECK(d->used == 400);
+}
+
 TEST_CASE("FairShare: borrowed capacity is reclaimed within one lease expiry", "[fair]") {
   // Ticks of time; one period (one lease expiry) is 10 ticks; admitted units are held for
   // 10 ticks. The borrower asks 100 units a tick from tick 0: alone, it reaches the whole

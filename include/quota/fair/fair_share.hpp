@@ -9,18 +9,21 @@
 //   - a tenant alone (no other tenant active) may use the whole budget (kFree);
 //   - load ≤ share threshold (default 70 % of the budget): admitted freely (kFree);
 //   - units in use after the request above the pause threshold (default 90 %): kPaused;
-//   - within the tenant's share: admitted (kWithinShare);
-//   - a constrained tenant (its demand above its share) is held to its share (kOverShare);
-//   - any other tenant may go past its share up to the water level, from capacity that no
-//     constrained tenant is owed (kBorrowed), else kOverShare.
+//   - a constrained tenant (its demand above its share) is admitted while it stays within
+//     its share and leaves free what the below-level tenants were allocated and have not
+//     used (together), never past budget − reserve (kWithinShare), else kOverShare:
+//     below-level tenants come first, as in max-min;
+//   - any other tenant: within its share kWithinShare; past it, up to the water level
+//     (the constrained tenants' share per unit of weight) kBorrowed, else kOverShare.
 // `load` is the larger of the units in use after the request and Σ demand of the period.
 // A tenant's demand is its reported demand (report()) or, without one, its decayed recent
 // asks: (asked in the period that ended + the previous estimate) / 2, so a burst stops
 // counting after a few periods. Guarantees, with two or more tenants active: Σ shares ≤
 // budget − reserve at every allocation (allocate() checks it); every admission leaves the
-// units in use at most the pause level; a tenant asking within its share is refused only
-// while others hold capacity borrowed before the period began, which leaves within one
-// lease expiry. Each tenant's own limits are checked elsewhere.
+// units in use at most the pause level; a tenant within its share is refused only while
+// capacity borrowed before this allocation is still held (it leaves within one lease
+// expiry) or while the below-level tenants together ask more than they were allocated.
+// Each tenant's own limits are checked elsewhere.
 //
 // Thread safety: every method may be called from any thread (one mutex); a returned
 // share or use is a snapshot that other callers may change at once.

@@ -91,13 +91,13 @@ enum class FairShareVerdict : std::uint8_t {
   kFree = 0,         // admitted: the load stays at or below the share threshold, or the
                      // tenant is alone
   kWithinShare = 1,  // admitted: above the share threshold, within the tenant's share
-  kOverShare = 2,    // refused: the tenant would exceed its share (constrained) or the
-                     // water level, or no capacity is left that others are not owed
+  kOverShare = 2,    // refused: a constrained tenant would exceed its share or take what
+                     // below-level tenants were allocated; another would pass the level
   kPaused = 3,       // refused: the units in use would pass the pause threshold
   kOverBudget = 4,   // refused: the request does not fit the budget (a tenant alone, or
                      // units > budget: it can never pass)
-  kBorrowed = 5,     // admitted: past its share, within the water level, from capacity no
-                     // constrained tenant is owed
+  kBorrowed = 5,     // admitted: a tenant below the water level, past its share (its
+                     // demand rose, or it is new in the period), within the level
 };
 
 constexpr std::string_view to_string(FairShareVerdict v) {
