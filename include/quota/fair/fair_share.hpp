@@ -39,19 +39,20 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/fair/fair_share_config.hpp"
 #include "quota/fair/weighted_max_min.hpp"
@@ -134,8 +135,9 @@ class FairShare {
     if (!status_.ok()) return status_;
     detail::MutexLock lock(mu_);
     FairShareAllocation a{.capacity = config_.share_capacity()};
-    std::vector<std::int64_t> demands, weights;
-    std::vector<Tenant*> order;
+    // By name, so that weighted_max_min's ties (broken by index) do not depend on the
+    // hash table's order: the same reports give the same shares in every process.
+    std::vector<std::pair<std::string_view, Tenant*>> order;
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       Tenant& t = it->second;
       t.estimate = static_cast<std::int64_t>((absl::int128(t.asked) + t.estimate) / 2);
@@ -144,15 +146,19 @@ class FairShare {
       t.share = 0;
       t.constrained = false;
       if (t.demand == 0 && t.used == 0 && !t.reported.has_value()) {
-        it = tenants_.erase(it);
+        tenants_.erase(it++);  // erasing leaves the other iterators valid
         continue;
       }
-      if (t.demand > 0) {
-        demands.push_back(t.demand);
-        weights.push_back(t.weight);
-        order.push_back(&t);
-      }
+      if (t.demand > 0) order.emplace_back(it->first, &t);
       ++it;
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<std::int64_t> demands, weights;
+    demands.reserve(order.size());
+    weights.reserve(order.size());
+    for (const auto& [name, t] : order) {
+      demands.push_back(t->demand);
+      weights.push_back(t->weight);
     }
     auto shares = weighted_max_min(a.capacity, demands, weights);
     if (!shares.ok()) return shares.status();  // demands ≤ budget, weights checked
@@ -161,7 +167,7 @@ class FairShare {
     level_weight_ = 0;
     active_ = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
-      Tenant& t = *order[i];
+      Tenant& t = *order[i].second;
       t.share = (*shares)[i];
       t.constrained = t.share < t.demand;
       a.demand_sum += t.demand;
@@ -195,7 +201,7 @@ class FairShare {
       return absl::InvalidArgumentError(absl::StrCat("expire: units must be >= 0, got ", units));
     }
     detail::MutexLock lock(mu_);
-    auto it = tenants_.find(tenant);
+    auto it = tenants_.find(detail::to_absl(tenant));
     if (it == tenants_.end()) return absl::OkStatus();
     Tenant& t = it->second;
     const bool was_active = t.active();
@@ -207,7 +213,7 @@ class FairShare {
   // The tenant leaves: its use, demand and share no longer count.
   void forget(std::string_view tenant) {
     detail::MutexLock lock(mu_);
-    auto it = tenants_.find(tenant);
+    auto it = tenants_.find(detail::to_absl(tenant));
     if (it == tenants_.end()) return;
     Tenant& t = it->second;
     if (t.constrained) {  // it leaves the water level's tenants
@@ -228,7 +234,7 @@ class FairShare {
   // 1), counts them as asked (admitted or not: the next allocation's estimate, and the
   // tenant is active for the rest of the period), and, when admitted, adds them to its
   // use. A request of more units than the budget can never pass: kOverBudget, not
-  // counted as asked. O(1) besides the tenant lookup (O(log n)). InvalidArgument on
+  // counted as asked. O(1): a hash lookup and the cached shares. InvalidArgument on
   // units < 1 or an invalid config.
   absl::StatusOr<FairShareDecision> request(std::string_view tenant, std::int64_t units) {
     if (!status_.ok()) return status_;
@@ -237,7 +243,7 @@ class FairShare {
     }
     detail::MutexLock lock(mu_);
     if (units > config_.budget) {
-      auto found = tenants_.find(tenant);
+      auto found = tenants_.find(detail::to_absl(tenant));
       const std::int64_t used = found == tenants_.end() ? 0 : found->second.used;
       return FairShareDecision{.allowed = false,
                                .verdict = FairShareVerdict::kOverBudget,
@@ -263,6 +269,8 @@ class FairShare {
     for (const auto& [name, t] : tenants_) {
       out.push_back({name, t.weight, t.demand, t.used, t.share, t.constrained});
     }
+    std::sort(out.begin(), out.end(),
+              [](const TenantShare& x, const TenantShare& y) { return x.tenant < y.tenant; });
     return out;
   }
 
@@ -283,10 +291,11 @@ class FairShare {
     std::int64_t used = 0;
     bool active() const { return demand > 0 || used > 0 || asked > 0; }
   };
-  using Map = std::map<std::string, Tenant, std::less<>>;
+  // Hashed: a request's lookup is O(1); allocate() sorts by name where order matters.
+  using Map = absl::flat_hash_map<std::string, Tenant>;
 
   Tenant& find_or_add(std::string_view tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = tenants_.find(tenant);
+    auto it = tenants_.find(detail::to_absl(tenant));
     if (it == tenants_.end()) it = tenants_.emplace(std::string(tenant), Tenant{}).first;
     return it->second;
   }
