@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +83,26 @@ TEST_CASE("FairShare: shares are computed by allocate() and cached until the nex
     CHECK(t.share == (t.tenant == "a" ? 100 : t.tenant == "b" ? 795 : 5));
     CHECK(t.constrained == (t.tenant == "b"));
   }
+}
+
+TEST_CASE("FairShare: huge demands saturate the demand sum, not the shares", "[fair]") {
+  FairShare fs(*FairShareConfig{.budget = quota::fair::kMaxBudget}.checked());
+  for (const char* name : {"a", "b", "c"}) {
+    REQUIRE(fs.report(name, {.weight = 1, .demand = quota::fair::kMaxBudget}).ok());
+  }
+  const auto a = fs.allocate();
+  REQUIRE(a.ok());
+  CHECK(a->demand_sum == std::numeric_limits<std::int64_t>::max());
+  CHECK(a->share_sum == a->capacity);
+  CHECK(a->constrained == 3);
+  // Each holds a third of the capacity; more is over share.
+  const std::int64_t third = a->capacity / 3;
+  auto d = fs.request("a", third);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kWithinShare);
+  d = fs.request("a", 2);
+  REQUIRE(d.ok());
+  CHECK(d->verdict == FairShareVerdict::kOverShare);
 }
 
 TEST_CASE("FairShare: shares sum to at most budget - reserve at every allocation", "[fair]") {

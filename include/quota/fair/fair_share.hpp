@@ -80,7 +80,8 @@ struct FairShareDecision {
 // What one allocate() computed.
 struct FairShareAllocation {
   std::int64_t capacity = 0;    // budget − reserve: what the shares divide
-  std::int64_t demand_sum = 0;  // Σ demand of the tenants in the allocation
+  std::int64_t demand_sum = 0;  // Σ demand of the tenants in the allocation (saturates at
+                                // INT64_MAX)
   std::int64_t share_sum = 0;   // Σ shares, ≤ capacity
   std::size_t tenants = 0;      // tenants with a demand
   std::size_t constrained = 0;  // tenants whose share is below their demand
@@ -166,11 +167,12 @@ class FairShare {
     level_units_ = 0;
     level_weight_ = 0;
     active_ = 0;
+    demand_sum_ = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       Tenant& t = *order[i].second;
       t.share = (*shares)[i];
       t.constrained = t.share < t.demand;
-      a.demand_sum += t.demand;
+      demand_sum_ += t.demand;
       a.share_sum += t.share;
       if (t.constrained) {
         ++a.constrained;
@@ -186,7 +188,8 @@ class FairShare {
       if (!t.constrained) below_level_used_ += t.used;
     }
     a.tenants = order.size();
-    demand_sum_ = a.demand_sum;
+    a.demand_sum = static_cast<std::int64_t>(
+        std::min<absl::int128>(demand_sum_, std::numeric_limits<std::int64_t>::max()));
     if (a.share_sum > a.capacity) {
       return absl::InternalError(absl::StrCat("FairShare::allocate: shares sum to ", a.share_sum,
                                               " > capacity ", a.capacity));
@@ -321,7 +324,7 @@ class FairShare {
       d.verdict = d.allowed ? FairShareVerdict::kFree : FairShareVerdict::kOverBudget;
       return d;
     }
-    if (std::max(used_after, demand_sum_) <= config_.share_level()) {
+    if (std::max<absl::int128>(used_after, demand_sum_) <= config_.share_level()) {
       d.allowed = true;
       d.verdict = FairShareVerdict::kFree;
       return d;
@@ -366,7 +369,7 @@ class FairShare {
   // The current allocation: Σ demand, the constrained tenants' Σ shares and Σ weights
   // (the water level), the other tenants' Σ shares and Σ use, and the tenants active in
   // the period.
-  std::int64_t demand_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::int128 demand_sum_ ABSL_GUARDED_BY(mu_) = 0;  // up to 2^30 demands of up to 2^62
   std::int64_t level_units_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t level_weight_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t below_level_shares_ ABSL_GUARDED_BY(mu_) = 0;
