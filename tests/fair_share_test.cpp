@@ -1,7 +1,8 @@
-// Tests of quota/fair/fair_share.hpp: free drawing below the share threshold, weighted
-// max-min shares above it, the pause with its own verdict, a lone tenant reaching the
-// whole budget, borrowed capacity reclaimed after one lease expiry, the invariants over
-// random runs (printed seeds), concurrent callers, and the config errors.
+// Tests of quota/fair/fair_share.hpp with reported demands: free drawing below the share
+// threshold, weighted max-min shares above it, the pause with its own verdict, a lone
+// tenant reaching the whole budget, borrowed capacity reclaimed after one lease expiry,
+// the invariants over random runs (printed seeds), concurrent callers, and the config
+// errors. Decayed demands, cached shares and periods: fair_share_period_test.cpp.
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -61,6 +62,7 @@ TEST_CASE("FairShare: below the share threshold tenants draw freely", "[fair]") 
   FairShare fs(config(1'000));
   REQUIRE(fs.report("a", {.weight = 1, .demand = 300}).ok());
   REQUIRE(fs.report("b", {.weight = 1, .demand = 300}).ok());
+  REQUIRE(fs.allocate().ok());
   // 600 wanted in all: free, even though a takes far more than half of what it will get
   // above the threshold.
   auto d = fs.request("a", 300);
@@ -69,7 +71,7 @@ TEST_CASE("FairShare: below the share threshold tenants draw freely", "[fair]") 
   d = fs.request("b", 300);
   REQUIRE(d.ok());
   CHECK(d->verdict == FairShareVerdict::kFree);
-  // b now wants 400: 700 in all, still at the threshold.
+  // 700 in use: at the threshold, still free.
   d = fs.request("b", 100);
   REQUIRE(d.ok());
   CHECK(d->verdict == FairShareVerdict::kFree);
@@ -81,6 +83,7 @@ TEST_CASE("FairShare: above the threshold each tenant is held to its weighted sh
   REQUIRE(fs.report("a", {.weight = 1, .demand = 1'000}).ok());
   REQUIRE(fs.report("b", {.weight = 2, .demand = 1'000}).ok());
   REQUIRE(fs.report("c", {.weight = 1, .demand = 50}).ok());
+  REQUIRE(fs.allocate().ok());
   // 900 shared: c gets its 50, a and b split 850 as 1 : 2 → 283.33 and 566.67 → 283, 567.
   const auto snap = fs.snapshot();
   REQUIRE(snap.size() == 3);
@@ -127,6 +130,7 @@ TEST_CASE("FairShare: borrowed capacity is paused, then reclaimed after one expi
   REQUIRE(fs.expire("borrower", 950).ok());
   REQUIRE(fs.report("borrower", {.weight = 1, .demand = 1'000}).ok());
   REQUIRE(fs.report("newcomer", {.weight = 1, .demand = 1'000}).ok());
+  REQUIRE(fs.allocate().ok());
   // The borrower asks first and is held to its share: 450 of 900.
   d = fs.request("borrower", 600);
   REQUIRE(d.ok());
@@ -167,6 +171,9 @@ TEST_CASE("FairShare: every tenant gets min(demand, its share) in every round", 
         demands[i] = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(budget / 2));
         REQUIRE(fs.report(names[i], {.weight = weights[i], .demand = demands[i]}).ok());
       }
+      const auto a = fs.allocate();
+      REQUIRE(a.ok());
+      REQUIRE(a->share_sum <= a->capacity);
       std::int64_t wanted = 0;
       for (std::int64_t x : demands) wanted += x;
       const bool free = wanted <= fs.config().share_level();
@@ -215,7 +222,13 @@ TEST_CASE("FairShare: invariants over random requests, reports and expiries", "[
   for (int step = 0; step < 20'000; ++step) {
     const std::size_t i = rng() % used.size();
     const std::string name = "t" + std::to_string(i);
-    switch (rng() % 8) {
+    switch (rng() % 9) {
+      case 8: {
+        const auto a = fs.allocate();
+        REQUIRE(a.ok());
+        REQUIRE(a->share_sum <= c.share_capacity());
+        break;
+      }
       case 0:
         REQUIRE(fs.report(name, {.weight = 1 + static_cast<std::int64_t>(rng() % 4),
                                  .demand = static_cast<std::int64_t>(rng() % 6'000)})
@@ -236,6 +249,10 @@ TEST_CASE("FairShare: invariants over random requests, reports and expiries", "[
         REQUIRE(d->used == used[i]);
         if (d->allowed && d->verdict == FairShareVerdict::kWithinShare) {
           REQUIRE(d->used <= d->share);
+          REQUIRE(d->total_used <= c.pause_level());
+        }
+        if (d->allowed && d->verdict == FairShareVerdict::kBorrowed) {
+          REQUIRE(d->used > d->share);
           REQUIRE(d->total_used <= c.pause_level());
         }
         if (d->verdict == FairShareVerdict::kPaused) REQUIRE(before + units > c.pause_level());
@@ -316,6 +333,7 @@ TEST_CASE("FairShare: the example of docs/fair_share.md", "[fair]") {
   FairShare fs(*FairShareConfig{.budget = 4'000'000}.checked());
   REQUIRE(fs.report("acme", {.weight = 1, .demand = 3'000'000}).ok());
   REQUIRE(fs.report("globex", {.weight = 1, .demand = 2'000'000}).ok());
+  REQUIRE(fs.allocate().ok());
   auto d = fs.request("acme", 2'000'000);
   REQUIRE(d.ok());
   CHECK(d->verdict == FairShareVerdict::kOverShare);

@@ -95,6 +95,9 @@ ABSL_FLAG(std::int64_t, verify_burst, -1, "check the hot tenant against this bur
 ABSL_FLAG(std::string, svg, "", "where to write the chart");
 ABSL_FLAG(bool, no_progress, false, "no progress line on stderr");
 ABSL_FLAG(std::string, scenario, "gateways", "gateways or noisy-neighbour");
+ABSL_FLAG(std::int64_t, noisy_requests, 20, "noisy-neighbour: the noisy tenant's requests");
+ABSL_FLAG(std::int64_t, small_permille, 600,
+          "noisy-neighbour: the small tenants' load, permille of the budget's rate");
 
 namespace {
 
@@ -146,6 +149,10 @@ Flags (--flag VALUE or --flag=VALUE):
                      sending, first come first served and with fair share
                      (noisy.hpp); uses --seed, --seconds and --svg (default:
                      gateway_sim_noisy.svg beside this executable)
+  --noisy-requests N noisy-neighbour: the noisy tenant's requests in its 30 s, 0 for
+                     none (default 20)
+  --small-permille P noisy-neighbour: the small tenants' load together, permille of
+                     the budget's rate (default 600)
   --help             this text
 
 Requests are reads (cost 1) or, one in ten, creates (cost 5).
@@ -162,14 +169,23 @@ Options parse_options(int argc, char** argv) {
   const auto args = quota::cli::parse(
       {.name = "gateway_sim",
        .usage = kUsage,
-       .checks = {integer("gateways", 1, 256), integer("tenants", 1, 10000),
-                  integer("hot_gateways", 1, 256), real("hot_share", 0, 1),
-                  integer("shift_every", 0, 1'000'000), integer("seconds", 1, 86'400),
-                  integer("rate", 1, 100'000'000), integer("burst", 1, 1'000'000'000),
-                  real("load", 0, 1000), integer("quiet_rate", 1, 100'000'000),
-                  integer("quiet_burst", 1, 1'000'000'000), real("quiet_load", 0, 1000),
-                  integer("tick_ms", 1, 100), integer("lease_q", 1, 1'000'000'000),
+       .checks = {integer("gateways", 1, 256),
+                  integer("tenants", 1, 10000),
+                  integer("hot_gateways", 1, 256),
+                  real("hot_share", 0, 1),
+                  integer("shift_every", 0, 1'000'000),
+                  integer("seconds", 1, 86'400),
+                  integer("rate", 1, 100'000'000),
+                  integer("burst", 1, 1'000'000'000),
+                  real("load", 0, 1000),
+                  integer("quiet_rate", 1, 100'000'000),
+                  integer("quiet_burst", 1, 1'000'000'000),
+                  real("quiet_load", 0, 1000),
+                  integer("tick_ms", 1, 100),
+                  integer("lease_q", 1, 1'000'000'000),
                   integer("verify_burst", 0, 1'000'000'000),
+                  integer("noisy_requests", 0, 1'000),
+                  integer("small_permille", 1, 5'000),
                   quota::cli::host_port("redis", "local"),
                   quota::cli::custom(
                       "scenario", "gateways or noisy-neighbour",
@@ -245,6 +261,8 @@ int main(int argc, char** argv) {
     noisy::NoisyConfig c;
     c.seed = o.traffic.seed;
     c.seconds = o.traffic.seconds;
+    c.noisy_requests = absl::GetFlag(FLAGS_noisy_requests);
+    c.small_permille = absl::GetFlag(FLAGS_small_permille);
     return noisy::run_noisy_scenario(c, o.svg);
   }
 #ifdef QUOTA_SIM_HAVE_REDIS

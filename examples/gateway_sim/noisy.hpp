@@ -14,8 +14,10 @@
 //     the global budget's tokens per lease period (one lease period stands for one lease
 //     expiry: admitted tokens are expired one period after their admission), then of the
 //     global bucket; tokens FairShare admitted that the bucket refuses are expired at once
-//     (nothing was spent). At every period boundary each tenant reports its demand: the
-//     tokens it asked for during the period that ended.
+//     (nothing was spent). At every period boundary FairShare::allocate() recomputes the
+//     shares from each tenant's decayed asks (no tenant reports a demand). The pause is at
+//     100 % of the budget: the reserve absorbs the small tenants' Poisson peaks (with the
+//     default 90 % those peaks are paused whenever the noisy tenant holds its share).
 // Everything is single-threaded and seeded: the same seed gives the same output.
 //
 // What is checked (noisy_report.hpp prints it):
@@ -68,7 +70,9 @@ struct NoisyConfig {
   std::int64_t small_permille = 600, small_min = 1000, small_max = 3000;
   // Fair share: the lease period (one lease expiry) and the window of the fairness check.
   std::int64_t lease_s = 10, window_s = 10;
-  quota::fair::FairShareConfig fair;  // budget set from the lease period
+  // Budget set from the lease period. Pause at 100 %: tenants below the water level may
+  // use the reserve for their peaks, constrained tenants stop at budget − reserve.
+  quota::fair::FairShareConfig fair{.pause_permille = 1000};
 
   quota::TokenBucket global() const {
     return {.rate = {.units = budget_per_min, .per = 60s}, .burst = burst};
@@ -130,41 +134,63 @@ struct NoisyRun {
   std::string name;
   std::vector<Refusal> refusal;  // per request, in the stream's order
   std::string error;             // a failed call: the run stops there
+  // fair-share: allocations made, those whose shares summed past budget − reserve, and
+  // the largest sum.
+  std::int64_t allocations = 0, allocations_over = 0, max_share_sum = 0;
 };
 
 inline std::string tenant_name(std::uint32_t t) {
   return t == 0 ? "noisy" : absl::StrCat("small-", t);
 }
 
+// How requests meet the global bucket: first come first served, or asked of a FairShare
+// first, with the scenario's pause (fair-share) or the default pause of 90 %
+// (fair-share-p90).
+enum class NoisyStrategy : std::uint8_t { kFcfs, kFairShare, kFairSharePause90 };
+
+inline std::string strategy_name(NoisyStrategy s) {
+  return s == NoisyStrategy::kFcfs        ? "fcfs"
+         : s == NoisyStrategy::kFairShare ? "fair-share"
+                                          : "fair-share-p90";
+}
+
 // Replays the stream through the global bucket, with or without FairShare in front.
-inline NoisyRun run_noisy(const NoisyConfig& c, const std::vector<NoisyRequest>& reqs, bool fair) {
-  NoisyRun out{fair ? "fair-share" : "fcfs", {}, ""};
+inline NoisyRun run_noisy(const NoisyConfig& c, const std::vector<NoisyRequest>& reqs,
+                          NoisyStrategy strategy) {
+  NoisyRun out{strategy_name(strategy), {}, ""};
+  const bool fair = strategy != NoisyStrategy::kFcfs;
   const quota::TokenBucket policy = c.global();
   quota::LocalStore<quota::TokenBucket> store;
   const std::string key = "{global}llm";
-  quota::fair::FairShare fs(c.fair_config());
+  quota::fair::FairShareConfig fc = c.fair_config();
+  if (strategy == NoisyStrategy::kFairSharePause90) {
+    fc.pause_permille = quota::fair::FairShareConfig{}.pause_permille;
+  }
+  quota::fair::FairShare fs(fc);
   struct Held {
     std::int64_t expires_ns;
     std::uint32_t tenant;
     std::int64_t tokens;
   };
   std::deque<Held> held;  // admitted tokens in admission order: they expire in that order
-  std::vector<std::int64_t> asked(static_cast<std::size_t>(c.small_tenants) + 1, 0);
   const std::int64_t lease_ns = c.lease_s * 1'000'000'000;
-  std::int64_t next_report_ns = lease_ns;
+  std::int64_t next_period_ns = 0;
   for (const NoisyRequest& r : reqs) {
     if (fair) {
       while (!held.empty() && held.front().expires_ns <= r.time_ns) {
         (void)fs.expire(tenant_name(held.front().tenant), held.front().tokens);
         held.pop_front();
       }
-      for (; next_report_ns <= r.time_ns; next_report_ns += lease_ns) {
-        for (std::uint32_t t = 0; t < asked.size(); ++t) {
-          (void)fs.report(tenant_name(t), {.weight = 1, .demand = asked[t]});
-          asked[t] = 0;
+      for (; next_period_ns <= r.time_ns; next_period_ns += lease_ns) {
+        auto a = fs.allocate();
+        if (!a.ok()) {
+          out.error = std::string(a.status().message());
+          return out;
         }
+        ++out.allocations;
+        if (a->share_sum > a->capacity) ++out.allocations_over;
+        out.max_share_sum = std::max(out.max_share_sum, a->share_sum);
       }
-      asked[r.tenant] += r.tokens;
       auto d = fs.request(tenant_name(r.tenant), r.tokens);
       if (!d.ok()) {
         out.error = std::string(d.status().message());
@@ -236,6 +262,9 @@ inline NoisyAnalysis analyze_noisy(const NoisyConfig& c, const std::vector<Noisy
       if (allowed) {
         a.noisy_admitted += r.tokens;
         ++a.noisy_requests_admitted;
+        // A step: the tokens arrive at once.
+        a.noisy_curve.emplace_back(static_cast<double>(r.time_ns) / 1e9,
+                                   static_cast<double>(cum_noisy));
         cum_noisy += r.tokens;
         a.noisy_curve.emplace_back(static_cast<double>(r.time_ns) / 1e9,
                                    static_cast<double>(cum_noisy));

@@ -1,14 +1,17 @@
 // noisy_report.hpp — runs the noisy-neighbour scenario (noisy.hpp) with and without fair
 // share, prints its table and verdict lines, and writes its SVG chart.
 //
-// Verdict lines, one per strategy and check:
+// Verdict lines, one per strategy (fcfs, fair-share, fair-share-p90) and check:
 //   <strategy>  global budget within r*T + B | OVER r*T + B: worst interval ...
 //   <strategy>  small tenants at or above their fair share in every 10 s window: N of M
 //   <strategy>  noisy tenant admitted X tokens (N of 20 requests)
-//   fair-share  held the noisy tenant to X tokens, fewer | as many | more than fcfs (Y)
-//   fair-share  small tenants at their fair share in every window: N, more | ... than fcfs
-// Exit status (run_noisy_scenario): 0 when the global envelope holds for both strategies,
-// 1 when it is broken, 3 when a call failed or the chart could not be written.
+//   <strategy>  shares within budget - reserve (C) at N of N allocations, largest sum S
+//   verdict: <fair strategy> vs fcfs: small tenants at their fair share in every window
+//            N vs M (more than | as many as | fewer than), noisy tenant X vs Y tokens
+//            (...), global envelope holds for both | BROKEN
+// Exit status (run_noisy_scenario): 0 when the global envelope holds for every strategy
+// and every allocation's shares fit budget − reserve, 1 when not, 3 when a call failed or
+// the chart could not be written.
 #pragma once
 
 #include <algorithm>
@@ -54,7 +57,8 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
       with_commas(c.budget_per_min * c.small_permille / 1000).c_str());
   std::printf(
       "  fair share: lease period %lld s (tokens expire one period after admission), budget "
-      "%s per period, reserve %lld%%, shares above %lld%%, pause above %lld%%\n",
+      "%s per period, reserve %lld%%, shares above %lld%%, pause above %lld%% (fair-share-p90: "
+      "90%%); shares recomputed once per period from decayed asks\n",
       static_cast<long long>(c.lease_s), with_commas(fc.budget).c_str(),
       static_cast<long long>(fc.reserve_permille / 10),
       static_cast<long long>(fc.share_permille / 10),
@@ -64,8 +68,9 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
               with_commas(c.window_capacity()).c_str());
 
   std::vector<std::pair<NoisyRun, NoisyAnalysis>> rows;
-  for (bool fair : {false, true}) {
-    NoisyRun run = run_noisy(c, reqs, fair);
+  for (NoisyStrategy strategy :
+       {NoisyStrategy::kFcfs, NoisyStrategy::kFairShare, NoisyStrategy::kFairSharePause90}) {
+    NoisyRun run = run_noisy(c, reqs, strategy);
     if (!run.error.empty()) {
       std::fprintf(stderr, "gateway_sim: %s: %s\n", run.name.c_str(), run.error.c_str());
       return 3;
@@ -74,12 +79,12 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
     rows.emplace_back(std::move(run), std::move(a));
   }
 
-  std::printf("\n%-11s %15s %15s %13s %13s %13s %15s\n", "strategy", "noisy admitted",
+  std::printf("\n%-14s %15s %15s %13s %13s %13s %15s\n", "strategy", "noisy admitted",
               "small admitted", "small asked", "small denied", "false denied", "global over");
-  std::printf("%-11s %15s %15s %13s %13s %13s %15s\n", "", "tokens", "tokens", "tokens", "requests",
+  std::printf("%-14s %15s %15s %13s %13s %13s %15s\n", "", "tokens", "tokens", "tokens", "requests",
               "requests", "r*T+B, tokens");
   for (const auto& [run, a] : rows) {
-    std::printf("%-11s %15s %15s %13s %13s %13s %15s\n", run.name.c_str(),
+    std::printf("%-14s %15s %15s %13s %13s %13s %15s\n", run.name.c_str(),
                 with_commas(a.noisy_admitted).c_str(), with_commas(a.small_admitted).c_str(),
                 with_commas(a.small_asked).c_str(), with_commas(a.small_denied).c_str(),
                 with_commas(a.small_false_denied).c_str(),
@@ -91,11 +96,11 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
     const char* n = run.name.c_str();
     const auto& w = a.global.witness;
     if (w.empty) {
-      std::printf("%-11s global budget: nothing admitted\n", n);
+      std::printf("%-14s global budget: nothing admitted\n", n);
     } else {
       const double span_s = static_cast<double>(w.last_time_ns - w.first_time_ns) / 1e9;
       std::printf(
-          "%-11s global budget %s: worst interval [%.3f s, %.3f s] admitted %s tokens vs "
+          "%-14s global budget %s: worst interval [%.3f s, %.3f s] admitted %s tokens vs "
           "r*T + B = %.0f\n",
           n, a.global.holds() ? "within r*T + B" : "OVER r*T + B",
           static_cast<double>(w.first_time_ns) / 1e9, static_cast<double>(w.last_time_ns) / 1e9,
@@ -104,34 +109,44 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
     }
     if (!a.global.holds()) exit_code = 1;
     std::printf(
-        "%-11s small tenants at or above their fair share in every %lld s window: %d of %d "
+        "%-14s small tenants at or above their fair share in every %lld s window: %d of %d "
         "(%.1f%%)\n",
         n, static_cast<long long>(c.window_s), a.small_fair_every_window, a.small_active,
         a.small_active == 0 ? 0.0 : 100.0 * a.small_fair_every_window / a.small_active);
-    std::printf("%-11s noisy tenant admitted %s tokens (%lld of %lld requests)\n", n,
+    std::printf("%-14s noisy tenant admitted %s tokens (%lld of %lld requests)\n", n,
                 with_commas(a.noisy_admitted).c_str(),
                 static_cast<long long>(a.noisy_requests_admitted),
                 static_cast<long long>(c.noisy_requests));
-    std::printf("%-11s refusals: %lld by the global bucket, %lld over share, %lld paused\n", n,
+    std::printf("%-14s refusals: %lld by the global bucket, %lld over share, %lld paused\n", n,
                 static_cast<long long>(a.refused_global),
                 static_cast<long long>(a.refused_over_share),
                 static_cast<long long>(a.refused_paused));
+    if (run.allocations > 0) {
+      std::printf(
+          "%-14s shares within budget - reserve (%s) at %lld of %lld allocations, largest sum "
+          "%s\n",
+          n, with_commas(fc.share_capacity()).c_str(),
+          static_cast<long long>(run.allocations - run.allocations_over),
+          static_cast<long long>(run.allocations), with_commas(run.max_share_sum).c_str());
+      if (run.allocations_over > 0) exit_code = 1;
+    }
   }
-  // Fair share against first come first served, on the same stream.
+  // Each fair share against first come first served, on the same stream.
   const NoisyAnalysis& f = rows[0].second;
-  const NoisyAnalysis& s = rows[1].second;
-  std::printf("%-11s held the noisy tenant to %s tokens, %s than fcfs (%s)\n", "fair-share",
-              with_commas(s.noisy_admitted).c_str(),
-              s.noisy_admitted < f.noisy_admitted    ? "fewer"
-              : s.noisy_admitted == f.noisy_admitted ? "as many"
-                                                     : "more",
-              with_commas(f.noisy_admitted).c_str());
-  std::printf("%-11s small tenants at their fair share in every window: %d, %s than fcfs (%d)\n",
-              "fair-share", s.small_fair_every_window,
-              s.small_fair_every_window > f.small_fair_every_window    ? "more"
-              : s.small_fair_every_window == f.small_fair_every_window ? "as many"
-                                                                       : "fewer",
-              f.small_fair_every_window);
+  auto compare = [](std::int64_t x, std::int64_t y) {
+    return x < y ? "fewer than" : x == y ? "as many as" : "more than";
+  };
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const NoisyAnalysis& s = rows[i].second;
+    std::printf(
+        "verdict: %s vs fcfs: small tenants at their fair share in every window %d vs %d (%s), "
+        "noisy tenant %s vs %s tokens (%s), global envelope %s\n",
+        rows[i].first.name.c_str(), s.small_fair_every_window, f.small_fair_every_window,
+        compare(s.small_fair_every_window, f.small_fair_every_window),
+        with_commas(s.noisy_admitted).c_str(), with_commas(f.noisy_admitted).c_str(),
+        compare(s.noisy_admitted, f.noisy_admitted),
+        s.global.holds() && f.global.holds() ? "holds for both" : "BROKEN");
+  }
   std::printf(
       "\nfalse denials: a small tenant denied while the global contract, charged with the small "
       "tenants' admissions only, had room for it.\n");
@@ -140,13 +155,14 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
   const double end_s = static_cast<double>(c.seconds);
   const double rate_per_s = static_cast<double>(c.budget_per_min) / 60;
   std::vector<Series> series;
-  const char* colors[2][2] = {{"#d62728", "#ff9896"}, {"#1f77b4", "#aec7e8"}};
+  const char* colors[3][2] = {
+      {"#d62728", "#ff9896"}, {"#1f77b4", "#aec7e8"}, {"#2ca02c", "#98df8a"}};
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& [run, a] = rows[i];
-    series.push_back({run.name + ": noisy tenant", colors[i][0], "", a.noisy_curve});
-    series.push_back({run.name + ": small tenants", colors[i][1], "4 3", a.small_curve});
+    series.push_back({run.name + ": noisy", colors[i][0], "", a.noisy_curve});
+    series.push_back({run.name + ": small", colors[i][1], "4 3", a.small_curve});
   }
-  series.push_back(Series{"r*T + B of the shared budget",
+  series.push_back(Series{"r*T + B, shared budget",
                           "#000000",
                           "7 5",
                           {{0.0, static_cast<double>(g.burst)},

@@ -1,31 +1,36 @@
 // quota/fair/fair_share.hpp — fair shares of one budget shared by many tenants.
 //
-// A FairShare admits or refuses requests of `units` against a budget shared by many
-// tenants (an upstream provider's tokens per minute, a global lease pool). With `load`
-// the larger of the units in use after the request and the units the active tenants
-// want (docs/fair_share.md):
+// A FairShare admits or refuses requests of `units` against a budget of units in use
+// shared by many tenants (an upstream provider's tokens per lease period, a global lease
+// pool). Time is split into allocation periods (one lease expiry each): the caller calls
+// allocate() at every period boundary, which decays each tenant's demand and recomputes
+// the exact weighted max-min shares (weighted_max_min.hpp) of budget − reserve, once;
+// every request in between is O(1) against those cached shares (docs/fair_share.md):
+//   - a tenant alone (no other tenant active) may use the whole budget (kFree);
 //   - load ≤ share threshold (default 70 % of the budget): admitted freely (kFree);
-//   - above it: admitted while the tenant stays within its share (kWithinShare), the
-//     exact weighted max-min fair allocation (weighted_max_min.hpp) of the budget minus
-//     the reserve (default 10 %) among the active tenants' demands, else kOverShare;
-//   - above the share threshold, a request that would carry the units in use above the
-//     pause threshold (default 90 %) is refused with a verdict of its own (kPaused),
-//     checked before the share;
-//   - a tenant alone (no other tenant active) may use the whole budget: there is nobody
-//     to be fair to or to keep a reserve for. The capacity it borrows is reclaimed when
-//     its leases expire (`expire`): from then on the others' demands cap it at its share.
-// Guarantees, with two or more active tenants: the shares sum to at most budget −
-// reserve; every admission leaves the units in use at most the pause level; a tenant
-// within its share is refused only while others hold more than their shares (capacity
-// borrowed before it arrived or before the demands rose), i.e. until their leases expire.
-// Each tenant's own limits (its rules) are checked elsewhere; this class decides only its
-// part of the shared budget. It keeps no time: the caller reports demands and expiries.
+//   - units in use after the request above the pause threshold (default 90 %): kPaused;
+//   - a constrained tenant (its demand above its share) is admitted while it stays within
+//     its share and leaves free what the below-level tenants were allocated and have not
+//     used (together), never past budget − reserve (kWithinShare), else kOverShare:
+//     below-level tenants come first, as in max-min;
+//   - any other tenant: within its share kWithinShare; past it, up to the water level
+//     (the constrained tenants' share per unit of weight) kBorrowed, else kOverShare.
+// `load` is the larger of the units in use after the request and Σ demand of the period.
+// A tenant's demand is its reported demand (report()) or, without one, its decayed recent
+// asks: (asked in the period that ended + the previous estimate) / 2, so a burst stops
+// counting after a few periods. Guarantees, with two or more tenants active: Σ shares ≤
+// budget − reserve at every allocation (allocate() checks it); every admission leaves the
+// units in use at most the pause level; a tenant within its share is refused only while
+// capacity borrowed before this allocation is still held (it leaves within one lease
+// expiry) or while the below-level tenants together ask more than they were allocated.
+// Each tenant's own limits are checked elsewhere.
 //
 // Thread safety: every method may be called from any thread (one mutex); a returned
 // share or use is a snapshot that other callers may change at once.
 //
 //   quota::fair::FairShare fs(*quota::fair::FairShareConfig{.budget = 4'000'000}.checked());
 //   fs.report("acme", {.weight = 2, .demand = 600'000});
+//   (void)fs.allocate();                   // at every lease-period boundary
 //   auto d = fs.request("acme", 200'000);  // StatusOr<FairShareDecision>
 //   if (d.ok() && !d->allowed) log(to_string(d->verdict));  // "over_share", "paused"
 //   fs.expire("acme", 200'000);            // the lease holding them ran out
@@ -34,117 +39,29 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
+#include "quota/fair/fair_share_config.hpp"
 #include "quota/fair/weighted_max_min.hpp"
 
 namespace quota::fair {
 
-// The largest budget: half the int64 range, so a tenant's use plus a request (each at
-// most the budget) always fits in an int64.
-inline constexpr std::int64_t kMaxBudget = std::numeric_limits<std::int64_t>::max() / 2;
-
-// The shared budget and its thresholds, in units and permille (‰) of the budget.
-struct FairShareConfig {
-  std::int64_t budget = 0;              // units shared by all tenants, ≥ 1
-  std::int64_t reserve_permille = 100;  // never part of a share: budget − ⌈budget·r⌉
-  std::int64_t share_permille = 700;    // load above it: weighted max-min shares apply
-  std::int64_t pause_permille = 900;    // units in use above it: new admissions paused
-
-  // OK, or InvalidArgument naming the field and its bound: 1 ≤ budget ≤ kMaxBudget; 0 ≤
-  // reserve_permille < 1000; 1 ≤ share_permille ≤ pause_permille ≤ 1000; and
-  // pause_permille ≥ 1000 − reserve_permille, so that the pause never cuts into the
-  // shares (which sum to budget − reserve).
-  absl::Status validate() const {
-    if (budget < 1 || budget > kMaxBudget) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FairShareConfig.budget must be in [1, ", kMaxBudget, "], got ", budget));
-    }
-    if (reserve_permille < 0 || reserve_permille >= 1000) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FairShareConfig.reserve_permille must be in [0, 999], got ", reserve_permille));
-    }
-    if (share_permille < 1 || share_permille > 1000) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FairShareConfig.share_permille must be in [1, 1000], got ", share_permille));
-    }
-    if (pause_permille < share_permille || pause_permille > 1000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FairShareConfig.pause_permille must be in [share_permille (",
-                       share_permille, "), 1000], got ", pause_permille));
-    }
-    if (pause_permille < 1000 - reserve_permille) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FairShareConfig.pause_permille must be >= 1000 - reserve_permille (",
-                       1000 - reserve_permille,
-                       ") so that the pause never cuts into the shares, got ", pause_permille));
-    }
-    return absl::OkStatus();
-  }
-  // This config when valid, else validate()'s error.
-  absl::StatusOr<FairShareConfig> checked() const {
-    if (auto s = validate(); !s.ok()) return s;
-    return *this;
-  }
-
-  // The units the shares divide: budget − ⌈budget · reserve_permille / 1000⌉ (the
-  // reserve rounded up, so the shares never reach into it).
-  std::int64_t share_capacity() const {
-    const absl::int128 reserve = (absl::int128(budget) * reserve_permille + 999) / 1000;
-    return budget - static_cast<std::int64_t>(reserve);
-  }
-  // ⌊budget · share_permille / 1000⌋: the load up to which tenants draw freely.
-  std::int64_t share_level() const { return permille_of(share_permille); }
-  // ⌊budget · pause_permille / 1000⌋: the units in use no admission carries use above.
-  std::int64_t pause_level() const { return permille_of(pause_permille); }
-
- private:
-  std::int64_t permille_of(std::int64_t permille) const {
-    return static_cast<std::int64_t>(absl::int128(budget) * permille / 1000);
-  }
-};
-
-// Why a request was admitted or refused. Stable names: to_string().
-enum class FairShareVerdict : std::uint8_t {
-  kFree = 0,         // admitted: the load stays at or below the share threshold, or the
-                     // tenant is alone
-  kWithinShare = 1,  // admitted: above the share threshold, within the tenant's share
-  kOverShare = 2,    // refused: the tenant would exceed its fair share
-  kPaused = 3,       // refused: the units in use would pass the pause threshold
-  kOverBudget = 4,   // refused: the request does not fit the budget (a tenant alone, or
-                     // units > budget: it can never pass)
-};
-
-constexpr std::string_view to_string(FairShareVerdict v) {
-  switch (v) {
-    case FairShareVerdict::kFree:
-      return "free";
-    case FairShareVerdict::kWithinShare:
-      return "within_share";
-    case FairShareVerdict::kOverShare:
-      return "over_share";
-    case FairShareVerdict::kPaused:
-      return "paused";
-    case FairShareVerdict::kOverBudget:
-      return "over_budget";
-  }
-  return "unknown";
-}
-
 // A tenant's report: its weight (1 ≤ weight ≤ kMaxWeight) and the units it wants to hold
-// in the current lease period (demand ≥ 0; a request for u units raises it to at least
-// used + u). Report every lease period; demand 0 with nothing in use makes it inactive.
+// in a lease period (demand ≥ 0). The demand replaces the estimate from the tenant's
+// decayed asks from the next allocate() on, until report() or forget() changes it.
 struct TenantReport {
   std::int64_t weight = 1;
   std::int64_t demand = 0;
@@ -153,20 +70,31 @@ struct TenantReport {
 struct FairShareDecision {
   bool allowed = false;
   FairShareVerdict verdict = FairShareVerdict::kOverShare;
-  // The tenant's share when shares applied (kWithinShare, kOverShare); the budget when
-  // it is alone; 0 otherwise (kFree below the threshold, kPaused).
+  // The tenant's share of the current allocation when shares applied (kWithinShare,
+  // kOverShare, kBorrowed); the budget when it is alone; 0 otherwise.
   std::int64_t share = 0;
   std::int64_t used = 0;        // the tenant's units in use after the decision
   std::int64_t total_used = 0;  // all tenants' units in use after the decision
 };
 
-// One tenant's state in a snapshot: its report, its use and its current share.
+// What one allocate() computed.
+struct FairShareAllocation {
+  std::int64_t capacity = 0;    // budget − reserve: what the shares divide
+  std::int64_t demand_sum = 0;  // Σ demand of the tenants in the allocation (saturates at
+                                // INT64_MAX)
+  std::int64_t share_sum = 0;   // Σ shares, ≤ capacity
+  std::size_t tenants = 0;      // tenants with a demand
+  std::size_t constrained = 0;  // tenants whose share is below their demand
+};
+
+// One tenant's state in a snapshot: the current allocation's view of it.
 struct TenantShare {
   std::string tenant;
   std::int64_t weight = 1;
-  std::int64_t demand = 0;  // max(reported demand, used)
+  std::int64_t demand = 0;  // its demand in the current allocation
   std::int64_t used = 0;
   std::int64_t share = 0;
+  bool constrained = false;  // share < demand: held to its share
 };
 
 class FairShare {
@@ -177,8 +105,8 @@ class FairShare {
 
   const FairShareConfig& config() const { return config_; }
 
-  // Sets a tenant's weight and demand; a tenant with demand > 0 or units in use is
-  // active. InvalidArgument (naming the field) on a weight out of [1, kMaxWeight] or a
+  // Sets a tenant's weight (effective at once) and its demand (from the next allocate()
+  // on). InvalidArgument (naming the field) on a weight out of [1, kMaxWeight] or a
   // negative demand.
   absl::Status report(std::string_view tenant, TenantReport r) {
     if (r.weight < 1 || r.weight > kMaxWeight) {
@@ -190,10 +118,83 @@ class FairShare {
           absl::StrCat("TenantReport.demand must be >= 0, got ", r.demand));
     }
     detail::MutexLock lock(mu_);
-    Tenant& t = tenants_[std::string(tenant)];
+    Tenant& t = find_or_add(tenant);
+    if (t.constrained) level_weight_ += r.weight - t.weight;
     t.weight = r.weight;
-    t.demand = r.demand;
+    t.reported = std::min(r.demand, config_.budget);
     return absl::OkStatus();
+  }
+
+  // Starts an allocation period (call it at every lease-period boundary): each tenant's
+  // estimate becomes (asked in the period that ended + the previous estimate) / 2, its
+  // demand its reported demand or that estimate, and the shares the exact weighted
+  // max-min allocation of budget − reserve among the demands. Tenants with no demand,
+  // nothing in use and no report are dropped. O(n log n); InternalError if Σ shares ever
+  // exceeded the capacity (it cannot: weighted_max_min guarantees it), InvalidArgument
+  // on an invalid config.
+  absl::StatusOr<FairShareAllocation> allocate() {
+    if (!status_.ok()) return status_;
+    detail::MutexLock lock(mu_);
+    FairShareAllocation a{.capacity = config_.share_capacity()};
+    // By name, so that weighted_max_min's ties (broken by index) do not depend on the
+    // hash table's order: the same reports give the same shares in every process.
+    std::vector<std::pair<std::string_view, Tenant*>> order;
+    for (auto it = tenants_.begin(); it != tenants_.end();) {
+      Tenant& t = it->second;
+      t.estimate = static_cast<std::int64_t>((absl::int128(t.asked) + t.estimate) / 2);
+      t.asked = 0;
+      t.demand = t.reported.value_or(t.estimate);
+      t.share = 0;
+      t.constrained = false;
+      if (t.demand == 0 && t.used == 0 && !t.reported.has_value()) {
+        tenants_.erase(it++);  // erasing leaves the other iterators valid
+        continue;
+      }
+      if (t.demand > 0) order.emplace_back(it->first, &t);
+      ++it;
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<std::int64_t> demands, weights;
+    demands.reserve(order.size());
+    weights.reserve(order.size());
+    for (const auto& [name, t] : order) {
+      demands.push_back(t->demand);
+      weights.push_back(t->weight);
+    }
+    auto shares = weighted_max_min(a.capacity, demands, weights);
+    if (!shares.ok()) return shares.status();  // demands ≤ budget, weights checked
+    below_level_shares_ = 0;
+    level_units_ = 0;
+    level_weight_ = 0;
+    active_ = 0;
+    demand_sum_ = 0;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      Tenant& t = *order[i].second;
+      t.share = (*shares)[i];
+      t.constrained = t.share < t.demand;
+      demand_sum_ += t.demand;
+      a.share_sum += t.share;
+      if (t.constrained) {
+        ++a.constrained;
+        level_units_ += t.share;
+        level_weight_ += t.weight;
+      } else {
+        below_level_shares_ += t.share;
+      }
+    }
+    below_level_used_ = 0;
+    for (const auto& [name, t] : tenants_) {
+      active_ += t.active() ? 1 : 0;
+      if (!t.constrained) below_level_used_ += t.used;
+    }
+    a.tenants = order.size();
+    a.demand_sum = static_cast<std::int64_t>(
+        std::min<absl::int128>(demand_sum_, std::numeric_limits<std::int64_t>::max()));
+    if (a.share_sum > a.capacity) {
+      return absl::InternalError(absl::StrCat("FairShare::allocate: shares sum to ", a.share_sum,
+                                              " > capacity ", a.capacity));
+    }
+    return a;
   }
 
   // `units` of the tenant's use are no longer held (their lease expired or the window
@@ -203,29 +204,41 @@ class FairShare {
       return absl::InvalidArgumentError(absl::StrCat("expire: units must be >= 0, got ", units));
     }
     detail::MutexLock lock(mu_);
-    auto it = tenants_.find(tenant);
+    auto it = tenants_.find(detail::to_absl(tenant));
     if (it == tenants_.end()) return absl::OkStatus();
-    const std::int64_t freed = std::min(units, it->second.used);
-    it->second.used -= freed;
-    total_used_ -= freed;
+    Tenant& t = it->second;
+    const bool was_active = t.active();
+    set_used(t, t.used - std::min(units, t.used));
+    if (was_active && !t.active()) --active_;
     return absl::OkStatus();
   }
 
-  // The tenant leaves: its use and demand no longer count.
+  // The tenant leaves: its use, demand and share no longer count.
   void forget(std::string_view tenant) {
     detail::MutexLock lock(mu_);
-    auto it = tenants_.find(tenant);
+    auto it = tenants_.find(detail::to_absl(tenant));
     if (it == tenants_.end()) return;
-    total_used_ -= it->second.used;
+    Tenant& t = it->second;
+    if (t.constrained) {  // it leaves the water level's tenants
+      level_units_ -= t.share;
+      level_weight_ -= t.weight;
+    } else {
+      below_level_shares_ -= t.share;
+      below_level_used_ -= t.used;
+    }
+    total_used_ -= t.used;
+    demand_sum_ -= t.demand;
+    const bool was_active = t.active();
+    if (was_active) --active_;
     tenants_.erase(it);
   }
 
   // Decides a request of `units` (≥ 1) by `tenant` (an unknown tenant joins with weight
-  // 1), raises its demand to at least its use + units (admitted or not: the tenant stays
-  // active until report() lowers its demand to its use or forget()), and, when admitted,
-  // adds the units to its use. A request of more units than the budget can never pass:
-  // kOverBudget, and it raises no demand. InvalidArgument on units < 1 or an invalid
-  // config. O(n log n) in the active tenants above the share threshold.
+  // 1), counts them as asked (admitted or not: the next allocation's estimate, and the
+  // tenant is active for the rest of the period), and, when admitted, adds them to its
+  // use. A request of more units than the budget can never pass: kOverBudget, not
+  // counted as asked. O(1): a hash lookup and the cached shares. InvalidArgument on
+  // units < 1 or an invalid config.
   absl::StatusOr<FairShareDecision> request(std::string_view tenant, std::int64_t units) {
     if (!status_.ok()) return status_;
     if (units < 1) {
@@ -233,7 +246,7 @@ class FairShare {
     }
     detail::MutexLock lock(mu_);
     if (units > config_.budget) {
-      auto found = tenants_.find(tenant);
+      auto found = tenants_.find(detail::to_absl(tenant));
       const std::int64_t used = found == tenants_.end() ? 0 : found->second.used;
       return FairShareDecision{.allowed = false,
                                .verdict = FairShareVerdict::kOverBudget,
@@ -241,36 +254,26 @@ class FairShare {
                                .used = used,
                                .total_used = total_used_};
     }
-    auto it = tenants_.try_emplace(std::string(tenant)).first;
-    FairShareDecision d = decide(it, units);
-    Tenant& self = it->second;
-    // A request is a demand, admitted or not: a refused tenant stays active, so the
-    // tenant that borrowed the budget meets it at its next request.
-    self.demand = std::max(self.demand, self.used + units);
-    if (d.allowed) {
-      self.used += units;
-      total_used_ += units;
-    }
+    Tenant& self = find_or_add(tenant);
+    const bool was_active = self.active();
+    self.asked = std::min(self.asked + units, config_.budget);  // both ≤ kMaxBudget
+    if (!was_active) ++active_;
+    FairShareDecision d = decide(self, units);
+    if (d.allowed) set_used(self, self.used + units);
     d.used = self.used;
     d.total_used = total_used_;
     return d;
   }
 
-  // Every known tenant with its use and its share of budget − reserve among the active
-  // tenants' demands (the shares a request above the threshold is held to), by name.
+  // Every known tenant with its demand, use and share in the current allocation, by name.
   std::vector<TenantShare> snapshot() const {
     detail::MutexLock lock(mu_);
     std::vector<TenantShare> out;
-    std::vector<std::int64_t> demands, weights;
     for (const auto& [name, t] : tenants_) {
-      out.push_back({name, t.weight, std::max(t.demand, t.used), t.used, 0});
-      demands.push_back(out.back().demand);
-      weights.push_back(t.weight);
+      out.push_back({name, t.weight, t.demand, t.used, t.share, t.constrained});
     }
-    auto shares = weighted_max_min(config_.share_capacity(), demands, weights);
-    if (shares.ok()) {  // the reports were validated: it cannot fail
-      for (std::size_t i = 0; i < out.size(); ++i) out[i].share = (*shares)[i];
-    }
+    std::sort(out.begin(), out.end(),
+              [](const TenantShare& x, const TenantShare& y) { return x.tenant < y.tenant; });
     return out;
   }
 
@@ -282,63 +285,80 @@ class FairShare {
  private:
   struct Tenant {
     std::int64_t weight = 1;
-    std::int64_t demand = 0;
+    std::optional<std::int64_t> reported;  // report()'s demand, when given
+    std::int64_t estimate = 0;  // decayed asks: (asked + previous estimate) / 2 per period
+    std::int64_t asked = 0;     // units asked in the current period, admitted or not
+    std::int64_t demand = 0;    // its demand in the current allocation
+    std::int64_t share = 0;     // its share in the current allocation
+    bool constrained = false;   // share < demand
     std::int64_t used = 0;
-    bool active() const { return demand > 0 || used > 0; }
+    bool active() const { return demand > 0 || used > 0 || asked > 0; }
   };
-  using Map = std::map<std::string, Tenant, std::less<>>;
+  // Hashed: a request's lookup is O(1); allocate() sorts by name where order matters.
+  using Map = absl::flat_hash_map<std::string, Tenant>;
 
-  // The decision for `units` more by *it, before anything is deducted.
-  FairShareDecision decide(Map::iterator self_it, std::int64_t units)
+  Tenant& find_or_add(std::string_view tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = tenants_.find(detail::to_absl(tenant));
+    if (it == tenants_.end()) it = tenants_.emplace(std::string(tenant), Tenant{}).first;
+    return it->second;
+  }
+
+  // Sets a tenant's use, keeping total_used_ and below_level_used_ (Σ use of the tenants
+  // that are not constrained) in step.
+  void set_used(Tenant& t, std::int64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!t.constrained) below_level_used_ += used - t.used;
+    total_used_ += used - t.used;
+    t.used = used;
+  }
+
+  // The decision for `units` more by `self` (already counted as active), before anything
+  // is deducted.
+  FairShareDecision decide(const Tenant& self, std::int64_t units)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const Tenant& self = self_it->second;
     FairShareDecision d;
-    const absl::int128 used_after = absl::int128(total_used_) + units;
-    bool alone = true;
-    absl::int128 wanted = 0;  // Σ over active tenants of max(demand, used), self's raised
-    for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
-      if (it == self_it) continue;
-      if (it->second.active()) alone = false;
-      wanted += std::max(it->second.demand, it->second.used);
-    }
-    const std::int64_t self_demand = std::max(self.demand, self.used + units);
-    wanted += self_demand;
-
-    if (alone) {
+    const std::int64_t used_after = total_used_ + units;  // both ≤ kMaxBudget
+    const std::int64_t self_after = self.used + units;
+    if (active_ <= 1) {  // alone: nobody to be fair to or to keep a reserve for
       d.share = config_.budget;
       d.allowed = used_after <= config_.budget;
       d.verdict = d.allowed ? FairShareVerdict::kFree : FairShareVerdict::kOverBudget;
-    } else if (std::max(used_after, wanted) <= config_.share_level()) {
+      return d;
+    }
+    if (std::max<absl::int128>(used_after, demand_sum_) <= config_.share_level()) {
       d.allowed = true;
       d.verdict = FairShareVerdict::kFree;
-    } else if (used_after > config_.pause_level()) {
-      d.verdict = FairShareVerdict::kPaused;
-    } else {
-      d.share = share_of(self_it, self_demand);
-      d.allowed = self.used + units <= d.share;
-      d.verdict = d.allowed ? FairShareVerdict::kWithinShare : FairShareVerdict::kOverShare;
+      return d;
     }
+    if (used_after > config_.pause_level()) {
+      d.verdict = FairShareVerdict::kPaused;
+      return d;
+    }
+    d.share = self.share;
+    if (self.constrained) {
+      // Held to its share, and below-level tenants come first (max-min serves them in
+      // full): it leaves free what they were allocated and have not used yet.
+      d.allowed = self_after <= self.share &&
+                  absl::int128(used_after) + unused_below_level() <= config_.share_capacity();
+      d.verdict = d.allowed ? FairShareVerdict::kWithinShare : FairShareVerdict::kOverShare;
+      return d;
+    }
+    if (self_after <= self.share) {
+      d.allowed = true;
+      d.verdict = FairShareVerdict::kWithinShare;
+      return d;
+    }
+    // Past its share (its demand rose, or it is new in the period): it may go up to the
+    // water level (level_units_ / level_weight_ per unit of weight; no level while nobody
+    // is constrained), within the pause level checked above.
+    d.allowed = level_weight_ == 0 || absl::int128(self_after) * level_weight_ <=
+                                          absl::int128(level_units_) * self.weight;
+    d.verdict = d.allowed ? FairShareVerdict::kBorrowed : FairShareVerdict::kOverShare;
     return d;
   }
 
-  // The share of *self_it (with demand `self_demand`) among the active tenants.
-  std::int64_t share_of(Map::iterator self_it, std::int64_t self_demand)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<std::int64_t> demands, weights;
-    std::size_t self_index = 0;
-    for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
-      if (it == self_it) {
-        self_index = demands.size();
-        demands.push_back(self_demand);
-      } else if (it->second.active()) {
-        demands.push_back(std::max(it->second.demand, it->second.used));
-      } else {
-        continue;
-      }
-      weights.push_back(it->second.weight);
-    }
-    auto shares = weighted_max_min(config_.share_capacity(), demands, weights);
-    return shares.ok() ? (*shares)[self_index] : 0;  // inputs validated: always ok
+  // What the tenants below the water level were allocated and do not use yet, together.
+  std::int64_t unused_below_level() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::max<std::int64_t>(0, below_level_shares_ - below_level_used_);
   }
 
   const FairShareConfig config_;
@@ -346,6 +366,15 @@ class FairShare {
   mutable detail::Mutex mu_;
   Map tenants_ ABSL_GUARDED_BY(mu_);
   std::int64_t total_used_ ABSL_GUARDED_BY(mu_) = 0;
+  // The current allocation: Σ demand, the constrained tenants' Σ shares and Σ weights
+  // (the water level), the other tenants' Σ shares and Σ use, and the tenants active in
+  // the period.
+  absl::int128 demand_sum_ ABSL_GUARDED_BY(mu_) = 0;  // up to 2^30 demands of up to 2^62
+  std::int64_t level_units_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t level_weight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t below_level_shares_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t below_level_used_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t active_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace quota::fair
