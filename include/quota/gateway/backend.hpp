@@ -52,12 +52,15 @@
 namespace quota::gateway {
 
 // One budget a request must pass: its policy, its store key, whether it is in shadow, and
-// what the request costs against it (whole units).
+// what the request costs against it (whole units); `rule` (the Gateway sets it) is the
+// rule the level belongs to, for backends that need more than its policy (its lease:
+// leased_backend.hpp).
 struct LevelCheck {
   const RulePolicy* policy = nullptr;
   std::string_view key{};
   bool shadow = false;
   std::int64_t cost = 1;
+  const Rule* rule = nullptr;
 };
 
 // Inline storage for kInlineChecks decisions (rules.hpp): a decision allocates nothing here.
