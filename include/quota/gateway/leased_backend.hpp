@@ -28,9 +28,11 @@
 //     (the others spend what is left, or wait for it when nothing is left). After a
 //     failure the key backs off exponentially with jitter before asking again; a request
 //     that needs a grant meanwhile gets the failure (kUnavailable: the route's fail
-//     mode). A denial of the grant is asked again once for just what the request needs;
-//     if that is denied too, the level denies with the authority's retry_after and the
-//     key does not ask again before then.
+//     mode). When the authority denies a grant, the key denies locally until the
+//     authority's retry_after for a whole grant (so at saturation every round trip
+//     brings `units`; a local denial's retry_after is that wait, not the tight one of
+//     the unleased budget); a budget that can never refill to a whole grant (kNever) is
+//     asked once more for just what the request needs.
 //   - All or nothing with the other levels is kept: a level decided earlier gets its cost
 //     back when a later one denies — locally into its grant when it was leased, through
 //     the inner backend's refund otherwise.
@@ -237,7 +239,7 @@ class LeasedBackend {
     const LeaseSpec& spec = l.rule->lease;
     LeaseCounters* c = counters(l.rule->level);
     std::unique_lock<quota::detail::Mutex> lock(k.mu);
-    bool full_denied = false;  // a grant of spec.units was just denied: ask for the need
+    bool never = false;  // a grant of spec.units can never pass: ask for the need only
     // Bounded: each round spends, waits for the request in flight, or asks (a grant taken
     // may be spent by other threads before this one gets the lock back).
     for (int round = 0; round < 8; ++round) {
@@ -255,19 +257,21 @@ class LeasedBackend {
         continue;
       }
       const std::int64_t need = l.cost - k.held();
-      std::int64_t ask = need;
-      if (!full_denied) {
-        if (!k.may_ask(now)) {
-          if (!k.last_failure.ok()) return k.last_failure;  // backing off after a failure
-          return deny(k, now, c);
-        }
-        ask = std::max(spec.units, need);
+      if (!never && !k.may_ask(now)) {
+        if (!k.last_failure.ok()) return k.last_failure;  // backing off after a failure
+        return deny(k, now, c);
       }
+      const std::int64_t ask = never ? need : std::max(spec.units, need);
       auto got = renew(k, lock, l, ask, version, now, c);
       if (!got.ok()) return got.status();
       if (got->allowed) continue;
-      if (full_denied || ask == need || got->reason != Reason::kOverLimit) return deny(k, now, c);
-      full_denied = true;
+      // Denied: wait until a whole grant is there (the authority's retry_after for it), so
+      // that at saturation every round trip brings `units`. A budget that cannot refill
+      // to a whole grant (kNever) is asked once more for just what this request needs.
+      if (never || ask == need || got->reason != Reason::kOverLimit || got->retry_after != kNever) {
+        return deny(k, now, c);
+      }
+      never = true;
     }
     return deny(k, now, c);
   }
