@@ -34,12 +34,11 @@ inline gateway::LeaseSpec lease_on(std::int64_t units, std::int64_t low_water, N
 
 // One gateway process over a shared inner backend: its own incarnation, lease state,
 // rule registry and Gateway.
-template <class Inner>
+template <class Inner, class Ledger = gateway::GrantLedger>
 struct LeaseHolder {
-  using Backend = gateway::LeasedBackend<Inner>;
-  LeaseHolder(Inner& inner, gateway::GrantLedger& ledger,
-              std::shared_ptr<const gateway::RuleSet> rules, std::uint64_t incarnation,
-              gateway::LeaseMetrics* metrics = nullptr)
+  using Backend = gateway::LeasedBackend<Inner, Ledger>;
+  LeaseHolder(Inner& inner, Ledger& ledger, std::shared_ptr<const gateway::RuleSet> rules,
+              std::uint64_t incarnation, gateway::LeaseMetrics* metrics = nullptr)
       : registry(std::move(rules)),
         backend(inner, ledger, {.incarnation = incarnation, .metrics = metrics}),
         gateway(backend, registry) {}
