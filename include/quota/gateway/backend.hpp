@@ -29,6 +29,8 @@
 //   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
 //     ONE Lua script (atomic all-or-nothing, no give-back needed); the global level in
 //     its own slot, given back by a second script when it denies.
+// And a decorator of either: LeasedBackend<Inner> (leased_backend.hpp) decides the levels
+// whose rule is leased from grants this process holds, the others through Inner.
 //
 // Thread safety: that of the store.
 #pragma once

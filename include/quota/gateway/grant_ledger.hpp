@@ -102,7 +102,10 @@ class GrantLedger {
   }
 
  private:
+  // At most once per keep/4 of the records' time: a record costs O(1) amortized.
   void prune(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (now < next_prune_) return;
+    next_prune_ = now + keep_ / 4;
     absl::erase_if(grants_, [&](const auto& entry) {
       return entry.second.expires_at.count() <= now.count() - keep_.count();
     });
@@ -110,6 +113,7 @@ class GrantLedger {
 
   Nanos keep_;
   mutable quota::detail::Mutex mu_;
+  Nanos next_prune_ ABSL_GUARDED_BY(mu_) = Nanos::min();
   absl::flat_hash_map<std::string, GrantRecord> grants_ ABSL_GUARDED_BY(mu_);
 };
 

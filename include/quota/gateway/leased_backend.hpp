@@ -298,6 +298,21 @@ class LeasedBackend {
     const auto started = std::chrono::steady_clock::now();
     auto got = take_grant(l, id, units, version, now);
     const auto took = std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now() - started);
+    const std::uint64_t granted_version = got.ok() ? std::max(version, got->decision.version) : 0;
+    if (got.ok() && got->decision.allowed && !got->replayed) {
+      // Recorded before the key's lock is taken again: spending does not wait for it.
+      const GrantRecord record{
+          .key = std::string(l.key),
+          .grant_id = id,
+          .incarnation = options_.incarnation,
+          .version = granted_version,
+          .units = units,
+          .granted_at = got->time,
+          .expires_at = quota::detail::saturating_add(got->time, l.rule->lease.expiry)};
+      if (!ledger_.record(record).ok() && c != nullptr) {
+        c->record_failures.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
     lock.lock();
     k.renewing = false;
     k.done.notify_all();
@@ -316,29 +331,17 @@ class LeasedBackend {
     k.pending_id.clear();
     k.failures = 0;
     k.last_failure = absl::OkStatus();
-    if (!got->decision.allowed) k.deny_until(got->decision, now, l.rule->lease.expiry);
-    if (got->decision.allowed) {
+    if (!got->decision.allowed) {
+      k.deny_until(got->decision, now, l.rule->lease.expiry);
+    } else {
       k.add({.grant_id = id,
              .units = units,
-             .version = std::max(version, got->decision.version),
+             .version = granted_version,
              .expires_at = quota::detail::saturating_add(now, l.rule->lease.expiry)},
             c);
       if (c != nullptr) {
         c->grants.fetch_add(1, std::memory_order_relaxed);
         c->units_granted.fetch_add(units, std::memory_order_relaxed);
-      }
-      if (!got->replayed) {
-        const GrantRecord record{
-            .key = std::string(l.key),
-            .grant_id = id,
-            .incarnation = options_.incarnation,
-            .version = std::max(version, got->decision.version),
-            .units = units,
-            .granted_at = got->time,
-            .expires_at = quota::detail::saturating_add(got->time, l.rule->lease.expiry)};
-        if (!ledger_.record(record).ok() && c != nullptr) {
-          c->record_failures.fetch_add(1, std::memory_order_relaxed);
-        }
       }
     }
     return got->decision;
