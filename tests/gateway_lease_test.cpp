@@ -264,3 +264,29 @@ TEST_CASE("a failed renewal backs off, keeps its grant id, and the route fails c
   CHECK(c.renewals.load() == 2);
   CHECK(c.renewal_ns_total.load() > 0);
 }
+
+TEST_CASE("a leased level in shadow: decided from the grant, counted, never denies") {
+  Store store;
+  StoreBackend inner(store);
+  GrantLedger ledger;
+  quota::gateway::Metrics metrics;
+  auto spec = lease_levels_spec(1, {.rate = {0, 1s}, .burst = 100}, kOff,
+                                {.rate = {0, 1s}, .burst = 2}, lease_on(2, 0, 1h));
+  for (auto& r : spec.rules) r.shadow = r.level == Level::kGlobal;
+  Holder h(inner, ledger, build(spec, &metrics), 4);
+  for (int i = 0; i < 5; ++i) {
+    auto r = h.gateway.decide(read("s"), Nanos{0});
+    REQUIRE(r.ok());
+    CHECK(r->decision.allowed);
+    CHECK(r->decision.reason == (i < 2 ? quota::Reason::kAllowed : quota::Reason::kShadow));
+  }
+  std::uint64_t would_deny = 0;
+  for (const auto& c : metrics.snapshot()) {
+    if (c->labels().level == "global")
+      would_deny = c->count(quota::gateway::Outcome::kShadowWouldDeny);
+  }
+  CHECK(would_deny == 3);
+  // The grant, and the renewal of the request that spent its last unit (denied: the
+  // budget never refills, so the key is not asked again before the lease's expiry).
+  CHECK(h.backend.grant_requests() == 2);
+}

@@ -10,15 +10,21 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/lease_metrics.hpp"
 #include "quota/gateway/lease_spec.hpp"
@@ -179,6 +185,54 @@ struct KeyLease {
     std::int64_t t;
     return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
   }
+};
+
+// The keys a process leases: found through 16 locked shards (held only for the lookup),
+// then each KeyLease is locked on its own. Entries are never removed (a pointer stays
+// valid); at most `max_keys` (per shard: max_keys / 16 + 1), then find_or_add answers
+// null and the key is decided by the authority.
+class KeyLeases {
+ public:
+  explicit KeyLeases(std::size_t max_keys) : max_keys_(max_keys) {}
+
+  KeyLease* find(std::string_view key) {
+    Shard& shard = shard_for(key);
+    quota::detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(quota::detail::to_absl(key));
+    return it == shard.map.end() ? nullptr : it->second.get();
+  }
+
+  KeyLease* find_or_add(std::string_view key, Level level) {
+    Shard& shard = shard_for(key);
+    quota::detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(quota::detail::to_absl(key));
+    if (it != shard.map.end()) return it->second.get();
+    if (shard.map.size() >= max_keys_ / kShards + 1) return nullptr;
+    auto& slot = shard.map[std::string(key)];
+    slot = std::make_unique<KeyLease>();
+    slot->level = level;
+    return slot.get();
+  }
+
+  // fn(key, lease) for every key, one shard locked at a time.
+  template <class Fn>
+  void for_each(Fn&& fn) {
+    for (Shard& shard : shards_) {
+      quota::detail::MutexLock lock(shard.mu);
+      for (auto& [key, lease] : shard.map) fn(key, *lease);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kShards = 16;
+  struct alignas(64) Shard {
+    quota::detail::Mutex mu;
+    absl::flat_hash_map<std::string, std::unique_ptr<KeyLease>> map ABSL_GUARDED_BY(mu);
+  };
+  Shard& shard_for(std::string_view key) { return shards_[quota::detail::key_hash(key) >> 60]; }
+
+  std::size_t max_keys_;
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace quota::gateway::detail

@@ -38,8 +38,8 @@
 //     the inner backend's refund otherwise.
 //   - Bound: each holder holds at most `units + low_water` of a key, so with H holders
 //     (incarnations) admitted(T) <= r·T + B + Σ outstanding <= r·T + B + H·(units +
-//     low_water) over every interval of length T. tests/gateway_lease_test.cpp checks it
-//     with the envelope verifier.
+//     low_water) over every interval of length T, checked on several holders' admissions
+//     by the envelope verifier (tests/gateway_lease_envelope_test.cpp).
 //   - Costs: a request costing more than `lease.units` on a level is decided there by
 //     the authority. A settle refund on a leased key goes back into the grant (capped at
 //     what a holder may hold), never to the authority; a deficit is charged at the
@@ -54,12 +54,10 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -69,7 +67,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -162,7 +159,7 @@ class LeasedBackend {
   absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
-    if (detail::KeyLease* k = find(key)) {
+    if (detail::KeyLease* k = keys_.find(key)) {
       quota::detail::MutexLock lock(k->mu);
       if (k->leasing) return to_micro(k->give_back(units, counters(k->level)));
     }
@@ -178,20 +175,17 @@ class LeasedBackend {
   // is the ledger). Expired grants are not listed.
   std::vector<Holding> holdings(Nanos now) {
     std::vector<Holding> out;
-    for (Shard& shard : shards_) {
-      quota::detail::MutexLock lock(shard.mu);
-      for (auto& [key, k] : shard.map) {
-        quota::detail::MutexLock klock(k->mu);
-        Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
-        for (const detail::HeldGrant& g : k->grants) {
-          if (now >= g.expires_at) continue;
-          h.units += g.units;
-          h.expires_at = std::min(h.expires_at, g.expires_at);
-          h.version = std::max(h.version, g.version);
-        }
-        if (h.units > 0) out.push_back(std::move(h));
+    keys_.for_each([&](const std::string& key, detail::KeyLease& k) {
+      quota::detail::MutexLock lock(k.mu);
+      Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
+      for (const detail::HeldGrant& g : k.grants) {
+        if (now >= g.expires_at) continue;
+        h.units += g.units;
+        h.expires_at = std::min(h.expires_at, g.expires_at);
+        h.version = std::max(h.version, g.version);
       }
-    }
+      if (h.units > 0) out.push_back(std::move(h));
+    });
     std::sort(out.begin(), out.end(),
               [](const Holding& a, const Holding& b) { return a.key < b.key; });
     return out;
@@ -227,7 +221,7 @@ class LeasedBackend {
     if (l.rule == nullptr || !l.rule->lease.enabled()) return nullptr;
     const LeaseSpec& spec = l.rule->lease;
     if (l.cost > spec.units) return nullptr;  // larger than a grant: the authority decides
-    detail::KeyLease* k = find_or_add(l.key, l.rule->level);
+    detail::KeyLease* k = keys_.find_or_add(l.key, l.rule->level);
     if (k == nullptr) return nullptr;
     quota::detail::MutexLock lock(k->mu);
     k->measure(spec, l.cost, now, counters(l.rule->level));
@@ -409,35 +403,10 @@ class LeasedBackend {
     return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
   }
 
-  static constexpr std::size_t kShards = 16;
-  struct alignas(64) Shard {
-    quota::detail::Mutex mu;
-    absl::flat_hash_map<std::string, std::unique_ptr<detail::KeyLease>> map ABSL_GUARDED_BY(mu);
-  };
-  Shard& shard_for(std::string_view key) { return shards_[quota::detail::key_hash(key) >> 60]; }
-
-  detail::KeyLease* find(std::string_view key) {
-    Shard& shard = shard_for(key);
-    quota::detail::MutexLock lock(shard.mu);
-    auto it = shard.map.find(quota::detail::to_absl(key));
-    return it == shard.map.end() ? nullptr : it->second.get();
-  }
-  detail::KeyLease* find_or_add(std::string_view key, Level level) {
-    Shard& shard = shard_for(key);
-    quota::detail::MutexLock lock(shard.mu);
-    auto it = shard.map.find(quota::detail::to_absl(key));
-    if (it != shard.map.end()) return it->second.get();
-    if (shard.map.size() >= options_.max_keys / kShards + 1) return nullptr;
-    auto& slot = shard.map[std::string(key)];
-    slot = std::make_unique<detail::KeyLease>();
-    slot->level = level;
-    return slot.get();
-  }
-
   Inner& inner_;
   Ledger& ledger_;
   LeasedBackendOptions options_;
-  std::array<Shard, kShards> shards_;
+  detail::KeyLeases keys_{options_.max_keys};
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grant_requests_{0};
   quota::detail::Mutex rng_mu_;
