@@ -15,14 +15,16 @@
 //     decision draws on, under the request's rule-set version. It is idempotent by grant
 //     id ("<incarnation hex>-<n>"): a request whose answer was lost is retried with the
 //     same id and replayed, not taken twice (over Redis by the gateway attempt record in
-//     the key's slot; in-process by the ledger). Each grant is recorded at the authority
-//     (grant_ledger.hpp: key, id, incarnation, version, units, expiry). Grants are never
-//     refunded: a unit granted is spent or expires.
+//     the key's slot; in process a recorded id is replayed from the ledger). Each grant
+//     is recorded at the authority (grant_ledger.hpp: key, id, incarnation, version,
+//     units, expiry). Grants are never refunded: a unit granted is spent or expires.
 //   - Local spending never refills. A grant expires `lease.expiry` after it was asked for,
 //     on the caller's clock (`now` of decide; measured from before the request, so
 //     early): never spent past it, what is left is counted as unused. A grant taken under
-//     an older rule-set version than a request's is dropped at that request, so a rule
-//     change reaches every holder at the latest one expiry after it is published.
+//     an older rule-set version than a request's is dropped at that request; a holder
+//     without the new rules spends its grant until it expires, and its next grant is
+//     decided under the newer rule that converted the key: a rule change reaches every
+//     holder at the latest one expiry after a process with it decides the key.
 //   - Renewal at the low-water mark: the request that leaves `low_water` units or fewer
 //     asks for `units` more; at most one grant request is in flight per key and process
 //     (the others spend what is left, or wait for it when nothing is left). After a
@@ -41,9 +43,9 @@
 //     low_water) over every interval of length T, checked on several holders' admissions
 //     by the envelope verifier (tests/gateway_lease_envelope_test.cpp).
 //   - Costs: a request costing more than `lease.units` on a level is decided there by
-//     the authority. A settle refund on a leased key goes back into the grant (capped at
-//     what a holder may hold), never to the authority; a deficit is charged at the
-//     authority. Attempts are this process's own (the gateway's AttemptCache).
+//     the authority. A settle refund on a leased key goes back into the grants held
+//     (never above what each brought), never to the authority; a deficit is charged at
+//     the authority. Attempts are this process's own (the gateway's AttemptCache).
 //
 // Thread safety: any thread (as the inner backend).
 //
