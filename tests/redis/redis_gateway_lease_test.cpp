@@ -24,6 +24,7 @@
 #include "quota/verify/envelope.hpp"
 #include "support/gateway_fixtures.hpp"
 #include "support/lease_rules.hpp"
+#include "support/lossy_proxy.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -183,4 +184,51 @@ TEST_CASE("over Redis, a rule change reaches a holder that never reloads at its 
   for (const auto& g : *listed) versions[g.version] += g.units;
   CHECK(versions[1] == 100);      // the two v1 grants: a minute of the server's clock to go
   CHECK(versions[2] == 10 + 50);  // A's v2 grant, and B's: asked as v1, taken under v2
+}
+
+TEST_CASE("over Redis, a grant whose reply was lost is retried with its id and taken once",
+          "[redis][lease]") {
+  quota::testing::LossyProxy proxy(quota::testing::redis_port());
+  auto cfg = quota::testing::redis_config();
+  cfg.port = proxy.port();
+  const std::string prefix = quota::testing::unique_prefix("gw-lease-lost");
+  GatewayStore through_proxy(
+      {.pool = std::make_shared<quota::redis::ConnectionPool>(cfg, 1), .prefix = prefix});
+  GatewayStore direct({.pool = quota::testing::redis_pool(1), .prefix = prefix});
+  RedisGrantLedger ledger(through_proxy);
+  LeaseMetrics metrics;
+  const TokenBucket global{.rate = kSlow, .burst = 100};
+  quota::gateway::RuleRegistry registry(build(
+      lease_levels_spec(1, {.rate = kSlow, .burst = 100}, {}, global, lease_on(10, 0, 1min))));
+  quota::gateway::LeasedBackend<GatewayStore, RedisGrantLedger> leased(
+      through_proxy, ledger,
+      {.incarnation = 0xab, .backoff_min = 1ms, .backoff_max = 1ms, .metrics = &metrics});
+  quota::gateway::Gateway gw(leased, registry);
+  const quota::gateway::Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
+  // The first grant (10 units), nine of them spent.
+  for (int i = 0; i < 9; ++i) REQUIRE(gw.decide(req, Nanos{0})->decision.allowed);
+  // The tenth spends the last unit; the reply to its renewal is lost after Redis ran it.
+  auto global_key = direct.redis_key("{~global}read");
+  REQUIRE(global_key.ok());
+  proxy.drop_reply_to(*global_key);
+  REQUIRE(gw.decide(req, Nanos{0})->decision.allowed);
+  REQUIRE(proxy.dropped() == 1);
+  CHECK(metrics.at(Level::kGlobal).renewal_failures.load() == 1);
+  // After the backoff the same grant id is asked again: Redis replays the grant.
+  auto r = gw.decide(req, Nanos{10ms});
+  REQUIRE(r.ok());
+  CHECK(r->decision.allowed);
+  CHECK(leased.grant_requests() == 3);
+  // Taken once: 100 − 10 − 10, and 1 more by this check.
+  const auto* rule = registry.current()->find(Level::kGlobal, req.who, "read");
+  REQUIRE(rule != nullptr);
+  const quota::gateway::LevelCheck check{.policy = &rule->policy, .key = "{~global}read"};
+  auto left = direct.decide(std::span(&check, 1), 1, Nanos{0});
+  REQUIRE(left.ok());
+  CHECK(left->parts.at(0).remaining == 79);
+  auto listed = ledger.outstanding("{~global}read");
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].grant_id == "ab-1");
+  CHECK((*listed)[1].grant_id == "ab-2");
 }
