@@ -36,11 +36,11 @@ std::vector<BadFile> bad_files() {
       {"unknown field", free_rule(tb, "    burts: 3\n"),
        "11:5: rules[0].burts: unknown field \"burts\"; allowed: name, level, tenant, plan, route, "
        "limit, token_bucket, fixed_window, sliding_log, sliding_window_estimate, shadow, "
-       "enforce_percent, max_cost"},
+       "enforce_percent, max_cost, lease"},
       {"unknown policy", free_rule("leaky_bucket: {rate: 10/s, burst: 20}"),
        "10:5: rules[0].leaky_bucket: unknown field \"leaky_bucket\"; allowed: name, level, "
        "tenant, plan, route, limit, token_bucket, fixed_window, sliding_log, "
-       "sliding_window_estimate, shadow, enforce_percent, max_cost"},
+       "sliding_window_estimate, shadow, enforce_percent, max_cost, lease"},
       {"duplicate rule (RuleSet::create)",
        free_rule(tb,
                  "  - name: free-again\n    level: tenant\n    plan: free\n    route: read\n"
@@ -115,6 +115,25 @@ std::vector<BadFile> bad_files() {
        "7:12: rules[0].level: expected user | tenant | global, got \"org\""},
       {"shadow: yes", free_rule(tb, "    shadow: yes\n"),
        "11:13: rules[0].shadow: expected true or false, got \"yes\""},
+      {"a lease without a mode", free_rule(tb, "    lease: {units: 5}\n"),
+       "11:12: rules[0].lease.mode: required field missing"},
+      {"an unknown lease mode", free_rule(tb, "    lease: {mode: sometimes}\n"),
+       "11:19: rules[0].lease.mode: expected off | on | auto, got \"sometimes\""},
+      {"an unknown lease field", free_rule(tb, "    lease: {mode: on, size: 5}\n"),
+       "11:23: rules[0].lease.size: unknown field \"size\"; allowed: mode, units, expiry, "
+       "low_water, auto_rate"},
+      {"a lease larger than the burst (RuleSet::create)",
+       free_rule(tb, "    lease: {mode: on, units: 21}\n"),
+       "11:30: rules[0].lease.units: lease.units is 21; it must be in [1, 20]", false},
+      {"a low-water mark at the lease size (RuleSet::create)",
+       free_rule(tb, "    lease: {mode: on, units: 10, low_water: 10}\n"),
+       "11:45: rules[0].lease.low_water: lease.low_water is 10", false},
+      {"a zero lease expiry (RuleSet::create)",
+       free_rule(tb, "    lease: {mode: on, units: 10, expiry: 0s}\n"),
+       "11:42: rules[0].lease.expiry: lease.expiry must be positive", false},
+      {"auto without a rate (RuleSet::create)",
+       free_rule(tb, "    lease: {mode: auto, units: 10}\n"),
+       "11:12: rules[0].lease: lease.auto_rate is 0", false},
       {"enforce_percent above 100", free_rule(tb, "    enforce_percent: 101\n"),
        "11:22: rules[0].enforce_percent: 101 is out of range: it must be in [0, 100]"},
       {"a bad route name (RuleSet::create)", "routes:\n  - name: Read\nrules: []\n",

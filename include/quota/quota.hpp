@@ -17,6 +17,7 @@
 #include "quota/gateway/attempts.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/leased_backend.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/request.hpp"
 #include "quota/gateway/rules.hpp"

@@ -29,6 +29,8 @@
 //   - quota::redis::GatewayStore (redis/gateway_store.hpp): the levels of one tenant in
 //     ONE Lua script (atomic all-or-nothing, no give-back needed); the global level in
 //     its own slot, given back by a second script when it denies.
+// And a decorator of either: LeasedBackend<Inner> (leased_backend.hpp) decides the levels
+// whose rule is leased from grants this process holds, the others through Inner.
 //
 // Thread safety: that of the store.
 #pragma once
@@ -52,12 +54,15 @@
 namespace quota::gateway {
 
 // One budget a request must pass: its policy, its store key, whether it is in shadow, and
-// what the request costs against it (whole units).
+// what the request costs against it (whole units); `rule` (the Gateway sets it) is the
+// rule the level belongs to, for backends that need more than its policy (its lease:
+// leased_backend.hpp).
 struct LevelCheck {
   const RulePolicy* policy = nullptr;
   std::string_view key{};
   bool shadow = false;
   std::int64_t cost = 1;
+  const Rule* rule = nullptr;
 };
 
 // Inline storage for kInlineChecks decisions (rules.hpp): a decision allocates nothing here.

@@ -308,8 +308,11 @@ class Gateway {
                                     Deducted* deducted, const Attempt& attempt) {
     CheckVector<LevelCheck> levels;  // inline: no allocation for up to kInlineChecks
     for (const Check& c : checks) {
-      levels.push_back(
-          {.policy = &c.rule->policy, .key = c.key, .shadow = c.shadow, .cost = c.cost});
+      levels.push_back({.policy = &c.rule->policy,
+                        .key = c.key,
+                        .shadow = c.shadow,
+                        .cost = c.cost,
+                        .rule = c.rule});
     }
     absl::StatusOr<LevelsResult> result;
     bool replayed = false;

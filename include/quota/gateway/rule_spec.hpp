@@ -20,8 +20,9 @@
 // Rollout: `shadow` (decided and counted, never denies, deducts nothing when it would
 // deny), `enforce_percent` (enforced for that share of tenants, deterministic by tenant;
 // shadow for the rest), RuleSetSpec::shadow_all (every rule in shadow; also a call on
-// RuleRegistry). A per-request cap (`max_cost` on a rule or a route class) answers a
-// larger request with Reason::kRequestTooLarge, nothing deducted.
+// RuleRegistry). `lease` decides the budget from grants each process holds
+// (lease_spec.hpp, leased_backend.hpp). A per-request cap (`max_cost` on a rule or a route class)
+// answers a larger request with Reason::kRequestTooLarge, nothing deducted.
 //
 //   quota::gateway::RuleSetSpec spec{
 //       .version = 1,
@@ -44,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/lease_spec.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/units.hpp"
 
@@ -142,6 +144,7 @@ struct RuleSpec {
   std::string limit{};        // the budget's name within its scope; empty: the route's own
   int enforce_percent = 100;  // 0..100: the share of tenants it enforces on; shadow for the rest
   std::int64_t max_cost = 0;  // per-request cap in whole units; 0: none
+  LeaseSpec lease{};          // decided locally from grants (lease_spec.hpp); off by default
 };
 
 struct RuleSetSpec {

@@ -52,6 +52,7 @@ struct Rule {
   std::string limit{};
   int enforce_percent = 100;
   std::int64_t max_cost = 0;                 // 0: no per-request cap
+  LeaseSpec lease{};                         // lease_spec.hpp; off by default
   std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
 };
 
@@ -285,6 +286,7 @@ class RuleSet {
           absl::StrFormat("enforce_percent is %d; it must be 0..100", r.enforce_percent));
     }
     if (r.max_cost < 0) return absl::InvalidArgumentError("max_cost must be >= 0 (0: no cap)");
+    if (auto s = r.lease.validate(detail::capacity(r.policy)); !s.ok()) return s;
     std::string scope;
     if (r.level == Level::kGlobal) {
       if (!r.tenant.empty() || !r.plan.empty()) {
@@ -323,6 +325,7 @@ class RuleSet {
               .limit = r.limit,
               .enforce_percent = r.enforce_percent,
               .max_cost = r.max_cost,
+              .lease = r.lease,
               .counters = nullptr};
     if (metrics != nullptr) {
       const std::string route = r.route.empty() ? "#" + r.limit : r.route;

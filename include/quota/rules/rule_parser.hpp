@@ -20,7 +20,8 @@
 //   rules*:  [{name*, level*: user|tenant|global, tenant | plan, route, limit,
 //              exactly one of token_bucket: {rate*, burst*}, fixed_window: {limit*, window*},
 //              sliding_log: {...}, sliding_window_estimate: {...};
-//              shadow, enforce_percent: 0..100, max_cost}]
+//              shadow, enforce_percent: 0..100, max_cost,
+//              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate}}]
 //
 // Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
 //
@@ -248,10 +249,10 @@ class Parser : private FieldReader {
       "token_bucket", "fixed_window", "sliding_log", "sliding_window_estimate"};
 
   gateway::RuleSpec rule(const Field& item, EntrySource& entry) const {
-    static constexpr std::array<std::string_view, 13> kRuleFields{
+    static constexpr std::array<std::string_view, 14> kRuleFields{
         "name",   "level",           "tenant",       "plan",        "route",
         "limit",  "token_bucket",    "fixed_window", "sliding_log", "sliding_window_estimate",
-        "shadow", "enforce_percent", "max_cost"};
+        "shadow", "enforce_percent", "max_cost",     "lease"};
     if (!item.node.IsMap())
       wrong_type(item, "a rule (a mapping with a name, a level and a policy)");
     entry.at = item.at;
@@ -282,6 +283,8 @@ class Parser : private FieldReader {
         r.enforce_percent = static_cast<int>(integer(f, 0, 100));
       } else if (f.key == "max_cost") {
         r.max_cost = integer(f, 0);
+      } else if (f.key == "lease") {
+        r.lease = lease(f, entry, item.path);
       } else {
         if (policy != nullptr) {
           fail(f.key_at, f.path,
@@ -300,6 +303,30 @@ class Parser : private FieldReader {
     entry.policy = policy->key;
     parse_policy(*policy, r.policy, entry, item.path);
     return r;
+  }
+
+  // lease: {mode: off|on|auto, units, expiry, low_water, auto_rate} (lease_spec.hpp)
+  gateway::LeaseSpec lease(const Field& f, EntrySource& entry, std::string_view entry_path) const {
+    static constexpr std::array<std::string_view, 5> kLease{"mode", "units", "expiry", "low_water",
+                                                            "auto_rate"};
+    const std::vector<Field> sub =
+        submap(f, kLease, "{mode, units, expiry, low_water, auto_rate}", entry, entry_path);
+    require(f.at, f.path, sub, "mode");
+    gateway::LeaseSpec out;
+    for (const Field& s : sub) {
+      if (s.key == "mode") {
+        static constexpr std::array<std::string_view, 3> kModes{"off", "on", "auto"};
+        const std::string_view m = one_of(s, kModes);
+        out.mode = m == "on"     ? gateway::LeaseMode::kOn
+                   : m == "auto" ? gateway::LeaseMode::kAuto
+                                 : gateway::LeaseMode::kOff;
+      }
+      if (s.key == "units") out.units = integer(s);
+      if (s.key == "expiry") out.expiry = duration(s);
+      if (s.key == "low_water") out.low_water = integer(s);
+      if (s.key == "auto_rate") out.auto_rate = integer(s);
+    }
+    return out;
   }
 
   void parse_policy(const Field& f, gateway::RulePolicy& out, EntrySource& entry,

@@ -1,0 +1,122 @@
+// quota/gateway/grant_ledger.hpp — the authority's record of lease grants: who holds what.
+//
+// Every grant a LeasedBackend (leased_backend.hpp) takes is recorded at the authority
+// beside the budget it was taken from: the key, the grant id (which names the holder's
+// incarnation), the rule-set version it was taken under, the units, and when it expires.
+// An operator lists the grants still outstanding (`outstanding`); the sum of their units
+// is the Σ of the envelope A(T) <= r·T + B + Σ outstanding grants. GrantLedger, below, is
+// the in-process record (for a StoreBackend shared by the gateways of one host, tests and
+// simulations); quota::redis::RedisGrantLedger (redis/grant_ledger.hpp) keeps it in Redis
+// next to the key. A ledger is also what makes an in-process grant idempotent: a grant id
+// already recorded is replayed (`replay`), nothing taken twice. Over Redis the decision
+// itself is idempotent by grant id (the gateway attempt record, in the key's slot).
+//
+// Times: `granted_at` and `expires_at` are on the authority's clock when the backend
+// reports one (LevelsResult::time), else on the holder's; records are pruned `keep`
+// after they expire.
+//
+// Thread safety: GrantLedger may be called from any thread.
+//
+//   quota::gateway::GrantLedger ledger;
+//   quota::gateway::LeasedBackend leased(inner, ledger, {.incarnation = 7});
+//   for (const auto& g : ledger.outstanding(clock.now())) std::cout << g.key << " " << g.units;
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway {
+
+// One grant as the authority records it.
+struct GrantRecord {
+  std::string key{};       // the budget's store key
+  std::string grant_id{};  // "<incarnation hex>-<n>"
+  std::uint64_t incarnation = 0;
+  std::uint64_t version = 0;  // rule-set version the grant was taken under
+  std::int64_t units = 0;     // whole units granted
+  Nanos granted_at{0};
+  Nanos expires_at{0};
+};
+
+// Where grants are recorded: `record` after a grant is taken (an error is counted by the
+// holder and does not undo the grant: the units were taken); `replay` the record of a
+// grant id, if the ledger has it.
+template <class L>
+concept GrantRecorder = requires(L& l, const GrantRecord& g, std::string_view id) {
+  { l.record(g) } -> std::same_as<absl::Status>;
+  { l.replay(id) } -> std::same_as<std::optional<GrantRecord>>;
+};
+
+// The in-process ledger: a map by grant id, pruned `keep` after expiry.
+class GrantLedger {
+ public:
+  explicit GrantLedger(Nanos keep = std::chrono::minutes(1)) : keep_(keep) {}
+
+  absl::Status record(const GrantRecord& g) {
+    quota::detail::MutexLock lock(mu_);
+    prune(g.granted_at);
+    grants_.insert_or_assign(g.grant_id, g);
+    return absl::OkStatus();
+  }
+
+  std::optional<GrantRecord> replay(std::string_view grant_id) {
+    quota::detail::MutexLock lock(mu_);
+    auto it = grants_.find(quota::detail::to_absl(grant_id));
+    if (it == grants_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // The grants not expired at `now`, by key then grant id: who holds what. (A holder may
+  // have spent some of them: the ledger knows what was granted, the holder what is left.)
+  std::vector<GrantRecord> outstanding(Nanos now) const {
+    std::vector<GrantRecord> out;
+    {
+      quota::detail::MutexLock lock(mu_);
+      for (const auto& [id, g] : grants_) {
+        if (now < g.expires_at) out.push_back(g);
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const GrantRecord& a, const GrantRecord& b) {
+      return a.key != b.key ? a.key < b.key : a.grant_id < b.grant_id;
+    });
+    return out;
+  }
+
+  // Records kept (outstanding or expired less than `keep` ago).
+  std::size_t size() const {
+    quota::detail::MutexLock lock(mu_);
+    return grants_.size();
+  }
+
+ private:
+  // At most once per keep/4 of the records' time: a record costs O(1) amortized.
+  void prune(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (now < next_prune_) return;
+    next_prune_ = now + keep_ / 4;
+    absl::erase_if(grants_, [&](const auto& entry) {
+      return entry.second.expires_at.count() <= now.count() - keep_.count();
+    });
+  }
+
+  Nanos keep_;
+  mutable quota::detail::Mutex mu_;
+  Nanos next_prune_ ABSL_GUARDED_BY(mu_) = Nanos::min();
+  absl::flat_hash_map<std::string, GrantRecord> grants_ ABSL_GUARDED_BY(mu_);
+};
+
+static_assert(GrantRecorder<GrantLedger>);
+
+}  // namespace quota::gateway

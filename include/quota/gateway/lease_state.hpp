@@ -1,0 +1,238 @@
+// quota/gateway/lease_state.hpp — what one gateway process holds of one leased key.
+//
+// The per-key state of LeasedBackend (leased_backend.hpp): the grants held (each with its
+// own expiry and rule-set version, spent oldest first), the one grant request that may be
+// in flight, the backoff after failures, the wait after a denial, and the rate measured
+// for `lease: auto`. Internal: every member is used under `mu` by LeasedBackend, which
+// documents the rules; the arithmetic is here so that it reads in one place.
+//
+// Thread safety: none of its own; the caller holds `mu`.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
+#include "absl/status/status.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/gateway/lease_metrics.hpp"
+#include "quota/gateway/lease_spec.hpp"
+#include "quota/units.hpp"
+
+namespace quota::gateway::detail {
+
+// One grant as its holder sees it.
+struct HeldGrant {
+  std::string grant_id{};
+  std::int64_t units = 0;    // left to spend
+  std::int64_t granted = 0;  // granted: a give-back never raises `units` above it
+  std::uint64_t version = 0;
+  Nanos expires_at{0};  // on the holder's clock: never spent at or after it
+};
+
+struct KeyLease {
+  quota::detail::Mutex mu;
+  std::condition_variable_any done;  // a grant request in flight finished
+  Level level = Level::kTenant;
+  bool leasing = false;  // decided from grants now (always with mode on)
+  std::vector<HeldGrant> grants;
+  bool renewing = false;  // a grant request is in flight
+  // A grant request whose answer was lost (kUnavailable) is retried with the same id.
+  std::string pending_id;
+  std::int64_t pending_units = 0;
+  std::uint64_t pending_version = 0;
+  Nanos retry_at = Nanos::min();  // do not ask before (a denial, a failure)
+  Decision last_denial{};
+  absl::Status last_failure;
+  int failures = 0;
+  // lease: auto — units decided in the current one-second window.
+  Nanos window_start = Nanos::min();
+  std::int64_t window_units = 0;
+
+  std::int64_t held() const {
+    std::int64_t n = 0;
+    for (const HeldGrant& g : grants) n += g.units;
+    return n;
+  }
+
+  bool may_ask(Nanos now) const { return now >= retry_at; }
+
+  // Drops the grants expired at `now` (unused at expiry) or taken under an older rule-set
+  // version than `version` (dropped on a rule change).
+  void drop_stale(std::uint64_t version, Nanos now, LeaseCounters* c) {
+    std::erase_if(grants, [&](const HeldGrant& g) {
+      const bool expired = now >= g.expires_at;
+      if (!expired && g.version >= version) return false;
+      if (c != nullptr) {
+        c->units_held.fetch_sub(g.units, std::memory_order_relaxed);
+        (expired ? c->units_unused_at_expiry : c->units_dropped_on_rule_change)
+            .fetch_add(g.units, std::memory_order_relaxed);
+      }
+      return true;
+    });
+  }
+
+  void add(HeldGrant g, LeaseCounters* c) {
+    g.granted = g.units;
+    if (c != nullptr) c->units_held.fetch_add(g.units, std::memory_order_relaxed);
+    retry_at = Nanos::min();
+    grants.push_back(std::move(g));
+    std::sort(grants.begin(), grants.end(),
+              [](const HeldGrant& a, const HeldGrant& b) { return a.expires_at < b.expires_at; });
+  }
+
+  // Spends `cost` <= held(), the grant that expires first first.
+  Decision spend(std::int64_t cost, std::uint64_t version, LeaseCounters* c) {
+    std::uint64_t used = version;
+    for (HeldGrant& g : grants) {
+      const std::int64_t take = std::min(cost, g.units);
+      if (take == 0) continue;
+      g.units -= take;
+      cost -= take;
+      used = std::max(used, g.version);
+      if (c != nullptr) c->units_held.fetch_sub(take, std::memory_order_relaxed);
+      if (cost == 0) break;
+    }
+    return Decision{.allowed = true,
+                    .remaining = held(),
+                    .retry_after = Nanos{0},
+                    .reset_after = Nanos{0},
+                    .version = used,
+                    .reason = Reason::kAllowed};
+  }
+
+  // Gives `units` back into the grants held (all or nothing with a later level's denial,
+  // or a settle's surplus), never above what each was granted. Returns the units given;
+  // what does not fit is dropped (never an admission beyond the bound).
+  std::int64_t give_back(std::int64_t units, LeaseCounters* c) {
+    std::int64_t given = 0;
+    for (HeldGrant& g : grants) {
+      const std::int64_t room = std::min(units - given, g.granted - g.units);
+      g.units += room;
+      given += room;
+    }
+    if (c != nullptr) c->units_held.fetch_add(given, std::memory_order_relaxed);
+    return given;
+  }
+
+  // lease: auto — counts `cost` into the window; at each window's end decides whether the
+  // key is leased: from `auto_rate` units/s up, and until it falls below half of it.
+  void measure(const LeaseSpec& spec, std::int64_t cost, Nanos now, LeaseCounters* c) {
+    if (spec.mode == LeaseMode::kOn) {
+      leasing = true;
+      return;
+    }
+    if (window_start == Nanos::min() || now < window_start) window_start = now;
+    window_units += cost;
+    const Nanos elapsed = now - window_start;
+    if (elapsed < std::chrono::seconds(1)) return;
+    const absl::int128 rate = absl::int128(window_units) * 1'000'000'000 / elapsed.count();
+    const bool was = leasing;
+    leasing = rate >= spec.auto_rate || (was && 2 * rate >= spec.auto_rate);
+    window_start = now;
+    window_units = 0;
+    if (was && !leasing) {
+      // Back to the authority: what is held is not spent any more.
+      for (const HeldGrant& g : grants) {
+        if (c != nullptr) {
+          c->units_held.fetch_sub(g.units, std::memory_order_relaxed);
+          c->units_unused_at_expiry.fetch_add(g.units, std::memory_order_relaxed);
+        }
+      }
+      grants.clear();
+    }
+  }
+
+  // After a failed grant request (unknown outcome): back off for `wait`.
+  void fail(const absl::Status& s, Nanos now, Nanos wait) {
+    failures = std::min(failures + 1, 62);
+    last_failure = s;
+    retry_at = saturating(now, wait);
+  }
+
+  // After the authority denied a grant: do not ask before its retry_after (a budget
+  // that never refills: before `expiry`, so that a rule change still reaches it).
+  void deny_until(const Decision& d, Nanos now, Nanos expiry) {
+    last_denial = d;
+    retry_at = saturating(now, d.retry_after == kNever ? expiry : d.retry_after);
+  }
+
+  // A local denial while waiting for retry_at.
+  Decision wait_decision(Nanos now) const {
+    Decision d = last_denial;
+    d.allowed = false;
+    if (d.reason == Reason::kAllowed) d.reason = Reason::kOverLimit;
+    d.remaining = held();
+    if (d.retry_after != kNever) {
+      d.retry_after =
+          retry_at == Nanos::max() ? kNever - Nanos{1} : std::max(retry_at - now, Nanos{1});
+    }
+    return d;
+  }
+
+  static Nanos saturating(Nanos now, Nanos wait) {
+    std::int64_t t;
+    return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
+  }
+};
+
+// The keys a process leases: found through 16 locked shards (held only for the lookup),
+// then each KeyLease is locked on its own. Entries are never removed (a pointer stays
+// valid); at most `max_keys` (per shard: max_keys / 16 + 1), then find_or_add answers
+// null and the key is decided by the authority.
+class KeyLeases {
+ public:
+  explicit KeyLeases(std::size_t max_keys) : max_keys_(max_keys) {}
+
+  KeyLease* find(std::string_view key) {
+    Shard& shard = shard_for(key);
+    quota::detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(quota::detail::to_absl(key));
+    return it == shard.map.end() ? nullptr : it->second.get();
+  }
+
+  KeyLease* find_or_add(std::string_view key, Level level) {
+    Shard& shard = shard_for(key);
+    quota::detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(quota::detail::to_absl(key));
+    if (it != shard.map.end()) return it->second.get();
+    if (shard.map.size() >= max_keys_ / kShards + 1) return nullptr;
+    auto& slot = shard.map[std::string(key)];
+    slot = std::make_unique<KeyLease>();
+    slot->level = level;
+    return slot.get();
+  }
+
+  // fn(key, lease) for every key, one shard locked at a time.
+  template <class Fn>
+  void for_each(Fn&& fn) {
+    for (Shard& shard : shards_) {
+      quota::detail::MutexLock lock(shard.mu);
+      for (auto& [key, lease] : shard.map) fn(key, *lease);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kShards = 16;
+  struct alignas(64) Shard {
+    quota::detail::Mutex mu;
+    absl::flat_hash_map<std::string, std::unique_ptr<KeyLease>> map ABSL_GUARDED_BY(mu);
+  };
+  Shard& shard_for(std::string_view key) { return shards_[quota::detail::key_hash(key) >> 60]; }
+
+  std::size_t max_keys_;
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace quota::gateway::detail

@@ -1,0 +1,418 @@
+// quota/gateway/leased_backend.hpp — a gateway backend that decides leased budgets locally.
+//
+// `LeasedBackend<Inner>` wraps any gateway backend (backend.hpp: StoreBackend in-process,
+// quota::redis::GatewayStore on Redis) and satisfies the same concept, so
+// `Gateway<LeasedBackend<...>>` keeps the rules, versions, fail modes, shadow mode and
+// metrics of the gateway. A level whose rule has `lease` on (lease_spec.hpp; or `auto`
+// while this process decides the key at or above the rule's rate) is decided from the
+// grant this process holds for the key; every other level goes to the inner backend, as
+// before. The motivating case: the global level, one key shared by every tenant, then
+// costs the authority one round trip per `lease.units` units instead of one per request.
+//
+// Guarantees:
+//   - A grant is ONE ordinary decision of `units` units on the key by the inner backend:
+//     atomic, from the same authoritative budget every other holder and every unleased
+//     decision draws on, under the request's rule-set version. It is idempotent by grant
+//     id ("<incarnation hex>-<n>"): a request whose answer was lost is retried with the
+//     same id and replayed, not taken twice (over Redis by the gateway attempt record in
+//     the key's slot; in process a recorded id is replayed from the ledger). Each grant
+//     is recorded at the authority (grant_ledger.hpp: key, id, incarnation, version,
+//     units, expiry). Grants are never refunded: a unit granted is spent or expires.
+//   - Local spending never refills. A grant expires `lease.expiry` after it was asked for,
+//     on the caller's clock (`now` of decide; measured from before the request, so
+//     early): never spent past it, what is left is counted as unused. A grant taken under
+//     an older rule-set version than a request's is dropped at that request; a holder
+//     without the new rules spends its grant until it expires, and its next grant is
+//     decided under the newer rule that converted the key: a rule change reaches every
+//     holder at the latest one expiry after a process with it decides the key.
+//   - Renewal at the low-water mark: the request that leaves `low_water` units or fewer
+//     asks for `units` more; at most one grant request is in flight per key and process
+//     (the others spend what is left, or wait for it when nothing is left). After a
+//     failure the key backs off exponentially with jitter before asking again; a request
+//     that needs a grant meanwhile gets the failure (kUnavailable: the route's fail
+//     mode). When the authority denies a grant, the key denies locally until the
+//     authority's retry_after for a whole grant (so at saturation every round trip
+//     brings `units`; a local denial's retry_after is that wait, not the tight one of
+//     the unleased budget); a budget that can never refill to a whole grant (kNever) is
+//     asked once more for just what the request needs.
+//   - All or nothing with the other levels is kept: a level decided earlier gets its cost
+//     back when a later one denies — locally into its grant when it was leased, through
+//     the inner backend's refund otherwise.
+//   - Bound: each holder holds at most `units + low_water` of a key, so with H holders
+//     (incarnations) admitted(T) <= r·T + B + Σ outstanding <= r·T + B + H·(units +
+//     low_water) over every interval of length T, checked on several holders' admissions
+//     by the envelope verifier (tests/gateway_lease_envelope_test.cpp).
+//   - Costs: a request costing more than `lease.units` on a level is decided there by
+//     the authority. A settle refund on a leased key goes back into the grants held
+//     (never above what each brought), never to the authority; a deficit is charged at
+//     the authority. Attempts are this process's own (the gateway's AttemptCache).
+//
+// Thread safety: any thread (as the inner backend).
+//
+//   quota::gateway::StoreBackend inner(store);             // or a redis::GatewayStore
+//   quota::gateway::GrantLedger ledger;                    // shared by the holders
+//   quota::gateway::LeasedBackend leased(inner, ledger);
+//   quota::gateway::Gateway gw(leased, registry);
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/gateway/backend.hpp"
+#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/lease_metrics.hpp"
+#include "quota/gateway/lease_spec.hpp"
+#include "quota/gateway/lease_state.hpp"
+
+namespace quota::gateway {
+
+struct LeasedBackendOptions {
+  // The holder's incarnation; 0: a fresh random one (one per process start).
+  std::uint64_t incarnation = 0;
+  Nanos backoff_min = std::chrono::milliseconds(1);
+  Nanos backoff_max = std::chrono::seconds(1);
+  // Most keys held at once; a key beyond it is decided by the inner backend.
+  std::size_t max_keys = 100'000;
+  LeaseMetrics* metrics = nullptr;  // optional; must outlive the backend
+};
+
+// What this process holds of one key (LeasedBackend::holdings).
+struct Holding {
+  std::string key{};
+  std::int64_t units = 0;  // held now, all grants
+  Nanos expires_at{0};     // of the oldest grant held
+  std::uint64_t version = 0;
+};
+
+template <GatewayBackend Inner, GrantRecorder Ledger = GrantLedger>
+class LeasedBackend {
+ public:
+  // `inner` and `ledger` must outlive the backend. A backoff below 1 ns is raised to it.
+  LeasedBackend(Inner& inner, Ledger& ledger, LeasedBackendOptions options = {})
+      : inner_(inner), ledger_(ledger), options_(fill(options)), rng_(options_.incarnation) {}
+
+  std::uint64_t incarnation() const { return options_.incarnation; }
+
+  absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
+                                      Nanos now) {
+    LevelsResult out{.parts = {}, .time = now};
+    CheckVector<Taken> taken;  // levels deducted so far
+    CheckVector<detail::KeyLease*> leased;
+    for (const LevelCheck& l : levels) leased.push_back(lease_for(l, now));
+    for (std::size_t i = 0; i < levels.size();) {
+      if (leased[i] != nullptr) {
+        auto d = decide_local(*leased[i], levels[i], version, now);
+        if (!d.ok()) {
+          give_back(levels, taken, version, now);
+          return d.status();
+        }
+        out.parts.push_back(*d);
+        if (d->allowed) taken.push_back({.level = i, .local = leased[i], .spent_at = now});
+        if (!d->allowed && !levels[i].shadow) {
+          give_back(levels, taken, version, now);
+          return out;
+        }
+        ++i;
+        continue;
+      }
+      // A run of levels not leased: one call of the inner backend (all or nothing there).
+      std::size_t end = i + 1;
+      while (end < levels.size() && leased[end] == nullptr) ++end;
+      auto r = inner_.decide(levels.subspan(i, end - i), version, now);
+      if (!r.ok()) {
+        give_back(levels, taken, version, now);
+        return r.status();
+      }
+      out.time = r->time;
+      for (const Decision& d : r->parts) out.parts.push_back(d);
+      const bool stopped =
+          r->parts.size() < end - i || (!r->parts.back().allowed && !levels[end - 1].shadow);
+      if (stopped) {
+        give_back(levels, taken, version, now);  // the inner backend gave back its own
+        return out;
+      }
+      for (std::size_t k = 0; k < r->parts.size(); ++k) {
+        if (r->parts[k].allowed) {
+          taken.push_back({.level = i + k, .local = nullptr, .spent_at = r->time});
+        }
+      }
+      i = end;
+    }
+    return out;
+  }
+
+  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    Nanos now) {
+    if (detail::KeyLease* k = keys_.find(key)) {
+      quota::detail::MutexLock lock(k->mu);
+      if (k->leasing) return to_micro(k->give_back(units, counters(k->level)));
+    }
+    return inner_.refund(policy, version, key, units, spent_at, now);
+  }
+
+  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos now) {
+    return inner_.charge(policy, version, key, units, now);
+  }
+
+  // What this process holds, by key (an operator's view of one holder; the authority's
+  // is the ledger). Expired grants are not listed.
+  std::vector<Holding> holdings(Nanos now) {
+    std::vector<Holding> out;
+    keys_.for_each([&](const std::string& key, detail::KeyLease& k) {
+      quota::detail::MutexLock lock(k.mu);
+      Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
+      for (const detail::HeldGrant& g : k.grants) {
+        if (now >= g.expires_at) continue;
+        h.units += g.units;
+        h.expires_at = std::min(h.expires_at, g.expires_at);
+        h.version = std::max(h.version, g.version);
+      }
+      if (h.units > 0) out.push_back(std::move(h));
+    });
+    std::sort(out.begin(), out.end(),
+              [](const Holding& a, const Holding& b) { return a.key < b.key; });
+    return out;
+  }
+
+  // Grant requests sent to the inner backend (authority round trips for leases).
+  std::int64_t grant_requests() const { return grant_requests_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Taken {
+    std::size_t level;
+    detail::KeyLease* local;  // leased: give back into the grant; else through inner
+    Nanos spent_at;
+  };
+
+  static LeasedBackendOptions fill(LeasedBackendOptions o) {
+    if (o.incarnation == 0) {
+      std::random_device rd;
+      o.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
+    }
+    o.backoff_min = std::max(o.backoff_min, Nanos{1});
+    o.backoff_max = std::max(o.backoff_max, o.backoff_min);
+    return o;
+  }
+
+  LeaseCounters* counters(Level level) {
+    return options_.metrics == nullptr ? nullptr : &options_.metrics->at(level);
+  }
+
+  // The key's lease if this level is decided from a grant now, else null. Auto mode
+  // measures the key's rate here.
+  detail::KeyLease* lease_for(const LevelCheck& l, Nanos now) {
+    if (l.rule == nullptr || !l.rule->lease.enabled()) return nullptr;
+    const LeaseSpec& spec = l.rule->lease;
+    if (l.cost > spec.units) return nullptr;  // larger than a grant: the authority decides
+    detail::KeyLease* k = keys_.find_or_add(l.key, l.rule->level);
+    if (k == nullptr) return nullptr;
+    quota::detail::MutexLock lock(k->mu);
+    k->measure(spec, l.cost, now, counters(l.rule->level));
+    return k->leasing ? k : nullptr;
+  }
+
+  absl::StatusOr<Decision> decide_local(detail::KeyLease& k, const LevelCheck& l,
+                                        std::uint64_t version, Nanos now) {
+    const LeaseSpec& spec = l.rule->lease;
+    LeaseCounters* c = counters(l.rule->level);
+    std::unique_lock<quota::detail::Mutex> lock(k.mu);
+    bool never = false;  // a grant of spec.units can never pass: ask for the need only
+    // Bounded: each round spends, waits for the request in flight, or asks (a grant taken
+    // may be spent by other threads before this one gets the lock back).
+    for (int round = 0; round < 8; ++round) {
+      k.drop_stale(version, now, c);
+      if (k.held() >= l.cost) {
+        Decision d = k.spend(l.cost, version, c);
+        if (k.held() <= spec.low_water && !k.renewing && k.may_ask(now)) {
+          // The request that crosses the low-water mark renews; its own answer stands.
+          (void)renew(k, lock, l, spec.units, version, now, c);
+        }
+        return d;
+      }
+      if (k.renewing) {
+        k.done.wait(lock, [&] { return !k.renewing; });
+        continue;
+      }
+      const std::int64_t need = l.cost - k.held();
+      if (!never && !k.may_ask(now)) {
+        if (!k.last_failure.ok()) return k.last_failure;  // backing off after a failure
+        return deny(k, now, c);
+      }
+      const std::int64_t ask = never ? need : std::max(spec.units, need);
+      auto got = renew(k, lock, l, ask, version, now, c);
+      if (!got.ok()) return got.status();
+      if (got->allowed) continue;
+      // Denied: wait until a whole grant is there (the authority's retry_after for it), so
+      // that at saturation every round trip brings `units`. A budget that cannot refill
+      // to a whole grant (kNever) is asked once more for just what this request needs.
+      if (never || ask == need || got->reason != Reason::kOverLimit || got->retry_after != kNever) {
+        return deny(k, now, c);
+      }
+      never = true;
+    }
+    return deny(k, now, c);
+  }
+
+  Decision deny(detail::KeyLease& k, Nanos now, LeaseCounters* c) {
+    if (c != nullptr) c->denials_while_leased.fetch_add(1, std::memory_order_relaxed);
+    return k.wait_decision(now);
+  }
+
+  // One grant request of `units` on the key: the lock is released for the round trip,
+  // `renewing` keeps it the only one in flight.
+  absl::StatusOr<Decision> renew(detail::KeyLease& k, std::unique_lock<quota::detail::Mutex>& lock,
+                                 const LevelCheck& l, std::int64_t units, std::uint64_t version,
+                                 Nanos now, LeaseCounters* c) {
+    if (k.pending_id.empty() || k.pending_units != units || k.pending_version != version) {
+      k.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-",
+                                  sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
+      k.pending_units = units;
+      k.pending_version = version;
+    }
+    const std::string id = k.pending_id;
+    k.renewing = true;
+    lock.unlock();
+    const auto started = std::chrono::steady_clock::now();
+    auto got = take_grant(l, id, units, version, now);
+    const auto took = std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now() - started);
+    const std::uint64_t granted_version = got.ok() ? std::max(version, got->decision.version) : 0;
+    if (got.ok() && got->decision.allowed && !got->replayed) {
+      // Recorded before the key's lock is taken again: spending does not wait for it.
+      const GrantRecord record{
+          .key = std::string(l.key),
+          .grant_id = id,
+          .incarnation = options_.incarnation,
+          .version = granted_version,
+          .units = units,
+          .granted_at = got->time,
+          .expires_at = quota::detail::saturating_add(got->time, l.rule->lease.expiry)};
+      if (!ledger_.record(record).ok() && c != nullptr) {
+        c->record_failures.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    lock.lock();
+    k.renewing = false;
+    k.done.notify_all();
+    if (c != nullptr) c->add_renewal_latency(took.count());
+    if (!got.ok()) {
+      if (c != nullptr) c->renewal_failures.fetch_add(1, std::memory_order_relaxed);
+      if (got.status().code() == absl::StatusCode::kUnavailable) {
+        // Unknown outcome: the retry keeps the id, so a grant taken is replayed.
+        k.fail(got.status(), now, backoff(k.failures + 1));
+      } else {
+        k.pending_id.clear();
+      }
+      return got.status();
+    }
+    if (c != nullptr) c->renewals.fetch_add(1, std::memory_order_relaxed);
+    k.pending_id.clear();
+    k.failures = 0;
+    k.last_failure = absl::OkStatus();
+    if (!got->decision.allowed) {
+      k.deny_until(got->decision, now, l.rule->lease.expiry);
+    } else {
+      k.add({.grant_id = id,
+             .units = units,
+             .version = granted_version,
+             .expires_at = quota::detail::saturating_add(now, l.rule->lease.expiry)},
+            c);
+      if (c != nullptr) {
+        c->grants.fetch_add(1, std::memory_order_relaxed);
+        c->units_granted.fetch_add(units, std::memory_order_relaxed);
+      }
+    }
+    return got->decision;
+  }
+
+  struct Granted {
+    Decision decision;
+    Nanos time{0};          // the authority's time of the grant
+    bool replayed = false;  // a grant already recorded: nothing taken now
+  };
+
+  // The grant decision: the ledger's record of the id (in-process replay), else one
+  // decision of `units` on the key by the inner backend — with the id as its attempt
+  // when the inner backend records attempts at the authority (Redis).
+  absl::StatusOr<Granted> take_grant(const LevelCheck& l, std::string_view id, std::int64_t units,
+                                     std::uint64_t version, Nanos now) {
+    if (auto seen = ledger_.replay(id)) {
+      return Granted{.decision = {.allowed = true, .remaining = 0, .version = seen->version},
+                     .time = seen->granted_at,
+                     .replayed = true};
+    }
+    grant_requests_.fetch_add(1, std::memory_order_relaxed);
+    const LevelCheck grant{.policy = l.policy, .key = l.key, .shadow = false, .cost = units};
+    if constexpr (requires { typename Inner::Attempt; }) {
+      const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
+      auto r = inner_.decide_attempt(std::span(&grant, 1), version, now,
+                                     {.tenant_key = l.key,
+                                      .id = id,
+                                      .fingerprint = fingerprint,
+                                      .deadline = std::nullopt,
+                                      .ttl = 2 * l.rule->lease.expiry});
+      if (!r.ok()) return r.status();
+      if (r->levels.parts.size() != 1) return absl::InternalError("grant: no decision");
+      return Granted{.decision = r->levels.parts[0], .time = r->levels.time, .replayed = false};
+    } else {
+      auto r = inner_.decide(std::span(&grant, 1), version, now);
+      if (!r.ok()) return r.status();
+      if (r->parts.size() != 1) return absl::InternalError("grant: no decision");
+      return Granted{.decision = r->parts[0], .time = r->time, .replayed = false};
+    }
+  }
+
+  // All or nothing: what the levels in `taken` deducted goes back.
+  void give_back(std::span<const LevelCheck> levels, std::span<const Taken> taken,
+                 std::uint64_t version, Nanos now) {
+    for (const Taken& t : taken) {
+      const LevelCheck& l = levels[t.level];
+      if (t.local != nullptr) {
+        quota::detail::MutexLock lock(t.local->mu);
+        t.local->give_back(l.cost, counters(l.rule->level));
+      } else {
+        // An error here cannot over-admit: the level keeps the deduction.
+        (void)inner_.refund(*l.policy, version, l.key, l.cost, t.spent_at, now);
+      }
+    }
+  }
+
+  Nanos backoff(int failures) {
+    std::int64_t b = options_.backoff_min.count();
+    const std::int64_t cap = options_.backoff_max.count();
+    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
+    b = std::min(b, cap);
+    quota::detail::MutexLock lock(rng_mu_);
+    // Jitter: uniformly in [b/2, b], so holders that failed together spread out.
+    return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
+  }
+
+  Inner& inner_;
+  Ledger& ledger_;
+  LeasedBackendOptions options_;
+  detail::KeyLeases keys_{options_.max_keys};
+  std::atomic<std::uint64_t> sequence_{0};
+  std::atomic<std::int64_t> grant_requests_{0};
+  quota::detail::Mutex rng_mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+};
+
+}  // namespace quota::gateway
