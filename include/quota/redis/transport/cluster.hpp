@@ -239,6 +239,7 @@ class ClusterPool {
         continue;
       }
       std::lock_guard<std::mutex> lock(mu_);
+      const std::set<ConnectionPool*> masters_before = masters_locked();
       slots_.fill(nullptr);
       for (std::size_t i = 0; i < r.elements; ++i) {
         const redisReply* range = r.element[i];
@@ -257,6 +258,13 @@ class ClusterPool {
           if (replica->type != REDIS_REPLY_ARRAY || replica->elements < 2) continue;
           node_locked(std::string(reply_string(*replica->element[0])),
                       static_cast<int>(replica->element[1]->integer));
+        }
+      }
+      // A node that serves slots and did not before (a replica promoted) is met again:
+      // its connections reconnect, so their handshake sees its new identity.
+      if (loaded_) {
+        for (ConnectionPool* p : masters_locked()) {
+          if (masters_before.count(p) == 0) p->renew();
         }
       }
       loaded_ = true;
@@ -347,6 +355,14 @@ class ClusterPool {
     return true;
   }
 
+  // The nodes that serve a slot.
+  std::set<ConnectionPool*> masters_locked() const {
+    std::set<ConnectionPool*> out;
+    for (const auto& p : slots_) out.insert(p.get());
+    out.erase(nullptr);
+    return out;
+  }
+
   std::shared_ptr<ConnectionPool> node_locked(const std::string& host, int port) {
     const std::string name = absl::StrFormat("%s:%d", host, port);
     auto it = nodes_.find(name);
@@ -354,7 +370,7 @@ class ClusterPool {
     ConnectionConfig cfg = base_;
     cfg.host = host;
     cfg.port = port;
-    cfg.node_watch = nullptr;  // each node its own (ConnectionPool creates it)
+    cfg.node_watch = std::make_shared<NodeWatch>(history_);  // each node its own
     auto pool = std::make_shared<ConnectionPool>(cfg, per_node_);
     nodes_.emplace(name, pool);
     return pool;
@@ -364,6 +380,9 @@ class ClusterPool {
   const std::size_t per_node_;
   const TryAgainPolicy tryagain_;
   const RefreshPolicy refresh_;
+  // The replication ids the nodes were met with: a promoted replica is known as a
+  // failover at its first connect (node_watch.hpp).
+  const std::shared_ptr<ReplicationHistory> history_ = std::make_shared<ReplicationHistory>();
   std::atomic<std::uint64_t> asks_{0}, moves_{0}, pipelines_{0}, tryagains_{0};
   std::atomic<std::uint64_t> refreshes_{0}, clusterdowns_{0};
   mutable std::mutex mu_;  // guards everything below (std::mutex: see ConnectionPool)

@@ -336,7 +336,8 @@ class Connection {
     return absl::OkStatus();
   }
 
-  // The node's identity (run_id, master_replid) and TIME, to config_.node_watch. A server
+  // The node's identity (run_id, master_replid, master_replid2) and TIME, to
+  // config_.node_watch. A server
   // that does not answer them (INFO or TIME not permitted, Redis before 7) is not watched.
   void watch_node(const redisReply& info, const redisReply& time) {
     if (info.type != REDIS_REPLY_STRING && info.type != REDIS_REPLY_STATUS) return;
@@ -347,9 +348,9 @@ class Connection {
       return;
     }
     const std::string_view text = reply_string(info);
-    config_.node_watch->on_connect(detail::info_field(text, "run_id"),
-                                   detail::info_field(text, "master_replid"),
-                                   Nanos{s * 1'000'000'000 + us * 1'000});
+    config_.node_watch->on_connect(
+        detail::info_field(text, "run_id"), detail::info_field(text, "master_replid"),
+        detail::info_field(text, "master_replid2"), Nanos{s * 1'000'000'000 + us * 1'000});
   }
 
   // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check.

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -39,7 +40,9 @@ class ConnectionPool {
   ConnectionPool(ConnectionConfig config, std::size_t size)
       : config_(with_handshake_stats(std::move(config))), breaker_(config_.breaker) {
     size = std::max<std::size_t>(size, 1);
-    for (std::size_t i = 0; i < size; ++i) free_.push_back(std::make_unique<Connection>(config_));
+    for (std::size_t i = 0; i < size; ++i) {
+      free_.push_back({std::make_unique<Connection>(config_), 0});
+    }
     size_ = size;
   }
 
@@ -49,21 +52,24 @@ class ConnectionPool {
     Lease(Lease&& other) noexcept
         : pool_(std::exchange(other.pool_, nullptr)),
           conn_(std::move(other.conn_)),
-          probe_(other.probe_) {}
+          probe_(other.probe_),
+          generation_(other.generation_) {}
     Lease& operator=(Lease&&) = delete;
     ~Lease() {
-      if (pool_ != nullptr) pool_->release(std::move(conn_), probe_);
+      if (pool_ != nullptr) pool_->release(std::move(conn_), probe_, generation_);
     }
     Connection* operator->() const { return conn_.get(); }
     Connection& operator*() const { return *conn_; }
 
    private:
     friend class ConnectionPool;
-    Lease(ConnectionPool* pool, std::unique_ptr<Connection> conn, bool probe)
-        : pool_(pool), conn_(std::move(conn)), probe_(probe) {}
+    Lease(ConnectionPool* pool, std::unique_ptr<Connection> conn, bool probe,
+          std::uint64_t generation)
+        : pool_(pool), conn_(std::move(conn)), probe_(probe), generation_(generation) {}
     ConnectionPool* pool_;
     std::unique_ptr<Connection> conn_;
-    bool probe_;  // the breaker's probe after a cool-down
+    bool probe_;                // the breaker's probe after a cool-down
+    std::uint64_t generation_;  // the pool's generation the connection was opened in
   };
 
   // Waits for a free connection at most until `deadline` (default: a fresh
@@ -88,9 +94,21 @@ class ConnectionPool {
       return deadline.error("pool", absl::StrFormat("%s:%d", config_.host, config_.port),
                             absl::StrFormat("all %d connections busy", size_));
     }
-    std::unique_ptr<Connection> conn = std::move(free_.back());
+    auto [conn, generation] = std::move(free_.back());
     free_.pop_back();
-    return Lease(this, std::move(conn), probe);
+    if (generation != generation_) {
+      conn->disconnect();  // opened before renew(): connects (and handshakes) again
+      generation = generation_;
+    }
+    return Lease(this, std::move(conn), probe, generation);
+  }
+
+  // Every connection, free or on loan, connects again before its next use, so its
+  // handshake reads the node's identity again (a Cluster node seen promoted: its failover,
+  // node_watch.hpp).
+  void renew() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++generation_;
   }
 
   // The node's breaker counters (all zero without a breaker).
@@ -111,7 +129,7 @@ class ConnectionPool {
     return c;
   }
 
-  void release(std::unique_ptr<Connection> conn, bool probe) {
+  void release(std::unique_ptr<Connection> conn, bool probe, std::uint64_t generation) {
     switch (conn->take_outcome()) {
       case Connection::Outcome::kOk:
         breaker_.success(probe);
@@ -125,7 +143,7 @@ class ConnectionPool {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(std::move(conn));
+      free_.push_back({std::move(conn), generation});
     }
     cv_.notify_one();
   }
@@ -137,7 +155,9 @@ class ConnectionPool {
   // then cannot see absl::Mutex's synchronization.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::unique_ptr<Connection>> free_;  // guarded by mu_
+  // Free connections, each with the generation it was opened in (renew()).
+  std::vector<std::pair<std::unique_ptr<Connection>, std::uint64_t>> free_;  // guarded by mu_
+  std::uint64_t generation_ = 0;                                             // guarded by mu_
 };
 
 }  // namespace quota::redis

@@ -6,7 +6,9 @@
 // is fed by the connect handshake (handshake.hpp): the server's run id and replication id
 // (`INFO server replication`) and its TIME. When a connect finds another identity than the
 // node's previous connect (a replica promoted, a restart: both may have lost acknowledged
-// deductions), the TIME of that connect is the node's failover time. `NodeGuards` (the
+// deductions), or a Cluster node first met that was promoted from a replica of a primary
+// the client wrote to (ReplicationHistory), the TIME of that connect is the node's
+// failover time. `NodeGuards` (the
 // stores' `failover_safety` and `clock_guard` options) says what Script (script.hpp) sends
 // with every call to the node, as one argument its script reads before any state
 // (twin/common.hpp, `@node_guard`):
@@ -24,14 +26,18 @@
 //   options.clock_guard = quota::redis::ClockGuard{};    // TIME may run 1 s ahead at most
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <hiredis/hiredis.h>
 
@@ -91,16 +97,51 @@ struct NodeWatchStats {
   std::optional<Nanos> failover_at;  // the latest failover's server time
 };
 
+// The replication ids that the nodes of one client (a ClusterPool's) were seen with. A
+// promoted replica keeps its former primary's id as `master_replid2`: a node first met
+// with a `master_replid2` in here took over from a primary this client wrote to. Bounded
+// (kMaxIds; the oldest forgotten first); thread-safe.
+class ReplicationHistory {
+ public:
+  static constexpr std::size_t kMaxIds = 1024;
+  void add(std::string_view replid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(ids_.begin(), ids_.end(), replid) != ids_.end()) return;
+    if (ids_.size() == kMaxIds) ids_.pop_front();
+    ids_.emplace_back(replid);
+  }
+  bool seen(std::string_view replid) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::find(ids_.begin(), ids_.end(), replid) != ids_.end();
+  }
+
+ private:
+  mutable std::mutex mu_;        // std::mutex: see ConnectionPool
+  std::deque<std::string> ids_;  // guarded by mu_
+};
+
 class NodeWatch {
  public:
-  // A connect's handshake read `run_id` and `replid` (empty: unread) and the server's
-  // TIME `server_time`. Another identity than the previous connect's is a failover at
-  // `server_time`; the first identity seen is the baseline (a failover before it is not
-  // seen).
-  void on_connect(std::string_view run_id, std::string_view replid, Nanos server_time) {
+  // `history`: the replication ids seen by the client's other nodes (a Cluster's), or
+  // null (one node, or the primary a SentinelPool follows: its own identity suffices).
+  explicit NodeWatch(std::shared_ptr<ReplicationHistory> history = nullptr)
+      : history_(std::move(history)) {}
+
+  // A connect's handshake read `run_id`, `replid` and `replid2` (INFO's master_replid and
+  // master_replid2; empty: unread) and the server's TIME `server_time`. A failover at
+  // `server_time`: another identity than the previous connect's; or, at the first
+  // connect, a node promoted from a replica of a primary in `history` (its replid2 is
+  // that primary's id). Otherwise the first identity seen is the baseline (a failover
+  // before it is not seen).
+  void on_connect(std::string_view run_id, std::string_view replid, std::string_view replid2,
+                  Nanos server_time) {
     if (run_id.empty() || replid.empty()) return;
     std::lock_guard<std::mutex> lock(mu_);
-    if (!run_id_.empty() && (run_id != run_id_ || replid != replid_)) {
+    const bool changed = !run_id_.empty() && (run_id != run_id_ || replid != replid_);
+    const bool took_over = run_id_.empty() && history_ != nullptr && !replid2.empty() &&
+                           replid2.find_first_not_of('0') != std::string_view::npos &&
+                           history_->seen(replid2);
+    if (changed || took_over) {
       ++stats_.failovers;
       if (!stats_.failover_at.has_value() || *stats_.failover_at < server_time) {
         stats_.failover_at = server_time;
@@ -108,6 +149,7 @@ class NodeWatch {
     }
     run_id_ = std::string(run_id);
     replid_ = std::string(replid);
+    if (history_ != nullptr) history_->add(replid);
   }
 
   // Records a failover at `at` (server time) by hand: an operator who knows of one, or a
@@ -129,6 +171,7 @@ class NodeWatch {
   }
 
  private:
+  const std::shared_ptr<ReplicationHistory> history_;
   mutable std::mutex mu_;  // std::mutex: see ConnectionPool
   std::string run_id_;     // guarded by mu_
   std::string replid_;     // guarded by mu_
