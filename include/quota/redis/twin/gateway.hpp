@@ -14,8 +14,8 @@
 // exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
 // so both sides decide identically; a key's state is 80 bytes (a sliding log's events
 // are a list beside it); its TTL is its idle time plus the margin (none while it holds
-// debt); a key that is not a gateway state of ours is QUOTA_CORRUPT, nothing written. Thread safety: immutable text; Redis runs each call with nothing
-// interleaved.
+// debt); a key that is not a gateway state of ours is QUOTA_CORRUPT, nothing written. Thread
+// safety: immutable text; Redis runs each call with nothing interleaved.
 //
 //   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}read" <head: server time, 'd',
 //   //   margin, version 1, units 1, shadow "0"> <the level's 35-byte policy>
@@ -165,7 +165,7 @@ for i = 1, n do
         if kind == 1 then
           ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991
         elseif kind >= 3 then  -- windows
-          ok = ok and win_policy_ok(kind, m, p, g, fs, fn)
+          ok = ok and windows() and win_policy_ok(kind, m, p, g, fs, fn)
         else
           ok = ok and kind == 2 and m >= 1 and ((p == 1 and fs * 1000000000 + fn == m) or
             (p == 2 and fs == m and fn == 0))
@@ -176,7 +176,7 @@ for i = 1, n do
         dl <= 999999 and (du < cap or (du == cap and dl == 0)) and
         ((kind == 1 and tu >= -cap and (tu < cap or (tu == cap and tl == 0)) and c < p) or
           (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0) or
-          (kind >= 3 and win_state_ok(kind, cap, tu, tl, c)))  -- windows
+          (kind >= 3 and windows() and win_state_ok(kind, cap, tu, tl, c)))  -- windows
       if not ok then return corrupt(key, 'field out of range') end
       if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
     elseif type(raw) ~= 'string' then
@@ -185,6 +185,7 @@ for i = 1, n do
       return corrupt(key, len .. ' bytes, expected 80')
     end
   end
+  if pkind >= 3 then windows() end  -- windows: the caller's rule is kind 3 or 4
   -- Brought to the call's time under its own parameters (every operation first does that:
   -- a conversion observes the old state at max(now, last), debt is paid from it).
   if sec > lsec or (sec == lsec and ns > lns) then
@@ -218,7 +219,11 @@ for i = 1, n do
       else
         -- what remains, ru + rl micro-units: the tokens, or the window's room
         local ru, rl = tu, tl
-        if kind >= 2 then ru = win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns) end
+        if kind == 2 then
+          ru = cap - tu
+        elseif kind >= 3 then  -- windows
+          ru = win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns)
+        end
         if ru < 0 and pkind ~= 1 then
           @lsub(du, dl, ru, rl)
         end

@@ -1,9 +1,12 @@
 // quota/redis/twin/gateway_windows.hpp — the sliding log and the window estimate as
 // gateway rules in Redis: their part of the gateway twin (twin/gateway.hpp).
 //
-// kGatewayWindowsLua holds, as local functions spliced before the gateway script's body,
-// what the two kinds do to a level's state fields: bring it to the call's time, the
-// remaining budget, decide, refund, and (the log) keep its events. The gateway's loop
+// kGatewayWindowsLua holds, as functions of the state fields and the policy, what the
+// two kinds do to a level: bring it to the call's time, the remaining budget, decide,
+// refund, and (the log) keep its events. They are made by windows() the first time a
+// script call meets kind 3 or 4 (kGatewayWindowsFunctions, spliced before the gateway
+// script's body), so a call of token buckets and fixed windows only makes no closure
+// for them. The gateway's loop
 // calls them from its dispatch points (marked "windows" there) and does the rest —
 // rule changes, debt, shadow, the TTL — as for its other kinds, so each kind is
 // bit-identical to KeyState (gateway/key_state.hpp, gateway/rule_kinds.hpp). The
@@ -43,18 +46,18 @@ local function win_corrupt(key, why)
   error(redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why))
 end
 -- A stored policy of kind 3 or 4 is well formed (its capacity is checked by the caller).
-local function win_policy_ok(kind, m, p, g, fs, fn)
+win_policy_ok = function(kind, m, p, g, fs, fn)
   if kind == 3 then
     return p == 0 and g == 0 and m >= 1 and m <= 9000000000000000 and fs * 1000000000 + fn == m
   end
   return kind == 4 and m >= 1 and ((p == 1 and fs * 1000000000 + fn == m and m * g == 1000000000) or
     (p == 2 and g == 0 and fs == m and fn == 0 and m <= 4500000))
 end
-local function win_state_ok(kind, cap, tu, tl, c)
+win_state_ok = function(kind, cap, tu, tl, c)
   return tu >= 0 and tu <= cap and tl == 0 and ((kind == 3 and c == 0) or (kind == 4 and c <= cap))
 end
 -- The estimate's counters (cur, prev) brought from (lsec, lns) to the later (sec, ns).
-local function est_advance(m, p, g, cur, prev, sec, ns, lsec, lns)
+est_advance = function(m, p, g, cur, prev, sec, ns, lsec, lns)
   local mode, w, per = p, m, g
   @window_start(local st, sec, ns)
   local idx = st / w
@@ -69,7 +72,7 @@ local function est_offset(m, p, lsec, lns)
   return el
 end
 -- The remaining whole units of a window kind's state (2, 3: limit − count; 4: estimated).
-local function win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns)
+win_room = function(kind, cap, m, p, fs, fn, tu, c, lsec, lns)
   if kind ~= 4 then return cap - tu end
   local W, el = fs * 1000000000 + fn, est_offset(m, p, lsec, lns)
   @est_remaining(local rem, tu, c, cap, W, el)
@@ -78,7 +81,7 @@ end
 -- Decides `units` (1 <= units <= cap) on kind 3 or 4: ok (1/0), the new count, retry ns.
 -- A log's excess not held by its listed events is in the units counted at this call's
 -- time (not listed yet), which leave a whole window later.
-local function win_decide(kind, cap, m, p, fs, fn, tu, c, lsec, lns, units, lg, key)
+win_decide = function(kind, cap, m, p, fs, fn, tu, c, lsec, lns, units, lg, key)
   if kind == 4 then
     local W, el = fs * 1000000000 + fn, est_offset(m, p, lsec, lns)
     @est_fits(local fits, tu, c, units, cap, W, el)
@@ -97,7 +100,7 @@ end
 -- The estimate's refund of up to `give` units spent at (ssec, sns) (`all`: at the last
 -- time): off cur in the last time's window, off prev in the one before; returns cur,
 -- prev and the units given back.
-local function est_refund(m, p, g, cur, prev, give, all, ssec, sns, lsec, lns)
+est_refund = function(m, p, g, cur, prev, give, all, ssec, sns, lsec, lns)
   local d = 0
   if not all then
     local mode, w, per = p, m, g
@@ -119,7 +122,7 @@ local function est_refund(m, p, g, cur, prev, give, all, ssec, sns, lsec, lns)
 end
 -- The time from the last time until the state equals a fresh one (rs s, rn ns).
 -- (The loop keeps no fs, fn for a level decided before the last: W is formed from m, p.)
-local function win_reset(kind, m, p, tu, c, lsec, lns, lg)
+win_reset = function(kind, m, p, tu, c, lsec, lns, lg)
   if kind == 4 then
     local W, el = m, est_offset(m, p, lsec, lns)
     if p ~= 1 then W = m * 1000000000 end
@@ -133,7 +136,7 @@ end
 -- A log's list (`fresh`: the key had no record, so a list left there is not its own):
 -- the events that have left at the last time (lsec, lns), the live ones, the newest.
 -- Returns lg and the units still counted.
-local function log_load(key, lsec, lns, w, used, fresh)
+log_load = function(key, lsec, lns, w, used, fresh)
   local lg = {reset = fresh, drop = 0, len = 0, base = used}
   if fresh then return lg, used end
   local lkey = key .. '}l'
@@ -146,7 +149,7 @@ local function log_load(key, lsec, lns, w, used, fresh)
   return lg, used
 end
 -- A rule change to or from a log: the list is replaced by what the new state counts.
-local function log_reset(lg)
+log_reset = function(lg)
   lg = lg or {}
   lg.reset, lg.drop, lg.len, lg.base = true, 0, 0, 0
   return lg
@@ -154,7 +157,7 @@ end
 -- SlidingLog::take_back: up to `give` units of the newest events logged at or before
 -- (ssec, sns) (`all`: every event) un-logged, newest first; the list rewritten at once.
 -- Returns the units given back.
-local function log_take_back(key, lg, give, all, ssec, sns)
+log_take_back = function(key, lg, give, all, ssec, sns)
   if give <= 0 or lg.reset or lg.len == 0 then return 0 end
   local lkey = key .. '}l'
   local raw = redis.call('LRANGE', lkey, lg.drop, -1)
@@ -190,7 +193,7 @@ local function log_take_back(key, lg, give, all, ssec, sns)
 end
 -- Writes a log level's list as its state `kind`, count tu at (lsec, lns) needs it; px:
 -- the record's TTL (ms), nil for none.
-local function log_write(key, lg, kind, tu, lsec, lns, px)
+log_write = function(key, lg, kind, tu, lsec, lns, px)
   local lkey = key .. '}l'
   if lg.reset or kind ~= 3 then
     redis.call('DEL', lkey)
@@ -210,8 +213,19 @@ local function log_write(key, lg, kind, tu, lsec, lns, px)
 end
 )lua";
 
-// The functions with their macros expanded, after kLuaMath (twin/common.hpp).
+// The functions' names, and windows(), which makes them (with kLuaEstimateMath's and
+// kLuaLogEvents' as its locals) the first time a call meets kind 3 or 4: a call without
+// them makes no closure. It returns true (for use inside an expression).
+inline constexpr const char* kGatewayWindowsMake = R"lua(
+local win_policy_ok, win_state_ok, est_advance, win_room, win_decide, est_refund, win_reset
+local log_load, log_reset, log_take_back, log_write
+local function windows()
+if win_room then return true end
+)lua";
+
+// The whole text, after kLuaMath (twin/common.hpp), macros expanded.
 inline const std::string kGatewayWindowsFunctions =
-    std::string(kLuaEstimateMath) + kLuaLogEvents + detail::expand_lua(kGatewayWindowsLua);
+    std::string(kGatewayWindowsMake) + kLuaEstimateMath + kLuaLogEvents +
+    detail::expand_lua(kGatewayWindowsLua) + "return true\nend\n";
 
 }  // namespace quota::redis
