@@ -137,7 +137,8 @@ end
 -- the events that have left at the last time (lsec, lns), the live ones, the newest.
 -- Returns lg and the units still counted.
 log_load = function(key, lsec, lns, w, used, fresh)
-  local lg = {reset = fresh, drop = 0, len = 0, base = used}
+  -- (a fresh key's list is replaced: it holds nothing of the units counted, tu)
+  local lg = {reset = fresh, drop = 0, len = 0, base = 0}
   if fresh then return lg, used end
   local lkey = key .. '}l'
   local len = redis.pcall('LLEN', lkey)
