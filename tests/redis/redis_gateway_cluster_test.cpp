@@ -21,6 +21,8 @@
 
 using namespace std::chrono_literals;
 using quota::Nanos;
+using quota::SlidingLog;
+using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 using quota::gateway::Gateway;
 using quota::gateway::RuleRegistry;
@@ -121,6 +123,68 @@ TEST_CASE("redis cluster gateway: levels across nodes, exact counts, rule change
   }
   CHECK(t2 == 5);
   CHECK(t3 == 10);
+}
+
+TEST_CASE("redis cluster gateway: sliding log and estimate levels across nodes, given back") {
+  // Tenant level: a sliding log of 6; user level: an estimate of 4; global: a log of 10
+  // (windows of an hour: nothing leaves during the test). A log's events live beside its
+  // key in the tenant's slot; a denial by the global level gives the tenant's log and
+  // the user's estimate back on their node.
+  auto cfg = quota::testing::redis_config();
+  cfg.port = first_cluster_port();
+  auto cluster = std::make_shared<quota::redis::ClusterPool>(cfg, 2);
+  GatewayStore store({.pool = nullptr,
+                      .prefix = quota::testing::unique_prefix("gw-cluster-windows"),
+                      .time = quota::redis::TimeSource::kServer,
+                      .ttl_margin = std::chrono::milliseconds(1000),
+                      .cluster = cluster});
+  auto windows = [](std::uint64_t version) {
+    return quota::testing::levels_spec(version, SlidingLog{.limit = 6, .window = 1h},
+                                       SlidingWindowEstimate{.limit = 4, .window = 1h},
+                                       SlidingLog{.limit = 10, .window = 1h});
+  };
+  RuleRegistry registry(build(windows(1)));
+  Gateway gw(store, registry);
+  auto global_node = cluster->for_slot(quota::redis::key_slot("{~global}"));
+  REQUIRE(global_node.ok());
+  std::vector<std::string> tenants;
+  for (int i = 0; tenants.size() < 3 && i < 1000; ++i) {
+    const std::string t = "wtenant-" + std::to_string(i);
+    auto node = cluster->for_slot(quota::redis::key_slot("{" + t + "}"));
+    REQUIRE(node.ok());
+    if (*node != *global_node) tenants.push_back(t);
+  }
+  REQUIRE(tenants.size() == 3);
+  auto decide = [&](const std::string& tenant, const char* user) {
+    auto r = gw.decide({.who = {.tenant = tenant, .plan = "free", .user = user}, .route = "read"},
+                       Nanos{0});
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return r->decision.allowed ? 1 : 0;
+  };
+  std::vector<int> per_tenant(tenants.size(), 0);
+  for (std::size_t t = 0; t < tenants.size(); ++t) {
+    for (const char* user : {"u1", "u2"}) {
+      for (int i = 0; i < 5; ++i) per_tenant[t] += decide(tenants[t], user);
+    }
+  }
+  // Tenant 0: users 4 + 2 (its log of 6); tenant 1: 4 left of the global 10; tenant 2: 0.
+  CHECK(per_tenant[0] == 6);
+  CHECK(per_tenant[1] == 4);
+  CHECK(per_tenant[2] == 0);
+  // Without the global rule: tenant 1 has the 2 its log kept, tenant 2 its whole 6.
+  auto no_global = windows(2);
+  no_global.rules.pop_back();
+  REQUIRE(registry.publish(build(no_global)).ok());
+  int t1 = 0, t2 = 0;
+  for (const char* user : {"v1", "v2", "v3"}) {
+    for (int i = 0; i < 3; ++i) {
+      t1 += decide(tenants[1], user);
+      t2 += decide(tenants[2], user);
+    }
+  }
+  CHECK(t1 == 2);
+  CHECK(t2 == 6);
 }
 
 TEST_CASE("redis cluster gateway: coalesced calls follow a slot moved under them, charged once") {

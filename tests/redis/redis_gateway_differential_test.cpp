@@ -23,6 +23,8 @@
 using namespace std::chrono_literals;
 using quota::FixedWindow;
 using quota::Nanos;
+using quota::SlidingLog;
+using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 using quota::gateway::KeyPolicy;
 using quota::gateway::LevelCheck;
@@ -32,9 +34,9 @@ using quota::testing::with_cost;
 namespace {
 
 // Policies inside the Lua twin's range, with fractional rates, rate 0, and windows that
-// divide 1 s or are whole seconds.
+// divide 1 s or are whole seconds; all four kinds (sliding log and estimate: 12..17).
 RulePolicy random_policy(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> pick(0, 11);
+  std::uniform_int_distribution<int> pick(0, 17);
   std::uniform_int_distribution<std::int64_t> burst(1, 40);
   switch (pick(rng)) {
     case 0:
@@ -56,6 +58,18 @@ RulePolicy random_policy(std::mt19937_64& rng) {
       return TokenBucket{.rate = {.units = 1, .per = 1s}, .burst = burst(rng)};
     case 11:
       return TokenBucket{.rate = {.units = 2, .per = 2s}, .burst = burst(rng)};
+    case 12:
+      return SlidingLog{.limit = burst(rng), .window = 1s};
+    case 13:
+      return SlidingLog{.limit = burst(rng), .window = Nanos{12'345'678}};
+    case 14:
+      return SlidingLog{.limit = burst(rng), .window = 60s};
+    case 15:
+      return SlidingWindowEstimate{.limit = burst(rng), .window = 1s};
+    case 16:
+      return SlidingWindowEstimate{.limit = burst(rng), .window = std::chrono::microseconds(1250)};
+    case 17:
+      return SlidingWindowEstimate{.limit = burst(rng), .window = 60s};
     case 6:
       return FixedWindow{.limit = burst(rng), .window = 1s};
     case 7:
@@ -71,9 +85,13 @@ RulePolicy random_policy(std::mt19937_64& rng) {
 // 10^12 units and 10^17 ns), beside narrow ones (a rule change converts between them):
 // the monthly token budgets of large tenants, bounds exactly, long windows.
 RulePolicy random_wide_policy(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> pick(0, 9);
+  std::uniform_int_distribution<int> pick(0, 11);
   std::uniform_int_distribution<std::int64_t> big(9'007'199'255, 1'000'000'000'000);
   switch (pick(rng)) {
+    case 10:  // the estimate's longest window (below 2^52 ns)
+      return SlidingWindowEstimate{.limit = big(rng), .window = std::chrono::seconds(4'500'000)};
+    case 11:  // the log's longest window (kMaxFillNs)
+      return SlidingLog{.limit = big(rng), .window = Nanos{9'000'000'000'000'000}};
     case 0:
       return TokenBucket{.rate = {.units = 1'000'000, .per = 60s}, .burst = 43'200'000'000};
     case 1:

@@ -177,12 +177,12 @@ TEST_CASE("redis gateway: a state out of range in the current form is QUOTA_CORR
   REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{0}).ok());
   REQUIRE(admin({"STRLEN", *key})->integer == kStateBytes);
   SECTION("all bits set") { admin({"SET", *key, std::string(kStateBytes, '\xff')}); }
-  SECTION("kind 3") {
+  SECTION("kind 5, which no release wrote") {
     auto v = admin({"GET", *key});
     std::string s(v->str, v->len);
     REQUIRE(s.size() == quota::redis::kGatewayStateBytes);
     // the kind, first byte of the policy argument at the state's end
-    s[kStateBytes - quota::redis::GatewayTwin::kPolicyArgBytes] = 3;
+    s[kStateBytes - quota::redis::GatewayTwin::kPolicyArgBytes] = 5;
     admin({"SET", *key, s});
   }
   auto d = store.decide(with_cost(level, 1), 1, Nanos{0});

@@ -29,6 +29,8 @@ using namespace std::chrono_literals;
 using quota::FixedWindow;
 using quota::Nanos;
 using quota::Reason;
+using quota::SlidingLog;
+using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 using quota::gateway::Gateway;
 using quota::gateway::KeyPolicy;
@@ -53,11 +55,20 @@ const T& pick(Rng& rng, const std::vector<T>& v) {
   return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
 }
 
-// Policies the Redis twin takes, holding at least 12 units (every fixed cost below fits):
-// fractional rates, rate 0, windows that divide 1 s or are whole seconds.
+// Policies the Redis twin takes, holding at least 12 units (every fixed cost below fits),
+// of all four kinds: fractional rates, rate 0, windows that divide 1 s or are whole
+// seconds, sliding logs of any window, estimates.
 RulePolicy random_policy(Rng& rng) {
   const std::int64_t burst = std::uniform_int_distribution<std::int64_t>(12, 60)(rng);
-  switch (std::uniform_int_distribution<int>(0, 7)(rng)) {
+  switch (std::uniform_int_distribution<int>(0, 11)(rng)) {
+    case 8:
+      return SlidingLog{.limit = burst, .window = 1s};
+    case 9:
+      return SlidingLog{.limit = burst, .window = Nanos{12'345'678}};
+    case 10:
+      return SlidingWindowEstimate{.limit = burst, .window = 10ms};
+    case 11:
+      return SlidingWindowEstimate{.limit = burst, .window = 60s};
     case 0:
       return TokenBucket{.rate = {.units = 1, .per = 3s}, .burst = burst};
     case 1:

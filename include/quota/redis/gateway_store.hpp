@@ -364,6 +364,12 @@ class GatewayStore {
       for (const gateway::LevelCheck& level : levels) detail::pack_le(head, units(level), 8);
     }
     for (const gateway::LevelCheck& level : levels) {
+      if (options_.failover_safety && std::holds_alternative<SlidingLog>(*level.policy)) {
+        // (a log read as spent would need its one event at the failover time in its list)
+        return absl::InvalidArgumentError(
+            "GatewayStoreOptions: failover_safety does not take sliding_log rules; use a token "
+            "bucket, a fixed window or a window estimate");
+      }
       auto parts = split_key(level.key);
       if (!parts.ok()) return parts.status();
       call.keys.push_back(bucket_key(options_.prefix, *parts));

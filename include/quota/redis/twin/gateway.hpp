@@ -12,10 +12,10 @@
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
 // exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
-// so both sides decide identically; a key's state is 80 bytes; its TTL is its idle time plus the
-// margin (none while it holds debt); a key that is not a gateway state of ours is QUOTA_CORRUPT,
-// nothing written. Thread safety: immutable text; Redis runs each call with nothing
-// interleaved.
+// so both sides decide identically; a key's state is 80 bytes (a sliding log's events
+// are a list beside it); its TTL is its idle time plus the margin (none while it holds
+// debt); a key that is not a gateway state of ours is QUOTA_CORRUPT, nothing written. Thread
+// safety: immutable text; Redis runs each call with nothing interleaved.
 //
 //   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}read" <head: server time, 'd',
 //   //   margin, version 1, units 1, shadow "0"> <the level's 35-byte policy>
@@ -24,9 +24,13 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "quota/redis/twin/common.hpp"
 #include "quota/redis/twin/gateway_attempts.hpp"
+#include "quota/redis/twin/gateway_settle.hpp"
+#include "quota/redis/twin/gateway_windows.hpp"
 #include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
@@ -46,7 +50,8 @@ namespace quota::redis {
 // ARGV[1+i]   level i's policy, 35 bytes '<BI5I7I7I7I4I4': kind 1 token bucket (burst, m,
 //             p, g, the time to fill as s and ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1,
 //             g 1, fill 0) | kind 2 fixed window (limit, w, mode: LuaTwin<FixedWindow>'s
-//             grid, 0, W as s and ns)
+//             grid, 0, W as s and ns) | kind 3 sliding log, kind 4 window estimate
+//             (twin/gateway_windows.hpp, which the loop calls where it says "windows")
 // Reply 'd':  {time s, time ns, levels decided, then per level decided: allowed, reason,
 //             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version}
 // Reply 'r', 'c': {time s, time ns, then per key: micro-units given back | left as debt}
@@ -119,7 +124,7 @@ else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
 -- 'd' with several levels: the levels decided and not written yet, 19 values each (one
 -- flat table, no table or closure per level). All are written once the last level is
 -- decided, without their deduction when it denied.
-local H
+local H, LG
 -- The caller's policy of the level, unpacked when it differs from the previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfs, pfn
 for i = 1, n do
@@ -161,6 +166,8 @@ for i = 1, n do
           fs <= 100000000 and fn <= 999999999
         if kind == 1 then
           ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991
+        elseif kind >= 3 then  -- windows
+          ok = ok and windows() and win_policy_ok(kind, m, p, g, fs, fn)
         else
           ok = ok and kind == 2 and m >= 1 and ((p == 1 and fs * 1000000000 + fn == m) or
             (p == 2 and fs == m and fn == 0))
@@ -170,7 +177,8 @@ for i = 1, n do
       local ok = ver <= 9007199254740991 and lns >= 0 and lns <= 999999999 and tl <= 999999 and
         dl <= 999999 and (du < cap or (du == cap and dl == 0)) and
         ((kind == 1 and tu >= -cap and (tu < cap or (tu == cap and tl == 0)) and c < p) or
-          (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0))
+          (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0) or
+          (kind >= 3 and windows() and win_state_ok(kind, cap, tu, tl, c)))  -- windows
       if not ok then return corrupt(key, 'field out of range') end
       if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
     elseif type(raw) ~= 'string' then
@@ -179,6 +187,7 @@ for i = 1, n do
       return corrupt(key, len .. ' bytes, expected 80')
     end
   end
+  if pkind >= 3 then windows() end  -- windows: the caller's rule is kind 3 or 4
   -- failover safety (kLuaNodeGuard): KeyPolicy::exhausted(failover time), caller's policy
   @if_spent(raw, lsec, lns)
     ver, kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl, id, same = version, pkind, pcap,
@@ -195,6 +204,8 @@ for i = 1, n do
         if f2n >= 1000000000 then f2s = f2s + 1; f2n = f2n - 1000000000 end
         @refill_span(sec - lsec, ns - lns, tu, tl, c, cap, f2s, f2n)
       end
+    elseif kind >= 3 then  -- windows (a log's events leave in log_load)
+      if kind == 4 then tu, c = est_advance(m, p, g, tu, c, sec, ns, lsec, lns) end
     else
       local w, mode = m, p
       @window_start(local st, sec, ns)
@@ -203,6 +214,9 @@ for i = 1, n do
     end
     lsec, lns = sec, ns
   end
+  -- windows: a log's events (twin/gateway_windows.hpp)
+  local lg
+  if kind == 3 then lg, tu = log_load(key, lsec, lns, m, tu, not raw) end
   local ok, took, denied = 0, 0, false
   if decide then
     -- migrate: a state of a newer version is kept; of the same parameters, versioned;
@@ -213,8 +227,12 @@ for i = 1, n do
       else
         -- what remains, ru + rl micro-units: the tokens, or the window's room
         local ru, rl = tu, tl
-        if kind == 2 then ru = cap - tu end
-        if ru < 0 and pkind == 2 then
+        if kind == 2 then
+          ru = cap - tu
+        elseif kind >= 3 then  -- windows
+          ru = win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns)
+        end
+        if ru < 0 and pkind ~= 1 then
           @lsub(du, dl, ru, rl)
         end
         ver, kind, cap, m, p, g, fs, fn, c, id = version, pkind, pcap, pm, pp, pg, pfs, pfn, 0,
@@ -225,6 +243,7 @@ for i = 1, n do
           -- (ru: floor(remaining / 10^6))
           if ru > cap then ru = cap elseif ru < 0 then ru = 0 end
           tu, tl = cap - ru, 0
+          if kind == 3 or lg then lg = log_reset(lg) end  -- windows
         end
         if du > cap or (du == cap and dl > 0) then du, dl = cap, 0 end
       end
@@ -242,7 +261,9 @@ for i = 1, n do
           end
         end
       else
-        @window_pay(tu, du, dl, cap)
+        local wc = cap
+        if kind == 4 then wc = tu + win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns) end
+        @window_pay(tu, du, dl, wc)
       end
     end
   end
@@ -263,6 +284,9 @@ for i = 1, n do
         @reach(ys, yn, tu, tl, c, units)
         @dur(retry, ys, yn)
       end
+    elseif kind >= 3 then  -- windows
+      ok, tu, retry = win_decide(kind, cap, m, p, fs, fn, tu, c, lsec, lns, units, lg, key)
+      if ok == 1 then reason = 0; took = units end
     elseif units <= cap - tu then
       tu = tu + units; ok = 1; reason = 0; took = units
     else
@@ -274,6 +298,8 @@ for i = 1, n do
       -- tokens / 10^6 toward zero
       rem = tu
       if tu < 0 and tl > 0 then rem = tu + 1 end
+    elseif kind == 4 then  -- windows
+      rem = win_room(kind, cap, m, p, fs, fn, tu, c, lsec, lns)
     elseif tu < cap then
       rem = cap - tu
     end
@@ -283,71 +309,17 @@ for i = 1, n do
     res[k + 6] = ver
     denied = ok == 0 and string.byte(head, 51 + i) ~= 49
   elseif op == 114 then
-    local gu, gl = units, 0
-    if gu > 3 * cap + 2 then gu = 3 * cap + 2 end
-    -- first to the debt (bu + bl), then to the tokens or the count (nu + nl)
-    local bu, bl, nu, nl = du, dl, 0, 0
-    if du > gu or (du == gu and dl > 0) then bu, bl = gu, 0 end
-    @lsub(du, dl, bu, bl)
-    @lsub(gu, gl, bu, bl)
-    if kind == 1 then
-      nu, nl = cap, 0
-      @lsub(nu, nl, tu, tl)
-      if nu > gu or (nu == gu and nl > gl) then nu, nl = gu, gl end
-      @ladd(tu, tl, nu, nl)
-      if tu == cap and tl == 0 then c = 0 end
-    else
-      -- only units spent in the current window come back
-      local inw = has_spent ~= 1
-      if not inw then
-        local w, mode = m, p
-        @window_start(local st, lsec, lns)
-        @in_window(inw, st, lsec, ssec, sns)
-      end
-      if inw then
-        -- (gu: floor(give / 10^6))
-        nu = gu
-        if nu > tu then nu = tu end
-        tu = tu - nu
-      end
-    end
-    @ladd(nu, nl, bu, bl)
-    @micros(res[i + 2], nu, nl)
+    --@@ refund
   else
-    local u = units
-    if u > 2 * cap + 1 then u = 2 * cap + 1 end
-    local vu, vl = 0, 0
-    if kind == 1 then
-      -- owed before (bu + bl): max(-tokens, 0); after: max(tokens - u, -capacity)
-      local bu, bl = 0, 0
-      if tu < 0 then
-        @lsub(bu, bl, tu, tl)
-      end
-      tu = tu - u
-      if tu < -cap then tu, tl = -cap, 0 end
-      if tu >= cap then c = 0 end
-      -- (after >= 0 only when nothing was owed before)
-      if tu < 0 then
-        @lsub(vu, vl, tu, tl)
-        @lsub(vu, vl, bu, bl)
-      end
-    else
-      local bu, bl = du, dl
-      du = du + u
-      @window_pay(tu, du, dl, cap)
-      if du > cap or (du == cap and dl > 0) then du, dl = cap, 0 end
-      if bu < du or (bu == du and bl < dl) then
-        vu, vl = du, dl
-        @lsub(vu, vl, bu, bl)
-      end
-    end
-    @micros(res[i + 2], vu, vl)
+    --@@ charge
   end
   -- Time from the last time until the state equals a fresh one, rs s + rn ns (rs -1:
   -- never): reset_after (again below for a level given back).
   local rs, rn = 0, 0
   if kind == 1 then
     @reach(rs, rn, tu, tl, c, cap)
+  elseif kind >= 3 then  -- windows
+    rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
   elseif tu ~= 0 then
     local w, mode = m, p
     @to_next(rs, rn, lsec, lns)
@@ -356,6 +328,7 @@ for i = 1, n do
     @dur(res[6 * i + 2], rs, rn)
   end
   if decide and i < n and not denied then
+    if lg then LG = LG or {}; LG[i] = lg end  -- windows
     if i == 1 then
       H = {ver, kind, cap, m, p, g, wide, tu, tl, c, lsec, lns, du, dl, expiry, took, id, rs, rn}
     else
@@ -376,6 +349,7 @@ for i = 1, n do
           H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9], H[b + 10]
         lsec, lns, du, dl, expiry, took, id, rs, rn = H[b + 11], H[b + 12], H[b + 13], H[b + 14],
           H[b + 15], H[b + 16], H[b + 17], H[b + 18], H[b + 19]
+        lg = LG and LG[j]  -- windows
         if denied and took > 0 then
           -- given back: the state as before the deduction
           rs, rn = 0, 0
@@ -384,7 +358,9 @@ for i = 1, n do
             @reach(rs, rn, tu, tl, c, cap)
           else
             tu = tu - took
-            if tu ~= 0 then
+            if kind >= 3 then  -- windows
+              rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
+            elseif tu ~= 0 then
               local w, mode = m, p
               @to_next(rs, rn, lsec, lns)
             end
@@ -393,6 +369,7 @@ for i = 1, n do
       end
       -- The TTL (see above): none with debt or when never fresh (rs -1); else `keep`
       -- the one set earlier, or set `px`. `o`: the expiry as stored.
+      if lg then expiry = 0 end  -- windows: a log's TTL is set anew, with its list's
       local px, keep, o = nil, false, 0
       if du == 0 and dl == 0 and rs >= 0 then
         @ceil_ms2(local ttl, lsec - sec + rs, lns - ns + rn)
@@ -413,6 +390,7 @@ for i = 1, n do
           px = ttl
         end
       end
+      if lg then log_write(KEYS[j], lg, kind, tu, lsec, lns, px) end  -- windows
       local v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o,
         id)
       if keep then
@@ -435,9 +413,25 @@ end
 return res
 )lua";
 
+namespace detail {
+
+// kGatewayLuaBody with twin/gateway_settle.hpp's refund and charge in place, macros
+// expanded.
+inline std::string gateway_body() {
+  std::string body = kGatewayLuaBody;
+  for (const auto& [marker, text] :
+       {std::pair<std::string_view, std::string_view>{"    --@@ refund\n", kGatewayRefundLua},
+        {"    --@@ charge\n", kGatewayChargeLua}}) {
+    body.replace(body.find(marker), marker.size(), text);
+  }
+  return expand_lua(body);
+}
+
+}  // namespace detail
+
 // The whole script.
 inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach +
-                                       gateway_attempt_prelude() +
-                                       detail::expand_lua(kGatewayLuaBody);
+                                       kGatewayWindowsFunctions + gateway_attempt_prelude() +
+                                       detail::gateway_body();
 
 }  // namespace quota::redis

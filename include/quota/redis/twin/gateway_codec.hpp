@@ -37,6 +37,8 @@
 #include "quota/gateway/key_state.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/twin/fixed_window.hpp"
+#include "quota/redis/twin/range.hpp"
+#include "quota/redis/twin/sliding_window_estimate.hpp"
 #include "quota/redis/twin/token_bucket.hpp"
 #include "quota/units.hpp"
 
@@ -88,12 +90,8 @@ struct GatewayTwin {
   }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {
     if (auto s = gateway::detail::validate(policy); !s.ok()) return s;
-    if (std::holds_alternative<SlidingLog>(policy) ||
-        std::holds_alternative<SlidingWindowEstimate>(policy)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s is not yet a gateway policy on Redis (in-process only)",
-          std::holds_alternative<SlidingLog>(policy) ? "sliding_log" : "sliding_window_estimate"));
-    }
+    if (const auto* log = std::get_if<SlidingLog>(&policy)) return log_params(*log);
+    if (const auto* est = std::get_if<SlidingWindowEstimate>(&policy)) return estimate_params(*est);
     if (const auto* tb = std::get_if<TokenBucket>(&policy)) {
       auto twin = LuaTwin<TokenBucket>::params(*tb, kGatewayRange);
       if (!twin.ok()) return twin.status();
@@ -107,6 +105,29 @@ struct GatewayTwin {
     auto grid = LuaTwin<FixedWindow>::params(fw, kGatewayRange);
     if (!grid.ok()) return grid.status();
     return pack_policy(2, fw.limit, grid->w, grid->mode, 0, fw.window.count());
+  }
+
+  // The sliding log (kind 3, twin/gateway_windows.hpp): limit, W ns, 0, 0, W. Event ages
+  // are exact for W up to kMaxFillNs (the RedisStore log twin's bound).
+  static absl::StatusOr<PolicyArgs> log_params(const SlidingLog& log) {
+    if (auto s = check_capacity("limit", log.limit, kGatewayRange); !s.ok()) return s;
+    if (log.window.count() > kMaxFillNs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window=%d ns: %s keeps a sliding log's event ages exact up to %d ns (%s)",
+          log.window.count(), kGatewayRange.store, kMaxFillNs, span_days(kMaxFillNs)));
+    }
+    return pack_policy(3, log.limit, log.window.count(), 0, 0, log.window.count());
+  }
+  // The window estimate (kind 4): limit, the grid's w and mode, windows per second (mode
+  // 1), W; windows below 2^52 ns, as LuaTwin<SlidingWindowEstimate> (exact products).
+  static absl::StatusOr<PolicyArgs> estimate_params(const SlidingWindowEstimate& est) {
+    if (auto s = check_capacity("limit", est.limit, kGatewayRange); !s.ok()) return s;
+    auto grid = window_grid(est.window, LuaTwin<SlidingWindowEstimate>::kMaxWindowNs,
+                            "(~52 days, below 2^52 ns), so that the estimate is exact in Lua",
+                            kGatewayRange.store);
+    if (!grid.ok()) return grid.status();
+    const std::int64_t per = grid->mode == 1 ? kNanosPerSecond / grid->w : 0;
+    return pack_policy(4, est.limit, grid->w, grid->mode, per, est.window.count());
   }
 
   // A time as the script's two limbs: seconds (floor) and nanoseconds in [0, 10^9).

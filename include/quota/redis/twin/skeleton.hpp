@@ -231,6 +231,38 @@ inline constexpr LuaMacro kLuaMacros[] = {
     // $1 = ceil(($2 s + $3 ns) / 10^6): a duration of two limbs in whole milliseconds
     // ($3 of any sign and size below 2^53; local dm).
     {"ceil_ms2", "@ceil_ms(local dm, $3)\n$1 = ($2) * 1000 + dm"},
+    // The window estimate's arithmetic (twin/sliding_window_estimate.hpp and the gateway's
+    // twin/gateway_windows.hpp; SlidingWindowEstimate's), on the grid locals mode, w, per
+    // and kLuaEstimateMath's mul, le, muldiv. window_gap: $1 = the windows from the one
+    // of time ($4, $5) to the one of index $2 (window_start / w) of a time in second $3,
+    // mode 1 counting 2 for 2 or more (local gr). est_roll: counters $2 (cur), $3 (prev)
+    // rolled by $1 windows.
+    {"window_gap",
+     "if mode ~= 1 then\n  @mod(local gr, $4, w)\n  $1 = $2 - ($4 - gr) / w\nelseif $3 - $4 >= 2 "
+     "then\n  $1 = 2\nelse\n  @mod(local gr, $5, w)\n  $1 = ($3 - $4) * per + $2 - ($5 - gr) / "
+     "w\nend"},
+    {"est_roll", "if $1 == 1 then\n  $3 = $2; $2 = 0\nelseif $1 ~= 0 then\n  $3 = 0; $2 = 0\nend"},
+    // $1 = whether cost $4 fits: ($2 + $4)·$6 + $3·($6 − $7) <= $5·$6 for counters cur $2,
+    // prev $3, limit $5, window $6 ns, offset $7 (locals fx, fy).
+    {"est_fits",
+     "$1 = $4 >= 1 and $2 + $4 <= $5\nif $1 and $3 > 0 then\n  local fx, fy = $3 * ($6 - $7), ($5 "
+     "- $2 - $4) * $6\n  if fx < T53 then\n    $1 = fy >= T53 or fx <= fy\n  elseif fy < T53 "
+     "then\n    $1 = false\n  else\n    $1 = le($3, $6 - $7, $5 - $2 - $4, $6)\n  end\nend"},
+    // $1 = a denied cost $4's retry_after, ns (same arguments as est_fits; locals xs, xm).
+    {"est_retry",
+     "$1 = nil\nlocal xs = $5 - $2 - $4\nif xs >= 0 and $3 > 0 then\n  local xm = muldiv(xs, $6, "
+     "$3)\n  if xm >= 1 then $1 = $6 - xm - $7 end\nend\nif $1 == nil then\n  if $2 == 0 or $5 - "
+     "$4 >= $2 then\n    $1 = $6 - $7\n  else\n    local xm = muldiv($5 - $4, $6, $2)\n    if xm "
+     ">= 1 then $1 = $6 - $7 + ($6 - xm) else $1 = $6 - $7 + $6 end\n  end\nend"},
+    // $1 = remaining: $4 − $2 − $3 + floor($3·$6 / $5), at least 0 (cur $2, prev $3,
+    // limit $4, window $5 ns, offset $6; locals fx, ff, fr).
+    {"est_remaining",
+     "$1 = $4 - $2\nif $3 > 0 then\n  local fx, ff = $3 * $6, 0\n  if fx < T52 then\n    ff = "
+     "floor(fx / $5)\n    local fr = fx - ff * $5\n    if fr < 0 then ff = ff - 1 elseif fr >= $5 "
+     "then ff = ff + 1 end\n  else\n    ff = muldiv($3, $6, $5)\n  end\n  $1 = $1 - $3 + "
+     "ff\nend\nif $1 < 0 then $1 = 0 end"},
+    // $1 = reset_after, ns: until both counters are 0 (cur $2, prev $3, window $4, offset $5).
+    {"est_reset", "$1 = 0\nif $2 > 0 then $1 = $4 - $5 + $4 elseif $3 > 0 then $1 = $4 - $5 end"},
 };
 
 inline void lua_fail(std::string_view what) {

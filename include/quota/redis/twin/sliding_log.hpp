@@ -36,7 +36,68 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaHead of twin/common.hpp; its macros expanded).
+// The log's events in Lua, shared with the gateway's twin (twin/gateway_windows.hpp).
+// Needs kLuaMath. An event is '<ddd' (seconds, nanoseconds, cost), 24 bytes, oldest
+// first in the list; a malformed one fails the call with QUOTA_CORRUPT naming the list
+// (raised: nothing after it runs). int_in(x, lo, hi): x an exact integer in [lo, hi].
+// age: s1 + n1 − (s2 + n2) ns, formed only below 9·10^6 s + 1 s (beyond, w: it has surely
+// left). log_expired: how many of the `len` events at the head have left the window w at
+// (lsec, lns), and `used` less their costs (read in growing chunks: usually none or one
+// has left). log_room: the time until the oldest events in [from, stop) holding `excess`
+// units have left the window; nil when they hold less.
+inline constexpr const char* kLuaLogEvents = R"lua(
+local function int_in(x, lo, hi)
+  return x == x and x == floor(x) and x >= lo and x <= hi
+end
+local function age(s1, n1, s2, n2, w)
+  local dsec = s1 - s2
+  if dsec > 9000001 then return w end
+  return dsec * 1000000000 + (n1 - n2)
+end
+local function event(raw, lkey)
+  if type(raw) == 'string' and #raw == 24 then
+    local es, en, ec = struct.unpack('<ddd', raw)
+    if int_in(es, -1e12, 1e12) and int_in(en, 0, 999999999) and int_in(ec, 1, 9007199254740991) then
+      return es, en, ec
+    end
+  end
+  error(redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event'))
+end
+local function log_expired(lkey, len, lsec, lns, w, used)
+  local drop, step, live = 0, 1, false
+  while not live and drop < len do
+    local chunk = redis.call('LRANGE', lkey, drop, drop + step - 1)
+    if #chunk == 0 then break end
+    for j = 1, #chunk do
+      local es, en, ec = event(chunk[j], lkey)
+      if age(lsec, lns, es, en, w) < w then live = true; break end
+      drop = drop + 1
+      used = used - ec
+    end
+    if step < 256 then step = step * 8 end
+  end
+  return drop, used
+end
+local function log_room(lkey, from, stop, excess, lsec, lns, w)
+  local acc = 0
+  while from < stop do
+    local to = from + 63
+    if to >= stop then to = stop - 1 end
+    local chunk = redis.call('LRANGE', lkey, from, to)
+    if #chunk == 0 then return nil end
+    for j = 1, #chunk do
+      local es, en, ec = event(chunk[j], lkey)
+      acc = acc + ec
+      if acc >= excess then return w - age(lsec, lns, es, en, w) end
+    end
+    from = from + 64
+  end
+  return nil
+end
+)lua";
+
+// The script's body (after kLuaMath, kLuaHead of twin/common.hpp and kLuaLogEvents; its
+// macros expanded).
 //
 // Storage, per key (both in the tenant's slot: the suffix follows the hash tag):
 //   KEYS[i]          meta: 24 bytes, struct-packed doubles (last seconds, last
@@ -59,23 +120,6 @@ namespace quota::redis {
 // formed only when it is below 9·10^6 s + 1 s (beyond that it has surely left). Costs
 // and `used` are <= kMaxUnits < 2^44.
 inline constexpr const char* kSlidingLogLuaBody = R"lua(
--- an exact integer in [lo, hi] (the state's doubles are checked with it)
-local function int_in(x, lo, hi)
-  return x == x and x == floor(x) and x >= lo and x <= hi
-end
-local function age(s1, n1, s2, n2, w)
-  local dsec = s1 - s2
-  if dsec > 9000001 then return w end
-  return dsec * 1000000000 + (n1 - n2)
-end
-local function event(raw, key)
-  if type(raw) ~= 'string' or #raw ~= 24 then return nil end
-  local es, en, ec = struct.unpack('<ddd', raw)
-  if not (int_in(es, -1e12, 1e12) and int_in(en, 0, 999999999) and int_in(ec, 1, 9007199254740991)) then
-    return nil
-  end
-  return es, en, ec
-end
 local st = {} -- each bucket's decision: the first pass reads and decides, the second writes
 for i = 1, n do
   local cost = cost1
@@ -107,7 +151,7 @@ for i = 1, n do
     return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ' is not a quota event list')
   end
   if sec > lsec or (sec == lsec and ns > lns) then lsec, lns = sec, ns end
-  local drop, step, live = 0, 1, false
+  local drop, live = 0, false
   if spent then
     -- the log is that one event until it leaves the window (the list is replaced below)
     len, live = 1, true
@@ -115,47 +159,18 @@ for i = 1, n do
   end
   -- The first `drop` events have left the window. They are only counted here and trimmed
   -- in the second pass: a later bucket of this call may be corrupt, and a failed call
-  -- changes nothing. Read in growing chunks: usually none or one has left.
-  while not live and drop < len do
-    local chunk = redis.call('LRANGE', lkey, drop, drop + step - 1)
-    if #chunk == 0 then break end
-    for j = 1, #chunk do
-      local es, en, ec = event(chunk[j])
-      if es == nil then
-        return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
-      end
-      if age(lsec, lns, es, en, w) < w then live = true; break end
-      drop = drop + 1
-      used = used - ec
-    end
-    if step < 256 then step = step * 8 end
-  end
+  -- changes nothing.
+  if not live then drop, used = log_expired(lkey, len, lsec, lns, w, used) end
   len = len - drop
   if used < 0 or (len == 0 and used ~= 0) then
     return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used does not match the events')
   end
   @decide(limit, cost <= limit - used)
   if reason == 1 and spent then retry = w - age(lsec, lns, fsec, fns, w) end
-  if reason == 1 then
-    local excess = used + cost - limit
-    local acc, from = 0, drop
-    while retry == 0 do
-      local chunk = redis.call('LRANGE', lkey, from, from + 63)
-      if #chunk == 0 then
-        return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used exceeds the events')
-      end
-      for j = 1, #chunk do
-        local es, en, ec = event(chunk[j])
-        if es == nil then
-          return redis.error_reply('QUOTA_CORRUPT key ' .. lkey .. ': malformed event')
-        end
-        acc = acc + ec
-        if acc >= excess then
-          retry = w - age(lsec, lns, es, en, w)
-          break
-        end
-      end
-      from = from + 64
+  if reason == 1 and not spent then
+    retry = log_room(lkey, drop, drop + len, used + cost - limit, lsec, lns, w)
+    if retry == nil then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': used exceeds the events')
     end
   end
   if ok == 0 then all = 0 end
@@ -178,7 +193,7 @@ for i = 1, n do
   end
   local reset = 0
   if len > 0 then
-    local es, en = event(redis.call('LINDEX', lkey, -1))
+    local es, en = event(redis.call('LINDEX', lkey, -1), lkey)
     reset = w - age(lsec, lns, es, en, w)
   end
   @ceil_ms(local ms, reset)
@@ -192,8 +207,9 @@ end
 )lua";
 
 // The whole script.
-inline const std::string kSlidingLogLua =
-    std::string(kLuaMath) + kLuaHead + kLuaPut + detail::expand_lua(kSlidingLogLuaBody) + kLuaTail;
+inline const std::string kSlidingLogLua = std::string(kLuaMath) + kLuaHead + kLuaPut +
+                                          kLuaLogEvents + detail::expand_lua(kSlidingLogLuaBody) +
+                                          kLuaTail;
 
 template <>
 struct LuaTwin<SlidingLog> : TwinScript<kSlidingLogLua> {

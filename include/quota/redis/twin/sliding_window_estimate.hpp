@@ -39,35 +39,9 @@
 
 namespace quota::redis {
 
-// The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
-//
-// Exactness. Times are two limbs and windows tile the second grid as in
-// twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole number of seconds).
-// Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44, W and el < 2^52) are
-// formed as one number while below 2^53, else exactly as two limbs (`mul`: H·2^52 + L,
-// via 26-bit halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a
-// floating estimate corrected with those exact comparisons. params() rejects W >= 2^52
-// ns (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
-//
-// State: 21 bytes, '<I6I6i5I4': cur, prev (< 2^48), the last time's seconds and
-// nanoseconds, plus 10^9 when the key's TTL is known to cover its counters. 21 bytes keep
-// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
-// bytes). Format version (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 <
-// 2^31 with the mark), version 0 = zero; the check `t > 1999999999` rejects any other.
-//
-// TTL, set in the same script: reset_after (until both counters are 0: the end of the
-// window after the current one when cur > 0, of the current one when only prev > 0),
-// rounded up to ms, plus the margin. With `span` = 2, 1 or 0 as above (the windows,
-// from the start of the last time's, that the counters need), a write that sets a TTL
-// while span > 0 (on the server's clock) marks the state ("TTL known"); a later write, d
-// windows on, keeps that TTL while d + span <= the span marked, overwriting the state in
-// place (SETRANGE key 0); else it sets the TTL again (SET ... PX). An idle key is never
-// extended. In caller-time mode every write sets the TTL, unmarked.
-//
-// One pass per window for one window and for a batch of independent decisions; two for
-// the all-or-nothing check of several. A corrupt state found after some windows of a
-// batch were written puts those back (`fail`).
-inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
+// The estimate's exact products in Lua doubles, shared with the gateway's twin
+// (twin/gateway_windows.hpp); skeleton.hpp's est_* macros call them. Needs kLuaMath.
+inline constexpr const char* kLuaEstimateMath = R"lua(
 local T26 = 67108864
 local T52 = 4503599627370496
 local T53 = 9007199254740992
@@ -106,6 +80,37 @@ local function muldiv(a, b, c)
   while le(q + 1, c, a, b) do q = q + 1 end
   return q
 end
+)lua";
+
+// The script's body: the sections of kLuaLoop (twin/common.hpp), with its macros.
+//
+// Exactness. Times are two limbs and windows tile the second grid as in
+// twin/fixed_window.hpp (mode 1: W divides 1 s; mode 2: W a whole number of seconds).
+// Products of two numbers below 2^52 (counts <= kMaxUnits < 2^44, W and el < 2^52) are
+// formed as one number while below 2^53, else exactly as two limbs (`mul`: H·2^52 + L,
+// via 26-bit halves) and compared limb by limb (`le`); floor(a·b/c) (`muldiv`) is a
+// floating estimate corrected with those exact comparisons. params() rejects W >= 2^52
+// ns (mode 2: W <= 4.5·10^6 s, ~52 days), so every duration (at most 2·W) is exact.
+//
+// State: 21 bytes, '<I6I6i5I4': cur, prev (< 2^48), the last time's seconds and
+// nanoseconds, plus 10^9 when the key's TTL is known to cover its counters. 21 bytes keep
+// the value in jemalloc's 48-byte class (an embedded string takes 16 + 3 + len + 1
+// bytes). Format version (twin/common.hpp): bit 31 of the nanoseconds field (< 2·10^9 <
+// 2^31 with the mark), version 0 = zero; the check `t > 1999999999` rejects any other.
+//
+// TTL, set in the same script: reset_after (until both counters are 0: the end of the
+// window after the current one when cur > 0, of the current one when only prev > 0),
+// rounded up to ms, plus the margin. With `span` = 2, 1 or 0 as above (the windows,
+// from the start of the last time's, that the counters need), a write that sets a TTL
+// while span > 0 (on the server's clock) marks the state ("TTL known"); a later write, d
+// windows on, keeps that TTL while d + span <= the span marked, overwriting the state in
+// place (SETRANGE key 0); else it sets the TTL again (SET ... PX). An idle key is never
+// extended. In caller-time mode every write sets the TTL, unmarked.
+//
+// One pass per window for one window and for a batch of independent decisions; two for
+// the all-or-nothing check of several. A corrupt state found after some windows of a
+// batch were written puts those back (`fail`).
+inline constexpr const char* kSlidingWindowEstimateLuaBody = R"lua(
 local state_what, state_bytes, state_long = 'window estimate', 21, 21
 -- (sized for one window's reply: a table that grows is resized; put fills 5..9)
 local out = {0, sec, ns, 1, 0, 0, 0, 0, 0}
@@ -139,63 +144,24 @@ cur, prev, lsec, lns, known = limit, 0, fsec, fns, 0
 -- d: windows advanced (2 standing for 2 or more)
 local d = 0
 if sec > lsec or (sec == lsec and ns > lns) then
-  if mode ~= 1 then
-    @mod(local r, lsec, w)
-    d = idx - (lsec - r) / w
-  elseif sec - lsec >= 2 then
-    d = 2
-  else
-    @mod(local r, lns, w)
-    d = (sec - lsec) * per + idx - (lns - r) / w
-  end
-  if d == 1 then
-    prev = cur; cur = 0
-  elseif d ~= 0 then
-    prev = 0; cur = 0
-  end
+  @window_gap(d, idx, sec, lsec, lns)
+  @est_roll(d, cur, prev)
   lsec, lns = sec, ns
 end
 -- el: the last time's offset in its window
 local el
 @offset(el, lsec, lns)
--- (cur + cost)·W + prev·(W − el) <= limit·W, le's products inlined
-local fits = cost >= 1 and cur + cost <= limit
-if fits and prev > 0 then
-  local x, y = prev * (W - el), (limit - cur - cost) * W
-  if x < T53 then
-    fits = y >= T53 or x <= y
-  elseif y < T53 then
-    fits = false
-  else
-    fits = le(prev, W - el, limit - cur - cost, W)
-  end
-end
+-- (cur + cost)·W + prev·(W − el) <= limit·W
+@est_fits(local fits, cur, prev, cost, limit, W, el)
 @decide(limit, fits)
 if reason == 1 then
-  local spare = limit - cur - cost
-  local to_next = W - el
-  retry = nil
-  if spare >= 0 and prev > 0 then
-    local mw = muldiv(spare, W, prev)
-    if mw >= 1 then retry = W - mw - el end
-  end
-  if retry == nil then
-    if cur == 0 or limit - cost >= cur then
-      retry = to_next
-    else
-      local mw = muldiv(limit - cost, W, cur)
-      if mw >= 1 then retry = to_next + (W - mw) else retry = to_next + W end
-    end
-  end
+  @est_retry(retry, cur, prev, cost, limit, W, el)
 end
 --@@ write
 if ok == 1 and deduct then cur = cur + cost end
-local reset, span = 0, 0
-if cur > 0 then
-  reset = W - el + W; span = 2
-elseif prev > 0 then
-  reset = W - el; span = 1
-end
+@est_reset(local reset, cur, prev, W, el)
+local span = 0
+if cur > 0 then span = 2 elseif prev > 0 then span = 1 end
 -- Keep the TTL while the windows it is known to cover include this span; else set it,
 -- and mark it known when the span is not empty.
 local t = lns
@@ -210,26 +176,13 @@ else
   rcall('SET', key, v, 'PX', ms + margin)
 end
 --@@ reply
--- limit − cur − prev + floor(prev·el / W), muldiv's first case inlined
-local rem = limit - cur
-if prev > 0 then
-  local x = prev * el
-  local f
-  if x < T52 then
-    f = floor(x / W)
-    local r = x - f * W
-    if r < 0 then f = f - 1 elseif r >= W then f = f + 1 end
-  else
-    f = muldiv(prev, el, W)
-  end
-  rem = rem - prev + f
-end
-if rem < 0 then rem = 0 end
+-- limit − cur − prev + floor(prev·el / W)
+@est_remaining(local rem, cur, prev, limit, W, el)
 put(out, i, ok, reason, rem, retry, reset)
 )lua";
 
 inline const std::string kSlidingWindowEstimateLua =
-    detail::loop_script(kLuaPut, kSlidingWindowEstimateLuaBody);
+    detail::loop_script(std::string(kLuaPut) + kLuaEstimateMath, kSlidingWindowEstimateLuaBody);
 
 template <>
 struct LuaTwin<SlidingWindowEstimate> : TwinScript<kSlidingWindowEstimateLua> {
