@@ -26,14 +26,34 @@
 //   gateway 3lvl   GatewayStore::decide, user + tenant + global levels: two script calls
 //                  per decision (the tenant's slot with two levels, then the global key);
 //                  per_call is per decision (halve it for per script call)
+//   gateway 1lim   GatewayStore::decide, one limit of a tenant: tokens per minute
+//                  ("{tenant-i}#tpm", a token bucket of 1,000,000 per minute)
+//   gateway 3lim   GatewayStore::decide, three limits of one tenant (token buckets per
+//                  minute, per day and per 30 days: "{tenant-i}#tpm", "#tpd", "#tp30d"),
+//                  one script call
+//   gateway 3lim-fw  the same with requests per minute (a fixed window) beside the per-
+//                  minute and per-day token buckets
+//   floor ...      what any layout of the states must spend (kFloorLua): one or three
+//                  80-byte states read and written in place, without ("1key", "3keys")
+//                  and with ("+pack") the gateway's struct unpack and pack of each, and
+//                  three states in one key ("1key/3rec+pack")
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
-// b16's; the same for d1 is reported beside it.
+// b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
+// one tenant is one script call, at most 1.5x the server instructions of a 1-limit
+// decision" is reported as gateway 3lim's instructions over gateway 1lim's (its first limit
+// alone).
 //
 // Run (release build; needs valgrind, else it says so and exits 0):
 //   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
+//       [--rows gateway,floor] [--profile_dir DIR]
+// `--rows` measures only the rows whose name contains one of its parts (and writes only
+// their keys first: a part names a row or a group, "gateway"); `--profile_dir`
+// keeps each row's callgrind dump there (callgrind_annotate reads it: where a row's
+// instructions go).
 // `--benchmark_out=FILE` (what `bash cmake/run.sh bench` passes) also names the JSON
 // file; other --benchmark_* arguments are ignored.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,11 +64,13 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
 #include "common/cli.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
@@ -68,6 +90,16 @@ using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 
 namespace {
+
+// Copies the server's latest dump (written by instructions()) to `to`: a row's profile,
+// for callgrind_annotate.
+void keep_dump(const std::filesystem::path& dir, const std::filesystem::path& to) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
+      std::filesystem::copy_file(e.path(), to, std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+}
 
 // A redis-server under callgrind (a ScratchServer with valgrind as its wrapper), which
 // writes its dumps to the server's directory `dir`.
@@ -125,6 +157,9 @@ ABSL_FLAG(std::int64_t, calls, 2000, "script calls per single-decision row");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON to this file");
 ABSL_FLAG(std::string, node_guards, "off",
           "the stores' node guards: off, failover, clock or both (node_watch.hpp)");
+ABSL_FLAG(std::string, rows, "",
+          "measure only the rows whose name contains one of these (comma-separated)");
+ABSL_FLAG(std::string, profile_dir, "", "keep each row's callgrind dump in this directory");
 
 constexpr const char* kUsage = R"(usage: redis_instructions_bench [--calls N] [--json FILE]
 
@@ -137,6 +172,8 @@ valgrind; without it nothing is measured and the exit status is 0).
   --node_guards G       the quota and gateway stores with failover_safety (a failover
                         recorded an hour before the run: every state is newer, as after
                         one), clock_guard, both, or off (default)
+  --rows a,b            measure only the rows whose name contains one of these
+  --profile_dir DIR     keep each row's callgrind dump in DIR
   --benchmark_out=FILE  the same as --json FILE (what `bash cmake/run.sh bench` passes);
                         other --benchmark_* arguments are ignored
   --help                this text
@@ -258,9 +295,25 @@ int main(int argc, char** argv) {
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
 
+  // The rows --rows selects; only their keys are written first.
+  const std::vector<std::string> only =
+      absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipEmpty());
+  auto selected = [&](std::string_view name) {
+    return only.empty() || std::any_of(only.begin(), only.end(), [&](const std::string& part) {
+             return name.find(part) != std::string_view::npos;
+           });
+  };
+  // Whether a row of `group` (the rows whose names contain it) may be selected.
+  auto group_selected = [&](std::initializer_list<std::string_view> groups) {
+    return only.empty() || std::any_of(groups.begin(), groups.end(), [&](std::string_view g) {
+             return std::any_of(only.begin(), only.end(), [&](const std::string& part) {
+               return part.find(g) != std::string::npos || g.find(part) != std::string_view::npos;
+             });
+           });
+  };
   // Every key busy: three writes each (the quota keys in batches of 50), the naive
   // script's once (its TTL is never renewed by a later write).
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = 0; pass < 3 && group_selected({"quota", "fixed", "estimate"}); ++pass) {
     for (int first = 0; first < kKeys; first += 50) {
       std::vector<std::string> names;
       for (int j = first; j < first + 50 && j < kKeys; ++j) names.push_back(key(j));
@@ -277,7 +330,7 @@ int main(int argc, char** argv) {
       errors += !estimate_store.apply_batch(estimate, estimate_items, Nanos{0}).ok();
     }
   }
-  {
+  if (group_selected({"est-prev"})) {
     // The est-prev keys: 1,000 counted an hour before the server's time (the previous
     // window), then three writes each at the server's time, as above.
     auto t = conn.command({"TIME"});
@@ -302,7 +355,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (int i = 0; i < kKeys; ++i) {
+  for (int i = 0; i < kKeys && group_selected({"naive-lua"}); ++i) {
     auto r = conn.command({"EVALSHA", naive_sha, "1", "naive:" + key(i), "1000", "1000000", "1"});
     errors += !r.ok();
   }
@@ -325,16 +378,83 @@ int main(int argc, char** argv) {
     auto r = gw_store.decide(checks, 1, Nanos{0});
     return r.ok() && r->parts.size() == checks.size() && r->parts.back().allowed;
   };
-  for (int pass = 0; pass < 3; ++pass) {
+  // Three limits of one tenant (its scope, one script call): tokens per minute, per day
+  // and per 30 days ("{tenant-i}#tpm", "#tpd", "#tp30d"), or requests per minute in a
+  // fixed window ("#rpm") beside the first two. Generous: never denied.
+  const quota::gateway::RulePolicy per_minute =
+      TokenBucket{.rate = {.units = 1'000'000, .per = 60s}, .burst = 1'000'000};
+  const quota::gateway::RulePolicy per_day =
+      TokenBucket{.rate = {.units = 100'000'000, .per = 24h}, .burst = 100'000'000};
+  const quota::gateway::RulePolicy per_30_days =
+      TokenBucket{.rate = {.units = 1'000'000'000, .per = 720h}, .burst = 1'000'000'000};
+  const quota::gateway::RulePolicy requests_per_minute =
+      FixedWindow{.limit = 1'000'000'000, .window = 60s};
+  auto gw_limit = [&](std::uint64_t x) -> bool {
+    const std::string tpm = "{tenant-" + std::to_string(x % kKeys) + "}#tpm";
+    const quota::gateway::LevelCheck check{.policy = &per_minute, .key = tpm};
+    auto r = gw_store.decide(std::span(&check, 1), 1, Nanos{0});
+    return r.ok() && r->parts.size() == 1 && r->parts.back().allowed;
+  };
+  auto gw_limits = [&](std::uint64_t x, bool window) -> bool {
+    const std::string tenant = "{tenant-" + std::to_string(x % kKeys) + "}";
+    const std::string first = tenant + (window ? "#rpm" : "#tpm");
+    const std::string tpd = tenant + "#tpd";
+    const std::string third = tenant + (window ? "#tpm" : "#tp30d");
+    const quota::gateway::LevelCheck checks[] = {
+        {.policy = window ? &requests_per_minute : &per_minute, .key = first},
+        {.policy = &per_day, .key = tpd},
+        {.policy = window ? &per_minute : &per_30_days, .key = third}};
+    auto r = gw_store.decide(checks, 1, Nanos{0});
+    return r.ok() && r->parts.size() == 3 && r->parts.back().allowed;
+  };
+  // The floor of any layout: a script that only reads its keys' 80-byte states and writes
+  // them back in place (redis_scripts.hpp's kFloorLua), over 1 or 3 keys of a tenant, and
+  // the same with each state unpacked and packed as the gateway's is.
+  std::string floor_sha;
+  {
+    auto r = conn.command({"SCRIPT", "LOAD", quota::bench::kFloorLua});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
+      std::fprintf(stderr, "SCRIPT LOAD failed\n");
+      return 1;
+    }
+    floor_sha = quota::redis::reply_string(**r);
+  }
+  const std::string state80(80, 'x');
+  auto floor_key = [&](std::uint64_t x, int j) {
+    return "floor:{tenant-" + std::to_string(x % kKeys) + "}#" + std::to_string(j);
+  };
+  const std::string state240(240, 'x');
+  auto floor_call = [&](std::uint64_t x, int keys, const char* mode) -> bool {
+    const std::string nkeys = std::to_string(keys);
+    const bool one_key = mode[0] == '2';
+    std::vector<std::string> names;
+    for (int j = 0; j < keys; ++j) names.push_back(one_key ? floor_key(x, 9) : floor_key(x, j));
+    std::vector<std::string_view> argv{"EVALSHA", floor_sha, nkeys};
+    for (const std::string& k : names) argv.push_back(k);
+    argv.push_back(state80);
+    argv.push_back(mode);
+    if (one_key) argv.push_back("3");
+    auto r = conn.command(argv);
+    return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
+  };
+  for (int i = 0; i < kKeys && group_selected({"floor"}); ++i) {
+    for (int j = 0; j < 3; ++j) errors += !conn.command({"SET", floor_key(i, j), state80}).ok();
+    errors += !conn.command({"SET", floor_key(i, 9), state240}).ok();
+  }
+  for (int pass = 0; pass < 3 && group_selected({"gateway"}); ++pass) {
     for (int i = 0; i < kKeys; ++i) {
       errors += !gw_call(static_cast<std::uint64_t>(i), 1);
       errors += !gw_call(static_cast<std::uint64_t>(i), 3);
+      errors += !gw_limits(static_cast<std::uint64_t>(i), false);
+      errors += !gw_limits(static_cast<std::uint64_t>(i), true);
     }
   }
 
   std::vector<Row> rows;
+  const std::string profile_dir = absl::GetFlag(FLAGS_profile_dir);
   auto measure = [&](const std::string& name, int per_call, long long n,
                      const std::function<bool(std::mt19937_64&)>& one) {
+    if (!selected(name)) return;
     std::mt19937_64 rng(2);
     for (int i = 0; i < 20; ++i) errors += !one(rng);  // the script loaded, buffers grown
     if (!server.control("-z")) {
@@ -346,6 +466,13 @@ int main(int argc, char** argv) {
     if (ir < 0) {
       ++errors;
       return;
+    }
+    if (!profile_dir.empty()) {
+      std::string file = name;
+      for (char& ch : file) {
+        if (ch == ' ' || ch == '/') ch = '_';
+      }
+      keep_dump(server.server.dir(), std::filesystem::path(profile_dir) / ("callgrind." + file));
     }
     Row row{.name = name, .calls = n, .decisions_per_call = per_call};
     row.per_call = static_cast<double>(ir) / static_cast<double>(n);
@@ -378,6 +505,16 @@ int main(int argc, char** argv) {
   measure("gateway 1lvl", 1, calls, [&](std::mt19937_64& r) { return gw_call(r(), 1); });
   measure("gateway 2lvl", 1, calls, [&](std::mt19937_64& r) { return gw_call(r(), 2); });
   measure("gateway 3lvl", 1, calls / 2, [&](std::mt19937_64& r) { return gw_call(r(), 3); });
+  measure("gateway 1lim", 1, calls, [&](std::mt19937_64& r) { return gw_limit(r()); });
+  measure("gateway 3lim", 1, calls, [&](std::mt19937_64& r) { return gw_limits(r(), false); });
+  measure("gateway 3lim-fw", 1, calls, [&](std::mt19937_64& r) { return gw_limits(r(), true); });
+  measure("floor 1key", 1, calls, [&](std::mt19937_64& r) { return floor_call(r(), 1, "0"); });
+  measure("floor 3keys", 1, calls, [&](std::mt19937_64& r) { return floor_call(r(), 3, "0"); });
+  measure("floor 1key+pack", 1, calls, [&](std::mt19937_64& r) { return floor_call(r(), 1, "1"); });
+  measure("floor 3keys+pack", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 3, "1"); });
+  measure("floor 1key/3rec+pack", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "2"); });
 
   auto find = [&](const std::string& name) -> const Row* {
     for (const Row& r : rows) {
@@ -390,10 +527,16 @@ int main(int argc, char** argv) {
   const Row* d1 = find("quota d1");
   const double b16_ratio = naive && b16 ? naive->per_decision() / b16->per_decision() : 0;
   const double d1_ratio = naive && d1 ? naive->per_decision() / d1->per_decision() : 0;
+  const Row* one_limit = find("gateway 1lim");
+  const Row* three_limits = find("gateway 3lim");
+  const double limits_ratio =
+      one_limit && three_limits ? three_limits->per_decision() / one_limit->per_decision() : 0;
   std::printf(
       "decisions per Redis core (by instructions) vs the straightforward script: "
-      "b16 %.2fx (target >= 2: %s), d1 %.2fx; errors %d\n",
-      b16_ratio, b16_ratio >= 2 ? "met" : "not met", d1_ratio, errors);
+      "b16 %.2fx (target >= 2: %s), d1 %.2fx\n"
+      "3 limits of one tenant in one call vs 1 limit: %.2fx (target <= 1.5: %s); errors %d\n",
+      b16_ratio, b16_ratio >= 2 ? "met" : "not met", d1_ratio, limits_ratio,
+      limits_ratio > 0 && limits_ratio <= 1.5 ? "met" : "not met", errors);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << "{\n  \"context\": {\"tool\": \"callgrind --toggle-collect=processInputBuffer\", "
@@ -410,7 +553,9 @@ int main(int argc, char** argv) {
            "\"value\": "
         << b16_ratio << ", \"target\": 2, \"met\": " << (b16_ratio >= 2 ? "true" : "false")
         << "},\n    {\"name\": \"d1_per_core_vs_naive_instructions\", \"value\": " << d1_ratio
-        << "}\n  ]\n}\n";
+        << "},\n    {\"name\": \"gateway_3_limits_vs_1_limit_instructions\", \"value\": "
+        << limits_ratio << ", \"target\": 1.5, \"met\": "
+        << (limits_ratio > 0 && limits_ratio <= 1.5 ? "true" : "false") << "}\n  ]\n}\n";
   }
   return errors == 0 ? 0 : 1;
 }

@@ -27,4 +27,34 @@ return allowed
 // A script that does nothing: what Redis spends on any script call before it does work.
 inline constexpr const char* kNoopLua = "return 1";
 
+// The floor of a script that keeps one fixed-size state per limit: reads the states and
+// writes ARGV[1] over each in place (SETRANGE, TTL kept). ARGV[2]: '0' one state per key
+// (GET, or MGET for several keys), I/O only; '1' the same with each state unpacked and
+// packed in the gateway's 80-byte format (twin/gateway.hpp), what struct costs per state;
+// '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one SETRANGE), each
+// unpacked and packed: what one key per scope would cost.
+inline constexpr const char* kFloorLua = R"lua(
+local n, mode, fmt = #KEYS, ARGV[2], '<I7i6I3I7i6I4I5I3I4c35'
+local raws
+if n == 1 then raws = {redis.call('GET', KEYS[1])} else raws = redis.call('MGET', unpack(KEYS)) end
+local v = ARGV[1]
+if mode == '2' then
+  local raw, parts = raws[1], {}
+  for r = 1, ARGV[3] + 0 do
+    local a, b, c, d, e, f, g, h, k, id = struct.unpack(fmt, raw, 80 * r - 79)
+    parts[r] = struct.pack(fmt, a, b, c, d, e, f, g, h, k, id)
+  end
+  redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
+  return n
+end
+for i = 1, n do
+  if mode == '1' then
+    local a, b, c, d, e, f, g, h, k, id = struct.unpack(fmt, raws[i])
+    v = struct.pack(fmt, a, b, c, d, e, f, g, h, k, id)
+  end
+  redis.call('SETRANGE', KEYS[i], '0', v)
+end
+return n
+)lua";
+
 }  // namespace quota::bench
