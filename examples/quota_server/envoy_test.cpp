@@ -21,6 +21,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -29,10 +30,7 @@ namespace rls = envoy::service::ratelimit::v3;
 using Response = rls::RateLimitResponse;
 using Entries = std::vector<std::pair<std::string, std::string>>;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 struct Server {
   quota::testing::ServerProcess process;

@@ -15,6 +15,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "testing/metrics_text.hpp"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -22,10 +23,7 @@ namespace {
 namespace rls = envoy::service::ratelimit::v3;
 using quota::testing::metric_value;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 std::string metrics(int port) {
   httplib::Client c("127.0.0.1", port);

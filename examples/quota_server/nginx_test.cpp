@@ -21,14 +21,12 @@
 #include <string>
 #include <thread>
 
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 // A port no one listens on now (the kernel's pick for a socket bound and closed).
 int free_port() {

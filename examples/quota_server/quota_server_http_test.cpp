@@ -12,14 +12,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 quota::testing::ServerProcess& server() {
   static quota::testing::ServerProcess s;

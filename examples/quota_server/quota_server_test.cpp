@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -23,10 +24,7 @@ namespace {
 namespace rls = envoy::service::ratelimit::v3;
 using Code = rls::RateLimitResponse;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 // The one server of this test binary (started on first use, stopped at exit).
 quota::testing::ServerProcess& server() {

@@ -29,6 +29,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "redis/support/redis_server.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -38,25 +39,9 @@ using quota::testing::ConfiguredServer;
 using quota::testing::metric_value;
 using quota::testing::ServerProcess;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/quota_server_auth_XXXXXX";
-    REQUIRE(mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = path + "/" + name;
-    std::ofstream(p) << text;
-    return p;
-  }
-};
+using quota::testing::TempDir;
 
 const char kRules[] =
     "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
@@ -133,7 +118,7 @@ std::pair<int, std::string> run_bad(const std::string& args) {
 TEST_CASE("AUTH: the right password decides, a wrong one is 503 and logged; a breaker opens") {
   ConfiguredServer redis("server-auth", {"requirepass s3cret-pw"});
   REQUIRE(redis.started());
-  TempDir dir;
+  TempDir dir("auth");
   const std::string rules = dir.write("rules.yaml", kRules);
   const std::string good = dir.write("good", "s3cret-pw\n");
   const std::string wrong = dir.write("wrong", "not-it\n");
@@ -199,7 +184,7 @@ TEST_CASE("--redis-sentinel: the primary a sentinel names decides, with AUTH") {
        "sentinel auth-pass quota s3cret-pw"},
       /*sentinel=*/true);
   REQUIRE(sentinel.started());
-  TempDir dir;
+  TempDir dir("auth");
   const std::string rules = dir.write("rules.yaml", kRules);
   const std::string good = dir.write("good", "s3cret-pw");
   ServerProcess s;
@@ -220,7 +205,7 @@ TEST_CASE("--redis-sentinel: the primary a sentinel names decides, with AUTH") {
 }
 
 TEST_CASE("Redis flags: bad combinations and a missing password file exit 2") {
-  TempDir dir;
+  TempDir dir("auth");
   const std::string rules = dir.write("rules.yaml", kRules);
   const std::string base = "--rules " + rules + " --grpc-port 0 --http-port 0 ";
   const std::pair<std::string, std::string> cases[] = {

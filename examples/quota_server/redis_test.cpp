@@ -31,16 +31,14 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

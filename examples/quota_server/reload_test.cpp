@@ -28,16 +28,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
 std::string generation(int g) {
   return "routes:\n  - name: read\nrules:\n  - name: read-g" + std::to_string(g) +

@@ -34,6 +34,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "redis/support/redis_server.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -42,25 +43,9 @@ using quota::testing::ConfiguredServer;
 using quota::testing::metric_value;
 using quota::testing::ServerProcess;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
+using quota::testing::env;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/quota_server_shared_XXXXXX";
-    REQUIRE(mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = path + "/" + name;
-    std::ofstream(p) << text;
-    return p;
-  }
-};
+using quota::testing::TempDir;
 
 // A rule file: one route, plan free's tenant bucket of `burst` (no refill while the test
 // runs), and `version:` when given.
@@ -122,7 +107,7 @@ TEST_CASE(
     "[single]") {
   ConfiguredServer redis("server-shared-rules", {});
   REQUIRE(redis.started());
-  TempDir dir;
+  TempDir dir("shared");
   const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());
   const std::string key = "--rules-key=shared-" + std::to_string(::getpid());
 
@@ -272,7 +257,7 @@ TEST_CASE("shared rules on a Redis Cluster: any node publishes, every server fol
     for (int p = 0; in >> p;) ports.push_back(p);
   }
   REQUIRE(ports.size() >= 3);
-  TempDir dir;
+  TempDir dir("shared");
   const auto node = [&](int i) {
     return "--redis-cluster=127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(i)]);
   };
