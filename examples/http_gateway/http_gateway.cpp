@@ -59,6 +59,7 @@ ABSL_FLAG(std::int64_t, rate, 10, "refill this many units ...");
 ABSL_FLAG(std::int64_t, per, 1, "... every this many seconds");
 ABSL_FLAG(std::int64_t, burst, 20, "bucket capacity in units");
 ABSL_FLAG(std::string, redis, "", "HOST:PORT of Redis, to keep the budgets there");
+ABSL_FLAG(std::int64_t, redis_deadline_ms, 3, "each Redis decision's deadline, ms");
 
 namespace {
 
@@ -79,6 +80,7 @@ Flags (--flag VALUE or --flag=VALUE):
   --per S            ... every S seconds (default 1)
   --burst B          bucket capacity in units (default 20)
   --redis HOST:PORT  keep the budgets in Redis (shared by every gateway process)
+  --redis_deadline_ms N  each Redis decision's deadline: connect, send and reply (default 3)
   --help             this text
 )";
 
@@ -89,6 +91,7 @@ struct Options {
   std::int64_t per_s = 1;
   std::int64_t burst = 20;
   std::string redis;
+  std::int64_t redis_deadline_ms = 3;
 };
 
 // Where the budgets live: in-process or Redis. `spend` is called from httplib's worker
@@ -131,18 +134,20 @@ class RedisBudget : public Budget {
 // The command line (common/cli.hpp: --help exits 0, a usage error 2) as Options.
 Options parse_options(int argc, char** argv) {
   using quota::cli::integer;
-  quota::cli::parse({.name = "http_gateway",
-                     .usage = kUsage,
-                     .checks = {integer("port", 0, 65535), integer("rate", 0, 1'000'000'000),
-                                integer("per", 1, 86'400 * 365), integer("burst", 1, 1'000'000'000),
-                                quota::cli::host_port("redis")}},
-                    argc, argv);
+  quota::cli::parse(
+      {.name = "http_gateway",
+       .usage = kUsage,
+       .checks = {integer("port", 0, 65535), integer("rate", 0, 1'000'000'000),
+                  integer("per", 1, 86'400 * 365), integer("burst", 1, 1'000'000'000),
+                  quota::cli::host_port("redis"), integer("redis_deadline_ms", 1, 60'000)}},
+      argc, argv);
   return Options{.host = absl::GetFlag(FLAGS_host),
                  .port = static_cast<int>(absl::GetFlag(FLAGS_port)),
                  .rate = absl::GetFlag(FLAGS_rate),
                  .per_s = absl::GetFlag(FLAGS_per),
                  .burst = absl::GetFlag(FLAGS_burst),
-                 .redis = absl::GetFlag(FLAGS_redis)};
+                 .redis = absl::GetFlag(FLAGS_redis),
+                 .redis_deadline_ms = absl::GetFlag(FLAGS_redis_deadline_ms)};
 }
 
 std::string json_error(std::string_view reason, std::string_view detail) {
@@ -203,7 +208,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto pool = std::make_shared<quota::redis::ConnectionPool>(
-        quota::redis::ConnectionConfig{.host = host, .port = port}, 8);
+        quota::redis::ConnectionConfig{
+            .host = host, .port = port, .deadline = std::chrono::milliseconds(o.redis_deadline_ms)},
+        8);
     budget = std::make_unique<RedisBudget>(policy, quota::RedisStoreOptions{.pool = pool});
 #else
     std::fprintf(stderr,
