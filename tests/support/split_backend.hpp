@@ -1,4 +1,4 @@
-// benchmarks/support/split_backend.hpp — a gateway backend that decides the user and
+// tests/support/split_backend.hpp — a gateway backend that decides the user and
 // tenant levels in this process and the global level at a shared authority.
 //
 // `SplitBackend<Local, Global>` satisfies the gateway's backend concept
@@ -25,7 +25,7 @@
 //
 //   quota::LocalStore<quota::gateway::KeyPolicy> tenants;
 //   quota::gateway::StoreBackend local(tenants);
-//   quota::bench::SplitBackend split(local, redis_gateway_store);
+//   quota::testing::SplitBackend split(local, redis_gateway_store);
 //   quota::gateway::LeasedBackend leased(split, ledger);
 #pragma once
 
@@ -38,16 +38,22 @@
 #include "absl/status/statusor.h"
 #include "quota/gateway/backend.hpp"
 
-namespace quota::bench {
+namespace quota::testing {
+
+namespace detail {
+// The global side's attempt type, when it records attempts at the authority (Redis).
+template <class Global>
+struct SplitAttempt {};
+template <class Global>
+requires requires { typename Global::Attempt; }
+struct SplitAttempt<Global> {
+  using Attempt = typename Global::Attempt;
+};
+}  // namespace detail
 
 template <gateway::GatewayBackend Local, gateway::GatewayBackend Global>
-class SplitBackend {
+class SplitBackend : public detail::SplitAttempt<Global> {
  public:
-  using Attempt = typename Global::Attempt;
-  using AttemptResult = decltype(std::declval<Global&>().decide_attempt(
-      std::span<const gateway::LevelCheck>{}, std::uint64_t{0}, Nanos{0},
-      std::declval<const Attempt&>()));
-
   // Both must outlive the backend.
   SplitBackend(Local& local, Global& global) : local_(local), global_(global) {}
 
@@ -80,8 +86,11 @@ class SplitBackend {
     return out;
   }
 
-  AttemptResult decide_attempt(std::span<const gateway::LevelCheck> levels, std::uint64_t version,
-                               Nanos now, const Attempt& attempt) {
+  template <class G = Global>
+  requires requires { typename G::Attempt; }
+  auto decide_attempt(std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
+                      const typename G::Attempt& attempt)
+      -> decltype(std::declval<G&>().decide_attempt(levels, version, now, attempt)) {
     for (const gateway::LevelCheck& l : levels) {
       if (!is_global(l.key)) {
         return absl::InvalidArgumentError("split backend: an attempt must be global levels only");
@@ -118,4 +127,4 @@ class SplitBackend {
   Global& global_;
 };
 
-}  // namespace quota::bench
+}  // namespace quota::testing
