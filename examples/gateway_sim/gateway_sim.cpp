@@ -44,6 +44,10 @@
 // (shared, redis: r·T + B; leases: r·T + B + G·q_max); 1 when one breaks it; 2 for a bad command
 // line; 3 when the run failed (e.g. Redis unreachable).
 //
+// --scenario global-lease: one global budget shared by 10,000 tenants through 8 gateway
+// processes, with the global level leased and without (global_lease.hpp,
+// global_lease_report.hpp).
+//
 // Build and run:  bash cmake/run.sh demo            (release build, default scenario)
 //                 ./build/release/examples/gateway_sim/gateway_sim --help
 #include <algorithm>
@@ -62,6 +66,7 @@
 #include "absl/strings/str_split.h"
 #include "analysis.hpp"
 #include "common/cli.hpp"
+#include "global_lease_report.hpp"
 #include "noisy_report.hpp"
 #include "options.hpp"
 #include "report.hpp"
@@ -94,7 +99,7 @@ ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis server, or 'local'");
 ABSL_FLAG(std::int64_t, verify_burst, -1, "check the hot tenant against this burst");
 ABSL_FLAG(std::string, svg, "", "where to write the chart");
 ABSL_FLAG(bool, no_progress, false, "no progress line on stderr");
-ABSL_FLAG(std::string, scenario, "gateways", "gateways or noisy-neighbour");
+ABSL_FLAG(std::string, scenario, "gateways", "gateways, noisy-neighbour or global-lease");
 ABSL_FLAG(std::int64_t, noisy_requests, 20, "noisy-neighbour: the noisy tenant's requests");
 ABSL_FLAG(std::int64_t, small_permille, 600,
           "noisy-neighbour: the small tenants' load, permille of the budget's rate");
@@ -148,7 +153,11 @@ Flags (--flag VALUE or --flag=VALUE):
                      4,000,000 tokens per minute while 1,000 small tenants keep
                      sending, first come first served and with fair share
                      (noisy.hpp); uses --seed, --seconds and --svg (default:
-                     gateway_sim_noisy.svg beside this executable)
+                     gateway_sim_noisy.svg beside this executable); or
+                     global-lease: one global budget shared by 10,000 tenants
+                     through 8 gateway processes, leased and not
+                     (global_lease.hpp); uses --seed, --seconds and --svg
+                     (default: gateway_sim_global_lease.svg)
   --noisy-requests N noisy-neighbour: the noisy tenant's requests in its 30 s, 0 for
                      none (default 20)
   --small-permille P noisy-neighbour: the small tenants' load together, permille of
@@ -187,9 +196,11 @@ Options parse_options(int argc, char** argv) {
                   integer("noisy_requests", 0, 1'000),
                   integer("small_permille", 1, 5'000),
                   quota::cli::host_port("redis", "local"),
-                  quota::cli::custom(
-                      "scenario", "gateways or noisy-neighbour",
-                      [](std::string_view v) { return v == "gateways" || v == "noisy-neighbour"; }),
+                  quota::cli::custom("scenario", "gateways, noisy-neighbour or global-lease",
+                                     [](std::string_view v) {
+                                       return v == "gateways" || v == "noisy-neighbour" ||
+                                              v == "global-lease";
+                                     }),
                   quota::cli::custom("svg", "a path",
                                      [](std::string_view v) { return !v.empty(); })}},
       argc, argv);
@@ -257,6 +268,12 @@ Options parse_options(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace gateway_sim;
   Options o = parse_options(argc, argv);
+  if (absl::GetFlag(FLAGS_scenario) == "global-lease") {
+    global_lease::GlobalLeaseConfig c;
+    c.seed = o.traffic.seed;
+    c.seconds = o.traffic.seconds;
+    return global_lease::run_global_lease_scenario(c, o.svg);
+  }
   if (absl::GetFlag(FLAGS_scenario) == "noisy-neighbour") {
     noisy::NoisyConfig c;
     c.seed = o.traffic.seed;

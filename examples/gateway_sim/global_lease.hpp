@@ -1,0 +1,347 @@
+// global_lease.hpp — the global-lease scenario (--scenario global-lease): one global
+// budget shared by many tenants, decided by several gateway processes through leases
+// (quota/gateway/leased_backend.hpp) and, on the same requests, without.
+//
+// The model (numbers in GlobalLeaseConfig, printed by the run):
+//   - the authority is one in-process store (a StoreBackend over a LocalStore) holding
+//     the global budget, an exact token bucket every tenant shares; a wrapper counts its
+//     calls (authority round trips), and a wrapper of the GrantLedger counts the grants'
+//     records (over Redis each is a second call);
+//   - G gateway processes, each a quota::gateway::Gateway with its own incarnation,
+//     registry and rules, over a SplitBackend (tests/support/split_backend.hpp): the
+//     tenants' own limits in that process's own store, the global level at the authority;
+//     tenants are routed to one gateway each (by a seeded hash), as a load balancer
+//     sticky by tenant does, so each tenant's limit is exact and the only budget at the
+//     authority is the shared one;
+//   - 10,000 tenants with Zipf-distributed rates send requests of 1 unit (Poisson
+//     arrivals), together 0.6×, then 1.5×, then 0.9× the global rate, a third of the run
+//     each: below the budget, saturating it, and near it;
+//   - leases: the global rule has `lease: on` (units, low water, expiry below); no-leases:
+//     the same rules without, so every decision is one call to the authority.
+// Everything is single-threaded on simulated time and seeded: the same seed gives the same
+// output.
+//
+// What is checked (global_lease_report.hpp prints it):
+//   - the global envelope on every admitted request, over every interval, with the
+//     envelope verifier (quota/verify/envelope.hpp): r·T + B without leases, r·T + B +
+//     Σ outstanding grants with leases, Σ the most units the holders held at once
+//     (LeasedBackend::holdings, summed right after each grant arrives: the sum only grows
+//     then), which must be at most H·(units + low_water) for H holders. (Units admitted
+//     in an interval come from grants held at its start or taken within it, and the
+//     authority grants at most r·T + B within it.)
+//   - a denial is FALSE when the global rule denied while a reference bucket with the
+//     global contract, charged with every admission, had room for it: the budget could
+//     have served it (leases strand units in grants other gateways hold);
+//   - authority round trips per decision: calls to the authority plus grant records.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "quota/gateway/gateway.hpp"
+#include "quota/gateway/leased_backend.hpp"
+#include "quota/store/local_store.hpp"
+#include "quota/verify/envelope.hpp"
+#include "support/split_backend.hpp"
+#include "traffic.hpp"
+
+namespace gateway_sim::global_lease {
+
+using namespace std::chrono_literals;
+namespace gw = quota::gateway;
+
+struct GlobalLeaseConfig {
+  std::uint64_t seed = 1;
+  std::int64_t seconds = 60;
+  int gateways = 8;
+  int tenants = 10'000;
+  double zipf = 1.0;  // tenant i's rate is proportional to 1 / (i + 1)^zipf
+  // The global budget, and each tenant's own limit (never reached by these loads).
+  quota::TokenBucket global{.rate = {.units = 10'000, .per = 1s}, .burst = 2'000};
+  quota::TokenBucket tenant{.rate = {.units = 5'000, .per = 1s}, .burst = 5'000};
+  gw::LeaseSpec lease{.mode = gw::LeaseMode::kOn, .units = 1'000, .expiry = 1s, .low_water = 200};
+  // The offered load, a multiple of the global rate, in each third of the run.
+  double load[3] = {0.6, 1.5, 0.9};
+
+  // The most the grants can hold: H·(units + low_water).
+  std::int64_t grants_bound() const { return gateways * (lease.units + lease.low_water); }
+};
+
+struct GlobalRequest {
+  std::int64_t time_ns;
+  std::uint32_t tenant;
+  std::uint32_t gateway;
+};
+
+// The seeded request stream, in time order.
+inline std::vector<GlobalRequest> generate_global(const GlobalLeaseConfig& c) {
+  std::vector<double> cumulative(static_cast<std::size_t>(c.tenants));
+  double sum = 0;
+  for (int i = 0; i < c.tenants; ++i) {
+    sum += 1.0 / std::pow(i + 1.0, c.zipf);
+    cumulative[static_cast<std::size_t>(i)] = sum;
+  }
+  std::vector<std::uint32_t> gateway_of(static_cast<std::size_t>(c.tenants));
+  for (int i = 0; i < c.tenants; ++i) {
+    SplitMix64 h(c.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(i));
+    gateway_of[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(h.below(c.gateways));
+  }
+  SplitMix64 rng(c.seed * 0x2545f4914f6cdd1dULL + 22);
+  const double rate_per_ns =
+      static_cast<double>(c.global.rate.units) / static_cast<double>(c.global.rate.per.count());
+  const std::int64_t end_ns = c.seconds * 1'000'000'000;
+  std::vector<GlobalRequest> out;
+  double t = 0;
+  for (int phase = 0; phase < 3; ++phase) {
+    const double phase_end = static_cast<double>(end_ns) * (phase + 1) / 3;
+    const double per_ns = rate_per_ns * c.load[phase];
+    if (per_ns <= 0) {
+      t = phase_end;
+      continue;
+    }
+    while (true) {
+      t += -std::log1p(-rng.uniform()) / per_ns;
+      if (t >= phase_end) {
+        t = phase_end;  // memoryless: the next phase starts afresh
+        break;
+      }
+      const double pick = rng.uniform() * sum;
+      const auto it = std::upper_bound(cumulative.begin(), cumulative.end(), pick);
+      const auto tenant = static_cast<std::uint32_t>(
+          std::min<std::ptrdiff_t>(it - cumulative.begin(), c.tenants - 1));
+      out.push_back({static_cast<std::int64_t>(t), tenant, gateway_of[tenant]});
+    }
+  }
+  return out;
+}
+
+// The authority's backend, counting its calls (round trips over a network).
+template <class Inner>
+class CountingBackend {
+ public:
+  explicit CountingBackend(Inner& inner) : inner_(inner) {}
+  absl::StatusOr<gw::LevelsResult> decide(std::span<const gw::LevelCheck> levels,
+                                          std::uint64_t version, quota::Nanos now) {
+    ++calls;
+    return inner_.decide(levels, version, now);
+  }
+  absl::StatusOr<quota::MicroUnits> refund(const gw::RulePolicy& policy, std::uint64_t version,
+                                           std::string_view key, std::int64_t units,
+                                           quota::Nanos spent_at, quota::Nanos now) {
+    ++calls;
+    return inner_.refund(policy, version, key, units, spent_at, now);
+  }
+  absl::StatusOr<quota::MicroUnits> charge(const gw::RulePolicy& policy, std::uint64_t version,
+                                           std::string_view key, std::int64_t units,
+                                           quota::Nanos now) {
+    ++calls;
+    return inner_.charge(policy, version, key, units, now);
+  }
+  std::int64_t calls = 0;
+
+ private:
+  Inner& inner_;
+};
+
+// The grant ledger, counting records (over Redis each is a call) and the largest Σ of the
+// grants it lists as outstanding (whole grants, spent or not), taken after each record.
+class CountingLedger {
+ public:
+  absl::Status record(const gw::GrantRecord& g) {
+    ++records;
+    auto s = ledger_.record(g);
+    std::int64_t sum = 0;
+    for (const auto& o : ledger_.outstanding(g.granted_at)) sum += o.units;
+    max_outstanding = std::max(max_outstanding, sum);
+    return s;
+  }
+  std::optional<gw::GrantRecord> replay(std::string_view id) { return ledger_.replay(id); }
+
+  std::int64_t records = 0, max_outstanding = 0;
+
+ private:
+  gw::GrantLedger ledger_;
+};
+
+enum class Outcome : std::uint8_t { kAdmitted, kDeniedGlobal, kDeniedTenant };
+
+struct GlobalLeaseRun {
+  std::string name;
+  bool leased = false;
+  std::vector<Outcome> outcome{};  // per request, in the stream's order
+  std::string error{};             // a failed call: the run stops there
+  std::int64_t authority_calls = 0, grant_requests = 0, grant_records = 0;
+  // The most units the holders held at once (unspent, unexpired: the Σ of the envelope;
+  // it only grows when a grant arrives, so it is sampled right after each), and the most
+  // the ledger listed as granted and not expired (whole grants, spent or not).
+  std::int64_t max_held = 0, max_listed = 0;
+  std::vector<std::pair<double, double>> held_curve{};  // (s, Σ held) after each grant
+};
+
+inline gw::RuleSetSpec global_lease_rules(const GlobalLeaseConfig& c, bool leased) {
+  gw::RuleSetSpec s;
+  s.routes = {{.name = "read", .cost = 1}};
+  s.rules.push_back({.level = gw::Level::kTenant,
+                     .plan = "free",
+                     .route = "read",
+                     .name = "tenant",
+                     .policy = c.tenant});
+  s.rules.push_back({.level = gw::Level::kGlobal,
+                     .route = "read",
+                     .name = "global",
+                     .policy = c.global,
+                     .lease = leased ? c.lease : gw::LeaseSpec{}});
+  return s;
+}
+
+// Replays the stream through G gateway processes over one authority.
+inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
+                                       const std::vector<GlobalRequest>& reqs, bool leased) {
+  using Store = quota::LocalStore<gw::KeyPolicy>;
+  using Authority = CountingBackend<gw::StoreBackend<Store>>;
+  using Split = quota::testing::SplitBackend<gw::StoreBackend<Store>, Authority>;
+  using Leased = gw::LeasedBackend<Split, CountingLedger>;
+  GlobalLeaseRun out;
+  out.name = leased ? "leases" : "no-leases";
+  out.leased = leased;
+  auto rules = gw::RuleSet::create(global_lease_rules(c, leased));
+  if (!rules.ok()) {
+    out.error = std::string(rules.status().message());
+    return out;
+  }
+  Store authority_store;
+  gw::StoreBackend<Store> authority_backend(authority_store);
+  Authority authority(authority_backend);
+  CountingLedger ledger;
+  struct Process {
+    Process(Authority& a, CountingLedger& l, std::shared_ptr<const gw::RuleSet> r, bool leased,
+            std::uint64_t incarnation)
+        : local(tenants),
+          split(local, a),
+          backend(split, l, {.incarnation = incarnation}),
+          registry(std::move(r)) {
+      if (leased) {
+        leased_gateway = std::make_unique<gw::Gateway<Leased>>(backend, registry);
+      } else {
+        direct_gateway = std::make_unique<gw::Gateway<Split>>(split, registry);
+      }
+    }
+    absl::StatusOr<gw::Result> decide(const gw::Request& r, quota::Nanos now) {
+      return leased_gateway ? leased_gateway->decide(r, now) : direct_gateway->decide(r, now);
+    }
+    Store tenants;
+    gw::StoreBackend<Store> local;
+    Split split;
+    Leased backend;
+    gw::RuleRegistry registry;
+    std::unique_ptr<gw::Gateway<Leased>> leased_gateway;
+    std::unique_ptr<gw::Gateway<Split>> direct_gateway;
+  };
+  std::vector<std::unique_ptr<Process>> processes;
+  for (int g = 0; g < c.gateways; ++g) {
+    processes.push_back(std::make_unique<Process>(authority, ledger, *rules, leased,
+                                                  static_cast<std::uint64_t>(g) + 1));
+  }
+  std::vector<std::int64_t> grants_seen(processes.size(), 0);
+  std::vector<std::string> names;
+  for (int i = 0; i < c.tenants; ++i) names.push_back(absl::StrCat("t", i));
+  out.outcome.reserve(reqs.size());
+  for (const GlobalRequest& r : reqs) {
+    auto d = processes[r.gateway]->decide(
+        {.who = {.tenant = names[r.tenant], .plan = "free"}, .route = "read"},
+        quota::Nanos{r.time_ns});
+    if (!d.ok()) {
+      out.error = std::string(d.status().message());
+      return out;
+    }
+    if (leased) {
+      const std::int64_t asked = processes[r.gateway]->backend.grant_requests();
+      if (asked != grants_seen[r.gateway]) {
+        grants_seen[r.gateway] = asked;
+        std::int64_t held = 0;
+        for (auto& p : processes) {
+          for (const gw::Holding& h : p->backend.holdings(quota::Nanos{r.time_ns})) held += h.units;
+        }
+        out.max_held = std::max(out.max_held, held);
+        out.held_curve.emplace_back(static_cast<double>(r.time_ns) / 1e9,
+                                    static_cast<double>(held));
+      }
+    }
+    out.outcome.push_back(d->decision.allowed   ? Outcome::kAdmitted
+                          : d->rule == "global" ? Outcome::kDeniedGlobal
+                                                : Outcome::kDeniedTenant);
+  }
+  out.authority_calls = authority.calls;
+  out.grant_records = ledger.records;
+  out.max_listed = ledger.max_outstanding;
+  for (auto& p : processes) out.grant_requests += p->backend.grant_requests();
+  return out;
+}
+
+struct GlobalLeaseAnalysis {
+  std::int64_t decisions = 0, admitted = 0, denied_global = 0, denied_tenant = 0, false_denials = 0,
+               round_trips = 0;
+  quota::verify::TokenBucketReport envelope;  // r·T + B + Σ outstanding (0 without leases)
+  quota::verify::TokenBucketReport plain;     // r·T + B
+  std::vector<std::pair<double, double>> admitted_curve;  // (s, cumulative units)
+
+  double round_trips_per_decision() const {
+    return decisions == 0 ? 0.0 : static_cast<double>(round_trips) / static_cast<double>(decisions);
+  }
+};
+
+inline absl::StatusOr<GlobalLeaseAnalysis> analyze_global_lease(
+    const GlobalLeaseConfig& c, const std::vector<GlobalRequest>& reqs, const GlobalLeaseRun& run) {
+  GlobalLeaseAnalysis a;
+  const quota::TokenBucket& policy = c.global;
+  quota::TokenBucket::State ref = policy.init(quota::Nanos{0});
+  std::vector<quota::verify::AdmittedEvent> log;
+  log.reserve(run.outcome.size());
+  a.admitted_curve.emplace_back(0.0, 0.0);
+  std::int64_t next_sample_ns = 100'000'000;
+  for (std::size_t i = 0; i < run.outcome.size(); ++i) {
+    const GlobalRequest& r = reqs[i];
+    while (r.time_ns >= next_sample_ns) {
+      a.admitted_curve.emplace_back(static_cast<double>(next_sample_ns) / 1e9,
+                                    static_cast<double>(a.admitted));
+      next_sample_ns += 100'000'000;
+    }
+    policy.refill(ref, r.time_ns);
+    ++a.decisions;
+    switch (run.outcome[i]) {
+      case Outcome::kAdmitted:
+        ++a.admitted;
+        ref.tokens -= quota::to_micro(1);
+        log.push_back({.time_ns = r.time_ns, .cost = 1});
+        break;
+      case Outcome::kDeniedGlobal:
+        ++a.denied_global;
+        if (ref.tokens >= quota::to_micro(1)) ++a.false_denials;
+        break;
+      case Outcome::kDeniedTenant:
+        ++a.denied_tenant;
+        break;
+    }
+  }
+  a.admitted_curve.emplace_back(static_cast<double>(c.seconds), static_cast<double>(a.admitted));
+  a.round_trips = run.authority_calls + run.grant_records;
+  auto envelope = quota::verify::verify_token_bucket(log, policy.rate, policy.burst,
+                                                     run.leased ? run.max_held : 0);
+  if (!envelope.ok()) return envelope.status();
+  auto plain = quota::verify::verify_token_bucket(log, policy.rate, policy.burst, 0);
+  if (!plain.ok()) return plain.status();
+  a.envelope = *std::move(envelope);
+  a.plain = *std::move(plain);
+  return a;
+}
+
+}  // namespace gateway_sim::global_lease
