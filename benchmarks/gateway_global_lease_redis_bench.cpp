@@ -17,7 +17,9 @@
 // grant is two, its decision and its record), decisions_per_round_trip, excess_units (the
 // verifier's worst excess over r·T + B + H·(units + low_water): <= 0 means the bound
 // held), over_rT_B_units (the same over r·T + B alone: what the grants out added),
-// outstanding_at_end_units (the grants the authority lists as outstanding at the end).
+// held_at_end_units (what the holders still held at the end, LeasedBackend::holdings:
+// at most H·(units + low_water)), listed_at_end_units (the grants the authority's ledger
+// lists as not expired at the end: whole grants, spent or not).
 // The benchmark's argument is the global rate, units/s (burst a tenth of it).
 //
 //   build/release/benchmarks/gateway_global_lease_redis_bench --benchmark_format=json
@@ -203,11 +205,14 @@ void run(benchmark::State& state, bool leased) {
         leased ? kGateways * (kGlobalLease.units + kGlobalLease.low_water) : 0;
     auto bound = quota::verify::verify_token_bucket(all, global.rate, global.burst, grants_bound);
     auto plain = quota::verify::verify_token_bucket(all, global.rate, global.burst, 0);
-    std::int64_t outstanding = 0;
+    std::int64_t held = 0, listed = 0;
     if (leased) {
-      auto listed = ledger.outstanding("{~global}read");
-      if (listed.ok()) {
-        for (const auto& g : *listed) outstanding += g.units;
+      for (auto& p : processes) {
+        for (const gw::Holding& h : p->leased_backend.holdings(clock.now())) held += h.units;
+      }
+      auto grants = ledger.outstanding("{~global}read");
+      if (grants.ok()) {
+        for (const auto& g : *grants) listed += g.units;
       }
     }
 
@@ -222,7 +227,8 @@ void run(benchmark::State& state, bool leased) {
         bound.ok() ? static_cast<double>(bound->excess_micro()) / 1e6 : 1e18;
     state.counters["over_rT_B_units"] =
         plain.ok() ? static_cast<double>(plain->excess_micro()) / 1e6 : 1e18;
-    state.counters["outstanding_at_end_units"] = static_cast<double>(outstanding);
+    state.counters["held_at_end_units"] = static_cast<double>(held);
+    state.counters["listed_at_end_units"] = static_cast<double>(listed);
     state.counters["errors"] = static_cast<double>(errors);
     if (!bound.ok() || !bound->holds()) state.SkipWithError("the envelope did not hold");
   }
