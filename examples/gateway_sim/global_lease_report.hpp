@@ -171,11 +171,26 @@ inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::stri
                           "7 5",
                           {{0.0, static_cast<double>(c.grants_bound())},
                            {end_s, static_cast<double>(c.grants_bound())}}});
+  std::vector<Series> peaks;
+  peaks.push_back({"no-leases", "#1f77b4", "", direct.peak_curve});
+  peaks.push_back({"leases", "#d62728", "4 3", leases.peak_curve});
+  peaks.push_back(
+      Series{"B, shared budget",
+             "#000000",
+             "7 5",
+             {{0.0, static_cast<double>(g.burst)}, {end_s, static_cast<double>(g.burst)}}});
+  peaks.push_back(Series{"B + most units held",
+                         "#d62728",
+                         "2 4",
+                         {{0.0, static_cast<double>(g.burst + rows[1].first.max_held)},
+                          {end_s, static_cast<double>(g.burst + rows[1].first.max_held)}}});
   const std::string svg = render_svg(
       {Panel{absl::StrFormat("global budget shared by %d tenants: cumulative admitted units "
                              "(seed %d)",
                              c.tenants, c.seed),
              "simulated time T (s)", "admitted units since 0", std::move(admitted)},
+       Panel{"the verifier's peak: most units admitted over an interval ending then, minus r*T",
+             "simulated time T (s)", "units (per 100 ms)", std::move(peaks)},
        Panel{absl::StrFormat("leases: units the %d holders held together, after each grant",
                              c.gateways),
              "simulated time T (s)", "units", std::move(grants)}});
