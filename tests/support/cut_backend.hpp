@@ -25,20 +25,24 @@ class CutBackend {
   void set_cut(bool cut) { cut_.store(cut, std::memory_order_release); }
   bool cut() const { return cut_.load(std::memory_order_acquire); }
   std::int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  std::int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) {
+    calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.decide(levels, version, now);
   }
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
                                     Nanos now) {
+    calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos now) {
+    calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.charge(policy, version, key, units, now);
   }
@@ -52,6 +56,7 @@ class CutBackend {
   Inner& inner_;
   std::atomic<bool> cut_{false};
   std::atomic<std::int64_t> refused_{0};
+  std::atomic<std::int64_t> calls_{0};
 };
 
 }  // namespace quota::testing
