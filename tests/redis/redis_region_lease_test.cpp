@@ -233,3 +233,46 @@ TEST_CASE("over Redis, regions spend what they hold while the central server is 
   }
   check_central(regions, tally, global, Nanos{800ms});
 }
+
+TEST_CASE("over Redis, a regional grant whose reply was lost is retried with its id, taken once",
+          "[redis][region]") {
+  quota::testing::ScratchServer central(quota::testing::scratch_dir("quota-region-lost"));
+  REQUIRE(central.started());
+  quota::testing::LossyProxy proxy(central.port());
+  const TokenBucket global{.rate = kSlow, .burst = 100};
+  auto rules = build(quota::testing::levels_spec(1, kTenant, std::nullopt, global));
+  const quota::gateway::LeaseSpec lease{
+      .mode = quota::gateway::LeaseMode::kOn, .units = 10, .expiry = 1min, .low_water = 0};
+  Region region(proxy.port(), 2s, rules, 0xab, lease, "lost-region");
+  REQUIRE(region.server.started());
+  GatewayStore direct({.pool = pool(central.port(), 2s), .prefix = "central:"});
+  const quota::gateway::Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
+  // The first regional grant (10 units), nine of them spent.
+  for (int i = 0; i < 9; ++i) REQUIRE(region.gateway.decide(req, Nanos{0})->decision.allowed);
+  // The tenth spends the last unit; the reply to its renewal is lost after Redis ran it.
+  auto global_key = direct.redis_key("{~global}read");
+  REQUIRE(global_key.ok());
+  proxy.drop_reply_to(*global_key);
+  REQUIRE(region.gateway.decide(req, Nanos{0})->decision.allowed);
+  REQUIRE(proxy.dropped() == 1);
+  // After the backoff the same grant id goes to the central server through the router's
+  // attempt: Redis replays the grant.
+  auto r = region.gateway.decide(req, Nanos{60ms});
+  REQUIRE(r.ok());
+  CHECK(r->decision.allowed);
+  CHECK(region.backend.grant_requests() == 3);
+  // Taken once: 100 − 10 − 10, and 1 more by this check.
+  const auto* rule =
+      region.registry.current()->find(quota::gateway::Level::kGlobal, req.who, "read");
+  REQUIRE(rule != nullptr);
+  const quota::gateway::LevelCheck check{.policy = &rule->policy, .key = "{~global}read"};
+  auto left = direct.decide(std::span(&check, 1), 1, Nanos{0});
+  REQUIRE(left.ok());
+  CHECK(left->parts.at(0).remaining == 79);
+  auto listed = region.ledger.outstanding("{~global}read");
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].grant_id == "ab-1");
+  CHECK((*listed)[1].grant_id == "ab-2");
+  CHECK((*listed)[1].incarnation == 0xab);
+}
