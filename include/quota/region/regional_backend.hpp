@@ -29,7 +29,7 @@
 //     level admits from grants not expired, and once they are spent (or expired) a request
 //     gets the renewal's failure, kUnavailable, which the Gateway answers with the route's
 //     fail mode (fail_closed: kUnavailable; fail_open: the bounded emergency bucket,
-//     kFailOpen, outage.hpp). No admission of kind kAllowed beyond the region's grants.
+//     kFailOpen, outage.hpp). An enforcing global level never admits beyond them.
 //   - Bound: a region holds at most `units + low_water` of a global key, so over every
 //     interval of length T the union of every region's admissions on it is within
 //     A(T) <= r·T + B + Σ outstanding regional grants <= r·T + B + R·(units + low_water)
@@ -49,6 +49,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
