@@ -39,6 +39,8 @@
 // --scenario noisy-neighbour runs another scenario instead (noisy.hpp, noisy_report.hpp):
 // one tenant's 200,000-token requests and 1,000 small tenants against a global 4,000,000
 // tokens per minute, first come first served and with fair share (quota/fair/).
+// --scenario regions (regions.hpp, regions_report.hpp): three regions lease one global
+// budget from a central authority (quota/region/), one cut off from it for a while.
 //
 // Exit status: 0 when every strategy that promises an envelope keeps it for every tenant
 // (shared, redis: r·T + B; leases: r·T + B + G·q_max); 1 when one breaks it; 2 for a bad command
@@ -69,6 +71,7 @@
 #include "global_lease_report.hpp"
 #include "noisy_report.hpp"
 #include "options.hpp"
+#include "regions_report.hpp"
 #include "report.hpp"
 #include "run.hpp"
 #include "strategies.hpp"
@@ -99,7 +102,7 @@ ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis server, or 'local'");
 ABSL_FLAG(std::int64_t, verify_burst, -1, "check the hot tenant against this burst");
 ABSL_FLAG(std::string, svg, "", "where to write the chart");
 ABSL_FLAG(bool, no_progress, false, "no progress line on stderr");
-ABSL_FLAG(std::string, scenario, "gateways", "gateways, noisy-neighbour or global-lease");
+ABSL_FLAG(std::string, scenario, "gateways", "gateways, noisy-neighbour, global-lease or regions");
 ABSL_FLAG(std::int64_t, noisy_requests, 20, "noisy-neighbour: the noisy tenant's requests");
 ABSL_FLAG(std::int64_t, small_permille, 600,
           "noisy-neighbour: the small tenants' load, permille of the budget's rate");
@@ -148,8 +151,9 @@ Flags (--flag VALUE or --flag=VALUE):
   --svg PATH         where to write the chart (default: gateway_sim.svg in the
                      directory of this executable, i.e. the build tree)
   --no-progress      no progress line on stderr
-  --scenario NAME    gateways (default: the above) or noisy-neighbour: one tenant
-                     sends 20 requests of 200,000 tokens in 30 s against a global
+  --scenario NAME    gateways (default: the above), noisy-neighbour or regions.
+                     noisy-neighbour: one tenant sends 20 requests of 200,000
+                     tokens in 30 s against a global
                      4,000,000 tokens per minute while 1,000 small tenants keep
                      sending, first come first served and with fair share
                      (noisy.hpp); uses --seed, --seconds and --svg (default:
@@ -157,7 +161,11 @@ Flags (--flag VALUE or --flag=VALUE):
                      global-lease: one global budget shared by 10,000 tenants
                      through 8 gateway processes, leased and not
                      (global_lease.hpp); uses --seed, --seconds and --svg
-                     (default: gateway_sim_global_lease.svg)
+                     (default: gateway_sim_global_lease.svg); or
+                     regions: three regions lease one global budget from a
+                     central authority, one cut off from it during the middle
+                     third (regions.hpp); uses --seed, --seconds and --svg
+                     (default: gateway_sim_regions.svg beside this executable)
   --noisy-requests N noisy-neighbour: the noisy tenant's requests in its 30 s, 0 for
                      none (default 20)
   --small-permille P noisy-neighbour: the small tenants' load together, permille of
@@ -196,10 +204,10 @@ Options parse_options(int argc, char** argv) {
                   integer("noisy_requests", 0, 1'000),
                   integer("small_permille", 1, 5'000),
                   quota::cli::host_port("redis", "local"),
-                  quota::cli::custom("scenario", "gateways, noisy-neighbour or global-lease",
+                  quota::cli::custom("scenario", "gateways, noisy-neighbour, global-lease or regions",
                                      [](std::string_view v) {
                                        return v == "gateways" || v == "noisy-neighbour" ||
-                                              v == "global-lease";
+                                              v == "global-lease" || v == "regions";
                                      }),
                   quota::cli::custom("svg", "a path",
                                      [](std::string_view v) { return !v.empty(); })}},
@@ -281,6 +289,12 @@ int main(int argc, char** argv) {
     c.noisy_requests = absl::GetFlag(FLAGS_noisy_requests);
     c.small_permille = absl::GetFlag(FLAGS_small_permille);
     return noisy::run_noisy_scenario(c, o.svg);
+  }
+  if (absl::GetFlag(FLAGS_scenario) == "regions") {
+    regions::RegionsConfig c;
+    c.seed = o.traffic.seed;
+    c.seconds = o.traffic.seconds;
+    return regions::run_regions_scenario(c, o.svg);
   }
 #ifdef QUOTA_SIM_HAVE_REDIS
   // --redis local: a throw-away redis-server (cmake/redis_server.sh, in a directory of

@@ -6,7 +6,9 @@
 // whose bytes contain `needle` (one caller at a time: the reply dropped is the next one
 // the server sends after that command). Armed with drop_request_to(needle), it closes the
 // client's connection on the next command containing `needle` without forwarding it: the
-// server never runs it. dropped() counts both.
+// server never runs it. dropped() counts both. While set_blocked(true), every command is
+// handled so (the connection closed, nothing forwarded): the server is unreachable through
+// the proxy until set_blocked(false).
 #pragma once
 
 #include <arpa/inet.h>
@@ -60,6 +62,7 @@ class LossyProxy {
     std::lock_guard<std::mutex> lock(mu_);
     request_needle_ = std::move(needle);
   }
+  void set_blocked(bool blocked) { blocked_ = blocked; }
   int dropped() const { return dropped_.load(); }
 
  private:
@@ -108,7 +111,7 @@ class LossyProxy {
         if (fds[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
           const ssize_t n = ::read(p.client, buf, sizeof buf);
           const std::string_view command(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-          if (n > 0 && request_matches(command)) {
+          if (n > 0 && (blocked_ || request_matches(command))) {
             ++dropped_;
             closed = true;  // never forwarded: the server does not run it
           } else {
@@ -165,6 +168,7 @@ class LossyProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drop_{false};
+  std::atomic<bool> blocked_{false};
   std::atomic<int> dropped_{0};
   std::thread thread_;
 };

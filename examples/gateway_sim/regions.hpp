@@ -1,0 +1,266 @@
+// regions.hpp — the regions scenario: three regions share one global budget, one of them
+// cut off from the central authority for a while.
+//
+// Each region ("eu", "us", "ap") serves its tenants from its own in-process authority (a
+// ShardedStore: their tenant budgets) and reaches the central authority (another store:
+// the global budget) through a path the scenario cuts (tests/support/cut_backend.hpp:
+// every call fails as unavailable). Two ways to decide the global level, on the same
+// seeded request stream:
+//
+//   regional-leases  quota::region::RegionalBackend: each region holds regional grants of
+//                    the global budget and decides it locally; one cross-region round trip
+//                    per grant. Promises r·T + B + Σ regional grants (3 × (units +
+//                    low_water)). Cut off, a region spends what it holds, then answers
+//                    kUnavailable (the route fails closed).
+//   central          quota::region::ScopeRouter alone: every global decision at the
+//                    central authority, a cross-region round trip per request. Promises
+//                    r·T + B. Cut off, a region answers kUnavailable at once.
+//
+// Time is simulated (1 ms steps, one thread): the same stream gives the same table on
+// every run. A FALSE denial is a request denied (by any level, or unavailable) while an
+// exact reference bucket of the global contract, charged with every region's admissions
+// up to that millisecond, had room for it.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "quota/gateway/gateway.hpp"
+#include "quota/gateway/rule_registry.hpp"
+#include "quota/policy/token_bucket.hpp"
+#include "quota/region/regional_backend.hpp"
+#include "quota/store/sharded_store.hpp"
+#include "quota/verify/envelope.hpp"
+#include "support/cut_backend.hpp"
+
+namespace gateway_sim::regions {
+
+using namespace std::chrono_literals;
+
+struct RegionsConfig {
+  std::uint64_t seed = 1;
+  std::int64_t seconds = 60;
+  std::vector<std::string> names = {"eu", "us", "ap"};
+  std::vector<std::int64_t> offered_per_s = {2400, 2400, 1800};  // 110 % of the budget
+  int tenants_per_region = 30;
+  std::int64_t global_rate = 6000, global_burst = 1200;  // units per second, units
+  std::int64_t tenant_rate = 1000, tenant_burst = 200;   // never the limit here
+  quota::gateway::LeaseSpec lease{.mode = quota::gateway::LeaseMode::kOn,
+                                  .units = 200,
+                                  .expiry = std::chrono::seconds(1),
+                                  .low_water = 50};
+  std::size_t cut_region = 2;  // "ap", cut off during [seconds / 3, 2 · seconds / 3)
+
+  quota::TokenBucket global() const {
+    return {.rate = {.units = global_rate, .per = 1s}, .burst = global_burst};
+  }
+  quota::Nanos cut_from() const { return quota::Nanos{seconds * 1'000'000'000 / 3}; }
+  quota::Nanos cut_until() const { return quota::Nanos{seconds * 2'000'000'000 / 3}; }
+  std::int64_t promised_extra() const {
+    return static_cast<std::int64_t>(names.size()) * lease.max_held();
+  }
+};
+
+enum class RegionsStrategy { kRegionalLeases, kCentral };
+
+struct RegionStats {
+  std::int64_t offered = 0, admitted = 0, denied = 0, unavailable = 0, false_denied = 0;
+  std::int64_t admitted_while_cut = 0, unavailable_while_cut = 0;
+  std::int64_t admitted_after_unavailable = 0;          // while cut, after its first kUnavailable
+  std::int64_t held_at_cut = 0;                         // regional grants held when cut off
+  std::vector<std::pair<double, double>> per_second{};  // (s, admitted in that second)
+};
+
+struct RegionsRun {
+  std::string name;
+  std::vector<RegionStats> regions{};
+  std::vector<quota::verify::AdmittedEvent> global_log{};  // every region's admissions
+  std::vector<std::pair<double, double>> cumulative{};     // (s, admitted since 0), all regions
+  std::int64_t decisions = 0;
+  std::int64_t round_trips = 0;  // calls to the central authority, refused ones included
+  std::int64_t errors = 0;       // decisions that failed (none expected)
+  std::int64_t promised_extra = 0;
+  quota::verify::TokenBucketReport report{};
+};
+
+namespace detail {
+
+using Store = quota::ShardedStore<quota::gateway::KeyPolicy>;
+using Local = quota::gateway::StoreBackend<Store>;
+using Path = quota::testing::CutBackend<Local>;
+
+// What one region is made of, for either strategy.
+template <class Backend>
+struct Region {
+  Store store;
+  Local local{store};
+  Path path;
+  Backend backend;
+  quota::gateway::RuleRegistry registry;
+  quota::gateway::Gateway<Backend> gateway{backend, registry};
+
+  template <class... Args>
+  Region(Local& central, std::shared_ptr<const quota::gateway::RuleSet> rules, Args&&... args)
+      : path(central),
+        backend(local, path, std::forward<Args>(args)...),
+        registry(std::move(rules)) {}
+
+  std::int64_t held(quota::Nanos now) {
+    if constexpr (requires { backend.holdings(now); }) {
+      std::int64_t units = 0;
+      for (const auto& h : backend.holdings(now)) units += h.units;
+      return units;
+    } else {
+      return 0;
+    }
+  }
+};
+
+inline std::shared_ptr<const quota::gateway::RuleSet> rules(const RegionsConfig& c) {
+  quota::gateway::RuleSetSpec s;
+  s.version = 1;
+  s.routes = {{.name = "read", .cost = 1}};
+  const auto add = [&](quota::gateway::Level level, const char* name, std::int64_t rate,
+                       std::int64_t burst) {
+    s.rules.push_back(
+        {.level = level,
+         .tenant = "",
+         .plan = level == quota::gateway::Level::kGlobal ? "" : "free",
+         .route = "read",
+         .name = name,
+         .policy = quota::TokenBucket{.rate = {.units = rate, .per = 1s}, .burst = burst},
+         .shadow = false});
+  };
+  add(quota::gateway::Level::kTenant, "tenant", c.tenant_rate, c.tenant_burst);
+  add(quota::gateway::Level::kGlobal, "global", c.global_rate, c.global_burst);
+  auto set = quota::gateway::RuleSet::create(std::move(s));
+  return set.ok() ? *set : nullptr;
+}
+
+template <class Backend, class... Args>
+RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
+  RegionsRun out;
+  out.name = std::move(name);
+  out.regions.resize(c.names.size());
+  auto set = rules(c);
+  if (set == nullptr) {
+    ++out.errors;
+    return out;
+  }
+  Store central_store;
+  Local central(central_store);
+  std::vector<std::unique_ptr<Region<Backend>>> regions;
+  for (std::size_t i = 0; i < c.names.size(); ++i) {
+    regions.push_back(std::make_unique<Region<Backend>>(central, set, args(i)...));
+  }
+  std::mt19937_64 rng(c.seed);
+  std::vector<std::poisson_distribution<int>> arrivals;
+  for (std::int64_t per_s : c.offered_per_s) {
+    arrivals.emplace_back(static_cast<double>(per_s) / 1000);
+  }
+  const quota::TokenBucket g = c.global();
+  auto reference = g.init(quota::Nanos{0});
+  std::vector<bool> unavailable_seen(c.names.size(), false);
+  std::vector<std::int64_t> this_second(c.names.size(), 0);
+  std::int64_t total = 0;
+  struct Denial {
+    std::size_t region;
+  };
+  const quota::Nanos end{c.seconds * 1'000'000'000};
+  for (quota::Nanos t{0}; t < end; t += 1ms) {
+    if (t == c.cut_from()) {
+      out.regions[c.cut_region].held_at_cut = regions[c.cut_region]->held(t);
+      regions[c.cut_region]->path.set_cut(true);
+    }
+    if (t == c.cut_until()) regions[c.cut_region]->path.set_cut(false);
+    const bool cut = t >= c.cut_from() && t < c.cut_until();
+    std::vector<Denial> denials;  // judged after this millisecond's admissions
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      RegionStats& rs = out.regions[i];
+      const int n = arrivals[i](rng);
+      for (int k = 0; k < n; ++k) {
+        const std::string tenant = "t" + std::to_string(rng() % c.tenants_per_region);
+        auto r = regions[i]->gateway.decide(
+            {.who = {.tenant = tenant, .plan = "free"}, .route = "read"}, t);
+        ++out.decisions;
+        ++rs.offered;
+        if (!r.ok()) {
+          ++out.errors;
+          continue;
+        }
+        const quota::Decision& d = r->decision;
+        const bool in_cut = cut && i == c.cut_region;
+        if (d.allowed) {
+          ++rs.admitted;
+          ++this_second[i];
+          ++total;
+          out.global_log.push_back({t.count(), 1});
+          reference.tokens -= quota::to_micro(1);
+          if (in_cut) {
+            ++rs.admitted_while_cut;
+            if (unavailable_seen[i]) ++rs.admitted_after_unavailable;
+          }
+          continue;
+        }
+        denials.push_back({i});
+        if (d.reason == quota::Reason::kUnavailable) {
+          ++rs.unavailable;
+          if (in_cut) {
+            ++rs.unavailable_while_cut;
+            unavailable_seen[i] = true;
+          }
+        } else {
+          ++rs.denied;
+        }
+      }
+    }
+    for (const Denial& d : denials) {
+      if (reference.tokens >= quota::to_micro(1)) ++out.regions[d.region].false_denied;
+    }
+    g.refill(reference, (t + 1ms).count());
+    if ((t + 1ms).count() % 1'000'000'000 == 0) {
+      const double s = static_cast<double>((t + 1ms).count()) / 1e9;
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        out.regions[i].per_second.emplace_back(s, static_cast<double>(this_second[i]));
+        this_second[i] = 0;
+      }
+      out.cumulative.emplace_back(s, static_cast<double>(total));
+    }
+  }
+  for (const auto& r : regions) out.round_trips += r->path.calls();
+  return out;
+}
+
+}  // namespace detail
+
+inline RegionsRun run_regions(const RegionsConfig& c, RegionsStrategy strategy) {
+  RegionsRun out;
+  if (strategy == RegionsStrategy::kRegionalLeases) {
+    using Backend = quota::region::RegionalBackend<detail::Local, detail::Path>;
+    quota::gateway::GrantLedger ledger;  // the central record of the regional grants
+    out = detail::run<Backend>(
+        c, "regional-leases", [&](std::size_t) -> auto& { return ledger; },
+        [&](std::size_t i) {
+          return quota::region::RegionalOptions{.lease = c.lease,
+                                                .holder = {.incarnation = 0x10 + i}};
+        });
+    out.promised_extra = c.promised_extra();
+  } else {
+    using Backend = quota::region::ScopeRouter<detail::Local, detail::Path>;
+    out = detail::run<Backend>(c, "central");
+    out.promised_extra = 0;
+  }
+  auto report = quota::verify::verify_token_bucket(out.global_log, c.global().rate,
+                                                   c.global().burst, out.promised_extra);
+  if (report.ok()) {
+    out.report = *report;
+  } else {
+    ++out.errors;  // reported as a failed run, never as a verdict
+  }
+  return out;
+}
+
+}  // namespace gateway_sim::regions

@@ -1,0 +1,146 @@
+// quota/region/scope_router.hpp — one gateway backend over two authorities: the global
+// scope at a central one, every other scope at a regional one.
+//
+// `ScopeRouter<Regional, Central>` satisfies the GatewayBackend concept (backend.hpp). A
+// level whose store key is in the global scope ("{~global}...", store_key.hpp) is decided
+// by `Central`; every other level (user and tenant budgets, "{tenant}...") by `Regional`.
+// It is the inner backend of a RegionalBackend (regional_backend.hpp), where the central
+// levels are leased, so `Central` is asked only for grants; on its own it sends every
+// global decision across regions.
+//
+// Guarantees:
+//   - Each authority decides its levels as it does alone (the levels of one scope in one
+//     atomic step there). All or nothing across the two: a run of levels decided at one
+//     authority before a later run denies (or fails) gets its cost back through that
+//     authority's refund, quoting the time it reported — the same give-back StoreBackend
+//     and GatewayStore do between scopes. A failure of either answers the request with
+//     that status (kUnavailable: the route's fail mode), never an admission.
+//   - `refund` and `charge` go to the authority of the key's scope.
+//   - Attempts: when `Central` records attempts at the authority (redis::GatewayStore),
+//     `decide_attempt` forwards a decision whose levels are all central to it, so a
+//     LeasedBackend over the router takes its grants idempotently by grant id at the
+//     central authority. Attempts over levels of both authorities are refused
+//     (kInvalidArgument): no authority could replay them alone.
+//
+// Thread safety: that of the two backends; the router keeps no state.
+//
+//   quota::gateway::StoreBackend regional(regional_store);   // or a redis::GatewayStore
+//   quota::gateway::StoreBackend central(central_store);
+//   quota::region::ScopeRouter router(regional, central);
+//   auto r = router.decide(levels, version, now);   // {acme}read here, {~global}read there
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/backend.hpp"
+#include "quota/gateway/store_key.hpp"
+#include "quota/units.hpp"
+
+namespace quota::region {
+
+// True for a key of the global scope: decided (and leased) at the central authority.
+inline bool is_central(std::string_view key) { return gateway::scope_of(key) == "{~global}"; }
+
+namespace detail {
+// `Attempt` of a backend that records attempts at its authority; nothing otherwise.
+template <class B>
+struct AttemptOf {};
+template <class B>
+requires requires { typename B::Attempt; }
+struct AttemptOf<B> {
+  using Attempt = typename B::Attempt;
+};
+}  // namespace detail
+
+template <gateway::GatewayBackend Regional, gateway::GatewayBackend Central>
+class ScopeRouter : public detail::AttemptOf<Central> {
+ public:
+  // Both backends must outlive the router.
+  ScopeRouter(Regional& regional, Central& central) : regional_(regional), central_(central) {}
+
+  absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
+                                               std::uint64_t version, Nanos now) {
+    gateway::LevelsResult out{.parts = {}, .time = now};
+    gateway::CheckVector<Run> taken;  // runs decided and allowed so far
+    for (std::size_t i = 0; i < levels.size();) {
+      const bool central = is_central(levels[i].key);
+      std::size_t end = i + 1;
+      while (end < levels.size() && is_central(levels[end].key) == central) ++end;
+      const auto run = levels.subspan(i, end - i);
+      auto r = central ? central_.decide(run, version, now) : regional_.decide(run, version, now);
+      if (!r.ok()) {
+        give_back(levels, taken, version, now);
+        return r.status();
+      }
+      out.time = r->time;
+      for (const Decision& d : r->parts) out.parts.push_back(d);
+      const bool stopped =
+          r->parts.size() < run.size() || (!r->parts.back().allowed && !run.back().shadow);
+      if (stopped) {
+        give_back(levels, taken, version, now);  // the authority gave back its own
+        return out;
+      }
+      for (std::size_t k = 0; k < r->parts.size(); ++k) {
+        if (r->parts[k].allowed) taken.push_back({.level = i + k, .spent_at = r->time});
+      }
+      i = end;
+    }
+    return out;
+  }
+
+  absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    Nanos now) {
+    if (is_central(key)) return central_.refund(policy, version, key, units, spent_at, now);
+    return regional_.refund(policy, version, key, units, spent_at, now);
+  }
+
+  absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
+                                    std::string_view key, std::int64_t units, Nanos now) {
+    if (is_central(key)) return central_.charge(policy, version, key, units, now);
+    return regional_.charge(policy, version, key, units, now);
+  }
+
+  // The central authority's attempts (see the header comment); present only when it has
+  // them.
+  template <class C = Central>
+  auto decide_attempt(std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
+                      const typename C::Attempt& attempt)
+      -> decltype(std::declval<C&>().decide_attempt(levels, version, now, attempt)) {
+    for (const gateway::LevelCheck& l : levels) {
+      if (!is_central(l.key)) {
+        return absl::InvalidArgumentError(
+            "ScopeRouter: an attempt over regional levels; only central ones are recorded");
+      }
+    }
+    return central_.decide_attempt(levels, version, now, attempt);
+  }
+
+ private:
+  struct Run {
+    std::size_t level;
+    Nanos spent_at;
+  };
+
+  // All or nothing: each level in `taken` gets its cost back at its own authority. An
+  // error here cannot over-admit: the level keeps the deduction.
+  void give_back(std::span<const gateway::LevelCheck> levels, std::span<const Run> taken,
+                 std::uint64_t version, Nanos now) {
+    for (const Run& t : taken) {
+      const gateway::LevelCheck& l = levels[t.level];
+      (void)refund(*l.policy, version, l.key, l.cost, t.spent_at, now);
+    }
+  }
+
+  Regional& regional_;
+  Central& central_;
+};
+
+}  // namespace quota::region
