@@ -233,9 +233,9 @@ class FairLimits {
         s.expiries.pop();
       }
     };
-    if (!s.started) {
+    if (!s.started) {  // the first request: the boundary of its period starts the first
       s.started = true;
-      s.period_index = index;
+      s.period_index = index - 1;
     }
     if (index > s.period_index) {
       for (std::int64_t b = std::max(s.period_index + 1, index - kMaxCatchUp + 1); b <= index;
