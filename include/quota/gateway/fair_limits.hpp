@@ -21,11 +21,14 @@
 //
 // Where it sits: in this process, where a leased global budget's grant is held
 // (LeasedBackend), so the shares split the units this process admits. With H processes,
-// GatewayOptions::fair_share_holders = H gives each allocator ⌊budget / H⌋: then Σ over
-// the processes of Σ shares ≤ budget − H·reserve-part, every process keeps its tenants to
-// their shares of its part, and the global envelope (r·T + B + Σ outstanding grants) is
-// the store's and the leases', unchanged (the allocator only refuses). A tenant served by
-// several processes gets a share in each (its weight counts once per process).
+// GatewayOptions::fair_share_holders = H gives each allocator the part P = ⌊budget / H⌋.
+// Guaranteed then: at every allocation of every process Σ shares ≤ P − ⌈P·reserve⌉, so Σ
+// over the processes ≤ budget − reserve (each reserve rounded up); each process holds
+// the tenants it sees to their shares of P; a tenant alone may use a process's whole P.
+// Not guaranteed: fairness across processes (a tenant sending through two processes has
+// a share in each; an idle process's part is not lent to the others). The global
+// envelope (r·T + B + Σ outstanding grants) is the store's and the leases', unchanged:
+// the allocator only refuses.
 //
 // A rule change that keeps a budget's fair_share, policy and holders keeps its allocator;
 // any other change starts a fresh one (the units in use are forgotten).
