@@ -4,20 +4,24 @@
 // refusal; a lone tenant reaching the whole budget; borrowed capacity reclaimed within
 // one period; Σ shares ≤ budget − reserve at every allocation and every active tenant at
 // its fair share in every period of a steady overload; the global envelope with the
-// verifier. The rule's validation is in rule_file_fair_share_test.cpp.
+// verifier, unleased and leased at four holders (r·T + B + Σ outstanding grants). The rule's
+// validation is in rule_file_fair_share_test.cpp.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "quota/fair/weighted_max_min.hpp"
 #include "quota/gateway/gateway.hpp"
+#include "quota/gateway/leased_backend.hpp"
 #include "quota/http.hpp"
 #include "quota/store/local_store.hpp"
+#include "quota/store/sharded_store.hpp"
 #include "quota/verify/envelope.hpp"
 #include "support/gateway_rules.hpp"
 
@@ -282,4 +286,67 @@ TEST_CASE("random traffic: the global envelope r*T + B holds on what was admitte
   CHECK(stats[0].allocation_errors == 0);
   CHECK(stats[0].max_share_sum <= stats[0].config.share_capacity());
   CHECK(reasons[Reason::kPaused] + reasons[Reason::kOverShare] > 0);  // the allocator worked
+}
+
+TEST_CASE("leased global budget with fair shares at four holders: r*T + B + sum of grants") {
+  const std::uint64_t seed = 2203;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  const TokenBucket global{.rate = {2'000, 1s}, .burst = 400};
+  RuleSetSpec s = fair_spec({.enabled = true, .period = 200ms}, global);  // budget 400
+  s.rules[1].lease = {
+      .mode = quota::gateway::LeaseMode::kOn, .units = 40, .expiry = 200ms, .low_water = 10};
+  auto rules = build(s);
+  quota::ShardedStore<KeyPolicy> store;
+  quota::gateway::StoreBackend inner(store);
+  quota::gateway::GrantLedger ledger;
+  constexpr int kHolders = 4;
+  using Backend = quota::gateway::LeasedBackend<quota::gateway::StoreBackend<decltype(store)>>;
+  struct Holder {
+    Holder(decltype(inner)& in, quota::gateway::GrantLedger& l,
+           std::shared_ptr<const quota::gateway::RuleSet> r, std::uint64_t incarnation)
+        : registry(std::move(r)),
+          backend(in, l, {.incarnation = incarnation}),
+          gw(backend, registry, {.fair_share_holders = kHolders}) {}
+    RuleRegistry registry;
+    Backend backend;
+    Gateway<Backend> gw;
+  };
+  std::vector<std::unique_ptr<Holder>> holders;
+  for (int i = 0; i < kHolders; ++i) {
+    holders.push_back(std::make_unique<Holder>(inner, ledger, rules, i + 1));
+  }
+  std::vector<quota::verify::AdmittedEvent> log;
+  std::map<Reason, int> reasons;
+  for (Nanos t{0}; t < 3s; t += 1ms) {
+    for (int i = 0; i < kHolders; ++i) {
+      const int n = static_cast<int>(rng() % 2);
+      for (int k = 0; k < n; ++k) {
+        const std::string who = "t" + std::to_string(rng() % 8);
+        const std::int64_t units = 1 + static_cast<std::int64_t>(rng() % 10);
+        auto r = holders[i]->gw.decide(call(who, units), t);
+        REQUIRE(r.ok());
+        ++reasons[r->decision.reason];
+        if (r->decision.allowed) log.push_back({t.count(), units});
+      }
+    }
+  }
+  auto report =
+      quota::verify::verify_token_bucket(log, global.rate, global.burst, kHolders * (40 + 10));
+  REQUIRE(report.ok());
+  std::printf("%zu admitted; %s; paused %d, over_share %d, over_limit %d\n", log.size(),
+              quota::verify::to_string(*report).c_str(), reasons[Reason::kPaused],
+              reasons[Reason::kOverShare], reasons[Reason::kOverLimit]);
+  CHECK(report->holds());
+  std::int64_t capacities = 0;
+  for (const auto& h : holders) {
+    const auto stats = h->gw.fair_shares();
+    REQUIRE(stats.size() == 1);
+    CHECK(stats[0].config.budget == 100);  // ⌊400 / 4⌋
+    CHECK(stats[0].allocation_errors == 0);
+    CHECK(stats[0].max_share_sum <= stats[0].config.share_capacity());
+    capacities += stats[0].config.share_capacity();
+  }
+  CHECK(capacities <= 400 - 40);  // Σ over the holders ≤ budget − reserve
+  CHECK(reasons[Reason::kPaused] + reasons[Reason::kOverShare] > 0);
 }
