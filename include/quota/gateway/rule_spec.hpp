@@ -22,8 +22,9 @@
 // shadow for the rest), RuleSetSpec::shadow_all (every rule in shadow; also a call on
 // RuleRegistry). `lease` decides the budget from grants each process holds
 // (lease_spec.hpp, leased_backend.hpp); `fair_share` holds each tenant to its fair share
-// of a global budget near saturation (fair_share_spec.hpp). A per-request cap (`max_cost` on a rule
-// or a route class) answers a larger request with Reason::kRequestTooLarge, nothing deducted.
+// of a global budget near saturation (fair_share_spec.hpp). A per-request cap (`max_cost`
+// on a rule or a route class) answers a larger request with Reason::kRequestTooLarge,
+// nothing deducted.
 //
 //   quota::gateway::RuleSetSpec spec{
 //       .version = 1,
