@@ -1,14 +1,18 @@
 // The `fair_share` option of a rule in a rule file (quota/rules/fair_share_field.hpp) into
 // the rule set (quota/gateway/fair_share_spec.hpp), and its errors: each names the file,
-// line, column and field, whether the parser or RuleSet::create finds it.
+// line, column and field, whether the parser or RuleSet::create finds it; and the example
+// examples/rules/fair-share.yaml through a Gateway.
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
+#include "quota/gateway/gateway.hpp"
 #include "quota/rules/rule_file.hpp"
+#include "quota/store/local_store.hpp"
 
 using namespace std::chrono_literals;
 using quota::gateway::Level;
@@ -117,4 +121,31 @@ TEST_CASE("a bad fair_share is an error at its line, column and field") {
     CHECK(s.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(absl::StartsWith(s.status().message(), "bad.yaml:" + b.error));
   }
+}
+
+TEST_CASE("fair-share.yaml: a lone tenant takes the period's budget, then everyone is paused") {
+  auto set =
+      quota::rules::load_rule_file(std::string(QUOTA_RULES_EXAMPLES_DIR) + "/fair-share.yaml");
+  INFO(set.status().ToString());
+  REQUIRE(set.ok());
+  quota::gateway::RuleRegistry registry(*set);
+  quota::LocalStore<quota::gateway::KeyPolicy> store;
+  quota::gateway::Gateway gw(store, registry);
+  const auto chat = [&](const char* tenant, std::int64_t tokens, quota::Nanos t) {
+    auto r =
+        gw.decide({.who = {.tenant = tenant, .plan = "free"}, .route = "chat", .cost = tokens}, t);
+    REQUIRE(r.ok());
+    return *r;
+  };
+  // Alone: 666,666 tokens per 10 s period, no cap at 70 % or 90 %.
+  for (int i = 0; i < 6; ++i) CHECK(chat("acme", 111'111, quota::Nanos{0}).decision.allowed);
+  const auto full = chat("acme", 1, quota::Nanos{0});
+  CHECK(full.decision.reason == quota::Reason::kPaused);
+  CHECK(full.rule == "provider");
+  // Another tenant arrives while the budget is borrowed: paused, 429, until the units
+  // leave at 10 s.
+  const auto late = chat("globex", 1'000, 5s);
+  CHECK(late.decision.reason == quota::Reason::kPaused);
+  CHECK(late.decision.retry_after == 5s);
+  CHECK(chat("globex", 1'000, 10s).decision.allowed);
 }
