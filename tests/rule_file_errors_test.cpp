@@ -36,11 +36,11 @@ std::vector<BadFile> bad_files() {
       {"unknown field", free_rule(tb, "    burts: 3\n"),
        "11:5: rules[0].burts: unknown field \"burts\"; allowed: name, level, tenant, plan, route, "
        "limit, token_bucket, fixed_window, sliding_log, sliding_window_estimate, shadow, "
-       "enforce_percent, max_cost, lease"},
+       "enforce_percent, max_cost, lease, fair_share"},
       {"unknown policy", free_rule("leaky_bucket: {rate: 10/s, burst: 20}"),
        "10:5: rules[0].leaky_bucket: unknown field \"leaky_bucket\"; allowed: name, level, "
        "tenant, plan, route, limit, token_bucket, fixed_window, sliding_log, "
-       "sliding_window_estimate, shadow, enforce_percent, max_cost, lease"},
+       "sliding_window_estimate, shadow, enforce_percent, max_cost, lease, fair_share"},
       {"duplicate rule (RuleSet::create)",
        free_rule(tb,
                  "  - name: free-again\n    level: tenant\n    plan: free\n    route: read\n"

@@ -10,14 +10,16 @@
 //   - 1,000 small tenants keep sending requests of 1,000..3,000 tokens (Poisson arrivals,
 //     each tenant at the same mean rate), together a fixed share of the budget's rate;
 //   - fcfs: every request draws from the global bucket, first come first served;
-//   - fair-share: every request is first asked of a quota::fair::FairShare whose budget is
-//     the global budget's tokens per lease period (one lease period stands for one lease
-//     expiry: admitted tokens are expired one period after their admission), then of the
-//     global bucket; tokens FairShare admitted that the bucket refuses are expired at once
-//     (nothing was spent). At every period boundary FairShare::allocate() recomputes the
-//     shares from each tenant's decayed asks (no tenant reports a demand). The pause is at
-//     100 % of the budget: the reserve absorbs the small tenants' Poisson peaks (with the
-//     default 90 % those peaks are paused whenever the noisy tenant holds its share).
+//   - fair-share: the requests go through a quota::gateway::Gateway whose global rule has
+//     the `fair_share` option (noisy_gateway.hpp): the gateway asks its FairShare
+//     allocator (budget: the global budget's tokens per lease period; one lease period
+//     stands for one lease expiry: admitted tokens leave its use one period after their
+//     admission) for the request's tenant, then the global bucket; tokens the bucket
+//     refuses leave at once (nothing was spent). At every period boundary the allocator
+//     recomputes the shares from each tenant's decayed asks (no tenant reports a demand).
+//     The pause is at 100 % of the budget: the reserve absorbs the small tenants' Poisson
+//     peaks (with the default 90 % those peaks are paused whenever the noisy tenant holds
+//     its share).
 // Everything is single-threaded and seeded: the same seed gives the same output.
 //
 // What is checked (noisy_report.hpp prints it):
@@ -37,14 +39,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "quota/fair/fair_share.hpp"
+#include "noisy_gateway.hpp"
+#include "quota/fair/fair_share_config.hpp"
 #include "quota/fair/weighted_max_min.hpp"
 #include "quota/quota.hpp"
 #include "quota/verify/envelope.hpp"
@@ -154,68 +156,29 @@ inline std::string strategy_name(NoisyStrategy s) {
                                           : "fair-share-p90";
 }
 
-// Replays the stream through the global bucket, with or without FairShare in front.
+// Replays the stream through the global bucket: first come first served (fcfs), or through
+// a Gateway whose global rule has the fair_share option (noisy_gateway.hpp).
 inline NoisyRun run_noisy(const NoisyConfig& c, const std::vector<NoisyRequest>& reqs,
                           NoisyStrategy strategy) {
+  if (strategy != NoisyStrategy::kFcfs) {
+    quota::fair::FairShareConfig fc = c.fair_config();
+    if (strategy == NoisyStrategy::kFairSharePause90) {
+      fc.pause_permille = quota::fair::FairShareConfig{}.pause_permille;
+    }
+    return run_noisy_gateway<NoisyRun, NoisyRequest, Refusal>(
+        reqs, c.global(), fc, quota::Nanos{c.lease_s * 1'000'000'000}, strategy_name(strategy));
+  }
   NoisyRun out{strategy_name(strategy), {}, ""};
-  const bool fair = strategy != NoisyStrategy::kFcfs;
   const quota::TokenBucket policy = c.global();
   quota::LocalStore<quota::TokenBucket> store;
   const std::string key = "{global}llm";
-  quota::fair::FairShareConfig fc = c.fair_config();
-  if (strategy == NoisyStrategy::kFairSharePause90) {
-    fc.pause_permille = quota::fair::FairShareConfig{}.pause_permille;
-  }
-  quota::fair::FairShare fs(fc);
-  struct Held {
-    std::int64_t expires_ns;
-    std::uint32_t tenant;
-    std::int64_t tokens;
-  };
-  std::deque<Held> held;  // admitted tokens in admission order: they expire in that order
-  const std::int64_t lease_ns = c.lease_s * 1'000'000'000;
-  std::int64_t next_period_ns = 0;
   for (const NoisyRequest& r : reqs) {
-    if (fair) {
-      while (!held.empty() && held.front().expires_ns <= r.time_ns) {
-        (void)fs.expire(tenant_name(held.front().tenant), held.front().tokens);
-        held.pop_front();
-      }
-      for (; next_period_ns <= r.time_ns; next_period_ns += lease_ns) {
-        auto a = fs.allocate();
-        if (!a.ok()) {
-          out.error = std::string(a.status().message());
-          return out;
-        }
-        ++out.allocations;
-        if (a->share_sum > a->capacity) ++out.allocations_over;
-        out.max_share_sum = std::max(out.max_share_sum, a->share_sum);
-      }
-      auto d = fs.request(tenant_name(r.tenant), r.tokens);
-      if (!d.ok()) {
-        out.error = std::string(d.status().message());
-        return out;
-      }
-      if (!d->allowed) {
-        using V = quota::fair::FairShareVerdict;
-        out.refusal.push_back(d->verdict == V::kPaused       ? Refusal::kPaused
-                              : d->verdict == V::kOverBudget ? Refusal::kOverBudget
-                                                             : Refusal::kOverShare);
-        continue;
-      }
-    }
     auto o = decide_in(store, policy, key, quota::Nanos{r.time_ns}, r.tokens);
     if (!o.ok()) {
       out.error = std::string(o.status().message());
       return out;
     }
-    if (o->allowed) {
-      out.refusal.push_back(Refusal::kNone);
-      if (fair) held.push_back({r.time_ns + lease_ns, r.tenant, r.tokens});
-    } else {
-      out.refusal.push_back(Refusal::kGlobal);
-      if (fair) (void)fs.expire(tenant_name(r.tenant), r.tokens);  // nothing was spent
-    }
+    out.refusal.push_back(o->allowed ? Refusal::kNone : Refusal::kGlobal);
   }
   return out;
 }

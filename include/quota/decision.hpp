@@ -49,6 +49,12 @@ enum class Reason : std::uint8_t {
   kAttemptExpired = 8,   // denied: the request's deadline (gateway Request::deadline) has
                          // passed; nothing is decided, a decision recorded for its attempt
                          // is not used and the units it spent stay spent (HTTP 504)
+  kOverShare = 9,        // denied: a global budget with fair_share is near saturation and the
+                         // tenant would pass its fair share (gateway/fair_limits.hpp); nothing
+                         // deducted; retry_after = to the next allocation (HTTP 429)
+  kPaused = 10,          // denied: a global budget with fair_share is in use above its pause
+                         // threshold; nothing deducted; retry_after = until units are freed
+                         // or the next allocation (HTTP 429)
 };
 
 // The stable machine-readable name of a reason ("over_limit", ...).
@@ -72,6 +78,10 @@ constexpr std::string_view to_string(Reason reason) {
       return "fail_open";
     case Reason::kAttemptExpired:
       return "attempt_expired";
+    case Reason::kOverShare:
+      return "over_share";
+    case Reason::kPaused:
+      return "paused";
   }
   return "unknown";
 }

@@ -184,6 +184,10 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
 //   kInvalidCost                     400     omitted                     "invalid_cost"
 //   kRequestTooLarge (over a         413     omitted                     "request_too_large"
 //     per-request cap, max_cost)
+//   kOverShare (past its fair share  429     ceil(retry_after / 1 s),    "over_share"
+//     of a global budget)                    at least 1
+//   kPaused (a global budget with    429     ceil(retry_after / 1 s),    "paused"
+//     fair_share above its pause)            at least 1
 //   kAttemptExpired (the request's  504     omitted                     "attempt_expired"
 //     deadline passed)
 //   kUnavailable (fail-closed route) 503     Options::               "unavailable"
@@ -203,6 +207,8 @@ inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options&
   const Header policy_header{"RateLimit-Policy", policy_field(policy)};
   switch (d.reason) {
     case Reason::kOverLimit:
+    case Reason::kOverShare:
+    case Reason::kPaused:
       a.status = 429;
       // Never 0 on a denial: a retry_after under 1 s still says "1".
       if (d.retry_after != kNever) {

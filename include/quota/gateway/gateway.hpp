@@ -12,7 +12,9 @@
 // by the route's fail mode (fail closed, or a bounded local emergency bucket); with an
 // attempt id a retry replays the first decision (attempts.hpp) and a request past its
 // deadline decides nothing (Reason::kAttemptExpired); an estimate is settled
-// once (settle.hpp); every outcome is counted per rule, route and level (metrics.hpp).
+// once (settle.hpp); every outcome is counted per rule, route and level (metrics.hpp); a
+// global rule with fair_share asks its allocator first (fair_limits.hpp): kOverShare or
+// kPaused, nothing deducted.
 // The details are on decide() and on the declarations below.
 //
 // Thread safety: that of the store (ShardedStore, GatewayStore: any thread). Rule reloads
@@ -43,6 +45,7 @@
 #include "quota/decision.hpp"
 #include "quota/gateway/attempts.hpp"
 #include "quota/gateway/backend.hpp"
+#include "quota/gateway/fair_limits.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/outage.hpp"
@@ -63,7 +66,8 @@ class Gateway {
         options_(options),
         attempts_(options.attempt_ttl, options.max_attempts),
         tickets_(options.ticket_ttl, options.max_tickets),
-        outage_(options.emergency_store) {}
+        outage_(options.emergency_store),
+        fair_(options.fair_share_holders) {}
 
   // Decides `req` against every level the rules give it, in order user → tenant →
   // global; if a level denies, no level keeps a deduction (how, per backend:
@@ -183,6 +187,8 @@ class Gateway {
 
   const AttemptCache& attempts() const { return attempts_; }
   const TicketBook& tickets() const { return tickets_; }
+  // The fair-share allocators of this gateway's global budgets (fair_limits.hpp).
+  std::vector<FairLimitStats> fair_shares() const { return fair_.stats(); }
 
  private:
   struct RuledDecision {
@@ -229,9 +235,23 @@ class Gateway {
       }
     }
 
+    // Fair shares first: a refusal decides, nothing deducted anywhere.
+    FairLimits::Reserved fair;
+    if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(), now, fair)) {
+      if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
+      return Result{.decision = denied->decision,
+                    .rule = denied->rule->name,
+                    .replayed = false,
+                    .request_cap = denied->request_cap};
+    }
     const Attempt attempt{
         .id = req.attempt_id, .fingerprint = fingerprint, .deadline = req.deadline};
     auto r = run(rules.version(), *checks, now, deducted, attempt);
+    if (r.ok() && r->decision.allowed && !r->replayed) {
+      fair_.commit(fair, now);
+    } else {
+      fair_.release(fair);  // denied, an error (then the fail mode), a replayed attempt
+    }
     const bool decided = r.ok();
     if (decided) {
       outage_.note_success();
@@ -415,6 +435,7 @@ class Gateway {
   AttemptCache attempts_;
   TicketBook tickets_;
   Outage outage_;
+  FairLimits fair_;
 };
 
 }  // namespace quota::gateway

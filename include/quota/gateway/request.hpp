@@ -39,6 +39,9 @@ struct GatewayOptions {
   bool charge_deficit = false;
   // Capacity of the per-process emergency buckets (fail-open routes).
   StoreOptions emergency_store{.max_keys = 1'000'000, .shards = 16};
+  // The gateway processes sharing each fair_share budget: each one's allocator divides
+  // ⌊budget / fair_share_holders⌋ (fair_limits.hpp).
+  std::int64_t fair_share_holders = 1;
 };
 
 struct Request {

@@ -21,8 +21,10 @@
 // deny), `enforce_percent` (enforced for that share of tenants, deterministic by tenant;
 // shadow for the rest), RuleSetSpec::shadow_all (every rule in shadow; also a call on
 // RuleRegistry). `lease` decides the budget from grants each process holds
-// (lease_spec.hpp, leased_backend.hpp). A per-request cap (`max_cost` on a rule or a route class)
-// answers a larger request with Reason::kRequestTooLarge, nothing deducted.
+// (lease_spec.hpp, leased_backend.hpp); `fair_share` holds each tenant to its fair share
+// of a global budget near saturation (fair_share_spec.hpp). A per-request cap (`max_cost`
+// on a rule or a route class) answers a larger request with Reason::kRequestTooLarge,
+// nothing deducted.
 //
 //   quota::gateway::RuleSetSpec spec{
 //       .version = 1,
@@ -44,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/gateway/fair_share_spec.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/lease_spec.hpp"
 #include "quota/policy/token_bucket.hpp"
@@ -141,10 +144,11 @@ struct RuleSpec {
   std::string name{};   // metrics label: keep the set of names small
   RulePolicy policy{};
   bool shadow = false;
-  std::string limit{};        // the budget's name within its scope; empty: the route's own
-  int enforce_percent = 100;  // 0..100: the share of tenants it enforces on; shadow for the rest
-  std::int64_t max_cost = 0;  // per-request cap in whole units; 0: none
-  LeaseSpec lease{};          // decided locally from grants (lease_spec.hpp); off by default
+  std::string limit{};         // the budget's name within its scope; empty: the route's own
+  int enforce_percent = 100;   // 0..100: the share of tenants it enforces on; shadow for the rest
+  std::int64_t max_cost = 0;   // per-request cap in whole units; 0: none
+  LeaseSpec lease{};           // decided locally from grants (lease_spec.hpp); off by default
+  FairShareSpec fair_share{};  // global rules: fair shares near saturation (fair_share_spec.hpp)
 };
 
 struct RuleSetSpec {

@@ -53,6 +53,7 @@ struct Rule {
   int enforce_percent = 100;
   std::int64_t max_cost = 0;                 // 0: no per-request cap
   LeaseSpec lease{};                         // lease_spec.hpp; off by default
+  FairShareSpec fair_share{};                // fair_share_spec.hpp; off by default
   std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
 };
 
@@ -287,6 +288,7 @@ class RuleSet {
     }
     if (r.max_cost < 0) return absl::InvalidArgumentError("max_cost must be >= 0 (0: no cap)");
     if (auto s = r.lease.validate(detail::capacity(r.policy)); !s.ok()) return s;
+    if (auto s = r.fair_share.validate(r.level == Level::kGlobal, r.policy); !s.ok()) return s;
     std::string scope;
     if (r.level == Level::kGlobal) {
       if (!r.tenant.empty() || !r.plan.empty()) {
@@ -326,6 +328,7 @@ class RuleSet {
               .enforce_percent = r.enforce_percent,
               .max_cost = r.max_cost,
               .lease = r.lease,
+              .fair_share = r.fair_share,
               .counters = nullptr};
     if (metrics != nullptr) {
       const std::string route = r.route.empty() ? "#" + r.limit : r.route;

@@ -21,7 +21,8 @@
 //              exactly one of token_bucket: {rate*, burst*}, fixed_window: {limit*, window*},
 //              sliding_log: {...}, sliding_window_estimate: {...};
 //              shadow, enforce_percent: 0..100, max_cost,
-//              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate}}]
+//              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate},
+//              fair_share: {reserve, shares_above, pause_above, period, budget}}]
 //
 // Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
 //
@@ -50,6 +51,7 @@
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
 #include "quota/policy/token_bucket.hpp"
+#include "quota/rules/fair_share_field.hpp"
 #include "quota/rules/scalars.hpp"
 #include "quota/rules/yaml_fields.hpp"
 #include "quota/units.hpp"
@@ -249,10 +251,10 @@ class Parser : private FieldReader {
       "token_bucket", "fixed_window", "sliding_log", "sliding_window_estimate"};
 
   gateway::RuleSpec rule(const Field& item, EntrySource& entry) const {
-    static constexpr std::array<std::string_view, 14> kRuleFields{
+    static constexpr std::array<std::string_view, 15> kRuleFields{
         "name",   "level",           "tenant",       "plan",        "route",
         "limit",  "token_bucket",    "fixed_window", "sliding_log", "sliding_window_estimate",
-        "shadow", "enforce_percent", "max_cost",     "lease"};
+        "shadow", "enforce_percent", "max_cost",     "lease",       "fair_share"};
     if (!item.node.IsMap())
       wrong_type(item, "a rule (a mapping with a name, a level and a policy)");
     entry.at = item.at;
@@ -285,6 +287,9 @@ class Parser : private FieldReader {
         r.max_cost = integer(f, 0);
       } else if (f.key == "lease") {
         r.lease = lease(f, entry, item.path);
+      } else if (f.key == "fair_share") {
+        r.fair_share =
+            fair_share(*this, submap(f, kFairShareFields, kFairShareExpected, entry, item.path));
       } else {
         if (policy != nullptr) {
           fail(f.key_at, f.path,

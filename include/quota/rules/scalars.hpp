@@ -3,10 +3,11 @@
 // What a rule file writes for a number, a duration or a rate, parsed exactly (integers
 // only, no floating point): integers are whole numbers in int64, with optional `_`
 // between digits (`1_000_000`); durations are `<integer><ns|us|ms|s|min|h|d>` (`60s`,
-// `30d`), at most 2^63 - 1 ns; rates are `<units>/<period>` with the period a unit or a
-// duration (`100/s`, `1000000/1min`, `20/100ms`). Anything else — `1.5`, `1e3`, `10`
-// for a duration, an overflow — is InvalidArgument with a message that quotes the text,
-// never a rounded or wrapped value. Needs no YAML: quota::quota is enough.
+// `30d`), at most 2^63 - 1 ns; percentages are `10%` or `72.5%` (in permille); rates are
+// `<units>/<period>` with the period a unit or a duration (`100/s`, `1000000/1min`, `20/100ms`).
+// Anything else — `1.5`, `1e3`, `10` for a duration, an overflow — is InvalidArgument with a
+// message that quotes the text, never a rounded or wrapped value. Needs no YAML: quota::quota is
+// enough.
 //
 // Thread safety: pure functions.
 //
@@ -148,6 +149,29 @@ inline absl::StatusOr<Rate> parse_rate(std::string_view text) {
         absl::StrFormat("rate %s: the period must be positive", detail::sv(text)));
   }
   return Rate{.units = *units, .per = per};
+}
+
+// "<digits>%" or "<digits>.<digit>%" (10%, 72.5%), in permille: 100, 725. Exact: no
+// more than one decimal (a permille), no sign, at most 100%.
+inline absl::StatusOr<std::int64_t> parse_percent(std::string_view text) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expected a percentage such as 10%% or 72.5%% (0%% to 100%%, at most one decimal), "
+        "got \"%s\"",
+        detail::sv(text)));
+  };
+  if (text.empty() || text.back() != '%') return bad();
+  std::string_view n = text.substr(0, text.size() - 1);
+  std::int64_t tenths = 0;
+  if (const std::size_t dot = n.find('.'); dot != std::string_view::npos) {
+    if (dot + 2 != n.size() || n[dot + 1] < '0' || n[dot + 1] > '9') return bad();
+    tenths = n[dot + 1] - '0';
+    n = n.substr(0, dot);
+  }
+  if (n.empty() || n.find_first_not_of("0123456789") != std::string_view::npos) return bad();
+  auto whole = parse_integer(n, 0, 100);
+  if (!whole.ok() || *whole * 10 + tenths > 1000) return bad();
+  return *whole * 10 + tenths;
 }
 
 }  // namespace quota::rules

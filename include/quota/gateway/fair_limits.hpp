@@ -1,0 +1,298 @@
+// quota/gateway/fair_limits.hpp — the fair-share allocators of a gateway's global budgets.
+//
+// A Gateway (gateway.hpp) keeps one FairLimits: for each budget whose rule has
+// `fair_share` (fair_share_spec.hpp) — a global rule, one store key shared by every
+// tenant — a quota::fair::FairShare allocator (fair/fair_share.hpp) with the rule's
+// thresholds and budget. Before the store decides a request, admit() asks each such
+// budget's allocator for the request's tenant and cost (FairShare::request); a refusal is
+// the request's answer (Reason::kOverShare, or kPaused above the pause threshold; a cost
+// above the allocator's whole budget is kRequestTooLarge with the budget as the cap),
+// counted `denied` on the rule, and nothing is deducted anywhere. After the store decided,
+// commit() keeps the units in use for one period when the store admitted the request, and
+// release() gives them back at once otherwise (denied, error, fail mode, a replayed
+// attempt): all or nothing across the levels holds.
+//
+// Periods, on the gateway's clock (decide()'s `now`): the allocator allocates at every
+// multiple of the rule's period (the first request of a period runs the allocations of the
+// boundaries passed, at most kMaxCatchUp; older ones only halve estimates that are 0 by
+// then), and units admitted at t leave its use at t + period (expiries of each boundary
+// before its allocation). Every allocation is checked (Σ shares ≤ budget − reserve) and
+// counted in stats().
+//
+// Where it sits: in this process, where a leased global budget's grant is held
+// (LeasedBackend), so the shares split the units this process admits. With H processes,
+// GatewayOptions::fair_share_holders = H gives each allocator the part P = ⌊budget / H⌋.
+// Guaranteed then: at every allocation of every process Σ shares ≤ P − ⌈P·reserve⌉, so Σ
+// over the processes ≤ budget − reserve (each reserve rounded up); each process holds
+// the tenants it sees to their shares of P; a tenant alone may use a process's whole P.
+// Not guaranteed: fairness across processes (a tenant sending through two processes has
+// a share in each; an idle process's part is not lent to the others). The global
+// envelope (r·T + B + Σ outstanding grants) is the store's and the leases', unchanged:
+// the allocator only refuses.
+//
+// A rule change that keeps a budget's fair_share, policy and holders keeps its allocator;
+// any other change starts a fresh one (the units in use are forgotten).
+//
+// Thread safety: any thread; one mutex per budget (the allocator's own mutex within it).
+//
+//   FairLimits fair(/*holders=*/1);
+//   FairLimits::Reserved held;
+//   if (auto denied = fair.admit(checks, "acme", version, now, held)) return denied->decision;
+//   ... the store decides; then fair.commit(held, now) or fair.release(held);
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/fair/fair_share.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rules.hpp"
+
+namespace quota::gateway {
+
+// What the allocator of one fair-share budget did so far (FairLimits::stats).
+struct FairLimitStats {
+  std::string key{};
+  fair::FairShareConfig config{};
+  std::int64_t allocations = 0;
+  std::int64_t allocation_errors = 0;  // allocate() failed (Σ shares > capacity: never)
+  std::int64_t max_share_sum = 0;      // the largest Σ shares of an allocation
+  std::int64_t over_share = 0;         // refusals by share
+  std::int64_t paused = 0;             // refusals above the pause threshold
+  std::int64_t too_large = 0;          // costs above the allocator's budget
+  std::optional<fair::FairShareAllocation> last{};  // the latest allocation
+  std::vector<fair::TenantShare> tenants{};         // the current allocation, by tenant
+};
+
+namespace detail {
+
+// One fair-share budget: its allocator, its period and the admitted units' expiries.
+struct FairLimitState {
+  FairLimitState(const FairShareSpec& s, const RulePolicy& p, std::int64_t holders)
+      : spec(s), policy(p), share(std::make_unique<fair::FairShare>(s.config(p, holders))) {}
+
+  struct Expiry {
+    Nanos at;
+    std::string tenant;
+    std::int64_t units;
+    bool operator>(const Expiry& o) const { return at > o.at; }
+  };
+
+  const FairShareSpec spec;
+  const RulePolicy policy;
+  const std::unique_ptr<fair::FairShare> share;  // thread-safe on its own
+  quota::detail::Mutex mu;
+  bool started ABSL_GUARDED_BY(mu) = false;
+  std::int64_t period_index ABSL_GUARDED_BY(mu) = 0;  // ⌊now / period⌋ of the last allocation
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries ABSL_GUARDED_BY(mu);
+  FairLimitStats stats ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace detail
+
+class FairLimits {
+ public:
+  // The most boundaries one request allocates for (an idle budget's estimates are 0 long
+  // before: each allocation halves them).
+  static constexpr std::int64_t kMaxCatchUp = 64;
+
+  explicit FairLimits(std::int64_t holders = 1) : holders_(std::max<std::int64_t>(1, holders)) {}
+
+  struct Denial {
+    Decision decision;
+    const Rule* rule = nullptr;
+    std::int64_t request_cap = 0;  // kRequestTooLarge: the allocator's budget
+  };
+
+  // Units a request holds in allocators until commit() or release().
+  class Reserved {
+   public:
+    bool empty() const { return held_.empty(); }
+
+   private:
+    friend class FairLimits;
+    struct Held {
+      std::shared_ptr<detail::FairLimitState> limit;
+      std::int64_t units;
+    };
+    std::string tenant_;
+    CheckVector<Held> held_;
+  };
+
+  // Asks the allocator of every fair-share check (in order) for `tenant` and the check's
+  // cost. A refusal of an enforcing check: the Denial (counted `denied` on its rule; what
+  // earlier checks reserved is given back). A shadow check that would be refused is
+  // counted `shadow_would_deny` and passes, nothing reserved. Else nullopt, with `out`
+  // holding what was reserved.
+  std::optional<Denial> admit(std::span<const Check> checks, std::string_view tenant,
+                              std::uint64_t version, Nanos now, Reserved& out) {
+    for (const Check& c : checks) {
+      if (!c.rule->fair_share.enabled) continue;
+      std::shared_ptr<detail::FairLimitState> limit = state_for(*c.rule, c.key.view());
+      quota::detail::MutexLock lock(limit->mu);
+      tick(*limit, now);
+      auto d = limit->share->request(tenant, c.cost);
+      if (d.ok() && d->allowed) {
+        if (out.held_.empty()) out.tenant_ = std::string(tenant);
+        out.held_.push_back({.limit = std::move(limit), .units = c.cost});
+        continue;
+      }
+      // An allocator error (none with a validated rule) refuses: never a silent allow.
+      const fair::FairShareVerdict v = d.ok() ? d->verdict : fair::FairShareVerdict::kOverShare;
+      if (c.shadow) {
+        if (c.rule->counters != nullptr)
+          c.rule->counters->record(Outcome::kShadowWouldDeny, c.cost);
+        continue;
+      }
+      if (c.rule->counters != nullptr) c.rule->counters->record(Outcome::kDenied, c.cost);
+      Denial denial = refusal(*limit, v, c.cost, version, now);
+      denial.rule = c.rule;
+      release(out);
+      return denial;
+    }
+    return std::nullopt;
+  }
+
+  // The store admitted the request: its units stay in use for one period from `now`.
+  void commit(Reserved& r, Nanos now) {
+    for (auto& h : r.held_) {
+      quota::detail::MutexLock lock(h.limit->mu);
+      h.limit->expiries.push({.at = quota::detail::saturating_add(now, h.limit->spec.period),
+                              .tenant = r.tenant_,
+                              .units = h.units});
+    }
+    r.held_.clear();
+  }
+
+  // The request was not admitted: its units leave the allocators' use at once.
+  void release(Reserved& r) {
+    for (auto& h : r.held_) (void)h.limit->share->expire(r.tenant_, h.units);
+    r.held_.clear();
+  }
+
+  // Every fair-share budget this gateway decided, by key.
+  std::vector<FairLimitStats> stats() const {
+    std::vector<std::pair<std::string, std::shared_ptr<detail::FairLimitState>>> all;
+    {
+      quota::detail::MutexLock lock(mu_);
+      for (const auto& [key, s] : limits_) all.emplace_back(key, s);
+    }
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<FairLimitStats> out;
+    for (const auto& [key, s] : all) {
+      quota::detail::MutexLock lock(s->mu);
+      FairLimitStats st = s->stats;
+      st.key = key;
+      st.config = s->share->config();
+      st.tenants = s->share->snapshot();
+      out.push_back(std::move(st));
+    }
+    return out;
+  }
+
+  std::int64_t holders() const { return holders_; }
+
+ private:
+  // The budget's state, fresh when its rule's fair_share or policy changed.
+  std::shared_ptr<detail::FairLimitState> state_for(const Rule& rule, std::string_view key) {
+    quota::detail::MutexLock lock(mu_);
+    auto it = limits_.find(quota::detail::to_absl(key));
+    if (it != limits_.end() && it->second->spec == rule.fair_share &&
+        detail::same_params(it->second->policy, rule.policy)) {
+      return it->second;
+    }
+    auto fresh = std::make_shared<detail::FairLimitState>(rule.fair_share, rule.policy, holders_);
+    if (it == limits_.end()) {
+      limits_.emplace(std::string(key), fresh);
+    } else {
+      it->second = fresh;
+    }
+    return fresh;
+  }
+
+  // Expires what is due and allocates at every period boundary passed, in time order.
+  static void tick(detail::FairLimitState& s, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const std::int64_t period = s.spec.period.count();
+    const std::int64_t index = now.count() / period - (now.count() % period < 0 ? 1 : 0);
+    const auto expire_until = [&](Nanos t) {
+      while (!s.expiries.empty() && s.expiries.top().at <= t) {
+        (void)s.share->expire(s.expiries.top().tenant, s.expiries.top().units);
+        s.expiries.pop();
+      }
+    };
+    if (!s.started) {  // the first request: the boundary of its period starts the first
+      s.started = true;
+      s.period_index = index - 1;
+    }
+    if (index > s.period_index) {
+      for (std::int64_t b = std::max(s.period_index + 1, index - kMaxCatchUp + 1); b <= index;
+           ++b) {
+        expire_until(Nanos{b * period});
+        auto a = s.share->allocate();
+        ++s.stats.allocations;
+        if (!a.ok()) {
+          ++s.stats.allocation_errors;
+          continue;
+        }
+        s.stats.max_share_sum = std::max(s.stats.max_share_sum, a->share_sum);
+        s.stats.last = *a;
+      }
+      s.period_index = index;
+    }
+    expire_until(now);
+  }
+
+  // The answer to a refusal by the allocator: when to try again is the next allocation
+  // (a new share), or for a pause the first expiry if it comes sooner.
+  static Denial refusal(detail::FairLimitState& s, fair::FairShareVerdict v, std::int64_t units,
+                        std::uint64_t version, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const std::int64_t period = s.spec.period.count();
+    const Nanos next_allocation{(s.period_index + 1) * period};
+    Nanos wait = std::max(Nanos{1}, next_allocation - now);
+    Decision d{.allowed = false,
+               .remaining = 0,
+               .retry_after = wait,
+               .reset_after = wait,
+               .version = version,
+               .reason = Reason::kOverShare};
+    const std::int64_t budget = s.share->config().budget;
+    if (units > budget) {  // can never pass this allocator
+      ++s.stats.too_large;
+      d.reason = Reason::kRequestTooLarge;
+      d.retry_after = kNever;
+      return {.decision = d, .rule = nullptr, .request_cap = budget};
+    }
+    if (v == fair::FairShareVerdict::kPaused || v == fair::FairShareVerdict::kOverBudget) {
+      ++s.stats.paused;
+      d.reason = Reason::kPaused;
+      if (!s.expiries.empty())
+        d.retry_after = std::clamp(s.expiries.top().at - now, Nanos{1}, wait);
+      return {.decision = d, .rule = nullptr, .request_cap = 0};
+    }
+    ++s.stats.over_share;
+    return {.decision = d, .rule = nullptr, .request_cap = 0};
+  }
+
+  const std::int64_t holders_;
+  mutable quota::detail::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<detail::FairLimitState>> limits_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace quota::gateway
