@@ -117,14 +117,16 @@ if #head < cpos then cpos = nil end
 local raws
 if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS, 1, n)) end
 local res
--- (sized for one or two levels: a table that grows is rehashed)
+-- (sized for up to three levels: a table that grows is rehashed)
 if not decide then res = {sec, ns, 0}
 elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
-else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
--- 'd' with several levels: the levels decided and not written yet, 19 values each (one
--- flat table, no table or closure per level). All are written once the last level is
--- decided, without their deduction when it denied.
-local H, LG
+elseif n == 2 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
+-- 'd' with several levels: the levels decided and not written yet, 4 values each (one
+-- flat table, no table or closure per level): the packed state, its TTL (true: kept;
+-- ms: set; false: none), the units it deducted and the expiry it had. All are written
+-- once the last level is decided, without their deduction when it denied.
+local P, LG
 -- The caller's policy of the level, unpacked when it differs from the previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfs, pfn
 for i = 1, n do
@@ -314,7 +316,7 @@ for i = 1, n do
     --@@ charge
   end
   -- Time from the last time until the state equals a fresh one, rs s + rn ns (rs -1:
-  -- never): reset_after (again below for a level given back).
+  -- never): reset_after, and the TTL.
   local rs, rn = 0, 0
   if kind == 1 then
     @reach(rs, rn, tu, tl, c, cap)
@@ -327,50 +329,19 @@ for i = 1, n do
   if decide then
     @dur(res[6 * i + 2], rs, rn)
   end
-  if decide and i < n and not denied then
-    if lg then LG = LG or {}; LG[i] = lg end  -- windows
-    if i == 1 then
-      H = {ver, kind, cap, m, p, g, wide, tu, tl, c, lsec, lns, du, dl, expiry, took, id, rs, rn}
-    else
-      local b = 19 * (i - 1)
-      H[b + 1], H[b + 2], H[b + 3], H[b + 4], H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9],
-        H[b + 10] = ver, kind, cap, m, p, g, wide, tu, tl, c
-      H[b + 11], H[b + 12], H[b + 13], H[b + 14], H[b + 15], H[b + 16], H[b + 17], H[b + 18],
-        H[b + 19] = lsec, lns, du, dl, expiry, took, id, rs, rn
-    end
-  else
-    -- Writes this level, then ('d') the ones decided before it.
-    local lo = i
-    if decide then lo = 1 end
-    for j = i, lo, -1 do
-      if j < i then
-        local b = 19 * (j - 1)
-        ver, kind, cap, m, p, g, wide, tu, tl, c = H[b + 1], H[b + 2], H[b + 3], H[b + 4],
-          H[b + 5], H[b + 6], H[b + 7], H[b + 8], H[b + 9], H[b + 10]
-        lsec, lns, du, dl, expiry, took, id, rs, rn = H[b + 11], H[b + 12], H[b + 13], H[b + 14],
-          H[b + 15], H[b + 16], H[b + 17], H[b + 18], H[b + 19]
-        lg = LG and LG[j]  -- windows
-        if denied and took > 0 then
-          -- given back: the state as before the deduction
-          rs, rn = 0, 0
-          if kind == 1 then
-            tu = tu + took
-            @reach(rs, rn, tu, tl, c, cap)
-          else
-            tu = tu - took
-            if kind >= 3 then  -- windows
-              rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
-            elseif tu ~= 0 then
-              local w, mode = m, p
-              @to_next(rs, rn, lsec, lns)
-            end
-          end
-        end
-      end
-      -- The TTL (see above): none with debt or when never fresh (rs -1); else `keep`
-      -- the one set earlier, or set `px`. `o`: the expiry as stored.
+  -- 'd': a level allowed before the last one is written once the last is decided (P).
+  local pend = decide and i < n and not denied
+  -- Writes this level (or keeps it in P), then ('d', the last level decided) the ones
+  -- before it: each as kept in P, or, when it was given back or is a log (its list is
+  -- written with it), its state unpacked from P and its TTL worked out again.
+  local j, v, put = i
+  while true do
+    if not v then
+      -- The TTL (see above): none with debt or when never fresh (rs -1); else keep the one
+      -- set earlier (put true), or set one (put: its ms). `o`: the expiry as stored.
       if lg then expiry = 0 end  -- windows: a log's TTL is set anew, with its list's
-      local px, keep, o = nil, false, 0
+      local o = 0
+      put = false
       if du == 0 and dl == 0 and rs >= 0 then
         @ceil_ms2(local ttl, lsec - sec + rs, lns - ns + rn)
         ttl = ttl + margin
@@ -378,35 +349,75 @@ for i = 1, n do
           local base = lsec * 1000 + (lns - lns % M6) / M6
           if expiry >= now_ms + ttl + 10 then
             o = expiry - base
-            keep = o >= 1 and o <= MAXOFF
+            put = o >= 1 and o <= MAXOFF
           end
-          if not keep then
-            px = ttl
-            if expiry >= now_ms + ttl - margin then px = ttl + margin end
-            o = now_ms + px - base
+          if not put then
+            put = ttl
+            if expiry >= now_ms + ttl - margin then put = ttl + margin end
+            o = now_ms + put - base
             if o < 1 or o > MAXOFF then o = 0 end
           end
         else
-          px = ttl
+          put = ttl
         end
       end
-      if lg then log_write(KEYS[j], lg, kind, tu, lsec, lns, px) end  -- windows
-      local v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o,
-        id)
-      if keep then
-        -- (an 80-byte state, its expiry read from it) overwritten in place, TTL kept
-        redis.call('SETRANGE', KEYS[j], '0', v)
-      elseif px then
-        redis.call('SET', KEYS[j], v, 'PX', px)
-      else
-        redis.call('SET', KEYS[j], v)
-      end
+      v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o, id)
     end
-    if decide then
+    if pend then
+      if lg then LG = LG or {}; LG[i] = lg end  -- windows
+      if i == 1 then
+        -- (sized for three levels: a table that grows is rehashed)
+        P = {v, put, took, expiry, 0, 0, 0, 0}
+      else
+        local b = 4 * i
+        P[b - 3], P[b - 2], P[b - 1], P[b] = v, put, took, expiry
+      end
+      break
+    end
+    local key = KEYS[j]
+    if lg then
+      local px = nil
+      if put ~= true and put then px = put end
+      log_write(key, lg, kind, tu, lsec, lns, px)  -- windows
+    end
+    if put == true then
+      -- (an 80-byte state, its expiry read from it) overwritten in place, TTL kept
+      redis.call('SETRANGE', key, '0', v)
+    elseif put then
+      redis.call('SET', key, v, 'PX', put)
+    else
+      redis.call('SET', key, v)
+    end
+    if not decide then break end
+    j = j - 1
+    if j < 1 then
       for k = 6 * i + 4, 6 * n + 3 do res[k] = nil end
       -- the record is final when this call decides the request's last levels or denied
       if att then attempt_close(att, res, att.last == 1 or denied, now_ms) end
       return res
+    end
+    local b = 4 * j
+    v, put, took, expiry = P[b - 3], P[b - 2], P[b - 1], P[b]
+    lg = LG and LG[j]  -- windows
+    if lg or (denied and took > 0) then
+      ver, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I7i6I3I7i6I4I5I3I4c35', v)
+      lns = lns - 1073741824
+      kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
+      wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
+      if denied and took > 0 then
+        -- given back: the state as before the deduction
+        if kind == 1 then tu = tu + took else tu = tu - took end
+      end
+      rs, rn = 0, 0
+      if kind == 1 then
+        @reach(rs, rn, tu, tl, c, cap)
+      elseif kind >= 3 then  -- windows
+        rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
+      elseif tu ~= 0 then
+        local w, mode = m, p
+        @to_next(rs, rn, lsec, lns)
+      end
+      v = nil
     end
   end
 end
