@@ -8,7 +8,10 @@
 // with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
 // a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
 // shared by every server on that Redis; a Redis that cannot answer gives the route's fail
-// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable):
+// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable),
+// and there, while the rule set in force has a leased rule (`lease:` on or auto), over
+// the leased backend of redis_leases.hpp (attempts are then this server's own; in
+// process `lease:` is ignored, with a note on stderr once):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
@@ -35,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -57,6 +61,7 @@
 #include "quota/http.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/store/sharded_store.hpp"
+#include "redis_leases.hpp"
 
 namespace quota::server {
 
@@ -92,6 +97,7 @@ struct RateInfo {
 struct LoadedRules {
   std::shared_ptr<const gateway::RuleSet> rules{};
   std::shared_ptr<const EnvoyRules> envoy{};
+  bool leased = false;  // a rule has `lease:` on or auto (redis_leases.hpp has_leases)
   std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
 };
 
@@ -136,6 +142,9 @@ class Checker {
     if (options_.redis != nullptr) {
       redis_gateway_ =
           std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_);
+      leases_ = std::make_unique<RedisLeases>(*options_.redis);
+      leased_gateway_ =
+          std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend, registry_);
     } else {
       gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
     }
@@ -147,6 +156,7 @@ class Checker {
       : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
     envoy_ = std::move(loaded.envoy);
     if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
+    use_leases(loaded.leased);
   }
 
   // `req` with the server's defaults filled in, validated against the rules in force
@@ -190,7 +200,9 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    auto decided = redis_gateway_ ? redis_gateway_->decide(r, now) : gateway_->decide(r, now);
+    auto decided = leased_.load(std::memory_order_relaxed) ? leased_gateway_->decide(r, now)
+                   : redis_gateway_                        ? redis_gateway_->decide(r, now)
+                                                           : gateway_->decide(r, now);
     if (!decided.ok()) {
       // Redis refused our credentials: the server cannot decide (never the fail-open
       // answer a route may give an outage).
@@ -211,6 +223,14 @@ class Checker {
     return envoy_mode() ? envoy_version_.load(std::memory_order_relaxed)
                         : registry_.current()->version();
   }
+
+  // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
+  const gateway::LeaseMetrics* lease_metrics() const {
+    return leases_ ? &leases_->metrics : nullptr;
+  }
+
+  // True while checks go through the leased backend (Redis, and a leased rule in force).
+  bool leasing() const { return leased_.load(std::memory_order_relaxed); }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
   bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
@@ -252,7 +272,12 @@ class Checker {
           "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
     }
     std::unique_lock lock(publish_mu_);
-    if (next.rules) return registry_.publish(std::move(next.rules));
+    if (next.rules) {
+      const bool leased = next.leased;
+      absl::Status s = registry_.publish(std::move(next.rules));
+      if (s.ok()) use_leases(leased);
+      return s;
+    }
     if (next.envoy->version <= envoy_->version) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
@@ -271,6 +296,17 @@ class Checker {
     route.name = "envoy";
     spec.routes.push_back(std::move(route));
     return *gateway::RuleSet::create(spec);
+  }
+
+  // Whether checks go through the leased backend: on Redis, when the set has a leased
+  // rule. In process there is nothing to lease from: noted once, decided as unleased.
+  void use_leases(bool leased) {
+    leased_.store(leased && leased_gateway_ != nullptr, std::memory_order_relaxed);
+    if (leased && leased_gateway_ == nullptr && !lease_noted_.exchange(true)) {
+      std::fprintf(stderr,
+                   "quota-server: note: `lease:` options are ignored: the budgets are in "
+                   "process, with nothing to lease from (they apply with --redis*)\n");
+    }
   }
 
   static gateway::Identity identity(const CheckRequest& req) {
@@ -297,6 +333,10 @@ class Checker {
   gateway::RuleRegistry registry_;
   std::unique_ptr<gateway::Gateway<Store>> gateway_;                    // in process
   std::unique_ptr<gateway::Gateway<CountedRedisStore>> redis_gateway_;  // or Redis
+  std::unique_ptr<RedisLeases> leases_;                                 // with Redis
+  std::unique_ptr<gateway::Gateway<RedisLeases::Backend>> leased_gateway_;
+  std::atomic<bool> leased_{false};  // written under publish_mu_ held exclusively
+  std::atomic<bool> lease_noted_{false};
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
   std::atomic<std::uint64_t> envoy_version_{0};
 };
