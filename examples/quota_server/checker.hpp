@@ -19,7 +19,8 @@
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
 // and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
 // rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
-// limit on the in-process store, keyed by the domain and the descriptor's entries.
+// limit keyed by the domain and the descriptor's entries, on the in-process store or, with
+// Redis, one GatewayStore decision on that key (redis_envoy_key: shared by every server).
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
 // is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
@@ -44,11 +45,14 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "counted_redis_store.hpp"
 #include "envoy_rules.hpp"
@@ -80,8 +84,7 @@ struct CheckerOptions {
   std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
   std::size_t max_keys = 10'000'000;  // the store's bound on keys
   // Budgets in Redis (quota/redis/gateway_store.hpp through counted_redis_store.hpp),
-  // shared by every server on it; null: in process. Must outlive the Checker. Not with
-  // envoyproxy/ratelimit rules.
+  // shared by every server on it; null: in process. Must outlive the Checker.
   CountedRedisStore* redis = nullptr;
 };
 
@@ -256,6 +259,16 @@ class Checker {
     std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
     for (const auto& [k, v] : entries)
       absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    if (options_.redis != nullptr) {
+      const std::string redis_key = redis_envoy_key(key);
+      const gateway::LevelCheck level{
+          .policy = &out.limit->policy, .key = redis_key, .shadow = false, .cost = cost};
+      auto r = options_.redis->decide(std::span(&level, 1), rules->version, now);
+      if (!r.ok()) return r.status();
+      if (r->parts.size() != 1) return absl::InternalError("redis: no decision for the descriptor");
+      out.decision = r->parts[0];
+      return out;
+    }
     auto d =
         store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
                      key, now, cost);
@@ -264,9 +277,51 @@ class Checker {
     return out;
   }
 
+  // An envoyproxy/ratelimit budget key as a Redis key of GatewayStore (quota/redis/keys.hpp:
+  // no braces or control bytes; the whole key is its hash tag): '%', '{', '}' and bytes
+  // below 0x20 or 0x7f percent-encoded, so distinct entries stay distinct keys.
+  static std::string redis_envoy_key(std::string_view key) {
+    std::string out;
+    out.reserve(key.size());
+    for (const char ch : key) {
+      const auto b = static_cast<unsigned char>(ch);
+      if (ch == '%' || ch == '{' || ch == '}' || b < 0x20 || b == 0x7f) {
+        absl::StrAppend(&out, "%", absl::Hex(b, absl::kZeroPad2));
+      } else {
+        out.push_back(ch);
+      }
+    }
+    return out;
+  }
+
+  // Whether every limit of `rules` can be decided in Redis (GatewayStore::check: the Lua
+  // twin's range); the error names the limit.
+  static absl::Status check_for_redis(const EnvoyRules& rules) {
+    absl::Status out = absl::OkStatus();
+    const auto walk = [&out](const auto& self, const std::vector<EnvoyNode>& nodes) -> void {
+      for (const EnvoyNode& n : nodes) {
+        if (!out.ok()) return;
+        if (n.limit != nullptr && !n.limit->unlimited) {
+          if (auto s = CountedRedisStore::check(n.limit->policy); !s.ok()) {
+            out = absl::InvalidArgumentError(absl::StrCat(
+                "limit \"", n.limit->name, "\" cannot be kept in redis: ", s.message()));
+            return;
+          }
+        }
+        self(self, n.children);
+      }
+    };
+    walk(walk, rules.descriptors);
+    return out;
+  }
+
   // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
-  // its version is greater, or when its format is not the one the Checker started with.
+  // its version is greater, or when its format is not the one the Checker started with;
+  // with Redis, an envoyproxy/ratelimit file whose limits Redis cannot keep is refused.
   absl::Status publish(LoadedRules next) {
+    if (options_.redis != nullptr && next.envoy != nullptr) {
+      if (auto s = check_for_redis(*next.envoy); !s.ok()) return s;
+    }
     if (envoy_mode() != (next.envoy != nullptr)) {
       return absl::FailedPreconditionError(
           "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");

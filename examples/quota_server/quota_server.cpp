@@ -101,10 +101,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<quota::server::CountedRedisStore> counted;
   if (redis_store != nullptr) {
     if (rules->envoy) {
-      std::fprintf(stderr,
-                   "quota-server: --redis is not supported with an envoyproxy/ratelimit rule "
-                   "file (its budgets are in process)\n");
-      return 1;
+      if (auto s = quota::server::Checker::check_for_redis(*rules->envoy); !s.ok()) {
+        std::fprintf(stderr, "quota-server: %s: %s\n", origin.c_str(),
+                     std::string(s.message()).c_str());
+        return 1;
+      }
     }
     counted = std::make_unique<quota::server::CountedRedisStore>(*redis_store, stats.decisions);
   }
