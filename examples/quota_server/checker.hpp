@@ -20,7 +20,7 @@
 // and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
 // rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
 // limit keyed by the domain and the descriptor's entries, on the in-process store or, with
-// Redis, one GatewayStore decision on that key (redis_envoy_key: shared by every server).
+// Redis, one GatewayStore decision on that key (envoy_redis.hpp: shared by every server).
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
 // is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
@@ -48,13 +48,13 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "counted_redis_store.hpp"
+#include "envoy_redis.hpp"
 #include "envoy_rules.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
@@ -232,9 +232,6 @@ class Checker {
     return leases_ ? &leases_->metrics : nullptr;
   }
 
-  // True while checks go through the leased backend (Redis, and a leased rule in force).
-  bool leasing() const { return leased_.load(std::memory_order_relaxed); }
-
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
   bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
 
@@ -277,50 +274,12 @@ class Checker {
     return out;
   }
 
-  // An envoyproxy/ratelimit budget key as a Redis key of GatewayStore (quota/redis/keys.hpp:
-  // no braces or control bytes; the whole key is its hash tag): '%', '{', '}' and bytes
-  // below 0x20 or 0x7f percent-encoded, so distinct entries stay distinct keys.
-  static std::string redis_envoy_key(std::string_view key) {
-    std::string out;
-    out.reserve(key.size());
-    for (const char ch : key) {
-      const auto b = static_cast<unsigned char>(ch);
-      if (ch == '%' || ch == '{' || ch == '}' || b < 0x20 || b == 0x7f) {
-        absl::StrAppend(&out, "%", absl::Hex(b, absl::kZeroPad2));
-      } else {
-        out.push_back(ch);
-      }
-    }
-    return out;
-  }
-
-  // Whether every limit of `rules` can be decided in Redis (GatewayStore::check: the Lua
-  // twin's range); the error names the limit.
-  static absl::Status check_for_redis(const EnvoyRules& rules) {
-    absl::Status out = absl::OkStatus();
-    const auto walk = [&out](const auto& self, const std::vector<EnvoyNode>& nodes) -> void {
-      for (const EnvoyNode& n : nodes) {
-        if (!out.ok()) return;
-        if (n.limit != nullptr && !n.limit->unlimited) {
-          if (auto s = CountedRedisStore::check(n.limit->policy); !s.ok()) {
-            out = absl::InvalidArgumentError(absl::StrCat(
-                "limit \"", n.limit->name, "\" cannot be kept in redis: ", s.message()));
-            return;
-          }
-        }
-        self(self, n.children);
-      }
-    };
-    walk(walk, rules.descriptors);
-    return out;
-  }
-
   // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
   // its version is greater, or when its format is not the one the Checker started with;
   // with Redis, an envoyproxy/ratelimit file whose limits Redis cannot keep is refused.
   absl::Status publish(LoadedRules next) {
     if (options_.redis != nullptr && next.envoy != nullptr) {
-      if (auto s = check_for_redis(*next.envoy); !s.ok()) return s;
+      if (auto s = check_envoy_for_redis(*next.envoy); !s.ok()) return s;
     }
     if (envoy_mode() != (next.envoy != nullptr)) {
       return absl::FailedPreconditionError(

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<quota::server::CountedRedisStore> counted;
   if (redis_store != nullptr) {
     if (rules->envoy) {
-      if (auto s = quota::server::Checker::check_for_redis(*rules->envoy); !s.ok()) {
+      if (auto s = quota::server::check_envoy_for_redis(*rules->envoy); !s.ok()) {
         std::fprintf(stderr, "quota-server: %s: %s\n", origin.c_str(),
                      std::string(s.message()).c_str());
         return 1;

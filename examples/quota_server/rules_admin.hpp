@@ -85,7 +85,7 @@ inline int run_publish(const Options& o) {
     refused = built.status();
     // The servers keep the budgets in Redis: every limit must be one Redis can keep.
     if (built.ok() && built->envoy != nullptr) {
-      if (auto s = Checker::check_for_redis(*built->envoy); !s.ok()) {
+      if (auto s = check_envoy_for_redis(*built->envoy); !s.ok()) {
         refused = absl::InvalidArgumentError(absl::StrCat(o.rules_path, ": ", s.message()));
       }
     }
