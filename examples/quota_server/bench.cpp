@@ -20,12 +20,14 @@
 // gRPC cases against this binary run as a server (--echo_server) whose RateLimitService
 // answers every call OK, one OK status per descriptor, without deciding — the sync gRPC
 // server quota-server uses, with nothing behind it: what gRPC alone costs per call here.
+// --leased (with --redis) runs the Redis cases again with the rule leased (`lease: {mode:
+// on, units: 1000, expiry: 1s}`: a grant from Redis per 1000 checks, redis_leases.hpp).
 //
 //   cmake --preset release
 //   cmake --build build/release --target quota_server quota_server_bench -j1
 //   build/release/examples/quota_server/quota_server_bench
 //       --server build/release/examples/quota_server/quota-server --seconds 5
-//       [--redis] [--grpc_floor] [--descriptors 1,16]
+//       [--redis [--leased]] [--grpc_floor] [--descriptors 1,16]
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -60,6 +62,8 @@ ABSL_FLAG(bool, redis, false, "also run the cases with --redis on a redis-server
 ABSL_FLAG(std::string, descriptors, "1", "descriptors per gRPC call to run, e.g. 1,16");
 ABSL_FLAG(bool, grpc_floor, false,
           "also run the gRPC cases against a server that answers without deciding");
+ABSL_FLAG(bool, leased, false,
+          "with --redis, also run the Redis cases with the rule leased (lease: on, 1000 units)");
 ABSL_FLAG(bool, echo_server, false,
           "run as that server (the floor): answer every ShouldRateLimit OK until SIGTERM");
 
@@ -297,9 +301,13 @@ int main(int argc, char** argv) {
   }
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const std::string rules = "/tmp/quota_server_bench_rules_" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: bench\n    level: tenant\n"
-                          "    plan: free\n    route: read\n"
-                          "    token_bucket: {rate: 1000000000/1s, burst: 1000000000}\n";
+  const std::string text =
+      "routes:\n  - name: read\nrules:\n  - name: bench\n    level: tenant\n"
+      "    plan: free\n    route: read\n"
+      "    token_bucket: {rate: 1000000000/1s, burst: 1000000000}\n";
+  std::ofstream(rules) << text;
+  const std::string leased_rules = rules + ".leased.yaml";
+  std::ofstream(leased_rules) << text << "    lease: {mode: on, units: 1000, expiry: 1s}\n";
   bool ok = run_checker(rules, 200'000) && run_store("in_process", rules, {}, seconds);
   if (ok && absl::GetFlag(FLAGS_grpc_floor)) ok = run_floor(seconds);
   if (ok && absl::GetFlag(FLAGS_redis)) {
@@ -308,7 +316,14 @@ int main(int argc, char** argv) {
                                       {"--redis", "127.0.0.1:" + std::to_string(redis.port()),
                                        "--redis-deadline-ms", "1000"},
                                       seconds);
+    if (ok && absl::GetFlag(FLAGS_leased)) {
+      ok = run_store(
+          "redis_leased", leased_rules,
+          {"--redis", "127.0.0.1:" + std::to_string(redis.port()), "--redis-deadline-ms", "1000"},
+          seconds);
+    }
   }
   std::remove(rules.c_str());
+  std::remove(leased_rules.c_str());
   return ok ? 0 : 1;
 }
