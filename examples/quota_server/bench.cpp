@@ -14,11 +14,22 @@
 // same rules on a Checker in this process (resolve + pin + check, thread CPU time), the
 // part of the server's CPU that is not the protocol. One JSON object per case on stdout.
 //
+// --descriptors 1,16 runs every gRPC case also with 16 descriptors per ShouldRateLimit
+// call (each its own tenant, each one decision): CPU µs per check is then per descriptor
+// decision, and per call is reported beside it. --grpc_floor adds the floor: the same
+// gRPC cases against this binary run as a server (--echo_server) whose RateLimitService
+// answers every call OK, one OK status per descriptor, without deciding — the sync gRPC
+// server quota-server uses, with nothing behind it: what gRPC alone costs per call here.
+// --leased (with --redis) runs the Redis cases again with the rule leased (`lease: {mode:
+// on, units: 1000, expiry: 1s}`: a grant from Redis per 1000 checks, redis_leases.hpp).
+//
 //   cmake --preset release
 //   cmake --build build/release --target quota_server quota_server_bench -j1
 //   build/release/examples/quota_server/quota_server_bench
 //       --server build/release/examples/quota_server/quota-server --seconds 5
+//       [--redis [--leased]] [--grpc_floor] [--descriptors 1,16]
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,6 +59,13 @@ ABSL_FLAG(double, seconds, 5.0, "length of each case");
 ABSL_FLAG(std::string, apis, "grpc,http", "the APIs to run: grpc, http or both");
 ABSL_FLAG(std::string, connections, "1,8", "client connection counts to run: 1, 8 or both");
 ABSL_FLAG(bool, redis, false, "also run the cases with --redis on a redis-server of its own");
+ABSL_FLAG(std::string, descriptors, "1", "descriptors per gRPC call to run, e.g. 1,16");
+ABSL_FLAG(bool, grpc_floor, false,
+          "also run the gRPC cases against a server that answers without deciding");
+ABSL_FLAG(bool, leased, false,
+          "with --redis, also run the Redis cases with the rule leased (lease: on, 1000 units)");
+ABSL_FLAG(bool, echo_server, false,
+          "run as that server (the floor): answer every ShouldRateLimit OK until SIGTERM");
 
 namespace {
 
@@ -69,34 +87,84 @@ std::int64_t cpu_us(pid_t pid) {
   return (utime + stime) * 1'000'000 / sysconf(_SC_CLK_TCK);
 }
 
+// Comma-separated whole numbers ("1,16").
+std::vector<int> int_list(const std::string& text) {
+  std::vector<int> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (const int n = std::atoi(item.c_str()); n > 0) out.push_back(n);
+  }
+  return out;
+}
+
+// The floor's RateLimitService: every call OK, one OK status per descriptor, nothing
+// decided.
+class EchoService final : public rls::RateLimitService::Service {
+  grpc::Status ShouldRateLimit(grpc::ServerContext*, const rls::RateLimitRequest* request,
+                               rls::RateLimitResponse* response) override {
+    response->set_overall_code(rls::RateLimitResponse::OK);
+    for (int i = 0; i < request->descriptors_size(); ++i) {
+      response->add_statuses()->set_code(rls::RateLimitResponse::OK);
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// --echo_server: the floor's server, built as quota-server builds its own (default
+// ServerBuilder, sync API), on a free loopback port; stops on SIGTERM or SIGINT.
+int run_echo_server() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  EchoService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return 1;
+  std::printf("grpc listening on 127.0.0.1:%d\n", port);
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}
+
 struct Result {
-  long long checks = 0;
+  long long calls = 0;
   long long errors = 0;
 };
 
-void grpc_loop(int port, int id, std::chrono::steady_clock::time_point until, Result& out) {
+// `descriptors` descriptors per call, each its own tenant (one decision each).
+void grpc_loop(int port, int id, int descriptors, std::chrono::steady_clock::time_point until,
+               Result& out) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
   auto stub = rls::RateLimitService::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
   rls::RateLimitRequest req;
   req.set_domain("quota");
-  auto* e = req.add_descriptors()->add_entries();
-  e->set_key("tenant");
-  e->set_value("bench-" + std::to_string(id));
+  for (int k = 0; k < descriptors; ++k) {
+    auto* e = req.add_descriptors()->add_entries();
+    e->set_key("tenant");
+    e->set_value("bench-" + std::to_string(id) + (k == 0 ? "" : "-" + std::to_string(k)));
+  }
   while (std::chrono::steady_clock::now() < until) {
     rls::RateLimitResponse resp;
     grpc::ClientContext ctx;
     const grpc::Status s = stub->ShouldRateLimit(&ctx, req, &resp);
     if (s.ok() && resp.overall_code() == rls::RateLimitResponse::OK) {
-      ++out.checks;
+      ++out.calls;
     } else {
       ++out.errors;
     }
   }
 }
 
-void http_loop(int port, int id, std::chrono::steady_clock::time_point until, Result& out) {
+void http_loop(int port, int id, int, std::chrono::steady_clock::time_point until, Result& out) {
   httplib::Client c("127.0.0.1", port);
   c.set_keep_alive(true);
   c.set_tcp_nodelay(true);
@@ -104,7 +172,7 @@ void http_loop(int port, int id, std::chrono::steady_clock::time_point until, Re
   while (std::chrono::steady_clock::now() < until) {
     auto r = c.Post("/v1/check", body, "application/json");
     if (r && r->status == 200 && r->body.find("\"allowed\":true") != std::string::npos) {
-      ++out.checks;
+      ++out.calls;
     } else {
       ++out.errors;
     }
@@ -112,7 +180,7 @@ void http_loop(int port, int id, std::chrono::steady_clock::time_point until, Re
 }
 
 void run_case(const quota::testing::ServerProcess& server, const std::string& store,
-              const std::string& api, int connections, double seconds) {
+              const std::string& api, int connections, int descriptors, double seconds) {
   const int port = server.port(api);
   std::vector<Result> results(static_cast<std::size_t>(connections));
   const auto until = std::chrono::steady_clock::now() +
@@ -121,7 +189,7 @@ void run_case(const quota::testing::ServerProcess& server, const std::string& st
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int i = 0; i < connections; ++i) {
-    threads.emplace_back(api == "grpc" ? grpc_loop : http_loop, port, i, until,
+    threads.emplace_back(api == "grpc" ? grpc_loop : http_loop, port, i, descriptors, until,
                          std::ref(results[static_cast<std::size_t>(i)]));
   }
   for (auto& t : threads) t.join();
@@ -130,16 +198,21 @@ void run_case(const quota::testing::ServerProcess& server, const std::string& st
   const std::int64_t cpu = cpu_us(server.pid()) - cpu_before;
   Result total;
   for (const Result& r : results) {
-    total.checks += r.checks;
+    total.calls += r.calls;
     total.errors += r.errors;
   }
+  const long long checks = total.calls * descriptors;
+  const auto per = [cpu](long long n) {
+    return n > 0 ? static_cast<double>(cpu) / static_cast<double>(n) : 0.0;
+  };
   std::printf(
-      "{\"store\":\"%s\",\"api\":\"%s\",\"connections\":%d,\"seconds\":%.2f,\"checks\":%lld,"
-      "\"errors\":%lld,\"checks_per_second\":%.0f,\"server_cpu_us\":%lld,"
+      "{\"store\":\"%s\",\"api\":\"%s\",\"connections\":%d,\"descriptors\":%d,"
+      "\"seconds\":%.2f,\"calls\":%lld,\"checks\":%lld,\"errors\":%lld,"
+      "\"checks_per_second\":%.0f,\"server_cpu_us\":%lld,\"server_cpu_us_per_call\":%.2f,"
       "\"server_cpu_us_per_check\":%.2f}\n",
-      store.c_str(), api.c_str(), connections, elapsed, total.checks, total.errors,
-      total.checks / elapsed, static_cast<long long>(cpu),
-      total.checks > 0 ? static_cast<double>(cpu) / static_cast<double>(total.checks) : 0.0);
+      store.c_str(), api.c_str(), connections, descriptors, elapsed, total.calls, checks,
+      total.errors, static_cast<double>(checks) / elapsed, static_cast<long long>(cpu),
+      per(total.calls), per(checks));
   std::fflush(stdout);
 }
 
@@ -170,6 +243,22 @@ bool run_checker(const std::string& rules, long long checks) {
   return admitted == checks;
 }
 
+// Every case of `apis` (grpc, http) the flags ask for, against `server`.
+void run_cases(const quota::testing::ServerProcess& server, const std::string& store,
+               const std::string& apis, double seconds) {
+  const std::vector<int> counts = int_list(absl::GetFlag(FLAGS_connections));
+  const std::vector<int> descriptors = int_list(absl::GetFlag(FLAGS_descriptors));
+  for (const char* api : {"grpc", "http"}) {
+    if (apis.find(api) == std::string::npos) continue;
+    for (int connections : counts) {
+      for (int n : descriptors) {
+        if (n > 1 && std::string(api) != "grpc") continue;  // one check per HTTP call
+        run_case(server, store, api, connections, n, seconds);
+      }
+    }
+  }
+}
+
 bool run_store(const std::string& store, const std::string& rules,
                const std::vector<std::string>& extra, double seconds) {
   quota::testing::ServerProcess server;
@@ -187,14 +276,15 @@ bool run_store(const std::string& store, const std::string& rules,
   args.insert(args.end(), extra.begin(), extra.end());
   if (!server.start(args, {"grpc", "http"})) return false;
   const std::string apis = absl::GetFlag(FLAGS_apis);
-  const std::string counts = absl::GetFlag(FLAGS_connections);
-  for (const char* api : {"grpc", "http"}) {
-    if (apis.find(api) == std::string::npos) continue;
-    for (int connections : {1, 8}) {
-      if (counts.find(std::to_string(connections)) == std::string::npos) continue;
-      run_case(server, store, api, connections, seconds);
-    }
-  }
+  run_cases(server, store, apis, seconds);
+  return server.stop() == 0;
+}
+
+// The floor: the gRPC cases against this binary as --echo_server.
+bool run_floor(double seconds) {
+  quota::testing::ServerProcess server;
+  if (!server.start({"/proc/self/exe", "--echo_server"}, {"grpc"})) return false;
+  run_cases(server, "grpc_floor", "grpc", seconds);
   return server.stop() == 0;
 }
 
@@ -202,6 +292,7 @@ bool run_store(const std::string& store, const std::string& rules,
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_echo_server)) return run_echo_server();
   const std::string binary = absl::GetFlag(FLAGS_server);
   if (binary.empty()) {
     std::fprintf(stderr,
@@ -210,17 +301,29 @@ int main(int argc, char** argv) {
   }
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const std::string rules = "/tmp/quota_server_bench_rules_" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: bench\n    level: tenant\n"
-                          "    plan: free\n    route: read\n"
-                          "    token_bucket: {rate: 1000000000/1s, burst: 1000000000}\n";
+  const std::string text =
+      "routes:\n  - name: read\nrules:\n  - name: bench\n    level: tenant\n"
+      "    plan: free\n    route: read\n"
+      "    token_bucket: {rate: 1000000000/1s, burst: 1000000000}\n";
+  std::ofstream(rules) << text;
+  const std::string leased_rules = rules + ".leased.yaml";
+  std::ofstream(leased_rules) << text << "    lease: {mode: on, units: 1000, expiry: 1s}\n";
   bool ok = run_checker(rules, 200'000) && run_store("in_process", rules, {}, seconds);
+  if (ok && absl::GetFlag(FLAGS_grpc_floor)) ok = run_floor(seconds);
   if (ok && absl::GetFlag(FLAGS_redis)) {
     quota::testing::ScratchServer redis(quota::testing::scratch_dir("quota-server-bench-redis"));
     ok = redis.started() && run_store("redis", rules,
                                       {"--redis", "127.0.0.1:" + std::to_string(redis.port()),
                                        "--redis-deadline-ms", "1000"},
                                       seconds);
+    if (ok && absl::GetFlag(FLAGS_leased)) {
+      ok = run_store(
+          "redis_leased", leased_rules,
+          {"--redis", "127.0.0.1:" + std::to_string(redis.port()), "--redis-deadline-ms", "1000"},
+          seconds);
+    }
   }
   std::remove(rules.c_str());
+  std::remove(leased_rules.c_str());
   return ok ? 0 : 1;
 }

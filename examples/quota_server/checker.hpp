@@ -8,7 +8,10 @@
 // with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
 // a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
 // shared by every server on that Redis; a Redis that cannot answer gives the route's fail
-// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable):
+// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable),
+// and there, while the rule set in force has a leased rule (`lease:` on or auto), over
+// the leased backend of redis_leases.hpp (attempts are then this server's own; in
+// process `lease:` is ignored, with a note on stderr once):
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
@@ -16,7 +19,8 @@
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
 // and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
 // rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
-// limit on the in-process store, keyed by the domain and the descriptor's entries.
+// limit keyed by the domain and the descriptor's entries, on the in-process store or, with
+// Redis, one GatewayStore decision on that key (envoy_redis.hpp: shared by every server).
 //
 // Thread safety: resolve() and check() may be called from any thread at once (the store
 // is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
@@ -35,18 +39,22 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "counted_redis_store.hpp"
+#include "envoy_redis.hpp"
 #include "envoy_rules.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
@@ -57,6 +65,7 @@
 #include "quota/http.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/store/sharded_store.hpp"
+#include "redis_leases.hpp"
 
 namespace quota::server {
 
@@ -75,8 +84,7 @@ struct CheckerOptions {
   std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
   std::size_t max_keys = 10'000'000;  // the store's bound on keys
   // Budgets in Redis (quota/redis/gateway_store.hpp through counted_redis_store.hpp),
-  // shared by every server on it; null: in process. Must outlive the Checker. Not with
-  // envoyproxy/ratelimit rules.
+  // shared by every server on it; null: in process. Must outlive the Checker.
   CountedRedisStore* redis = nullptr;
 };
 
@@ -92,6 +100,7 @@ struct RateInfo {
 struct LoadedRules {
   std::shared_ptr<const gateway::RuleSet> rules{};
   std::shared_ptr<const EnvoyRules> envoy{};
+  bool leased = false;  // a rule has `lease:` on or auto (redis_leases.hpp has_leases)
   std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
 };
 
@@ -136,6 +145,9 @@ class Checker {
     if (options_.redis != nullptr) {
       redis_gateway_ =
           std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_);
+      leases_ = std::make_unique<RedisLeases>(*options_.redis);
+      leased_gateway_ =
+          std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend, registry_);
     } else {
       gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
     }
@@ -147,6 +159,7 @@ class Checker {
       : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
     envoy_ = std::move(loaded.envoy);
     if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
+    use_leases(loaded.leased);
   }
 
   // `req` with the server's defaults filled in, validated against the rules in force
@@ -190,7 +203,9 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    auto decided = redis_gateway_ ? redis_gateway_->decide(r, now) : gateway_->decide(r, now);
+    auto decided = leased_.load(std::memory_order_relaxed) ? leased_gateway_->decide(r, now)
+                   : redis_gateway_                        ? redis_gateway_->decide(r, now)
+                                                           : gateway_->decide(r, now);
     if (!decided.ok()) {
       // Redis refused our credentials: the server cannot decide (never the fail-open
       // answer a route may give an outage).
@@ -210,6 +225,11 @@ class Checker {
   std::uint64_t rule_version() const {
     return envoy_mode() ? envoy_version_.load(std::memory_order_relaxed)
                         : registry_.current()->version();
+  }
+
+  // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
+  const gateway::LeaseMetrics* lease_metrics() const {
+    return leases_ ? &leases_->metrics : nullptr;
   }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
@@ -236,6 +256,16 @@ class Checker {
     std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
     for (const auto& [k, v] : entries)
       absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    if (options_.redis != nullptr) {
+      const std::string redis_key = redis_envoy_key(key);
+      const gateway::LevelCheck level{
+          .policy = &out.limit->policy, .key = redis_key, .shadow = false, .cost = cost};
+      auto r = options_.redis->decide(std::span(&level, 1), rules->version, now);
+      if (!r.ok()) return r.status();
+      if (r->parts.size() != 1) return absl::InternalError("redis: no decision for the descriptor");
+      out.decision = r->parts[0];
+      return out;
+    }
     auto d =
         store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
                      key, now, cost);
@@ -245,14 +275,23 @@ class Checker {
   }
 
   // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
-  // its version is greater, or when its format is not the one the Checker started with.
+  // its version is greater, or when its format is not the one the Checker started with;
+  // with Redis, an envoyproxy/ratelimit file whose limits Redis cannot keep is refused.
   absl::Status publish(LoadedRules next) {
+    if (options_.redis != nullptr && next.envoy != nullptr) {
+      if (auto s = check_envoy_for_redis(*next.envoy); !s.ok()) return s;
+    }
     if (envoy_mode() != (next.envoy != nullptr)) {
       return absl::FailedPreconditionError(
           "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
     }
     std::unique_lock lock(publish_mu_);
-    if (next.rules) return registry_.publish(std::move(next.rules));
+    if (next.rules) {
+      const bool leased = next.leased;
+      absl::Status s = registry_.publish(std::move(next.rules));
+      if (s.ok()) use_leases(leased);
+      return s;
+    }
     if (next.envoy->version <= envoy_->version) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
@@ -271,6 +310,17 @@ class Checker {
     route.name = "envoy";
     spec.routes.push_back(std::move(route));
     return *gateway::RuleSet::create(spec);
+  }
+
+  // Whether checks go through the leased backend: on Redis, when the set has a leased
+  // rule. In process there is nothing to lease from: noted once, decided as unleased.
+  void use_leases(bool leased) {
+    leased_.store(leased && leased_gateway_ != nullptr, std::memory_order_relaxed);
+    if (leased && leased_gateway_ == nullptr && !lease_noted_.exchange(true)) {
+      std::fprintf(stderr,
+                   "quota-server: note: `lease:` options are ignored: the budgets are in "
+                   "process, with nothing to lease from (they apply with --redis*)\n");
+    }
   }
 
   static gateway::Identity identity(const CheckRequest& req) {
@@ -297,6 +347,10 @@ class Checker {
   gateway::RuleRegistry registry_;
   std::unique_ptr<gateway::Gateway<Store>> gateway_;                    // in process
   std::unique_ptr<gateway::Gateway<CountedRedisStore>> redis_gateway_;  // or Redis
+  std::unique_ptr<RedisLeases> leases_;                                 // with Redis
+  std::unique_ptr<gateway::Gateway<RedisLeases::Backend>> leased_gateway_;
+  std::atomic<bool> leased_{false};  // written under publish_mu_ held exclusively
+  std::atomic<bool> lease_noted_{false};
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
   std::atomic<std::uint64_t> envoy_version_{0};
 };

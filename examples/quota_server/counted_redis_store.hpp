@@ -44,6 +44,9 @@ class CountedRedisStore {
   CountedRedisStore(redis::GatewayStore& store, DecisionStats& stats)
       : store_(store), stats_(stats) {}
 
+  // The store it forwards to (the lease record, redis_leases.hpp, writes beside it).
+  const redis::GatewayStore& store() const { return store_; }
+
   static absl::Status check(const gateway::RulePolicy& policy) {
     return redis::GatewayStore::check(policy);
   }

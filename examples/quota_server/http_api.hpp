@@ -18,6 +18,7 @@
 //   GET  /readyz     200 once every listener is up, 503 before and while draining
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
+//                    with Redis quota_lease_*{level} (quota/gateway/lease_metrics.hpp),
 //                    quota_rule_version, the decision-latency histogram, near-limit,
 //                    Redis errors by kind (decision_stats.hpp) — labels from configuration
 //                    only, except the top-K tenants (at most 20 series).
@@ -247,9 +248,13 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
   });
   server.Get("/metrics", [api](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        gateway::render_prometheus(*api.metrics) + api.stats->render(api.checker->rule_version()),
-        "text/plain; version=0.0.4");
+    std::string text =
+        gateway::render_prometheus(*api.metrics) + api.stats->render(api.checker->rule_version());
+    // Budgets in Redis: the lease counters, one series per level (redis_leases.hpp).
+    if (const auto* leases = api.checker->lease_metrics()) {
+      text += gateway::render_prometheus(*leases);
+    }
+    res.set_content(std::move(text), "text/plain; version=0.0.4");
   });
 }
 

@@ -11,7 +11,9 @@
 // shared_rules.hpp and rule_subscriber.hpp (the rule set published in Redis, followed),
 // rules_admin.hpp (the subcommands publish and instances), checker.hpp (one check on the
 // Gateway), descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP),
-// server_stats.hpp and decision_stats.hpp (its counters), redis_backend.hpp (--redis*).
+// server_stats.hpp and decision_stats.hpp (its counters), redis_backend.hpp (--redis*;
+// in the Checker: redis_leases.hpp for leased rules, envoy_redis.hpp for
+// envoyproxy/ratelimit budgets).
 // It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
 // stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
 // that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
@@ -101,10 +103,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<quota::server::CountedRedisStore> counted;
   if (redis_store != nullptr) {
     if (rules->envoy) {
-      std::fprintf(stderr,
-                   "quota-server: --redis is not supported with an envoyproxy/ratelimit rule "
-                   "file (its budgets are in process)\n");
-      return 1;
+      if (auto s = quota::server::check_envoy_for_redis(*rules->envoy); !s.ok()) {
+        std::fprintf(stderr, "quota-server: %s: %s\n", origin.c_str(),
+                     std::string(s.message()).c_str());
+        return 1;
+      }
     }
     counted = std::make_unique<quota::server::CountedRedisStore>(*redis_store, stats.decisions);
   }

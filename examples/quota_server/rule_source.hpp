@@ -32,6 +32,7 @@
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rules.hpp"
 #include "quota/rules/rule_file.hpp"
+#include "redis_leases.hpp"
 
 namespace quota::server {
 
@@ -62,6 +63,7 @@ inline absl::StatusOr<LoadedRules> build_server_rules(RulesFormat format, std::u
   auto rules = quota::rules::load_next_rules(in_force, text, path, &metrics);
   if (!rules.ok()) return rules.status();
   out.rules = *std::move(rules);
+  out.leased = has_leases(text, path);
   return out;
 }
 

@@ -5,9 +5,8 @@
 //
 // publish(): the rule file is read and validated whole with the server's own parser
 // (rule_source.hpp build_server_rules) before Redis is asked anything, so an invalid file
-// is refused with the server's error (file:line:column: field) and nothing is stored; so
-// is an envoyproxy/ratelimit file (its budgets are in process, a --rules-from-redis
-// server's are in Redis).
+// is refused with the server's error (file:line:column: field) and nothing is stored (an
+// envoyproxy/ratelimit file also when a limit is outside what Redis keeps).
 // Then it is validated again as the successor of the version published (a `version:` in
 // the file must be greater, as on a hot reload; without one it gets the published + 1)
 // and stored with a compare-and-set on that version (SharedRules::publish); when another
@@ -81,13 +80,15 @@ inline int run_publish(const Options& o) {
   absl::Status refused = text.status();
   // The whole file first, before Redis (0 in force: any `version:` passes here; it is
   // checked against the published one below).
-  if (refused.ok()) refused = build_server_rules(format, 0, *text, o.rules_path, metrics).status();
-  // A server on Redis keeps its budgets there, which an envoy-format file cannot use.
-  if (refused.ok() && format == RulesFormat::kEnvoy) {
-    refused = absl::InvalidArgumentError(
-        absl::StrCat(o.rules_path,
-                     ": an envoyproxy/ratelimit rule file cannot be shared (its budgets are "
-                     "in process; a server with --rules-from-redis keeps them in Redis)"));
+  if (refused.ok()) {
+    auto built = build_server_rules(format, 0, *text, o.rules_path, metrics);
+    refused = built.status();
+    // The servers keep the budgets in Redis: every limit must be one Redis can keep.
+    if (built.ok() && built->envoy != nullptr) {
+      if (auto s = check_envoy_for_redis(*built->envoy); !s.ok()) {
+        refused = absl::InvalidArgumentError(absl::StrCat(o.rules_path, ": ", s.message()));
+      }
+    }
   }
   if (!refused.ok()) {
     std::fprintf(stderr, "quota-server publish: not published: %s\n",
