@@ -8,7 +8,7 @@
 // in a quota::redis::RedisGrantLedger (a hash beside the budget, in its slot) and then
 // decides locally from what it holds. Redis is asked once per grant instead of once per
 // check; every server on that Redis shares each budget within
-// A(T) <= r·T + B + Σ outstanding grants <= r·T + B + servers·(units + low_water).
+// A(T) <= r·T + B + Σ units held <= r·T + B + servers·(units + low_water).
 //
 // RedisLeases bundles the three parts (metrics, record, backend) with the lifetimes the
 // backend needs. has_leases() says whether a rule file asks for any lease: the Checker

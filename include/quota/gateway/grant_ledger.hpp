@@ -3,8 +3,10 @@
 // Every grant a LeasedBackend (leased_backend.hpp) takes is recorded at the authority
 // beside the budget it was taken from: the key, the grant id (which names the holder's
 // incarnation), the rule-set version it was taken under, the units, and when it expires.
-// An operator lists the grants still outstanding (`outstanding`); the sum of their units
-// is the Σ of the envelope A(T) <= r·T + B + Σ outstanding grants. GrantLedger, below, is
+// An operator lists the grants still outstanding (`outstanding`: whole grants not yet
+// expired, spent or not). Their units are at least what the holders still hold, so their
+// sum bounds the envelope A(T) <= r·T + B + Σ units held, more loosely: a holder that
+// renewed within one expiry is listed with every grant of it. GrantLedger, below, is
 // the in-process record (for a StoreBackend shared by the gateways of one host, tests and
 // simulations); quota::redis::RedisGrantLedger (redis/grant_ledger.hpp) keeps it in Redis
 // next to the key. A ledger is also what makes an in-process grant idempotent: a grant id

@@ -39,7 +39,7 @@
 //     back when a later one denies — locally into its grant when it was leased, through
 //     the inner backend's refund otherwise.
 //   - Bound: each holder holds at most `units + low_water` of a key, so with H holders
-//     (incarnations) admitted(T) <= r·T + B + Σ outstanding <= r·T + B + H·(units +
+//     (incarnations) admitted(T) <= r·T + B + Σ units held <= r·T + B + H·(units +
 //     low_water) over every interval of length T, checked on several holders' admissions
 //     by the envelope verifier (tests/gateway_lease_envelope_test.cpp).
 //   - Costs: a request costing more than `lease.units` on a level is decided there by

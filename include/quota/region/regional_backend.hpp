@@ -32,7 +32,7 @@
 //     kFailOpen, outage.hpp). An enforcing global level never admits beyond them.
 //   - Bound: a region holds at most `units + low_water` of a global key, so over every
 //     interval of length T the union of every region's admissions on it is within
-//     A(T) <= r·T + B + Σ outstanding regional grants <= r·T + B + R·(units + low_water)
+//     A(T) <= r·T + B + Σ units the regions hold <= r·T + B + R·(units + low_water)
 //     for R region incarnations (tests/region_envelope_test.cpp, with a region cut off).
 //   - All regions must load the same rules for a global budget: the central authority
 //     decides a grant under the policy the region sends.
