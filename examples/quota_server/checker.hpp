@@ -51,6 +51,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "counted_redis_store.hpp"
@@ -207,12 +208,19 @@ class Checker {
                    : redis_gateway_                        ? redis_gateway_->decide(r, now)
                                                            : gateway_->decide(r, now);
     if (!decided.ok()) {
-      // Redis refused our credentials: the server cannot decide (never the fail-open
+      // Redis refused our credentials, or is a server no decision may be made on (an
+      // evicting maxmemory-policy): the server cannot decide (never the fail-open
       // answer a route may give an outage).
       if (decided.status().code() == absl::StatusCode::kUnauthenticated) {
         return absl::UnavailableError(
             absl::StrCat("the budget store cannot decide: redis authentication failed: ",
                          decided.status().message()));
+      }
+      if (decided.status().code() == absl::StatusCode::kFailedPrecondition) {
+        const bool evicting = absl::StrContains(decided.status().message(), "maxmemory-policy");
+        return absl::UnavailableError(
+            absl::StrCat("the budget store cannot decide: ", decided.status().message(),
+                         evicting ? " (quota-server: --redis-allow-evicting)" : ""));
       }
       return decided.status();
     }

@@ -3,8 +3,9 @@
 //
 // Options is what main() runs with: where to listen (gRPC and HTTP), the rule file, the
 // domain the server answers for, the defaults a descriptor or JSON request may leave out
-// (plan, route) and the cap on one request's cost. Every flag is described in kUsage and
-// in docs/service.md.
+// (plan, route) and the cap on one request's cost; the --redis* flags are RedisOptions
+// (redis_flags.hpp). Every flag is described in --help (kUsageHead, kRedisUsage,
+// kUsageTail) and in docs/service.md.
 //
 // Thread safety: parse_options() sets abseil flags; call it once, from main, first.
 //
@@ -12,21 +13,17 @@
 //   // o.rules_path, o.grpc_port, o.http_port, o.domain, ...
 #pragma once
 
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli.hpp"
 #include "quota/units.hpp"
+#include "redis_flags.hpp"
 
 ABSL_FLAG(std::string, rules, "", "the YAML rule file (required unless --rules-from-redis)");
 ABSL_FLAG(bool, rules_from_redis, false,
@@ -41,29 +38,11 @@ ABSL_FLAG(std::int64_t, http_port, 8080, "HTTP port; 0 picks a free one");
 ABSL_FLAG(std::string, default_plan, "", "plan of a request that names none");
 ABSL_FLAG(std::string, default_route, "", "route class of a request that names none");
 ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
-ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis holding the budgets (default: in process)");
-ABSL_FLAG(std::string, redis_cluster, "", "HOST:PORT of any node of a Redis Cluster instead");
-ABSL_FLAG(std::int64_t, redis_deadline_ms, 50,
-          "the deadline of one call to Redis: pool wait, connect, send and reply together");
-ABSL_FLAG(std::int64_t, redis_connections, 8, "connections to Redis (per node on a cluster)");
-ABSL_FLAG(std::string, redis_sentinel, "",
-          "HOST:PORT[,HOST:PORT...] of Redis Sentinels naming the primary instead");
-ABSL_FLAG(std::string, redis_sentinel_master, "",
-          "the name the sentinels monitor the primary under");
-ABSL_FLAG(std::string, redis_user, "", "ACL user for Redis AUTH (with --redis-password-file)");
-ABSL_FLAG(std::string, redis_password_file, "", "file holding the Redis password (AUTH)");
-ABSL_FLAG(std::string, redis_sentinel_password_file, "",
-          "file holding the sentinels' password (their requirepass)");
-ABSL_FLAG(std::int64_t, redis_breaker_failures, 0,
-          "consecutive failures that open a Redis node's circuit breaker; 0: none");
-ABSL_FLAG(std::int64_t, redis_breaker_cooldown_ms, 250,
-          "how long an open breaker fails calls at once before one probe");
-ABSL_FLAG(std::int64_t, redis_max_in_flight, 0, "the most calls to Redis at once; 0: no limit");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
 
 namespace quota::server {
 
-inline constexpr const char* kUsage = R"(usage: quota-server --rules PATH [flags]
+inline constexpr const char* kUsageHead = R"(usage: quota-server --rules PATH [flags]
        quota-server --rules-from-redis --redis HOST:PORT [flags]
        quota-server publish --rules PATH --redis HOST:PORT [flags]   (publish --help)
        quota-server instances --redis HOST:PORT [flags]              (instances --help)
@@ -96,31 +75,9 @@ Flags (--flag VALUE or --flag=VALUE):
   --max-cost N          the largest cost (hits_addend, "cost") one request may ask for;
                         more is INVALID_ARGUMENT / 400 (default 1000000)
   --max-keys N          the most budget keys kept in memory (default 10000000)
-  --redis HOST:PORT     keep the budgets in this Redis, shared by every quota-server
-                        on it (default: in process); a Redis that cannot answer gives
-                        the route's fail mode (fail closed: UNAVAILABLE / 503)
-  --redis-cluster HOST:PORT  the same on a Redis Cluster (any node)
-  --redis-deadline-ms N  one call to Redis: pool wait, connect, send and reply (default 50)
-  --redis-connections N connections to Redis, per node on a cluster (default 8)
-  --redis-sentinel HOST:PORT[,HOST:PORT...]  the same on the primary these Redis
-                        Sentinels name (with --redis-sentinel-master), followed across
-                        a failover; exactly one of --redis, --redis-cluster and
-                        --redis-sentinel
-  --redis-sentinel-master NAME  the name the sentinels monitor the primary under
-  --redis-user NAME     ACL user for AUTH (default: the default user)
-  --redis-password-file PATH  AUTH with the password in this file (one trailing newline
-                        dropped); never on the command line. A missing, unreadable or
-                        empty file stops the start (exit 2); a rejected AUTH answers
-                        UNAVAILABLE / 503 and is logged
-  --redis-sentinel-password-file PATH  AUTH on the sentinels (their requirepass) with
-                        the password in this file (default: none)
-  --redis-breaker-failures N  consecutive failures that open a node's circuit breaker:
-                        calls fail at once (the route's fail mode) (default 0: none)
-  --redis-breaker-cooldown-ms N  how long an open breaker fails calls before it lets
-                        one probe through (default 250)
-  --redis-max-in-flight N  the most calls to Redis at once; more fail at once
-                        (default 0: no limit)
-  --help                this text
+)";
+
+inline constexpr const char* kUsageTail = R"(  --help                this text
 
 Prints "grpc listening on HOST:PORT" and "http listening on HOST:PORT" once serving;
 SIGTERM or SIGINT stops it (in-flight calls finish first).
@@ -152,9 +109,8 @@ Flags: --rules-key and the server's --redis* flags. Exit 0, 1 when Redis cannot 
 enum class Command { kServe, kPublish, kInstances };
 
 enum class RulesFormat { kAuto, kQuota, kEnvoy };
-enum class RedisMode { kNone, kSingle, kCluster, kSentinel };
 
-struct Options {
+struct Options : RedisOptions {
   Command command = Command::kServe;
   std::string rules_path;
   bool rules_from_redis = false;
@@ -169,83 +125,15 @@ struct Options {
   std::string default_route;
   std::int64_t max_cost = 1'000'000;
   std::int64_t max_keys = 10'000'000;
-  RedisMode redis_mode = RedisMode::kNone;  // kNone: in process
-  std::string redis_host;                   // --redis / --redis-cluster
-  int redis_port = 0;
-  std::vector<std::pair<std::string, int>> redis_sentinels;  // --redis-sentinel
-  std::string redis_sentinel_master;
-  std::string redis_user;
-  std::string redis_password;           // read from --redis-password-file
-  std::string redis_sentinel_password;  // read from --redis-sentinel-password-file
-  std::int64_t redis_deadline_ms = 50;
-  std::int64_t redis_connections = 8;
-  std::int64_t redis_breaker_failures = 0;
-  std::int64_t redis_breaker_cooldown_ms = 250;
-  std::int64_t redis_max_in_flight = 0;
 };
-
-// "HOST:PORT" split; false when it is not that (a port in [1, 65535]).
-inline bool split_host_port(std::string_view v, std::string* host, int* port) {
-  const std::size_t colon = v.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return false;
-  int p = 0;
-  const std::string_view digits = v.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5) return false;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return false;
-    p = p * 10 + (c - '0');
-  }
-  if (p < 1 || p > 65535) return false;
-  if (host != nullptr) *host = std::string(v.substr(0, colon));
-  if (port != nullptr) *port = p;
-  return true;
-}
-
-// "HOST:PORT[,HOST:PORT...]" split; false when an item is not HOST:PORT.
-inline bool split_host_ports(std::string_view v, std::vector<std::pair<std::string, int>>* out) {
-  if (v.empty()) return false;
-  while (true) {
-    const std::size_t comma = v.find(',');
-    std::pair<std::string, int> hp;
-    if (!split_host_port(v.substr(0, comma), &hp.first, &hp.second)) return false;
-    if (out != nullptr) out->push_back(std::move(hp));
-    if (comma == std::string_view::npos) return true;
-    v.remove_prefix(comma + 1);
-  }
-}
-
-// The password in the file at `path`: its content without one trailing "\n" (or
-// "\r\n"). An error names the file and the reason (missing, unreadable, empty).
-inline absl::StatusOr<std::string> read_password_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
-  }
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  if (!text.empty() && text.back() == '\r') text.pop_back();
-  if (text.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": the file is empty"));
-  }
-  if (text.find('\n') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": more than one line"));
-  }
-  return text;
-}
 
 // The command line as Options; exits 0 after --help, 2 on a usage error (also when
 // --rules is missing). A first argument "publish" or "instances" names a subcommand.
 inline Options parse_options(int argc, char** argv) {
   Command command = Command::kServe;
   const char* name = "quota-server";
-  const char* usage = kUsage;
+  static const std::string serve_usage = absl::StrCat(kUsageHead, kRedisUsage, kUsageTail);
+  const char* usage = serve_usage.c_str();
   if (argc > 1 && std::string_view(argv[1]) == "publish") {
     command = Command::kPublish;
     name = "quota-server publish";
@@ -266,31 +154,20 @@ inline Options parse_options(int argc, char** argv) {
     return quota::cli::custom(std::move(flag), "a non-empty value",
                               [](std::string_view v) { return !v.empty(); });
   };
-  quota::cli::parse(
-      {.name = name,
-       .usage = usage,
-       .checks = {integer("grpc_port", 0, 65535), integer("http_port", 0, 65535),
-                  integer("max_cost", 1, kMaxUnits), integer("max_keys", 1, 1'000'000'000),
-                  non_empty("rules"), non_empty("rules_key"), non_empty("domain"),
-                  non_empty("host"), integer("redis_deadline_ms", 1, 60'000),
-                  integer("redis_connections", 1, 1024),
-                  quota::cli::custom(
-                      "redis", "HOST:PORT",
-                      [](std::string_view v) { return split_host_port(v, nullptr, nullptr); }),
-                  quota::cli::custom(
-                      "redis_cluster", "HOST:PORT",
-                      [](std::string_view v) { return split_host_port(v, nullptr, nullptr); }),
-                  quota::cli::custom(
-                      "redis_sentinel", "HOST:PORT[,HOST:PORT...]",
-                      [](std::string_view v) { return split_host_ports(v, nullptr); }),
-                  integer("redis_breaker_failures", 0, 1'000'000),
-                  integer("redis_breaker_cooldown_ms", 1, 3'600'000),
-                  integer("redis_max_in_flight", 0, 1'000'000),
-                  quota::cli::custom("rules_format", "auto, quota or envoy",
-                                     [](std::string_view v) {
-                                       return v == "auto" || v == "quota" || v == "envoy";
-                                     })}},
-      argc, argv);
+  std::vector<quota::cli::Check> checks = {
+      integer("grpc_port", 0, 65535),
+      integer("http_port", 0, 65535),
+      integer("max_cost", 1, kMaxUnits),
+      integer("max_keys", 1, 1'000'000'000),
+      non_empty("rules"),
+      non_empty("rules_key"),
+      non_empty("domain"),
+      non_empty("host"),
+      quota::cli::custom("rules_format", "auto, quota or envoy", [](std::string_view v) {
+        return v == "auto" || v == "quota" || v == "envoy";
+      })};
+  for (quota::cli::Check& c : redis_flag_checks()) checks.push_back(std::move(c));
+  quota::cli::parse({.name = name, .usage = usage, .checks = std::move(checks)}, argc, argv);
   const std::string format = absl::GetFlag(FLAGS_rules_format);
   Options o;
   o.command = command;
@@ -309,78 +186,7 @@ inline Options parse_options(int argc, char** argv) {
   o.default_route = absl::GetFlag(FLAGS_default_route);
   o.max_cost = absl::GetFlag(FLAGS_max_cost);
   o.max_keys = absl::GetFlag(FLAGS_max_keys);
-  o.redis_deadline_ms = absl::GetFlag(FLAGS_redis_deadline_ms);
-  o.redis_connections = absl::GetFlag(FLAGS_redis_connections);
-  o.redis_breaker_failures = absl::GetFlag(FLAGS_redis_breaker_failures);
-  o.redis_breaker_cooldown_ms = absl::GetFlag(FLAGS_redis_breaker_cooldown_ms);
-  o.redis_max_in_flight = absl::GetFlag(FLAGS_redis_max_in_flight);
-  const std::string redis = absl::GetFlag(FLAGS_redis);
-  const std::string cluster = absl::GetFlag(FLAGS_redis_cluster);
-  const std::string sentinel = absl::GetFlag(FLAGS_redis_sentinel);
-  const std::string master = absl::GetFlag(FLAGS_redis_sentinel_master);
-  const std::string user = absl::GetFlag(FLAGS_redis_user);
-  const std::string password_file = absl::GetFlag(FLAGS_redis_password_file);
-  const int stores = !redis.empty() + !cluster.empty() + !sentinel.empty();
-  if (stores > 1) {
-    quota::cli::usage_error(name,
-                            "--redis, --redis-cluster and --redis-sentinel exclude each other; "
-                            "give exactly one");
-  }
-  if (!sentinel.empty() && master.empty()) {
-    quota::cli::usage_error(name,
-                            "--redis-sentinel needs --redis-sentinel-master NAME (the name the "
-                            "sentinels monitor the primary under)");
-  }
-  const std::string sentinel_password_file = absl::GetFlag(FLAGS_redis_sentinel_password_file);
-  if (sentinel.empty() && !master.empty()) {
-    quota::cli::usage_error(name, "--redis-sentinel-master needs --redis-sentinel");
-  }
-  if (sentinel.empty() && !sentinel_password_file.empty()) {
-    quota::cli::usage_error(name, "--redis-sentinel-password-file needs --redis-sentinel");
-  }
-  if (stores == 0) {
-    const std::pair<const char*, bool> needs_redis[] = {
-        {"--redis-user", !user.empty()},
-        {"--redis-password-file", !password_file.empty()},
-        {"--redis-breaker-failures", o.redis_breaker_failures > 0},
-        {"--redis-max-in-flight", o.redis_max_in_flight > 0}};
-    for (const auto& [flag, set] : needs_redis) {
-      if (set) {
-        quota::cli::usage_error(
-            name, absl::StrCat(flag, " needs --redis, --redis-cluster or --redis-sentinel"));
-      }
-    }
-  }
-  if (!user.empty() && password_file.empty()) {
-    quota::cli::usage_error(name, "--redis-user needs --redis-password-file");
-  }
-  o.redis_mode = !redis.empty()      ? RedisMode::kSingle
-                 : !cluster.empty()  ? RedisMode::kCluster
-                 : !sentinel.empty() ? RedisMode::kSentinel
-                                     : RedisMode::kNone;
-  if (o.redis_mode == RedisMode::kSingle || o.redis_mode == RedisMode::kCluster) {
-    split_host_port(o.redis_mode == RedisMode::kCluster ? cluster : redis, &o.redis_host,
-                    &o.redis_port);
-  } else if (o.redis_mode == RedisMode::kSentinel) {
-    split_host_ports(sentinel, &o.redis_sentinels);
-    o.redis_sentinel_master = master;
-  }
-  o.redis_user = user;
-  if (!password_file.empty()) {
-    auto password = read_password_file(password_file);
-    if (!password.ok()) {
-      quota::cli::usage_error(name, std::string(password.status().message()));
-    }
-    o.redis_password = *std::move(password);
-  }
-  if (!sentinel_password_file.empty()) {
-    auto password = read_password_file(sentinel_password_file);
-    if (!password.ok()) {
-      quota::cli::usage_error(
-          name, absl::StrCat("--redis-sentinel-password-file: ", password.status().message()));
-    }
-    o.redis_sentinel_password = *std::move(password);
-  }
+  static_cast<RedisOptions&>(o) = read_redis_flags(name);
   if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
     quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");
   }

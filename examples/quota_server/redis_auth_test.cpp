@@ -8,7 +8,8 @@
 //     once the breaker opens they are counted as breaker_open on /metrics;
 //   - --redis-sentinel + --redis-sentinel-master: one redis-sentinel monitoring that
 //     primary (AUTH on the primary) names it, and the server decides there;
-//   - bad flag combinations and a missing password file exit 2 with a clear message.
+//   - bad flag combinations and a missing password file exit 2 with a clear message,
+//     also those of the production options (redis_flags.hpp).
 #include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -222,7 +223,22 @@ TEST_CASE("Redis flags: bad combinations and a missing password file exit 2") {
       {"--redis-password-file " + dir.write("pw", "x"), "--redis-password-file needs --redis"},
       {"--redis 127.0.0.1:1 --redis-user u", "--redis-user needs --redis-password-file"},
       {"--redis-max-in-flight 4", "--redis-max-in-flight needs --redis"},
-      {"--redis 127.0.0.1:1 --redis-breaker-failures -1", "--redis-breaker-failures"}};
+      {"--redis 127.0.0.1:1 --redis-breaker-failures -1", "--redis-breaker-failures"},
+      {"--redis-failover-safety", "--redis-failover-safety needs --redis"},
+      {"--redis-allow-evicting", "--redis-allow-evicting needs --redis"},
+      {"--redis-clock-guard-ms 500", "--redis-clock-guard-ms needs --redis"},
+      {"--redis 127.0.0.1:1 --redis-clock-guard-ms -1", "--redis-clock-guard-ms expects"},
+      {"--redis-replicas 1", "--redis-replicas needs --redis"},
+      {"--redis 127.0.0.1:1 --redis-replicas 1 --redis-replica-timeout-ms 60",
+       "--redis-replica-timeout-ms 60 must be below --redis-deadline-ms 50"},
+      {"--redis 127.0.0.1:1 --redis-replica-timeout-ms 10",
+       "--redis-replica-timeout-ms needs --redis-replicas"},
+      {"--redis 127.0.0.1:1 --redis-coalesce 1", "--redis-coalesce 1 coalesces nothing"},
+      {"--redis 127.0.0.1:1 --redis-coalesce-calls 4",
+       "--redis-coalesce-calls needs --redis-coalesce"},
+      {"--redis 127.0.0.1:1 --redis-coalesce 8 --redis-coalesce-calls 9",
+       "--redis-coalesce-calls 9 needs as many connections: --redis-connections is 8"},
+      {"--redis-coalesce 8", "--redis-coalesce needs --redis"}};
   for (const auto& [args, message] : cases) {
     const auto [code, out] = run_bad(base + args);
     INFO(args << " → " << code << ": " << out);

@@ -9,7 +9,11 @@
 // --redis-sentinel-password-file), one deadline per call (--redis-deadline-ms), the
 // circuit breaker per node (--redis-breaker-failures, --redis-breaker-cooldown-ms) and the
 // in-flight guard (--redis-max-in-flight). An evicting server (maxmemory-policy other than
-// noeviction) is refused (redis::EvictionPolicyCheck::kRefuse).
+// noeviction) is refused (redis::EvictionPolicyCheck::kRefuse) unless
+// --redis-allow-evicting (kAllow: warned once). The store's production options come from
+// redis_flags.hpp too: failover safety (--redis-failover-safety), the clock-step guard
+// (--redis-clock-guard-ms), WAIT (--redis-replicas, --redis-replica-timeout-ms) and
+// coalescing (--redis-coalesce, --redis-coalesce-calls).
 //
 // The Checker decides over it through a CountedRedisStore (counted_redis_store.hpp),
 // which counts Redis errors by kind.
@@ -28,6 +32,7 @@
 #include "counted_redis_store.hpp"
 #include "options.hpp"
 #include "quota/redis/gateway_store.hpp"
+#include "redis_flags.hpp"
 
 namespace quota::server {
 
@@ -49,6 +54,8 @@ inline RedisConnections make_redis_connections(const Options& o, std::size_t con
   config.password = o.redis_password;
   config.breaker.failures = static_cast<int>(o.redis_breaker_failures);
   config.breaker.cool_down = std::chrono::milliseconds(o.redis_breaker_cooldown_ms);
+  config.eviction_check = o.redis_allow_evicting ? redis::EvictionPolicyCheck::kAllow
+                                                 : redis::EvictionPolicyCheck::kRefuse;
   switch (o.redis_mode) {
     case RedisMode::kCluster:
       out.cluster = std::make_shared<redis::ClusterPool>(config, connections);
@@ -83,6 +90,15 @@ inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
     store_options.limits.in_flight =
         std::make_shared<redis::InFlightGuard>(static_cast<int>(o.redis_max_in_flight));
   }
+  store_options.failover_safety = o.redis_failover_safety;
+  if (o.redis_clock_guard_ms > 0) {
+    store_options.clock_guard =
+        redis::ClockGuard{.tolerance = std::chrono::milliseconds(o.redis_clock_guard_ms)};
+  }
+  store_options.replicas = static_cast<int>(o.redis_replicas);
+  store_options.replica_timeout = std::chrono::milliseconds(o.redis_replica_timeout_ms);
+  store_options.coalesce = static_cast<int>(o.redis_coalesce);
+  store_options.coalesce_calls = static_cast<int>(o.redis_coalesce_calls);
   return std::make_unique<redis::GatewayStore>(std::move(store_options));
 }
 

@@ -1,0 +1,353 @@
+// quota_server_redis_production_test — quota-server's production Redis options
+// (redis_flags.hpp) against real redis-server and redis-sentinel processes the test
+// starts on free loopback ports (tests/redis/support/redis_server.hpp ConfiguredServer),
+// stopped by pid:
+//   - an evicting Redis (maxmemory-policy allkeys-lru) answers 503 unless the server runs
+//     with --redis-allow-evicting, which decides (and warns on stderr);
+//   - --redis-replicas 1 on a primary with no replica: every call 503 (WAIT in vain, never
+//     an admission); once a replica is attached it decides;
+//   - --redis-coalesce with --redis-clock-guard-ms: 4 client threads admit exactly the
+//     burst;
+//   - a failover under the server: a primary, its replica and one redis-sentinel (quorum
+//     1); quota-server --redis-sentinel --redis-failover-safety spends a tenant's budget,
+//     the primary is SIGKILLed, every answer is 503 / UNAVAILABLE until the sentinel has
+//     promoted the replica, then the same process decides on the new primary: the spent
+//     tenant stays denied (its admissions pass the token-bucket verifier) and a tenant
+//     never seen gets no fresh burst, while a server without the flag gives one.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "quota/redis/transport/connection.hpp"
+#include "quota/verify/envelope.hpp"
+#include "redis/support/redis_server.hpp"
+#include "testing/scratch.hpp"
+#include "testing/server_process.hpp"
+
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+using namespace std::chrono_literals;
+using quota::testing::ConfiguredServer;
+using quota::testing::env;
+using quota::testing::ServerProcess;
+using quota::testing::TempDir;
+
+// Burst 3, refilling one unit per 100 s: over a test's seconds the budget is the burst.
+const char kRules[] =
+    "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
+    "    plan: free\n    route: read\n    token_bucket: {rate: 1/100s, burst: 3}\n";
+constexpr std::int64_t kBurst = 3;
+
+std::vector<std::string> server_args(const std::string& rules, std::vector<std::string> more) {
+  std::vector<std::string> a = {env("QUOTA_SERVER"),
+                                "--rules",
+                                rules,
+                                "--default-plan",
+                                "free",
+                                "--default-route",
+                                "read",
+                                "--grpc-port",
+                                "0",
+                                "--http-port",
+                                "0"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// POST /v1/check for `tenant`: the status and body.
+std::pair<int, std::string> check(int port, const std::string& tenant) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
+  REQUIRE(r);
+  return {r->status, r->body};
+}
+
+bool allowed(const std::pair<int, std::string>& answer) {
+  return answer.first == 200 && answer.second.find("\"allowed\":true") != std::string::npos;
+}
+bool denied(const std::pair<int, std::string>& answer) {
+  return answer.first == 200 && answer.second.find("\"allowed\":false") != std::string::npos;
+}
+
+grpc::StatusCode grpc_check(int port, const std::string& tenant) {
+  auto stub = rls::RateLimitService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  rls::RateLimitRequest req;
+  req.set_domain("quota");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("tenant");
+  e->set_value(tenant);
+  rls::RateLimitResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return stub->ShouldRateLimit(&ctx, req, &resp).error_code();
+}
+
+// The first reply to `args` on `port` as text ("" on any failure; "N elements" for an
+// array).
+std::string ask(int port, const std::vector<std::string_view>& args) {
+  quota::redis::ConnectionConfig c{.host = "127.0.0.1", .port = port, .deadline = 2s};
+  c.eviction_check = quota::redis::EvictionPolicyCheck::kSkip;
+  quota::redis::Connection conn(c);
+  auto r = conn.command(args);
+  if (!r.ok()) return "";
+  if ((*r)->type == REDIS_REPLY_STRING || (*r)->type == REDIS_REPLY_STATUS) {
+    return std::string(quota::redis::reply_string(**r));
+  }
+  if ((*r)->type == REDIS_REPLY_ARRAY) return std::to_string((*r)->elements) + " elements";
+  return "";
+}
+
+// Polls `done` every 100 ms for at most `limit`; true once it holds.
+template <class F>
+bool eventually(F done, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+// `replica` is an online replica of `primary`.
+bool synced(const ConfiguredServer& primary) {
+  return eventually(
+      [&] {
+        return ask(primary.port(), {"INFO", "replication"}).find("state=online") !=
+               std::string::npos;
+      },
+      30s);
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string tenant(const std::string& name) { return name + "-" + std::to_string(::getpid()); }
+
+}  // namespace
+
+TEST_CASE("--redis-allow-evicting: an evicting Redis is 503 without it, decides with it") {
+  ConfiguredServer redis("server-evicting", {"maxmemory 64mb", "maxmemory-policy allkeys-lru"});
+  REQUIRE(redis.started());
+  TempDir dir("prod");
+  const std::string rules = dir.write("rules.yaml", kRules);
+  const std::string where = "127.0.0.1:" + std::to_string(redis.port());
+  ServerProcess refused, accepted;
+  REQUIRE(refused.start(server_args(rules, {"--redis", where, "--redis-deadline-ms", "2000"}),
+                        {"grpc", "http"}));
+  const std::string log = dir.path + "/accepted.log";
+  accepted.set_stderr(log);
+  REQUIRE(accepted.start(server_args(rules, {"--redis", where, "--redis-deadline-ms", "2000",
+                                             "--redis-allow-evicting"}),
+                         {"grpc", "http"}));
+  const auto no = check(refused.port("http"), tenant("evicting"));
+  INFO(no.second);
+  CHECK(no.first == 503);
+  CHECK(no.second.find("maxmemory-policy allkeys-lru") != std::string::npos);
+  CHECK(no.second.find("--redis-allow-evicting") != std::string::npos);
+  CHECK(grpc_check(refused.port("grpc"), tenant("evicting")) == grpc::StatusCode::UNAVAILABLE);
+  CHECK(allowed(check(accepted.port("http"), tenant("evicting"))));
+  CHECK(refused.stop() == 0);
+  CHECK(accepted.stop() == 0);
+  CHECK(read_all(log).find("maxmemory-policy allkeys-lru") != std::string::npos);
+}
+
+TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once one does") {
+  ConfiguredServer primary("server-wait-primary", {"repl-diskless-sync-delay 0"});
+  REQUIRE(primary.started());
+  TempDir dir("prod");
+  const std::string rules = dir.write("rules.yaml", kRules);
+  ServerProcess s;
+  REQUIRE(s.start(server_args(rules, {"--redis", "127.0.0.1:" + std::to_string(primary.port()),
+                                      "--redis-deadline-ms", "2000", "--redis-replicas", "1",
+                                      "--redis-replica-timeout-ms", "50"}),
+                  {"grpc", "http"}));
+  const std::string t = tenant("wait");
+  for (int i = 0; i < 4; ++i) {
+    const auto a = check(s.port("http"), t);
+    INFO(a.second);
+    CHECK(a.first == 503);
+  }
+  CHECK(grpc_check(s.port("grpc"), t) == grpc::StatusCode::UNAVAILABLE);
+  ConfiguredServer replica("server-wait-replica",
+                           {"replicaof 127.0.0.1 " + std::to_string(primary.port())});
+  REQUIRE(replica.started());
+  REQUIRE(synced(primary));
+  // The unacknowledged writes above may have spent the budget already (WAIT does not
+  // undo them): a fresh tenant shows the decisions.
+  const std::string fresh = tenant("wait-fresh");
+  for (int i = 0; i < kBurst; ++i) CHECK(allowed(check(s.port("http"), fresh)));
+  CHECK(denied(check(s.port("http"), fresh)));
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("--redis-coalesce with --redis-clock-guard-ms: 4 threads admit exactly the burst") {
+  ConfiguredServer redis("server-coalesce", {});
+  REQUIRE(redis.started());
+  TempDir dir("prod");
+  const std::string rules = dir.write("rules.yaml", kRules);
+  ServerProcess s;
+  REQUIRE(s.start(server_args(rules, {"--redis", "127.0.0.1:" + std::to_string(redis.port()),
+                                      "--redis-deadline-ms", "2000", "--redis-connections", "4",
+                                      "--redis-coalesce", "8", "--redis-coalesce-calls", "2",
+                                      "--redis-clock-guard-ms", "1000"}),
+                  {"grpc", "http"}));
+  const std::string t = tenant("coalesce");
+  std::atomic<int> yes{0}, no{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < 5; ++j) {
+        httplib::Client c("127.0.0.1", s.port("http"));
+        c.set_read_timeout(10);
+        auto r = c.Post("/v1/check", R"({"tenant":")" + t + R"("})", "application/json");
+        if (!r || r->status != 200) {
+          ++other;
+        } else if (r->body.find("\"allowed\":true") != std::string::npos) {
+          ++yes;
+        } else {
+          ++no;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(other.load() == 0);
+  CHECK(yes.load() == kBurst);
+  CHECK(no.load() == 20 - kBurst);
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE(
+    "a failover under the server: 503 while no primary, then decisions on the promoted "
+    "replica; with --redis-failover-safety no fresh burst") {
+  ConfiguredServer primary("server-fo-primary", {"repl-diskless-sync-delay 0"});
+  REQUIRE(primary.started());
+  ConfiguredServer replica(
+      "server-fo-replica",
+      {"repl-diskless-sync-delay 0", "replicaof 127.0.0.1 " + std::to_string(primary.port())});
+  REQUIRE(replica.started());
+  REQUIRE(synced(primary));
+  ConfiguredServer sentinel(
+      "server-fo-sentinel",
+      {"sentinel monitor quota 127.0.0.1 " + std::to_string(primary.port()) + " 1",
+       "sentinel down-after-milliseconds quota 1000", "sentinel failover-timeout quota 4000"},
+      /*sentinel=*/true);
+  REQUIRE(sentinel.started());
+  REQUIRE(eventually(
+      [&] {
+        return ask(sentinel.port(), {"SENTINEL", "replicas", "quota"}) == "1 elements";
+      },
+      30s));
+
+  TempDir dir("prod");
+  const std::string rules = dir.write("rules.yaml", kRules);
+  const std::vector<std::string> via = {
+      "--redis-sentinel",        "127.0.0.1:" + std::to_string(sentinel.port()),
+      "--redis-sentinel-master", "quota",
+      "--redis-deadline-ms",     "1000"};
+  auto with = via;
+  with.push_back("--redis-failover-safety");
+  ServerProcess safe, plain;
+  REQUIRE(safe.start(server_args(rules, with), {"grpc", "http"}));
+  REQUIRE(plain.start(server_args(rules, via), {"grpc", "http"}));
+
+  // Before: the budget of `spent` spent on the server with failover safety; the plain one
+  // decides too (its connections are to the first primary).
+  const std::string spent = tenant("fo-spent");
+  std::vector<quota::verify::AdmittedEvent> admitted;  // `spent`'s, client time
+  for (int i = 0; i < kBurst + 2; ++i) {
+    const auto a = check(safe.port("http"), spent);
+    INFO(a.second);
+    REQUIRE(a.first == 200);
+    if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
+  }
+  CHECK(admitted.size() == static_cast<std::size_t>(kBurst));
+  CHECK(allowed(check(plain.port("http"), tenant("fo-plain-before"))));
+
+  // The primary crashes. Until the sentinel has promoted the replica (down-after 1 s),
+  // nothing can decide: 503 / UNAVAILABLE, never an admission.
+  REQUIRE(primary.kill(SIGKILL));
+  const std::int64_t killed = now_ns();
+  CHECK(grpc_check(safe.port("grpc"), spent) == grpc::StatusCode::UNAVAILABLE);
+  int unavailable = 0, other = 0;
+  bool decided = false;
+  const auto end = std::chrono::steady_clock::now() + 40s;
+  while (!decided && std::chrono::steady_clock::now() < end) {
+    const auto a = check(safe.port("http"), spent);
+    INFO(a.second);
+    CHECK_FALSE(allowed(a));
+    if (a.first == 503) {
+      ++unavailable;
+    } else if (denied(a)) {
+      decided = true;
+    } else {
+      ++other;
+    }
+    if (!decided) std::this_thread::sleep_for(100ms);
+  }
+  INFO("503 answers while no primary: " << unavailable << ", other answers: " << other);
+  REQUIRE(decided);
+  std::printf(
+      "failover under quota-server: SIGKILL to the first decision on the promoted "
+      "replica %.0f ms, %d answers 503 in between\n",
+      static_cast<double>(now_ns() - killed) / 1e6, unavailable);
+  CHECK(unavailable >= 1);
+  CHECK(other == 0);
+  CHECK(ask(replica.port(), {"INFO", "replication"}).find("role:master") != std::string::npos);
+
+  // After: the same process decides on the new primary. With failover safety every bucket
+  // older than the failover is spent at it: the spent tenant stays denied, and one never
+  // seen has no burst either (1 unit per 100 s refills from the failover on).
+  for (int i = 0; i < 3; ++i) {
+    const auto a = check(safe.port("http"), spent);
+    INFO(a.second);
+    CHECK(denied(a));
+    if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
+  }
+  const auto fresh = check(safe.port("http"), tenant("fo-fresh-safe"));
+  INFO(fresh.second);
+  CHECK(denied(fresh));
+  CHECK(grpc_check(safe.port("grpc"), tenant("fo-fresh-safe")) == grpc::StatusCode::OK);
+  // Without the flag the plain server follows the failover too, and a key with no state
+  // starts full.
+  CHECK(eventually([&] { return allowed(check(plain.port("http"), tenant("fo-fresh-plain"))); },
+                   30s));
+
+  // The union of `spent`'s admissions, before and after: within r·T + B (one extra unit
+  // for the spread of client time against the server's).
+  auto report = quota::verify::verify_token_bucket(
+      admitted, quota::Rate{.units = 1, .per = std::chrono::seconds(100)}, kBurst, 1);
+  REQUIRE(report.ok());
+  INFO("admitted " << admitted.size() << ", required burst " << report->required_burst());
+  CHECK(report->holds());
+  CHECK(safe.stop() == 0);
+  CHECK(plain.stop() == 0);
+}
