@@ -44,6 +44,8 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
   const std::uint64_t seed = quota::testing::test_seed(2211);
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
+  std::vector<int> codes(5, 0);  // deposits by DepositCode, and spends allowed / denied
+  int allowed = 0, denied = 0;
   for (int key = 0; key < 8; ++key) {
     const std::string k = "{~global}k" + std::to_string(key);
     PoolModel model;
@@ -69,14 +71,17 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
           const std::string id = rng() % 5 == 0 ? "x-" + std::to_string(step) : last_id;
           const std::int64_t expiry =
               rng() % 6 == 0 ? 0 : 200 + static_cast<std::int64_t>(rng() % 2000);
-          same(pool.deposit(k, id, expiry, max_grants, now),
-               model.deposit(id, expiry, max_grants, now), what + " deposit " + id);
+          const PoolReply m = model.deposit(id, expiry, max_grants, now);
+          same(pool.deposit(k, id, expiry, max_grants, now), m, what + " deposit " + id);
+          ++codes.at(static_cast<std::size_t>(m.code));
           break;
         }
         case 4:
-        case 5:
-          same(pool.spend(k, units, now), model.spend(units, now), what + " spend");
-          break;
+        case 5: {
+          const PoolReply m = model.spend(units, now);
+          same(pool.spend(k, units, now), m, what + " spend");
+          ++(m.code == 1 ? allowed : denied);
+        } break;
         case 6:
           same(pool.take(k, units, now), model.take(units, now), what + " take");
           break;
@@ -93,6 +98,13 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
     same(pool.read(k, now), model.read(now), k + " read");
     CHECK(model.grants().size() <= static_cast<std::size_t>(2 * max_grants));
   }
+  std::printf(
+      "deposits: %d deposited, %d replayed, %d expired, %d full, %d stale; spends: "
+      "%d allowed, %d denied\n",
+      codes[0], codes[1], codes[2], codes[3], codes[4], allowed, denied);
+  for (int c : codes) CHECK(c > 0);  // every path was taken
+  CHECK(allowed > 0);
+  CHECK(denied > 0);
 }
 
 TEST_CASE("a pool deposit is idempotent by grant id, and an expired one is never spent",
