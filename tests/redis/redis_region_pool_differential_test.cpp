@@ -144,20 +144,30 @@ TEST_CASE("a pool deposit is idempotent by grant id, and an expired one is never
   CHECK(pool.spend(k, 1, t0 + 2600)->code == 0);
 }
 
-TEST_CASE("the refill lock has one holder, and a failed refill keeps it for its backoff",
-          "[redis][region][pool]") {
+TEST_CASE(
+    "the refill lock has one holder, is kept for a failed refill's backoff, and is taken only when "
+    "due",
+    "[redis][region][pool]") {
   PoolScript pool(quota::testing::redis_pool(2), quota::testing::unique_prefix("pool-lock"));
   const std::string k = "{~global}read";
-  CHECK(pool.lock(k, "a", 60'000)->code == 1);
-  CHECK(pool.lock(k, "b", 60'000)->code == 0);
+  CHECK(pool.lock(k, "a", 60'000, 0)->code == 1);
+  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);
   CHECK(pool.unlock(k, "b").ok());  // not b's: still a's
-  CHECK(pool.lock(k, "b", 60'000)->code == 0);
+  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);
   auto failed = pool.fail(k, 'u', "a", 60'000);
   REQUIRE(failed.ok());
   CHECK(failed->state == 'u');
-  CHECK(pool.lock(k, "b", 60'000)->code == 0);  // backing off
+  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);  // backing off
   CHECK(pool.unlock(k, "a").ok());
-  CHECK(pool.lock(k, "b", 60'000)->code == 1);
+  CHECK(pool.lock(k, "b", 60'000, 0)->code == 1);
+  // Not due: a pool holding more than the mark is not refilled, lock free or not.
+  REQUIRE(pool.unlock(k, "b").ok());
+  REQUIRE(pool.claim(k, 10, 0xcd).ok());
+  auto got = pool.claim(k, 10, 0xcd);
+  REQUIRE(got.ok());
+  REQUIRE(pool.deposit(k, got->id, 60'000'000, 4)->code == 0);
+  CHECK(pool.lock(k, "c", 60'000, 9)->code == 0);
+  CHECK(pool.lock(k, "c", 60'000, 10)->code == 1);
   auto bad = pool.read("");  // the empty key is still a key: a read of an empty record
   REQUIRE(bad.ok());
   CHECK(bad->total == 0);

@@ -4,11 +4,12 @@
 // One hash per global budget key holds the region's record (`<prefix><key>`, in the key's
 // hash slot): "g:<grant id>" = "<units left> <expires µs>", "pending" = "<id> <units>
 // <claimed µs>", "seq", "unused", "state". Beside it, `<prefix><key>:refill` is the refill
-// lock (SET NX PX): at most one refill of the key in flight in the region, and held for
-// the backoff after a failed one. Every operation is one script call, atomic on the
-// server, at the server's TIME (µs, exact in Lua doubles) — or at a caller's time, for the
-// differential test only. The record is never given a TTL: its sequence names the
-// region's grants, and it stays bounded (pool_model.hpp).
+// lock (SET NX PX): at most one refill of the key in flight in the region, held for the
+// backoff after a failed one, and taken only while the pool holds no more than the
+// caller's mark (in the same step: a refill is never started on a pool just refilled). Every
+// operation is one script call, atomic on the server, at the server's TIME (µs, exact in Lua
+// doubles) — or at a caller's time, for the differential test only. The record is never given a
+// TTL: its sequence names the region's grants, and it stays bounded (pool_model.hpp).
 //
 // Guarantees: each operation answers exactly as PoolModel's (tests/redis/
 // redis_region_pool_differential_test.cpp); a reply that is not the twin's is kInternal,
@@ -169,6 +170,7 @@ elseif op == 'f' then
   if redis.call('GET', KEYS[2]) == ARGV[4] then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
   return reply(0)
 elseif op == 'l' then
+  if total() > ARGV[5] + 0 then return reply(0) end
   local ok = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4])
   return reply(ok and 1 or 0)
 elseif op == 'u' then
@@ -217,10 +219,11 @@ class PoolScript {
                                  std::int64_t hold_ms, std::int64_t at_us = -1) {
     return call(key, "f", at_us, {std::string(1, code), std::string(token), absl::StrCat(hold_ms)});
   }
-  // code 1: the refill lock is `token`'s for `ttl_ms`; 0: held by another (or a backoff).
-  absl::StatusOr<PoolReply> lock(std::string_view key, std::string_view token,
-                                 std::int64_t ttl_ms) {
-    return call(key, "l", -1, {std::string(token), absl::StrCat(ttl_ms)});
+  // code 1: the refill lock is `token`'s for `ttl_ms`; 0: held by another (or a backoff),
+  // or the pool holds more than `at_most` (a refill is not due: checked in the same step).
+  absl::StatusOr<PoolReply> lock(std::string_view key, std::string_view token, std::int64_t ttl_ms,
+                                 std::int64_t at_most) {
+    return call(key, "l", -1, {std::string(token), absl::StrCat(ttl_ms), absl::StrCat(at_most)});
   }
   absl::StatusOr<PoolReply> unlock(std::string_view key, std::string_view token) {
     return call(key, "u", -1, {std::string(token)});

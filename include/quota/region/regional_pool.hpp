@@ -29,11 +29,12 @@
 //     only what its pool holds.
 //   - refund gives units back to the pool (never to the central authority); charge takes
 //     what the pool holds and charges the rest at the central store.
-//   - Bound: a region's pool holds at most units + low_water (one refill at a time, from
-//     at or below low_water) while the lock outlives a refill (`lock_ttl` above the
-//     central deadline), so every interval of length T admits
+//   - Bound: a region's pool holds at most units + max(low_water, c − 1) for requests of
+//     cost at most c (one refill at a time, started only on a pool at or below that mark,
+//     checked with the lock in one step) while the lock outlives a refill (`lock_ttl`
+//     above the central deadline), so every interval of length T admits
 //     A(T) <= r·T + B + Σ outstanding regional grants <= r·T + B + R·(units + low_water)
-//     over R regions (tests/redis/redis_region_pool_test.cpp).
+//     over R regions with costs <= low_water + 1 (tests/redis/redis_region_pool_test.cpp).
 //   - A level costing more than `units` is denied (kCostExceedsBurst): size grants above
 //     the largest cost.
 //
@@ -197,7 +198,8 @@ class RegionalPool {
   void refill(const gateway::LevelCheck& l, std::uint64_t version) {
     const std::string token = absl::StrCat(token_, "-", ++refills_);
     const std::int64_t lock_ms = options_.lock_ttl.count() / 1'000'000 + 1;
-    auto locked = script_.lock(l.key, token, lock_ms);
+    const std::int64_t mark = std::max(options_.low_water, l.cost - 1);
+    auto locked = script_.lock(l.key, token, lock_ms, mark);
     if (!locked.ok() || locked->code != 1) return;
     auto id = script_.claim(l.key, options_.units, options_.region);
     if (!id.ok()) return;  // the lock expires
