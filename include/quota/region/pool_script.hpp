@@ -37,7 +37,6 @@
 #include "absl/strings/str_cat.h"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/redis/transport/script.hpp"
-#include "quota/redis/twin/common.hpp"
 #include "quota/region/pool_model.hpp"
 
 namespace quota::region {
@@ -182,8 +181,9 @@ end
 return redis.error_reply('QUOTA_POOL unknown operation ' .. tostring(op))
 )lua";
 
-// The pool's script: the shared integer helpers, then the body.
-inline std::string pool_lua() { return absl::StrCat(redis::kLuaMath, kPoolBodyLua); }
+// The pool's script. It shares no arithmetic with the budget twins (twin/common.hpp):
+// whole units and microseconds, sums and comparisons only, all exact in Lua doubles.
+inline std::string pool_lua() { return kPoolBodyLua; }
 
 class PoolScript {
  public:
