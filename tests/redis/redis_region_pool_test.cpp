@@ -361,6 +361,18 @@ TEST_CASE("over Redis, a lost grant reply and a lost deposit reply are each take
   REQUIRE(pool.ok());
   CHECK(pool->total == 9);
   CHECK(pool->unused == 0);
+  // Bad costs: denied with their reason, nothing spent, no refill.
+  for (const std::int64_t cost : {std::int64_t{11}, std::int64_t{0}, std::int64_t{-3}}) {
+    const quota::gateway::LevelCheck bad{
+        .policy = &rule->policy, .key = "{~global}read", .cost = cost};
+    auto d = p.pool.decide(std::span(&bad, 1), 1, Nanos{0});
+    REQUIRE(d.ok());
+    REQUIRE(d->parts.size() == 1);
+    CHECK_FALSE(d->parts[0].allowed);
+    CHECK(d->parts[0].reason == (cost > 0 ? Reason::kCostExceedsBurst : Reason::kInvalidCost));
+  }
+  CHECK(p.pool.read("{~global}read")->total == 9);
+  CHECK(p.pool.grant_requests() == 3);
   auto listed = p.ledger.outstanding("{~global}read");
   REQUIRE(listed.ok());
   REQUIRE(listed->size() == 2);

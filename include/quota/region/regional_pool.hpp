@@ -36,7 +36,7 @@
 //     A(T) <= r·T + B + Σ outstanding regional grants <= r·T + B + R·(units + low_water)
 //     over R regions with costs <= low_water + 1 (tests/redis/redis_region_pool_test.cpp).
 //   - A level costing more than `units` is denied (kCostExceedsBurst): size grants above
-//     the largest cost.
+//     the largest cost. A cost below 1 is denied (kInvalidCost), nothing spent.
 //
 // Thread safety: any thread; processes of a region share the pool through Redis.
 //
@@ -103,7 +103,7 @@ class RegionalPool {
     gateway::CheckVector<std::size_t> spent;
     for (std::size_t i = 0; i < levels.size(); ++i) {
       const gateway::LevelCheck& l = levels[i];
-      auto d = spend(l, version);
+      auto d = spend(l, version, now);
       if (!d.ok()) {
         give_back(levels, spent);
         return d.status();
@@ -156,13 +156,14 @@ class RegionalPool {
   // One level from the pool: spend; refill at low water, or when it cannot be served and
   // then spend once more.
   absl::StatusOr<std::pair<Decision, Nanos>> spend(const gateway::LevelCheck& l,
-                                                   std::uint64_t version) {
-    if (l.cost > options_.units) {
-      return std::pair{Decision{.allowed = false,
-                                .retry_after = kNever,
-                                .version = version,
-                                .reason = Reason::kCostExceedsBurst},
-                       Nanos{0}};
+                                                   std::uint64_t version, Nanos now) {
+    if (l.cost < 1 || l.cost > options_.units) {
+      return std::pair{
+          Decision{.allowed = false,
+                   .retry_after = kNever,
+                   .version = version,
+                   .reason = l.cost < 1 ? Reason::kInvalidCost : Reason::kCostExceedsBurst},
+          now};
     }
     auto r = script_.spend(l.key, l.cost);
     if (!r.ok()) return r.status();
