@@ -27,6 +27,10 @@
 //     refill failed as unavailable (cut off from the central authority) — the call fails
 //     kUnavailable: the Gateway applies the route's fail mode. Cut off, a region spends
 //     only what its pool holds.
+//   - A refill whose deposit fails twice (the regional Redis unreachable) leaves its id
+//     pending and the lock to expire (`lock_ttl`): the next refill replays the grant by
+//     id and deposits it. A failed ledger record is not retried (the grant stands, as in
+//     LeasedBackend); the central store's attempt record still holds it.
 //   - refund gives units back to the pool (never to the central authority); charge takes
 //     what the pool holds and charges the rest at the central store.
 //   - Bound: a region's pool holds at most units + max(low_water, c − 1) for requests of
