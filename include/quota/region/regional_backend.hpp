@@ -11,6 +11,9 @@
 // grants it holds: it is a LeasedBackend holder (leased_backend.hpp) of the central
 // budget, over a ScopeRouter (scope_router.hpp) that sends its grant requests to
 // `Central` and everything else to `Regional`. No lease arithmetic is repeated here.
+// Its grants live in this object's memory: each gateway process holding one is a holder
+// of its own. A region served by several processes shares one pool in its Redis instead
+// (RegionalPool, regional_pool.hpp): one holder per region.
 //
 // Guarantees (those of LeasedBackend, for the region as one holder):
 //   - A regional grant is ONE atomic decision of `lease.units` on the global key at the
