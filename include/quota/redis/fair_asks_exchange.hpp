@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/transport/script.hpp"
@@ -89,7 +90,7 @@ class RedisFairAsksExchange final : public gateway::FairAsksExchange {
     if (!reply.ok()) return reply.status();
     const redisReply& r = **reply;
     if (r.type == REDIS_REPLY_ERROR) {
-      return absl::UnavailableError(absl::StrCat("fair asks: ", std::string_view(r.str, r.len)));
+      return absl::UnavailableError(absl::StrCat("fair asks: ", absl::string_view(r.str, r.len)));
     }
     if (r.type != REDIS_REPLY_ARRAY || r.elements < 1 || r.elements % 2 != 1 ||
         r.element[0]->type != REDIS_REPLY_INTEGER) {
@@ -98,15 +99,15 @@ class RedisFairAsksExchange final : public gateway::FairAsksExchange {
     gateway::FairAsksView view{.tenants = {}, .late = r.element[0]->integer != 0};
     std::map<std::string, fair::HolderDemand, std::less<>> by_tenant;
     for (std::size_t i = 1; i + 1 < r.elements; i += 2) {
-      const std::string_view field(r.element[i]->str, r.element[i]->len);
-      const std::string_view value(r.element[i + 1]->str, r.element[i + 1]->len);
+      const absl::string_view field(r.element[i]->str, r.element[i]->len);
+      const absl::string_view value(r.element[i + 1]->str, r.element[i + 1]->len);
       if (field == "!sealed") continue;
       const std::size_t bar = field.find('|');
       std::int64_t n = 0;
-      if (bar == std::string_view::npos || !absl::SimpleAtoi(value, &n) || n < 0) {
+      if (bar == absl::string_view::npos || !absl::SimpleAtoi(value, &n) || n < 0) {
         return absl::DataLossError(absl::StrCat("fair asks: malformed field ", field));
       }
-      const std::string_view tenant = field.substr(bar + 1);
+      const absl::string_view tenant = field.substr(bar + 1);
       auto it = by_tenant.find(tenant);
       if (it == by_tenant.end())
         it = by_tenant
@@ -121,7 +122,7 @@ class RedisFairAsksExchange final : public gateway::FairAsksExchange {
 
  private:
   std::string hash(std::string_view budget_key, std::int64_t period) const {
-    return absl::StrCat(prefix_, "{~fair}", budget_key, ":", period);
+    return absl::StrCat(prefix_, "{~fair}", quota::detail::to_absl(budget_key), ":", period);
   }
 
   const std::string prefix_;
