@@ -132,18 +132,8 @@ class FairShare {
     if (!shares.ok()) return shares.status();  // demands ≤ budget, weights checked
     reset_allocation(config_.budget, true, 0);
     for (std::size_t i = 0; i < order.size(); ++i) {
-      Tenant& t = *order[i].second;
-      t.share = (*shares)[i];
-      t.constrained = t.share < t.demand;
-      demand_sum_ += t.demand;
-      a.share_sum += t.share;
-      if (t.constrained) {
-        ++a.constrained;
-        level_units_ += t.share;
-        level_weight_ += t.weight;
-      } else {
-        below_level_shares_ += t.share;
-      }
+      demand_sum_ += order[i].second->demand;
+      set_share(*order[i].second, (*shares)[i], a);
     }
     count_active();
     a.tenants = order.size();
@@ -167,14 +157,12 @@ class FairShare {
     return out;
   }
 
-  // Starts an allocation period with shares computed over every holder of the budget
-  // (holder_split.hpp): `view` (sorted by tenant) gives each tenant's asks at all holders
-  // and at this one; the shares divide `capacity` (≤ budget − reserve), each tenant here is
-  // held to its part of its share, and its demand is its local asks. A tenant not in the
-  // view has share 0 (it may borrow up to the water level). Alone (no other tenant active
-  // here or in the view) a tenant may use up to `alone_cap` (≤ budget); `free_regime`
-  // false disables the free regime below the share threshold. Σ demand (the load of the
-  // free regime) is Σ of the view's totals. Estimates are not updated; the period's asks
+  // Starts an allocation period with shares of `capacity` (≤ budget − reserve) over every
+  // holder of the budget (holder_split.hpp; `view` sorted by tenant, weights from it): each
+  // tenant here is held to its part, its demand its local asks; one not in the view has
+  // share 0 (it may borrow up to the water level). Alone (no other tenant active here or
+  // in the view) a tenant may use `alone_cap` (≤ budget); `free_regime` false disables the
+  // free regime; its load is Σ of the view's totals. Estimates are not updated; the asks
   // restart at 0. InvalidArgument on a bad view or config.
   absl::StatusOr<FairShareAllocation> allocate_split(std::int64_t capacity,
                                                      std::span<const HolderDemand> view,
@@ -204,16 +192,7 @@ class FairShare {
       Tenant& t = find_or_add(view[i].tenant);
       t.in_view = true;
       t.demand = std::min(view[i].local, config_.budget);
-      t.share = split->parts[i];
-      t.constrained = t.share < t.demand;
-      a.share_sum += t.share;
-      if (t.constrained) {
-        ++a.constrained;
-        level_units_ += t.share;
-        level_weight_ += t.weight;
-      } else {
-        below_level_shares_ += t.share;
-      }
+      set_share(t, split->parts[i], a);
     }
     count_active();
     a.demand_sum = static_cast<std::int64_t>(
@@ -390,6 +369,17 @@ class FairShare {
     alone_cap_ = alone_cap;
     free_regime_ = free_regime;
     view_tenants_ = view_tenants;
+  }
+
+  // Sets a tenant's share in allocation `a` (its demand set), and the allocation's sums.
+  void set_share(Tenant& t, std::int64_t share, FairShareAllocation& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    t.share = share;
+    t.constrained = t.share < t.demand;
+    a.share_sum += t.share;
+    (t.constrained ? level_units_ : below_level_shares_) += t.share;
+    level_weight_ += t.constrained ? t.weight : 0;
+    a.constrained += t.constrained ? 1 : 0;
   }
 
   // Counts the active tenants and the use of those not constrained, once shares are set.
