@@ -86,11 +86,11 @@ quota::gateway::RuleSetSpec spec(TokenBucket global) {
 // exchange (over `exchange_pool`, the store's own pool when null).
 struct Process {
   using Backend = quota::gateway::LeasedBackend<GatewayStore, RedisGrantLedger>;
-  Process(const std::string& prefix, std::shared_ptr<const quota::gateway::RuleSet> rules,
-          int i, std::shared_ptr<quota::redis::ConnectionPool> exchange_pool)
+  Process(const std::string& prefix, std::shared_ptr<const quota::gateway::RuleSet> rules, int i,
+          std::shared_ptr<quota::redis::ConnectionPool> exchange_pool)
       : store({.pool = quota::testing::redis_pool(2), .prefix = prefix}),
-        exchange_store({.pool = exchange_pool ? exchange_pool : store.options().pool,
-                        .prefix = prefix}),
+        exchange_store(
+            {.pool = exchange_pool ? exchange_pool : store.options().pool, .prefix = prefix}),
         ledger(store),
         registry(std::move(rules)),
         backend(store, ledger, {.incarnation = 0x300u + i, .metrics = &metrics}),
@@ -187,10 +187,10 @@ TEST_CASE("over Redis, fair shares over all holders and the envelope",
   const TokenBucket global{.rate = kTrickle, .burst = 40'000};
   auto ps = processes("gw-fairshared-steady", spec(global));
   const std::vector<std::string> tenants = {"a", "b", "c", "d"};
-  const std::vector<std::vector<std::int64_t>> asks = {  // [holder][tenant]
-      {300, 300, 0, 800},
-      {0, 300, 0, 800},
-      {0, 0, 1'200, 800}};
+  const std::vector<std::vector<std::int64_t>> asks = {// [holder][tenant]
+                                                       {300, 300, 0, 800},
+                                                       {0, 300, 0, 800},
+                                                       {0, 0, 1'200, 800}};
   constexpr int kPeriods = 14;
   std::mutex mu;
   std::vector<quota::verify::AdmittedEvent> log;
@@ -294,29 +294,33 @@ TEST_CASE("over Redis, fair shares over all holders and the envelope",
   CHECK(windows >= 5);
 }
 
-TEST_CASE("over Redis, a sealed period gives every reader the same view; a late report is "
-          "dropped",
-          "[redis][fair][shared]") {
+TEST_CASE(
+    "over Redis, a sealed period gives every reader the same view; a late report is "
+    "dropped",
+    "[redis][fair][shared]") {
   GatewayStore store({.pool = quota::testing::redis_pool(2),
                       .prefix = quota::testing::unique_prefix("gw-fairshared-seal")});
   RedisFairAsksExchange h0(store, "h0"), h1(store, "h1"), h2(store, "h2");
   using Asks = std::vector<std::pair<std::string, std::int64_t>>;
   const Asks a0{{"x", 10}, {"y", 5}}, a1{{"x", 30}}, a2{{"y", 100}};
-  REQUIRE(h0.exchange("{~global}call", 7, a0, 5).ok());
-  auto v1 = h1.exchange("{~global}call", 7, a1, 5);
+  REQUIRE(h0.exchange("{~global}call", 100ms, 7, a0, 5).ok());
+  auto v1 = h1.exchange("{~global}call", 100ms, 7, a1, 5);
   REQUIRE(v1.ok());
   CHECK(!v1->late);
-  auto v0 = h0.exchange("{~global}call", 8, {}, 7);  // reads and seals period 7
+  auto v0 = h0.exchange("{~global}call", 100ms, 8, {}, 7);  // reads and seals period 7
   REQUIRE(v0.ok());
   REQUIRE(v0->tenants.size() == 2);
   CHECK(v0->tenants[0] == quota::fair::HolderDemand{.tenant = "x", .total = 40, .local = 10});
   CHECK(v0->tenants[1] == quota::fair::HolderDemand{.tenant = "y", .total = 5, .local = 5});
-  auto v2 = h2.exchange("{~global}call", 7, a2, 7);  // too late for period 7
+  auto v2 = h2.exchange("{~global}call", 100ms, 7, a2, 7);  // too late for period 7
   REQUIRE(v2.ok());
   CHECK(v2->late);
   REQUIRE(v2->tenants.size() == 2);
   CHECK(v2->tenants[0] == quota::fair::HolderDemand{.tenant = "x", .total = 40, .local = 0});
   CHECK(v2->tenants[1] == quota::fair::HolderDemand{.tenant = "y", .total = 5, .local = 0});
+  RedisFairAsksExchange bad(store, "h|3");
+  CHECK(bad.exchange("{~global}call", 100ms, 9, a0, 7).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("with Redis unreachable for the exchange, a holder falls back to its fixed part",
@@ -324,8 +328,8 @@ TEST_CASE("with Redis unreachable for the exchange, a holder falls back to its f
   RefusingPort refusing;
   REQUIRE(refusing.port > 0);
   auto dead = std::make_shared<quota::redis::ConnectionPool>(
-      quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = refusing.port,
-                                     .deadline = std::chrono::milliseconds(200)},
+      quota::redis::ConnectionConfig{
+          .host = "127.0.0.1", .port = refusing.port, .deadline = std::chrono::milliseconds(200)},
       1);
   auto ps = processes("gw-fairshared-down", spec({.rate = kTrickle, .burst = 100'000}), dead);
   constexpr int kPeriods = 3;

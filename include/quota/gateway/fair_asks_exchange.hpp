@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "quota/fair/holder_split.hpp"
+#include "quota/units.hpp"
 
 namespace quota::gateway {
 
@@ -46,10 +47,10 @@ class FairAsksExchange {
  public:
   virtual ~FairAsksExchange() = default;
   // Reports `asks` (by tenant, sorted, each > 0) of period `reported` of the budget
-  // `budget_key`, then returns the view of period `read` (sealing it). An error: nothing
-  // is known of the other holders this period.
+  // `budget_key` (periods of `period`), then returns the view of period `read` (sealing
+  // it). An error: nothing is known of the other holders this period.
   virtual absl::StatusOr<FairAsksView> exchange(
-      std::string_view budget_key, std::int64_t reported,
+      std::string_view budget_key, Nanos period, std::int64_t reported,
       std::span<const std::pair<std::string, std::int64_t>> asks, std::int64_t read) = 0;
 };
 

@@ -283,7 +283,7 @@ class FairLimits {
   void allocate_shared(detail::FairLimitState& s, std::string_view key, std::int64_t index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     const auto asks = s.share->asked();
-    auto view = exchange_->exchange(key, s.period_index, asks, index - 2);
+    auto view = exchange_->exchange(key, s.spec.period, s.period_index, asks, index - 2);
     absl::StatusOr<fair::FairShareAllocation> a;
     if (view.ok()) {
       if (view->late) ++s.stats.late_reports;

@@ -9,10 +9,10 @@
 //   - unless the reported period's hash is sealed, it writes this holder's asks into it
 //     (else the report is late and dropped: the reply says so);
 //   - it seals the read period's hash and returns its fields;
-//   - both hashes get a TTL of `ttl` (default: a minute; give at least a few periods).
+//   - both hashes get a TTL of `ttl` (default: a minute), at least four periods.
 // The reply is parsed here: each tenant's total over the holders and this holder's own
-// asks, sorted by tenant. Holder names must not contain '|' (InvalidArgument at
-// construction is not possible for a header-only value: exchange() answers it).
+// asks, sorted by tenant. A holder name that is empty or contains '|' makes every
+// exchange() InvalidArgument (FairLimits then falls back to its fixed part).
 //
 // Thread safety: any thread (as GatewayStore; the script holds no state).
 //
@@ -75,13 +75,16 @@ class RedisFairAsksExchange final : public gateway::FairAsksExchange {
                 store.options().limits) {}
 
   absl::StatusOr<gateway::FairAsksView> exchange(
-      std::string_view budget_key, std::int64_t reported,
+      std::string_view budget_key, Nanos period, std::int64_t reported,
       std::span<const std::pair<std::string, std::int64_t>> asks, std::int64_t read) override {
     if (holder_.empty() || holder_.find('|') != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("fair asks: holder name \"", holder_, "\" must be non-empty, without '|'"));
     }
-    std::vector<std::string> args{holder_, absl::StrCat(ttl_ms_)};
+    // Kept at least four periods: the read period is two behind the current one.
+    const std::int64_t ttl_ms =
+        std::max(ttl_ms_, std::min<std::int64_t>(period.count() / 250'000, kMaxTtlMs));
+    std::vector<std::string> args{holder_, absl::StrCat(ttl_ms)};
     for (const auto& [tenant, n] : asks) {
       args.push_back(tenant);
       args.push_back(absl::StrCat(n));
@@ -125,6 +128,7 @@ class RedisFairAsksExchange final : public gateway::FairAsksExchange {
     return absl::StrCat(prefix_, "{~fair}", quota::detail::to_absl(budget_key), ":", period);
   }
 
+  static constexpr std::int64_t kMaxTtlMs = std::int64_t{1} << 40;  // ~35 years
   const std::string prefix_;
   const std::string holder_;
   const std::int64_t ttl_ms_;
