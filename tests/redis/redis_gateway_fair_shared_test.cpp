@@ -178,6 +178,41 @@ TEST_CASE("over Redis, a tenant at one holder alone reaches the whole budget",
   CHECK(stats[0].allocations == kPeriods);
 }
 
+TEST_CASE("over Redis, what a lone tenant borrowed is back once a newcomer elsewhere is seen",
+          "[redis][fair][shared][concurrency]") {
+  // "a" alone at h0 asks 4,000 per period and holds the whole budget; from period 4 "b"
+  // asks 1,500 per period at h1. b's asks of period 4 are in the view of period 6: from
+  // then on a is held to its share (1,350 of 2,700), and from period 7 (a's units of
+  // period 5 expired) both get their shares per period.
+  auto ps = processes("gw-fairshared-reclaim", spec({.rate = kTrickle, .burst = 100'000}));
+  constexpr int kPeriods = 10, kArrival = 4;
+  std::vector<std::vector<std::int64_t>> got(kPeriods, std::vector<std::int64_t>(2, 0));
+  std::barrier sync(kHolders);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kHolders; ++i) {
+    threads.emplace_back([&, i] {
+      for (int p = 0; p < kPeriods; ++p) {
+        const int requests = i == 0 ? 80 : (i == 1 && p >= kArrival ? 30 : 0);
+        for (int step = 0; step < requests; ++step) {
+          auto r = ps[i]->gateway.decide(call(i == 0 ? "a" : "b", 50), p * kPeriod + step * 1ms);
+          if (r.ok() && r->decision.allowed) got[p][i] += 50;
+        }
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int p = 0; p < kArrival; ++p) CHECK(got[p][0] == kBudget);  // alone: all of it
+  for (int p = kArrival + 2; p < kPeriods; ++p) {
+    INFO("period " << p << ": a " << got[p][0] << ", b " << got[p][1]);
+    CHECK(got[p][0] <= kCapacity / 2);  // a no more than its share
+    if (p >= kArrival + 3) {
+      CHECK(got[p][0] >= kCapacity / 2 - 49);
+      CHECK(got[p][1] >= kCapacity / 2 - 49);
+    }
+  }
+}
+
 TEST_CASE("over Redis, fair shares over all holders and the envelope",
           "[redis][fair][shared][concurrency]") {
   // Per period: a asks 300 at h0; b 300 at h0 and h1; c 1,200 at h2; d 800 at each
