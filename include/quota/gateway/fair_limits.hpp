@@ -40,6 +40,8 @@
 // any other change starts a fresh one (the units in use are forgotten).
 //
 // Thread safety: any thread; one mutex per budget (the allocator's own mutex within it).
+// The exchange is called under the budget's mutex, once per period: that budget's other
+// requests in this process wait for it (at most the exchange's deadline).
 //
 //   FairLimits fair(/*holders=*/1);
 //   FairLimits::Reserved held;
