@@ -13,6 +13,8 @@
 #include "quota/clock.hpp"
 #include "quota/decision.hpp"
 #include "quota/fair/fair_share.hpp"
+#include "quota/fair/fair_share_results.hpp"
+#include "quota/fair/holder_split.hpp"
 #include "quota/fair/weighted_max_min.hpp"
 #include "quota/gateway/attempts.hpp"
 #include "quota/gateway/gateway.hpp"

@@ -23,7 +23,8 @@
 // units in use at most the pause level; a tenant within its share is refused only while
 // capacity borrowed before this allocation is still held (it leaves within one lease
 // expiry) or while the below-level tenants together ask more than they were allocated.
-// Each tenant's own limits are checked elsewhere.
+// Each tenant's own limits are checked elsewhere. With several holders of one budget,
+// allocate_split() takes the shares computed over all of them (holder_split.hpp) instead.
 //
 // Thread safety: every method may be called from any thread (one mutex); a returned
 // share or use is a snapshot that other callers may change at once.
@@ -41,6 +42,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,47 +57,11 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/fair/fair_share_config.hpp"
+#include "quota/fair/fair_share_results.hpp"
+#include "quota/fair/holder_split.hpp"
 #include "quota/fair/weighted_max_min.hpp"
 
 namespace quota::fair {
-
-// A tenant's report: its weight (1 ≤ weight ≤ kMaxWeight) and the units it wants to hold
-// in a lease period (demand ≥ 0). The demand replaces the estimate from the tenant's
-// decayed asks from the next allocate() on, until report() or forget() changes it.
-struct TenantReport {
-  std::int64_t weight = 1;
-  std::int64_t demand = 0;
-};
-
-struct FairShareDecision {
-  bool allowed = false;
-  FairShareVerdict verdict = FairShareVerdict::kOverShare;
-  // The tenant's share of the current allocation when shares applied (kWithinShare,
-  // kOverShare, kBorrowed); the budget when it is alone; 0 otherwise.
-  std::int64_t share = 0;
-  std::int64_t used = 0;        // the tenant's units in use after the decision
-  std::int64_t total_used = 0;  // all tenants' units in use after the decision
-};
-
-// What one allocate() computed.
-struct FairShareAllocation {
-  std::int64_t capacity = 0;    // budget − reserve: what the shares divide
-  std::int64_t demand_sum = 0;  // Σ demand of the tenants in the allocation (saturates at
-                                // INT64_MAX)
-  std::int64_t share_sum = 0;   // Σ shares, ≤ capacity
-  std::size_t tenants = 0;      // tenants with a demand
-  std::size_t constrained = 0;  // tenants whose share is below their demand
-};
-
-// One tenant's state in a snapshot: the current allocation's view of it.
-struct TenantShare {
-  std::string tenant;
-  std::int64_t weight = 1;
-  std::int64_t demand = 0;  // its demand in the current allocation
-  std::int64_t used = 0;
-  std::int64_t share = 0;
-  bool constrained = false;  // share < demand: held to its share
-};
 
 class FairShare {
  public:
@@ -146,6 +112,7 @@ class FairShare {
       t.demand = t.reported.value_or(t.estimate);
       t.share = 0;
       t.constrained = false;
+      t.in_view = false;
       if (t.demand == 0 && t.used == 0 && !t.reported.has_value()) {
         tenants_.erase(it++);  // erasing leaves the other iterators valid
         continue;
@@ -163,30 +130,12 @@ class FairShare {
     }
     auto shares = weighted_max_min(a.capacity, demands, weights);
     if (!shares.ok()) return shares.status();  // demands ≤ budget, weights checked
-    below_level_shares_ = 0;
-    level_units_ = 0;
-    level_weight_ = 0;
-    active_ = 0;
-    demand_sum_ = 0;
+    reset_allocation(config_.budget, true, 0);
     for (std::size_t i = 0; i < order.size(); ++i) {
-      Tenant& t = *order[i].second;
-      t.share = (*shares)[i];
-      t.constrained = t.share < t.demand;
-      demand_sum_ += t.demand;
-      a.share_sum += t.share;
-      if (t.constrained) {
-        ++a.constrained;
-        level_units_ += t.share;
-        level_weight_ += t.weight;
-      } else {
-        below_level_shares_ += t.share;
-      }
+      demand_sum_ += order[i].second->demand;
+      set_share(*order[i].second, (*shares)[i], a);
     }
-    below_level_used_ = 0;
-    for (const auto& [name, t] : tenants_) {
-      active_ += t.active() ? 1 : 0;
-      if (!t.constrained) below_level_used_ += t.used;
-    }
+    count_active();
     a.tenants = order.size();
     a.demand_sum = static_cast<std::int64_t>(
         std::min<absl::int128>(demand_sum_, std::numeric_limits<std::int64_t>::max()));
@@ -194,6 +143,60 @@ class FairShare {
       return absl::InternalError(absl::StrCat("FairShare::allocate: shares sum to ", a.share_sum,
                                               " > capacity ", a.capacity));
     }
+    return a;
+  }
+
+  // The units each tenant asked in the current period (admitted or not), by name: what
+  // this holder reports to the others before allocate_split().
+  std::vector<std::pair<std::string, std::int64_t>> asked() const {
+    detail::MutexLock lock(mu_);
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    for (const auto& [name, t] : tenants_)
+      if (t.asked > 0) out.emplace_back(name, t.asked);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Starts an allocation period with shares of `capacity` (≤ budget − reserve) over every
+  // holder of the budget (holder_split.hpp; `view` sorted by tenant, weights from it): each
+  // tenant here is held to its part, its demand its local asks; one not in the view has
+  // share 0 (it may borrow up to the water level). Alone (no other tenant active here or
+  // in the view) a tenant may use `alone_cap` (≤ budget); `free_regime` false disables the
+  // free regime; its load is Σ of the view's totals. Estimates are not updated; the asks
+  // restart at 0. InvalidArgument on a bad view or config.
+  absl::StatusOr<FairShareAllocation> allocate_split(std::int64_t capacity,
+                                                     std::span<const HolderDemand> view,
+                                                     std::int64_t alone_cap, bool free_regime) {
+    if (!status_.ok()) return status_;
+    capacity = std::clamp<std::int64_t>(capacity, 0, config_.share_capacity());
+    auto split = split_shares(capacity, config_.budget, view);
+    if (!split.ok()) return split.status();
+    detail::MutexLock lock(mu_);
+    for (auto it = tenants_.begin(); it != tenants_.end();) {
+      Tenant& t = it->second;
+      t.asked = 0;
+      t.demand = t.share = 0;
+      t.constrained = t.in_view = false;
+      if (t.used == 0 && !t.reported.has_value()) {
+        tenants_.erase(it++);
+        continue;
+      }
+      ++it;
+    }
+    reset_allocation(std::clamp<std::int64_t>(alone_cap, 0, config_.budget), free_regime,
+                     static_cast<std::int64_t>(view.size()));
+    FairShareAllocation a{.capacity = capacity, .tenants = view.size()};
+    for (std::size_t i = 0; i < view.size(); ++i) {
+      demand_sum_ += std::min(view[i].total, config_.budget);
+      if (view[i].local == 0) continue;
+      Tenant& t = find_or_add(view[i].tenant);
+      t.in_view = true;
+      t.demand = std::min(view[i].local, config_.budget);
+      set_share(t, split->parts[i], a);
+    }
+    count_active();
+    a.demand_sum = static_cast<std::int64_t>(
+        std::min<absl::int128>(demand_sum_, std::numeric_limits<std::int64_t>::max()));
     return a;
   }
 
@@ -291,6 +294,7 @@ class FairShare {
     std::int64_t demand = 0;    // its demand in the current allocation
     std::int64_t share = 0;     // its share in the current allocation
     bool constrained = false;   // share < demand
+    bool in_view = false;       // allocate_split(): in the holders' view
     std::int64_t used = 0;
     bool active() const { return demand > 0 || used > 0 || asked > 0; }
   };
@@ -318,13 +322,14 @@ class FairShare {
     FairShareDecision d;
     const std::int64_t used_after = total_used_ + units;  // both ≤ kMaxBudget
     const std::int64_t self_after = self.used + units;
-    if (active_ <= 1) {  // alone: nobody to be fair to or to keep a reserve for
-      d.share = config_.budget;
-      d.allowed = used_after <= config_.budget;
+    if (active_ <= 1 && view_tenants_ - (self.in_view ? 1 : 0) <= 0) {
+      // alone here and in the holders' view: nobody to be fair to or to keep a reserve for
+      d.share = alone_cap_;
+      d.allowed = used_after <= alone_cap_;
       d.verdict = d.allowed ? FairShareVerdict::kFree : FairShareVerdict::kOverBudget;
       return d;
     }
-    if (std::max<absl::int128>(used_after, demand_sum_) <= config_.share_level()) {
+    if (free_regime_ && std::max<absl::int128>(used_after, demand_sum_) <= config_.share_level()) {
       d.allowed = true;
       d.verdict = FairShareVerdict::kFree;
       return d;
@@ -356,6 +361,36 @@ class FairShare {
     return d;
   }
 
+  // Clears the allocation's sums before shares are set.
+  void reset_allocation(std::int64_t alone_cap, bool free_regime, std::int64_t view_tenants)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    below_level_shares_ = level_units_ = level_weight_ = active_ = 0;
+    demand_sum_ = 0;
+    alone_cap_ = alone_cap;
+    free_regime_ = free_regime;
+    view_tenants_ = view_tenants;
+  }
+
+  // Sets a tenant's share in allocation `a` (its demand set), and the allocation's sums.
+  void set_share(Tenant& t, std::int64_t share, FairShareAllocation& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    t.share = share;
+    t.constrained = t.share < t.demand;
+    a.share_sum += t.share;
+    (t.constrained ? level_units_ : below_level_shares_) += t.share;
+    level_weight_ += t.constrained ? t.weight : 0;
+    a.constrained += t.constrained ? 1 : 0;
+  }
+
+  // Counts the active tenants and the use of those not constrained, once shares are set.
+  void count_active() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    below_level_used_ = 0;
+    for (const auto& [name, t] : tenants_) {
+      active_ += t.active() ? 1 : 0;
+      if (!t.constrained) below_level_used_ += t.used;
+    }
+  }
+
   // What the tenants below the water level were allocated and do not use yet, together.
   std::int64_t unused_below_level() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::max<std::int64_t>(0, below_level_shares_ - below_level_used_);
@@ -375,6 +410,11 @@ class FairShare {
   std::int64_t below_level_shares_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t below_level_used_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  // allocate_split(): the tenants of the holders' view, the cap of a tenant alone, and
+  // whether the free regime applies (allocate(): 0, the budget, true).
+  std::int64_t view_tenants_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t alone_cap_ ABSL_GUARDED_BY(mu_) = config_.budget;
+  bool free_regime_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace quota::fair

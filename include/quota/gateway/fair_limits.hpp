@@ -20,20 +20,28 @@
 // counted in stats().
 //
 // Where it sits: in this process, where a leased global budget's grant is held
-// (LeasedBackend), so the shares split the units this process admits. With H processes,
-// GatewayOptions::fair_share_holders = H gives each allocator the part P = ⌊budget / H⌋.
-// Guaranteed then: at every allocation of every process Σ shares ≤ P − ⌈P·reserve⌉, so Σ
-// over the processes ≤ budget − reserve (each reserve rounded up); each process holds
-// the tenants it sees to their shares of P; a tenant alone may use a process's whole P.
-// Not guaranteed: fairness across processes (a tenant sending through two processes has
-// a share in each; an idle process's part is not lent to the others). The global
-// envelope (r·T + B + Σ outstanding grants) is the store's and the leases', unchanged:
-// the allocator only refuses.
+// (LeasedBackend), so the shares split the units this process admits. With H processes:
+//  - without an exchange, GatewayOptions::fair_share_holders = H gives each allocator the
+//    fixed part P = ⌊budget / H⌋: Σ shares ≤ P − ⌈P·reserve⌉ per process; a tenant alone
+//    may use one process's P, not more;
+//  - with a FairAsksExchange (fair_asks_exchange.hpp), each allocator divides the whole
+//    budget; at its first request of period n it reports its asks of its last period and
+//    reads every holder's asks of period n − 2 (sealed: the same view everywhere), and
+//    FairShare::allocate_split holds each tenant here to ⌊share_t · local_t / total_t⌋ of
+//    its share of budget − reserve over all holders (holder_split.hpp): Σ over holders and
+//    tenants ≤ budget − reserve; a tenant alone here and in the view may use the whole
+//    budget. If the exchange fails, that period falls back to P: shares of P − ⌈P·reserve⌉
+//    among this process's own asks, a lone tenant capped at P, no free regime (counted
+//    exchange_failures); a late report is counted late_reports.
+// The global envelope (r·T + B + Σ outstanding grants) is the store's and the leases',
+// unchanged: the allocator only refuses.
 //
 // A rule change that keeps a budget's fair_share, policy and holders keeps its allocator;
 // any other change starts a fresh one (the units in use are forgotten).
 //
 // Thread safety: any thread; one mutex per budget (the allocator's own mutex within it).
+// The exchange is called under the budget's mutex, once per period: that budget's other
+// requests in this process wait for it (at most the exchange's deadline).
 //
 //   FairLimits fair(/*holders=*/1);
 //   FairLimits::Reserved held;
@@ -60,6 +68,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/fair/fair_share.hpp"
+#include "quota/gateway/fair_asks_exchange.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rules.hpp"
 
@@ -75,6 +84,8 @@ struct FairLimitStats {
   std::int64_t over_share = 0;         // refusals by share
   std::int64_t paused = 0;             // refusals above the pause threshold
   std::int64_t too_large = 0;          // costs above the allocator's budget
+  std::int64_t exchange_failures = 0;  // allocations on the fallback part (exchange failed)
+  std::int64_t late_reports = 0;       // this holder's reports that came after the seal
   std::optional<fair::FairShareAllocation> last{};  // the latest allocation
   std::vector<fair::TenantShare> tenants{};         // the current allocation, by tenant
 };
@@ -83,8 +94,11 @@ namespace detail {
 
 // One fair-share budget: its allocator, its period and the admitted units' expiries.
 struct FairLimitState {
-  FairLimitState(const FairShareSpec& s, const RulePolicy& p, std::int64_t holders)
-      : spec(s), policy(p), share(std::make_unique<fair::FairShare>(s.config(p, holders))) {}
+  FairLimitState(const FairShareSpec& s, const RulePolicy& p, std::int64_t holders, bool shared)
+      : spec(s),
+        policy(p),
+        fallback(s.config(p, holders)),
+        share(std::make_unique<fair::FairShare>(shared ? s.config(p, 1) : fallback)) {}
 
   struct Expiry {
     Nanos at;
@@ -95,6 +109,7 @@ struct FairLimitState {
 
   const FairShareSpec spec;
   const RulePolicy policy;
+  const fair::FairShareConfig fallback;          // the fixed part ⌊budget / holders⌋
   const std::unique_ptr<fair::FairShare> share;  // thread-safe on its own
   quota::detail::Mutex mu;
   bool started ABSL_GUARDED_BY(mu) = false;
@@ -111,7 +126,9 @@ class FairLimits {
   // before: each allocation halves them).
   static constexpr std::int64_t kMaxCatchUp = 64;
 
-  explicit FairLimits(std::int64_t holders = 1) : holders_(std::max<std::int64_t>(1, holders)) {}
+  explicit FairLimits(std::int64_t holders = 1,
+                      std::shared_ptr<FairAsksExchange> exchange = nullptr)
+      : holders_(std::max<std::int64_t>(1, holders)), exchange_(std::move(exchange)) {}
 
   struct Denial {
     Decision decision;
@@ -145,7 +162,7 @@ class FairLimits {
       if (!c.rule->fair_share.enabled) continue;
       std::shared_ptr<detail::FairLimitState> limit = state_for(*c.rule, c.key.view());
       quota::detail::MutexLock lock(limit->mu);
-      tick(*limit, now);
+      tick(*limit, c.key.view(), now);
       auto d = limit->share->request(tenant, c.cost);
       if (d.ok() && d->allowed) {
         if (out.held_.empty()) out.tenant_ = std::string(tenant);
@@ -217,7 +234,8 @@ class FairLimits {
         detail::same_params(it->second->policy, rule.policy)) {
       return it->second;
     }
-    auto fresh = std::make_shared<detail::FairLimitState>(rule.fair_share, rule.policy, holders_);
+    auto fresh = std::make_shared<detail::FairLimitState>(rule.fair_share, rule.policy, holders_,
+                                                          exchange_ != nullptr);
     if (it == limits_.end()) {
       limits_.emplace(std::string(key), fresh);
     } else {
@@ -227,7 +245,8 @@ class FairLimits {
   }
 
   // Expires what is due and allocates at every period boundary passed, in time order.
-  static void tick(detail::FairLimitState& s, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  void tick(detail::FairLimitState& s, std::string_view key, Nanos now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     const std::int64_t period = s.spec.period.count();
     const std::int64_t index = now.count() / period - (now.count() % period < 0 ? 1 : 0);
     const auto expire_until = [&](Nanos t) {
@@ -240,7 +259,11 @@ class FairLimits {
       s.started = true;
       s.period_index = index - 1;
     }
-    if (index > s.period_index) {
+    if (index > s.period_index && exchange_ != nullptr) {
+      expire_until(Nanos{index * period});
+      allocate_shared(s, key, index);
+      s.period_index = index;
+    } else if (index > s.period_index) {
       for (std::int64_t b = std::max(s.period_index + 1, index - kMaxCatchUp + 1); b <= index;
            ++b) {
         expire_until(Nanos{b * period});
@@ -256,6 +279,32 @@ class FairLimits {
       s.period_index = index;
     }
     expire_until(now);
+  }
+
+  // One allocation over every holder (one exchange call), or on the fallback part.
+  void allocate_shared(detail::FairLimitState& s, std::string_view key, std::int64_t index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const auto asks = s.share->asked();
+    auto view = exchange_->exchange(key, s.spec.period, s.period_index, asks, index - 2);
+    absl::StatusOr<fair::FairShareAllocation> a;
+    if (view.ok()) {
+      if (view->late) ++s.stats.late_reports;
+      const fair::FairShareConfig& whole = s.share->config();
+      a = s.share->allocate_split(whole.share_capacity(), view->tenants, whole.budget, true);
+    } else {
+      ++s.stats.exchange_failures;
+      std::vector<fair::HolderDemand> own;
+      for (const auto& [tenant, n] : asks)
+        own.push_back({.tenant = tenant, .total = n, .local = n});
+      a = s.share->allocate_split(s.fallback.share_capacity(), own, s.fallback.budget, false);
+    }
+    ++s.stats.allocations;
+    if (!a.ok()) {
+      ++s.stats.allocation_errors;
+      return;
+    }
+    s.stats.max_share_sum = std::max(s.stats.max_share_sum, a->share_sum);
+    s.stats.last = *a;
   }
 
   // The answer to a refusal by the allocator: when to try again is the next allocation
@@ -290,6 +339,7 @@ class FairLimits {
   }
 
   const std::int64_t holders_;
+  const std::shared_ptr<FairAsksExchange> exchange_;
   mutable quota::detail::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<detail::FairLimitState>> limits_
       ABSL_GUARDED_BY(mu_);

@@ -67,7 +67,7 @@ class Gateway {
         attempts_(options.attempt_ttl, options.max_attempts),
         tickets_(options.ticket_ttl, options.max_tickets),
         outage_(options.emergency_store),
-        fair_(options.fair_share_holders) {}
+        fair_(options.fair_share_holders, options.fair_share_exchange) {}
 
   // Decides `req` against every level the rules give it, in order user → tenant →
   // global; if a level denies, no level keeps a deduction (how, per backend:

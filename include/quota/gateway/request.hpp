@@ -15,12 +15,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
+#include "quota/gateway/fair_asks_exchange.hpp"
 #include "quota/gateway/settle.hpp"
 #include "quota/gateway/store_key.hpp"
 #include "quota/store/store.hpp"
@@ -39,9 +41,13 @@ struct GatewayOptions {
   bool charge_deficit = false;
   // Capacity of the per-process emergency buckets (fail-open routes).
   StoreOptions emergency_store{.max_keys = 1'000'000, .shards = 16};
-  // The gateway processes sharing each fair_share budget: each one's allocator divides
-  // ⌊budget / fair_share_holders⌋ (fair_limits.hpp).
+  // The gateway processes sharing each fair_share budget. Without an exchange each one's
+  // allocator divides ⌊budget / fair_share_holders⌋; with one (e.g.
+  // redis::RedisFairAsksExchange) the shares are computed over every holder's asks and
+  // split where the demand is, ⌊budget / fair_share_holders⌋ being the fallback when the
+  // exchange fails (fair_limits.hpp).
   std::int64_t fair_share_holders = 1;
+  std::shared_ptr<FairAsksExchange> fair_share_exchange = nullptr;
 };
 
 struct Request {
