@@ -47,6 +47,7 @@
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/fair_limits.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/level_outcomes.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/outage.hpp"
 #include "quota/gateway/request.hpp"
@@ -81,8 +82,8 @@ class Gateway {
   // Shadow mode, per rule (RuleSpec::shadow, its enforce_percent, the set's shadow_all, the
   // registry's switch): a shadow budget is decided and counted; if it would deny, the
   // request is not denied (reason kShadow) and nothing is deducted from it; other
-  // budgets enforce normally. A request over a per-request cap: over_cap(). Unreachable
-  // stores: see is_unavailable().
+  // budgets enforce normally. A request over a per-request cap: over_cap() (level_outcomes.hpp).
+  // Unreachable stores: see is_unavailable().
   //
   // Allocation: on an in-process store, a decision of a key that exists allocates
   // nothing: the levels are CheckVectors (inline, kInlineChecks), the keys StoreKeys built
@@ -191,19 +192,6 @@ class Gateway {
   std::vector<FairLimitStats> fair_shares() const { return fair_.stats(); }
 
  private:
-  struct RuledDecision {
-    Decision decision;
-    std::string rule;
-    bool replayed = false;          // a shared attempt's recorded decision
-    std::optional<Nanos> deadline;  // then: the deadline recorded with it
-  };
-
-  // The levels an estimate was deducted from, and the backend's time of it.
-  struct Deducted {
-    std::vector<TicketLevel> levels;
-    Nanos time{0};
-  };
-
   absl::StatusOr<Result> decide_with(const RuleSet& rules, const RouteClass& route,
                                      const Request& req, std::optional<std::int64_t> estimate,
                                      Nanos now, Deducted* deducted) {
@@ -214,7 +202,10 @@ class Gateway {
     if (req.deadline.has_value() && now > *req.deadline) {
       return expired_attempt(nullptr, rules.version(), tenant.rule->name);
     }
-    if (auto capped = over_cap(rules, route, *checks)) return *std::move(capped);
+    if (auto capped =
+            over_cap(rules.shadow_all() || rules_.shadow_all(), rules.version(), route, *checks)) {
+      return *std::move(capped);
+    }
 
     std::string fingerprint;
     bool attempt_open = false;
@@ -276,36 +267,6 @@ class Gateway {
     return Result{.decision = r->decision, .rule = std::move(r->rule), .replayed = false};
   }
 
-  // A request that costs more on a budget than its per-request cap (the rule's max_cost,
-  // or the route class's): denied with kRequestTooLarge and nothing deducted, decided
-  // before the store is asked. A cap of a budget in shadow only counts (as
-  // shadow_would_deny); the route's cap is in shadow only under the global switch.
-  std::optional<Result> over_cap(const RuleSet& rules, const RouteClass& route,
-                                 std::span<const Check> checks) {
-    const bool all_shadow = rules.shadow_all() || rules_.shadow_all();
-    for (const Check& c : checks) {
-      const bool rule_cap = c.rule->max_cost > 0 && c.cost > c.rule->max_cost;
-      const bool route_cap = route.max_cost > 0 && c.cost > route.max_cost;
-      if (!rule_cap && !route_cap) continue;
-      if (rule_cap ? c.shadow : all_shadow) {
-        record(*c.rule, Outcome::kShadowWouldDeny, c.cost);
-        continue;
-      }
-      record(*c.rule, Outcome::kDenied, c.cost);
-      const Decision too_large{.allowed = false,
-                               .remaining = 0,
-                               .retry_after = kNever,
-                               .reset_after = Nanos{0},
-                               .version = rules.version(),
-                               .reason = Reason::kRequestTooLarge};
-      return Result{.decision = too_large,
-                    .rule = rule_cap ? c.rule->name : route.name,
-                    .replayed = false,
-                    .request_cap = rule_cap ? c.rule->max_cost : route.max_cost};
-    }
-    return std::nullopt;
-  }
-
   // Attempts: in the backend when it shares them between processes (Redis: recorded in
   // the call that decides, redis/twin/gateway_attempts.hpp), else in this gateway's
   // AttemptCache.
@@ -356,58 +317,8 @@ class Gateway {
       result = backend_.decide(levels, version, now);
     }
     if (!result.ok()) return result.status();
-    const auto count = [&](const Rule& rule, Outcome o, std::int64_t cost) {
-      if (!replayed) record(rule, o, cost);
-    };
-    const CheckVector<Decision>& parts = result->parts;
-    if (parts.empty() || parts.size() > checks.size()) {
-      return absl::InternalError(
-          absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
-    }
-    const auto is_shadow = [&](std::size_t i) { return checks[i].shadow; };
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      const Rule& rule = *checks[i].rule;
-      if (parts[i].allowed) continue;
-      if (checks[i].shadow) {
-        count(rule, Outcome::kShadowWouldDeny, checks[i].cost);
-        continue;
-      }
-      // The backend stops at the first enforcing denial: it decides.
-      count(rule, Outcome::kDenied, checks[i].cost);
-      Decision denial = combine_all(std::span(parts.data(), i + 1), is_shadow);
-      denial.version = std::max(denial.version, version);
-      return RuledDecision{
-          .decision = denial, .rule = rule.name, .replayed = replayed, .deadline = deadline};
-    }
-    if (parts.size() != checks.size()) {
-      return absl::InternalError(
-          absl::StrFormat("gateway backend stopped after %d of %d levels without a denial",
-                          parts.size(), checks.size()));
-    }
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
-      count(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
-      if (deducted != nullptr && checks[i].estimate && !replayed) {
-        deducted->levels.push_back({.key = std::string(checks[i].key.view()),
-                                    .policy = checks[i].rule->policy,
-                                    .version = version});
-      }
-    }
-    if (deducted != nullptr) deducted->time = result->time;
-    Decision combined = combine_all(std::span(parts.data(), parts.size()), is_shadow);
-    combined.version = std::max(combined.version, version);
-    const Check& tenant = tenant_check(checks);
-    return RuledDecision{.decision = combined,
-                         .rule = tenant.rule->name,
-                         .replayed = replayed,
-                         .deadline = deadline};
-  }
-
-  static const Check& tenant_check(std::span<const Check> checks) {
-    for (const Check& c : checks) {
-      if (c.rule->level == Level::kTenant) return c;
-    }
-    return checks.front();
+    return combine_levels(*result, checks, version,
+                          {.replayed = replayed, .deadline = deadline, .deducted = deducted});
   }
 
   absl::StatusOr<RuledDecision> on_unavailable(std::uint64_t version, const RouteClass& route,
@@ -418,15 +329,6 @@ class Gateway {
            tenant.cost);
     return RuledDecision{
         .decision = d, .rule = tenant.rule->name, .replayed = false, .deadline = std::nullopt};
-  }
-
-  // Metrics (metrics.hpp), per rule, route and level: an admitted request counts
-  // `allowed` on every enforcing level (or `fail_open_allowed` on the tenant level); a
-  // denial counts `denied` on the level that denied; a fail-closed error counts
-  // `unavailable` on the tenant level; a shadow level that would deny counts
-  // `shadow_would_deny`.
-  static void record(const Rule& rule, Outcome o, std::int64_t cost) {
-    if (rule.counters != nullptr) rule.counters->record(o, cost);
   }
 
   typename detail::backend_for<Store>::type backend_;
