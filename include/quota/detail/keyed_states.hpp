@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "quota/detail/opened_states.hpp"
 #include "quota/detail/record_arena.hpp"
 #include "quota/policy/policy.hpp"
 
@@ -368,50 +369,6 @@ class KeyedStates {
   bool indexed_ = false;                        // the store has been full: idle_ is kept
   std::vector<IdleEntry> idle_;                 // min-heap on `at` (LaterFirst)
   absl::InlinedVector<std::uint32_t, 4> open_;  // records open now (open() … close())
-};
-
-// The states of the keys of one multi-key step (LocalStore / ShardedStore::update_all),
-// each opened — found, or created fresh — only when first asked for, so a key the step
-// never reaches is not created. The caller holds the locks of every table involved, has
-// called compact_if_due() on each, and keeps this object alive no longer than the locks;
-// the destructor closes what was opened.
-template <Policy P>
-class OpenedStates {
- public:
-  using State = typename P::State;
-  struct Key {
-    KeyedStates<P>* table;
-    const P* policy;
-    std::string_view key;
-    std::size_t hash;
-  };
-
-  OpenedStates(std::span<const Key> keys, Nanos now) : keys_(keys), now_(now), open_(keys.size()) {}
-  OpenedStates(const OpenedStates&) = delete;
-  OpenedStates& operator=(const OpenedStates&) = delete;
-  ~OpenedStates() {
-    for (std::size_t i = 0; i < keys_.size(); ++i) {
-      if (open_[i]) keys_[i].table->close(*keys_[i].policy, *open_[i]);
-    }
-  }
-
-  std::size_t size() const { return keys_.size(); }
-
-  // The state of key i, opened now if it was not (errors as KeyedStates::open).
-  absl::StatusOr<State*> operator[](std::size_t i) {
-    if (!open_[i]) {
-      const Key& k = keys_[i];
-      auto w = k.table->open(*k.policy, k.key, k.hash, now_);
-      if (!w.ok()) return w.status();
-      open_[i] = *w;
-    }
-    return open_[i]->state;
-  }
-
- private:
-  std::span<const Key> keys_;
-  Nanos now_;
-  absl::InlinedVector<std::optional<typename KeyedStates<P>::Writing>, 8> open_;
 };
 
 }  // namespace quota::detail

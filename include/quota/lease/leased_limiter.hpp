@@ -42,38 +42,12 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/attempts.hpp"
 #include "quota/lease/authority.hpp"
+#include "quota/lease/lease_options.hpp"
 #include "quota/limiter.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/store/sharded_store.hpp"
 
 namespace quota {
-
-// What a holder holds for one key (LeasedLimiter::held): the last grant's id (which
-// names the owner's incarnation), the policy version it was granted under, the units
-// still held, and when they expire on the holder's clock.
-struct Grant {
-  std::string grant_id;
-  std::uint64_t incarnation = 0;
-  std::uint64_t version = 0;
-  std::int64_t units = 0;
-  Nanos expires_at{0};
-};
-
-struct LeaseOptions {
-  std::int64_t q_min = 1;     // smallest grant, units
-  std::int64_t q_max = 1000;  // largest grant, units; the overshoot bound is H·q_max
-  Nanos grant_ttl = std::chrono::seconds(1);
-  Nanos backoff_min = std::chrono::milliseconds(1);
-  Nanos backoff_max = std::chrono::seconds(1);
-  // 0: a fresh random incarnation (the default; one per process start).
-  std::uint64_t incarnation = 0;
-  // Most keys held at once (per shard: max_keys / 16 + 1); a new key beyond it goes to
-  // the authority directly.
-  std::size_t max_keys = 100'000;
-  // The central bucket's policy, when known: lets a holder skip asking before q units
-  // could have refilled (fewer denied round trips at saturation). Optional.
-  std::optional<TokenBucket> central = std::nullopt;
-};
 
 // Rules (DESIGN §6):
 //   - A grant is a normal acquire of q units from the central token bucket, which

@@ -58,45 +58,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/breaker.hpp"
+#include "quota/redis/transport/connection_config.hpp"
 #include "quota/redis/transport/deadline.hpp"
 #include "quota/redis/transport/handshake.hpp"
 #include "quota/redis/transport/node_watch.hpp"
 #include "quota/redis/transport/reply.hpp"
 
 namespace quota::redis {
-
-struct ConnectionConfig {
-  std::string host = "127.0.0.1";
-  int port = 6379;
-  // The budget of a call made without a Deadline: the pool wait, the connect, the write
-  // and the reads, together. The stores use it unless their options set their own.
-  std::chrono::microseconds deadline = kDefaultDeadline;
-  // The node's circuit breaker (breaker.hpp); off unless `breaker.failures` > 0.
-  BreakerConfig breaker{};
-
-  // -- The connect handshake (one pipelined round trip after every connect). --
-  // AUTH: with a non-empty `password`, every connection authenticates before its first
-  // command: `AUTH username password` for an ACL user (Redis 6+), `AUTH password` for the
-  // default user (requirepass) when `username` is empty. A rejected AUTH, or a server that
-  // answers NOAUTH, is kUnauthenticated naming authentication (connection dropped).
-  std::string username = {};
-  std::string password = {};
-  // What to do when the server's maxmemory-policy evicts keys (anything but
-  // `noeviction`): see EvictionPolicyCheck.
-  EvictionPolicyCheck eviction_check = EvictionPolicyCheck::kRefuse;
-  // When set, the address is asked of it on every connect instead of host/port, the
-  // server must say ROLE master, and a failed connection, a timeout or a READONLY reply
-  // tells it that the address is stale (sentinel.hpp). host/port then only name the
-  // configuration in messages until the first connect.
-  std::shared_ptr<AddressResolver> resolver = nullptr;
-  // Counters and once-only warnings of the handshake, shared by the connections of one
-  // ConnectionPool (the pool creates it when null).
-  std::shared_ptr<HandshakeStats> handshake_stats = nullptr;
-  // The node's identity and failover time (node_watch.hpp), shared by the connections of
-  // one ConnectionPool (the pool creates it when null): with it, the handshake also reads
-  // `INFO server replication` and TIME. Null: not read.
-  std::shared_ptr<NodeWatch> node_watch = nullptr;
-};
 
 class Connection {
  public:
@@ -332,25 +300,8 @@ class Connection {
     if (policy) {
       if (auto s = check_policy(*(*replies)[k++]); !s.ok()) return s;
     }
-    if (watch) watch_node(*(*replies)[k], *(*replies)[k + 1]);
+    if (watch) detail::watch_node(*config_.node_watch, *(*replies)[k], *(*replies)[k + 1]);
     return absl::OkStatus();
-  }
-
-  // The node's identity (run_id, master_replid, master_replid2) and TIME, to
-  // config_.node_watch. A server
-  // that does not answer them (INFO or TIME not permitted, Redis before 7) is not watched.
-  void watch_node(const redisReply& info, const redisReply& time) {
-    if (info.type != REDIS_REPLY_STRING && info.type != REDIS_REPLY_STATUS) return;
-    if (time.type != REDIS_REPLY_ARRAY || time.elements != 2) return;
-    std::int64_t s = 0, us = 0;
-    if (!absl::SimpleAtoi(detail::av(reply_string(*time.element[0])), &s) ||
-        !absl::SimpleAtoi(detail::av(reply_string(*time.element[1])), &us)) {
-      return;
-    }
-    const std::string_view text = reply_string(info);
-    config_.node_watch->on_connect(
-        detail::info_field(text, "run_id"), detail::info_field(text, "master_replid"),
-        detail::info_field(text, "master_replid2"), Nanos{s * 1'000'000'000 + us * 1'000});
   }
 
   // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check.

@@ -5,7 +5,8 @@
 // of each call (deadline.hpp; the connections' ConnectionConfig::deadline, 3 ms, unless
 // set) and the in-flight guard shared by the process (breaker.hpp). `Durability` is the
 // WAIT a call's write ends with (script.hpp), which must answer within that deadline;
-// `check_durability` says when it cannot, naming the option.
+// `check_durability` says when it cannot, naming the option, and `durable_status` reads
+// a write's WAIT reply.
 //
 // Thread safety: plain values and pure functions.
 //
@@ -16,11 +17,15 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/redis/transport/breaker.hpp"
 #include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/reply.hpp"
 
 namespace quota::redis {
 
@@ -65,6 +70,29 @@ inline absl::Status check_durability(const Durability& d, std::chrono::microseco
         options, d.timeout.count(), deadline.count()));
   }
   return absl::OkStatus();
+}
+
+// OK unless the write whose `replies` (from the server `server` names) ended with `WAIT`
+// was acknowledged by fewer than `d.replicas` replicas (or the WAIT failed): then
+// kUnavailable naming the count. OK without durability (0 replicas: no WAIT was sent).
+inline absl::Status durable_status(const Durability& d, const std::vector<Reply>& replies,
+                                   const ConnectionConfig& server) {
+  if (d.replicas <= 0) return absl::OkStatus();
+  const redisReply* w = replies.empty() ? nullptr : replies.back().get();
+  if (w != nullptr && w->type == REDIS_REPLY_INTEGER && w->integer >= d.replicas) {
+    return absl::OkStatus();
+  }
+  const std::string where = absl::StrFormat("%s:%d", server.host, server.port);
+  if (w == nullptr || w->type != REDIS_REPLY_INTEGER) {
+    std::string cause = "malformed reply";
+    if (w != nullptr && w->type == REDIS_REPLY_ERROR) cause = std::string(reply_string(*w));
+    return absl::UnavailableError(
+        absl::StrCat("redis ", where, ": WAIT for replicas failed: ", cause));
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "redis %s: the write was acknowledged by %d of the %d replicas required within %d ms; "
+      "a failover could lose it, so the decision is not given",
+      where, w->integer, d.replicas, d.timeout.count()));
 }
 
 }  // namespace quota::redis

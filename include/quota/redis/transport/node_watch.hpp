@@ -42,6 +42,7 @@
 #include <hiredis/hiredis.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "quota/clock.hpp"
 #include "quota/redis/transport/reply.hpp"
@@ -251,6 +252,22 @@ inline std::string_view info_field(std::string_view info, std::string_view field
     at = end + 1;
   }
   return {};
+}
+
+// The handshake's INFO server replication and TIME replies (connection.hpp), to `watch`:
+// the node's identity (run_id, master_replid, master_replid2) and its time. A server that
+// does not answer them (INFO or TIME not permitted, Redis before 7) is not watched.
+inline void watch_node(NodeWatch& watch, const redisReply& info, const redisReply& time) {
+  if (info.type != REDIS_REPLY_STRING && info.type != REDIS_REPLY_STATUS) return;
+  if (time.type != REDIS_REPLY_ARRAY || time.elements != 2) return;
+  std::int64_t s = 0, us = 0;
+  if (!absl::SimpleAtoi(av(reply_string(*time.element[0])), &s) ||
+      !absl::SimpleAtoi(av(reply_string(*time.element[1])), &us)) {
+    return;
+  }
+  const std::string_view text = reply_string(info);
+  watch.on_connect(info_field(text, "run_id"), info_field(text, "master_replid"),
+                   info_field(text, "master_replid2"), Nanos{s * 1'000'000'000 + us * 1'000});
 }
 
 // The node argument, '<i8I4i8I4': the failover time (s, ns; -1 s: none), the bound on

@@ -18,10 +18,9 @@
 // call starts (CallLimits::deadline; the connections' ConnectionConfig::deadline, 3 ms,
 // when 0). A call beyond CallLimits::in_flight, or to a node whose breaker is open
 // (breaker.hpp), fails at once. Transport failures and the deadline are kUnavailable;
-// error replies
-// are returned as replies, for the caller to interpret. `Script::run_many(calls)` sends
-// several calls in one pipelined write per server (every server written before any reply
-// is read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
+// error replies are returned as replies, for the caller to interpret. `Script::run_many(calls)`
+// sends several calls in one pipelined write per server (every server written before any reply is
+// read), and follows up NOSCRIPT, MOVED, ASK and TRYAGAIN in further rounds.
 //
 // Durability (redis::Durability): with `replicas` > 0 every server's write of script
 // calls ends with `WAIT replicas timeout`, in the same pipelined write, and a call whose
@@ -252,7 +251,8 @@ class Script {
         }
         // The calls of this write whose script ran (a reply that is not an error), when
         // WAIT says the write is not durable.
-        const absl::Status durable = durable_status(*replies, *pending[g.begin].target);
+        const absl::Status durable =
+            durable_status(durability_, *replies, pending[g.begin].target->config());
         auto done = [&](std::size_t call, Reply& r) {
           if (!durable.ok() && r->type != REDIS_REPLY_ERROR) {
             out[call] = durable;
@@ -376,28 +376,6 @@ class Script {
   }
 
  private:
-  // OK unless the write of `replies` ended with a WAIT that fewer than the required
-  // replicas acknowledged (or that failed): then kUnavailable naming the count.
-  absl::Status durable_status(const std::vector<Reply>& replies,
-                              const ConnectionPool& server) const {
-    if (durability_.replicas <= 0) return absl::OkStatus();
-    const redisReply* w = replies.empty() ? nullptr : replies.back().get();
-    if (w != nullptr && w->type == REDIS_REPLY_INTEGER && w->integer >= durability_.replicas) {
-      return absl::OkStatus();
-    }
-    const std::string where = absl::StrFormat("%s:%d", server.config().host, server.config().port);
-    if (w == nullptr || w->type != REDIS_REPLY_INTEGER) {
-      std::string cause = "malformed reply";
-      if (w != nullptr && w->type == REDIS_REPLY_ERROR) cause = std::string(reply_string(*w));
-      return absl::UnavailableError(
-          absl::StrCat("redis ", where, ": WAIT for replicas failed: ", cause));
-    }
-    return absl::UnavailableError(absl::StrFormat(
-        "redis %s: the write was acknowledged by %d of the %d replicas required within %d ms; "
-        "a failover could lose it, so the decision is not given",
-        where, w->integer, durability_.replicas, durability_.timeout.count()));
-  }
-
   // The server of a call whose first key is `key`: the pool on a standalone server, the
   // node of the key's slot on a cluster (looked up once per slot in `seen`).
   absl::StatusOr<std::shared_ptr<ConnectionPool>> target_of(
