@@ -204,7 +204,8 @@ Options parse_options(int argc, char** argv) {
                   integer("noisy_requests", 0, 1'000),
                   integer("small_permille", 1, 5'000),
                   quota::cli::host_port("redis", "local"),
-                  quota::cli::custom("scenario", "gateways, noisy-neighbour, global-lease or regions",
+                  quota::cli::custom("scenario",
+                                     "gateways, noisy-neighbour, global-lease or regions",
                                      [](std::string_view v) {
                                        return v == "gateways" || v == "noisy-neighbour" ||
                                               v == "global-lease" || v == "regions";
