@@ -31,13 +31,6 @@
 
 namespace gateway_sim::global_lease {
 
-// The chart's default path: gateway_sim_global_lease.svg beside the executable.
-inline std::string default_global_lease_svg_path() {
-  std::string p = default_svg_path();
-  const auto dot = p.rfind(".svg");
-  return dot == std::string::npos ? p : p.substr(0, dot) + "_global_lease.svg";
-}
-
 inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::string& svg_path) {
   const auto reqs = generate_global(c);
   const quota::TokenBucket& g = c.global;
@@ -194,7 +187,7 @@ inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::stri
        Panel{absl::StrFormat("leases: units the %d holders held together, after each grant",
                              c.gateways),
              "simulated time T (s)", "units", std::move(grants)}});
-  const std::string path = svg_path.empty() ? default_global_lease_svg_path() : svg_path;
+  const std::string path = svg_path.empty() ? default_svg_path("_global_lease") : svg_path;
   if (write_file(path, svg)) {
     std::printf("chart: %s\n", path.c_str());
   } else {

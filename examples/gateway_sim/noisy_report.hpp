@@ -30,13 +30,6 @@
 
 namespace gateway_sim::noisy {
 
-// The chart's default path: gateway_sim_noisy.svg beside the executable.
-inline std::string default_noisy_svg_path() {
-  std::string p = default_svg_path();
-  const auto dot = p.rfind(".svg");
-  return dot == std::string::npos ? p : p.substr(0, dot) + "_noisy.svg";
-}
-
 inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path) {
   const auto reqs = generate_noisy(c);
   const quota::TokenBucket g = c.global();
@@ -170,7 +163,7 @@ inline int run_noisy_scenario(const NoisyConfig& c, const std::string& svg_path)
   const std::string svg = render_svg(
       {Panel{absl::StrFormat("noisy neighbour: cumulative admitted tokens (seed %d)", c.seed),
              "simulated time T (s)", "admitted tokens since 0", std::move(series)}});
-  const std::string path = svg_path.empty() ? default_noisy_svg_path() : svg_path;
+  const std::string path = svg_path.empty() ? default_svg_path("_noisy") : svg_path;
   if (write_file(path, svg)) {
     std::printf("chart: %s\n", path.c_str());
   } else {

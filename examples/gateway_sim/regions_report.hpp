@@ -30,13 +30,6 @@
 
 namespace gateway_sim::regions {
 
-// The chart's default path: gateway_sim_regions.svg beside the executable.
-inline std::string default_regions_svg_path() {
-  std::string p = default_svg_path();
-  const auto dot = p.rfind(".svg");
-  return dot == std::string::npos ? p : p.substr(0, dot) + "_regions.svg";
-}
-
 inline int run_regions_scenario(const RegionsConfig& c, const std::string& svg_path) {
   const quota::TokenBucket g = c.global();
   const std::string& cut_name = c.names[c.cut_region];
@@ -167,7 +160,7 @@ inline int run_regions_scenario(const RegionsConfig& c, const std::string& svg_p
              "simulated time (s)", "admitted units per second", std::move(rates)},
        Panel{"regions: cumulative admitted, every region, against the global envelope",
              "simulated time T (s)", "admitted units since 0", std::move(totals)}});
-  const std::string path = svg_path.empty() ? default_regions_svg_path() : svg_path;
+  const std::string path = svg_path.empty() ? default_svg_path("_regions") : svg_path;
   if (write_file(path, svg)) {
     std::printf("chart: %s\n", path.c_str());
   } else {

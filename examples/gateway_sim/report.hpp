@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -46,16 +47,17 @@ inline std::string with_commas(std::int64_t v) {
   return v < 0 ? "-" + s : s;
 }
 
-// gateway_sim.svg beside the executable (so `bash cmake/run.sh demo`, run from the source
-// tree, writes into the build tree), else in the current directory.
-inline std::string default_svg_path() {
+// gateway_sim<suffix>.svg beside the executable (so `bash cmake/run.sh demo`, run from
+// the source tree, writes into the build tree), else in the current directory. A scenario
+// names its own chart by its suffix ("_noisy", "_regions", ...).
+inline std::string default_svg_path(std::string_view suffix = "") {
+  const std::string file = "gateway_sim" + std::string(suffix) + ".svg";
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "gateway_sim.svg";
+  if (n <= 0) return file;
   std::string exe(buf, static_cast<std::size_t>(n));
   const auto slash = exe.rfind('/');
-  return slash == std::string::npos ? "gateway_sim.svg"
-                                    : exe.substr(0, slash + 1) + "gateway_sim.svg";
+  return slash == std::string::npos ? file : exe.substr(0, slash + 1) + file;
 }
 
 inline const char* color_of(const std::string& name) {
