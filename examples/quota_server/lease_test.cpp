@@ -41,6 +41,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
+#include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
@@ -48,6 +49,13 @@
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
+
+using quota::testing::Admission;
+using quota::testing::grpc_client;
+using quota::testing::http_check;
+using quota::testing::http_client;
+using quota::testing::Log;
+using quota::testing::now_ns;
 
 using quota::testing::env;
 using quota::testing::metric_value;
@@ -63,88 +71,6 @@ constexpr const char* kRules =
     "    plan: free\n    route: read\n"
     "    token_bucket: {rate: 50/1s, burst: 20}\n"
     "    lease: {mode: on, units: 10, low_water: 2, expiry: 1s}\n";
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-struct Admission {
-  std::int64_t sent = 0;
-  std::int64_t answered = 0;
-  int server = 0;
-};
-
-struct Log {
-  std::mutex mu;
-  std::vector<Admission> admitted;
-  long long denied = 0;
-  std::string error;
-};
-
-rls::RateLimitRequest one_unit(const std::string& tenant) {
-  rls::RateLimitRequest req;
-  req.set_domain("quota");
-  auto* e = req.add_descriptors()->add_entries();
-  e->set_key("tenant");
-  e->set_value(tenant);
-  return req;
-}
-
-void grpc_client(int port, int server, std::int64_t until, Log& log) {
-  auto stub = rls::RateLimitService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
-    rls::RateLimitResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    const std::int64_t sent = now_ns();
-    const grpc::Status s = stub->ShouldRateLimit(&ctx, one_unit("shared"), &resp);
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (!s.ok()) {
-      log.error = "grpc: " + s.error_message();
-      return;
-    }
-    if (resp.overall_code() == rls::RateLimitResponse::OK) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
-  }
-}
-
-// One /v1/check of 1 unit for `tenant`: 1 admitted, 0 denied, -1 no decision.
-int http_check(httplib::Client& c, const std::string& tenant, std::string* error = nullptr) {
-  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
-  if (!r || r->status != 200) {
-    if (error != nullptr) *error = "http: " + (r ? r->body : std::string("no answer"));
-    return -1;
-  }
-  return r->body.find("\"allowed\":true") != std::string::npos ? 1 : 0;
-}
-
-void http_client(int port, int server, std::int64_t until, Log& log) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
-    const std::int64_t sent = now_ns();
-    std::string error;
-    const int got = http_check(c, "shared", &error);
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (got < 0) {
-      log.error = error;
-      return;
-    }
-    if (got == 1) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
-  }
-}
 
 std::string metrics_of(quota::testing::ServerProcess& s) {
   httplib::Client c("127.0.0.1", s.port("http"));

@@ -31,6 +31,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
+#include "testing/load_clients.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
@@ -38,79 +39,14 @@ namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 
+using quota::testing::Admission;
+using quota::testing::grpc_client;
+using quota::testing::http_client;
+using quota::testing::Log;
+using quota::testing::now_ns;
+using quota::testing::one_unit;
+
 using quota::testing::env;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-struct Admission {
-  std::int64_t sent = 0;
-  std::int64_t answered = 0;
-  int server = 0;
-};
-
-struct Log {
-  std::mutex mu;
-  std::vector<Admission> admitted;
-  long long denied = 0;
-  std::string error;
-};
-
-rls::RateLimitRequest one_unit(const std::string& tenant) {
-  rls::RateLimitRequest req;
-  req.set_domain("quota");
-  auto* e = req.add_descriptors()->add_entries();
-  e->set_key("tenant");
-  e->set_value(tenant);
-  return req;
-}
-
-// Checks 1 unit for `tenant` over gRPC until `until` (steady ns) or 20000 calls.
-void grpc_client(int port, int server, std::int64_t until, Log& log) {
-  auto stub = rls::RateLimitService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
-    rls::RateLimitResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    const std::int64_t sent = now_ns();
-    const grpc::Status s = stub->ShouldRateLimit(&ctx, one_unit("shared"), &resp);
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (!s.ok()) {
-      log.error = "grpc: " + s.error_message();
-      return;
-    }
-    if (resp.overall_code() == rls::RateLimitResponse::OK) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
-  }
-}
-
-void http_client(int port, int server, std::int64_t until, Log& log) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
-    const std::int64_t sent = now_ns();
-    auto r = c.Post("/v1/check", R"({"tenant":"shared"})", "application/json");
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (!r || r->status != 200) {
-      log.error = "http: " + (r ? r->body : std::string("no answer"));
-      return;
-    }
-    if (r->body.find("\"allowed\":true") != std::string::npos) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
-  }
-}
 
 }  // namespace
 

@@ -1,0 +1,120 @@
+// examples/quota_server/testing/load_clients.hpp — client threads that spend one tenant's
+// budget through a running quota-server, for the tests where several servers share one
+// budget (redis_test.cpp, lease_test.cpp).
+//
+// `grpc_client` and `http_client` each ask for 1 unit of tenant "shared" as fast as they
+// can, until a steady-clock deadline or 20,000 calls, and log every admission with the
+// time the call was sent and answered and the server it went to; denials are counted. The
+// first call without a decision (a gRPC error, an HTTP status other than 200) stops the
+// client and is kept in `Log::error`, so a test can require none. The admissions of all
+// clients together are what a test hands to the envelope verifier.
+//
+// Thread safety: any number of clients may share one Log (its mutex).
+//
+//   quota::testing::Log log;
+//   std::thread t(quota::testing::grpc_client, grpc_port, /*server=*/0, until, std::ref(log));
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+
+namespace quota::testing {
+
+namespace rls = envoy::service::ratelimit::v3;
+
+// The steady clock in nanoseconds: the time base of Admission.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Admission {
+  std::int64_t sent = 0;
+  std::int64_t answered = 0;
+  int server = 0;
+};
+
+struct Log {
+  std::mutex mu;
+  std::vector<Admission> admitted;
+  long long denied = 0;
+  std::string error;
+};
+
+// A ShouldRateLimit request of 1 unit for `tenant` in domain "quota".
+inline rls::RateLimitRequest one_unit(const std::string& tenant) {
+  rls::RateLimitRequest req;
+  req.set_domain("quota");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("tenant");
+  e->set_value(tenant);
+  return req;
+}
+
+// One /v1/check of 1 unit for `tenant`: 1 admitted, 0 denied, -1 no decision (`error`).
+inline int http_check(httplib::Client& c, const std::string& tenant, std::string* error = nullptr) {
+  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
+  if (!r || r->status != 200) {
+    if (error != nullptr) *error = "http: " + (r ? r->body : std::string("no answer"));
+    return -1;
+  }
+  return r->body.find("\"allowed\":true") != std::string::npos ? 1 : 0;
+}
+
+// Checks 1 unit for "shared" over gRPC until `until` (now_ns) or 20,000 calls.
+inline void grpc_client(int port, int server, std::int64_t until, Log& log) {
+  auto stub = rls::RateLimitService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
+    rls::RateLimitResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const std::int64_t sent = now_ns();
+    const grpc::Status s = stub->ShouldRateLimit(&ctx, one_unit("shared"), &resp);
+    const std::int64_t answered = now_ns();
+    std::lock_guard lock(log.mu);
+    if (!s.ok()) {
+      log.error = "grpc: " + s.error_message();
+      return;
+    }
+    if (resp.overall_code() == rls::RateLimitResponse::OK) {
+      log.admitted.push_back({sent, answered, server});
+    } else {
+      ++log.denied;
+    }
+  }
+}
+
+// The same over HTTP /v1/check.
+inline void http_client(int port, int server, std::int64_t until, Log& log) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
+    const std::int64_t sent = now_ns();
+    std::string error;
+    const int got = http_check(c, "shared", &error);
+    const std::int64_t answered = now_ns();
+    std::lock_guard lock(log.mu);
+    if (got < 0) {
+      log.error = error;
+      return;
+    }
+    if (got == 1) {
+      log.admitted.push_back({sent, answered, server});
+    } else {
+      ++log.denied;
+    }
+  }
+}
+
+}  // namespace quota::testing
