@@ -29,6 +29,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "redis/support/redis_server.hpp"
+#include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
@@ -38,40 +39,17 @@ namespace {
 namespace rls = envoy::service::ratelimit::v3;
 using quota::testing::ConfiguredServer;
 using quota::testing::metric_value;
+using quota::testing::post_check;
 using quota::testing::ServerProcess;
 
 using quota::testing::env;
 
+using quota::testing::server_args;
 using quota::testing::TempDir;
 
 const char kRules[] =
     "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
     "    plan: free\n    route: read\n    token_bucket: {rate: 1/100s, burst: 3}\n";
-
-std::vector<std::string> server_args(const std::string& rules, std::vector<std::string> more) {
-  std::vector<std::string> a = {env("QUOTA_SERVER"),
-                                "--rules",
-                                rules,
-                                "--default-plan",
-                                "free",
-                                "--default-route",
-                                "read",
-                                "--grpc-port",
-                                "0",
-                                "--http-port",
-                                "0"};
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
-// POST /v1/check for `tenant`: the status and body.
-std::pair<int, std::string> check(int port, const std::string& tenant) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
-  REQUIRE(r);
-  return {r->status, r->body};
-}
 
 std::string metrics(int port) {
   httplib::Client c("127.0.0.1", port);
@@ -139,17 +117,17 @@ TEST_CASE("AUTH: the right password decides, a wrong one is 503 and logged; a br
 
   // Right password: decisions, the budget of 3 spent, then denied.
   for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = check(a.port("http"), tenant);
+    const auto [status, body] = post_check(a.port("http"), tenant);
     INFO(body);
     CHECK(status == 200);
     CHECK(body.find("\"allowed\":true") != std::string::npos);
   }
-  CHECK(check(a.port("http"), tenant).second.find("\"allowed\":false") != std::string::npos);
+  CHECK(post_check(a.port("http"), tenant).second.find("\"allowed\":false") != std::string::npos);
   CHECK(grpc_check(a.port("grpc"), tenant) == grpc::StatusCode::OK);
 
   // Wrong password: cannot decide, on both APIs, never an admission.
   for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = check(b.port("http"), "other-" + tenant);
+    const auto [status, body] = post_check(b.port("http"), "other-" + tenant);
     INFO(body);
     CHECK(status == 503);
     CHECK(body.find("\"allowed\":true") == std::string::npos);
@@ -167,7 +145,7 @@ TEST_CASE("AUTH: the right password decides, a wrong one is 503 and logged; a br
 
   // Redis killed: 503; after 2 failures the breaker opens and fails calls at once.
   REQUIRE(redis.kill(SIGKILL));
-  for (int i = 0; i < 6; ++i) CHECK(check(a.port("http"), tenant).first == 503);
+  for (int i = 0; i < 6; ++i) CHECK(post_check(a.port("http"), tenant).first == 503);
   const std::string a_metrics = metrics(a.port("http"));
   INFO(a_metrics);
   CHECK(metric_value(a_metrics, "quota_redis_errors_total{kind=\"unavailable\"}") >= 1);
@@ -196,12 +174,12 @@ TEST_CASE("--redis-sentinel: the primary a sentinel names decides, with AUTH") {
       {"grpc", "http"}));
   const std::string tenant = "sentinel-" + std::to_string(::getpid());
   for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = check(s.port("http"), tenant);
+    const auto [status, body] = post_check(s.port("http"), tenant);
     INFO(body);
     CHECK(status == 200);
     CHECK(body.find("\"allowed\":true") != std::string::npos);
   }
-  CHECK(check(s.port("http"), tenant).second.find("\"allowed\":false") != std::string::npos);
+  CHECK(post_check(s.port("http"), tenant).second.find("\"allowed\":false") != std::string::npos);
   CHECK(s.stop() == 0);
 }
 

@@ -36,6 +36,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
+#include "testing/load_clients.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
@@ -45,6 +46,8 @@ namespace rls = envoy::service::ratelimit::v3;
 using namespace std::chrono_literals;
 using quota::testing::ConfiguredServer;
 using quota::testing::env;
+using quota::testing::post_check;
+using quota::testing::server_args;
 using quota::testing::ServerProcess;
 using quota::testing::TempDir;
 
@@ -53,31 +56,6 @@ const char kRules[] =
     "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
     "    plan: free\n    route: read\n    token_bucket: {rate: 1/100s, burst: 3}\n";
 constexpr std::int64_t kBurst = 3;
-
-std::vector<std::string> server_args(const std::string& rules, std::vector<std::string> more) {
-  std::vector<std::string> a = {env("QUOTA_SERVER"),
-                                "--rules",
-                                rules,
-                                "--default-plan",
-                                "free",
-                                "--default-route",
-                                "read",
-                                "--grpc-port",
-                                "0",
-                                "--http-port",
-                                "0"};
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
-// POST /v1/check for `tenant`: the status and body.
-std::pair<int, std::string> check(int port, const std::string& tenant) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
-  REQUIRE(r);
-  return {r->status, r->body};
-}
 
 bool allowed(const std::pair<int, std::string>& answer) {
   return answer.first == 200 && answer.second.find("\"allowed\":true") != std::string::npos;
@@ -167,13 +145,13 @@ TEST_CASE("--redis-allow-evicting: an evicting Redis is 503 without it, decides 
   REQUIRE(accepted.start(server_args(rules, {"--redis", where, "--redis-deadline-ms", "2000",
                                              "--redis-allow-evicting"}),
                          {"grpc", "http"}));
-  const auto no = check(refused.port("http"), tenant("evicting"));
+  const auto no = post_check(refused.port("http"), tenant("evicting"));
   INFO(no.second);
   CHECK(no.first == 503);
   CHECK(no.second.find("maxmemory-policy allkeys-lru") != std::string::npos);
   CHECK(no.second.find("--redis-allow-evicting") != std::string::npos);
   CHECK(grpc_check(refused.port("grpc"), tenant("evicting")) == grpc::StatusCode::UNAVAILABLE);
-  CHECK(allowed(check(accepted.port("http"), tenant("evicting"))));
+  CHECK(allowed(post_check(accepted.port("http"), tenant("evicting"))));
   CHECK(refused.stop() == 0);
   CHECK(accepted.stop() == 0);
   CHECK(read_all(log).find("maxmemory-policy allkeys-lru") != std::string::npos);
@@ -191,7 +169,7 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
                   {"grpc", "http"}));
   const std::string t = tenant("wait");
   for (int i = 0; i < 4; ++i) {
-    const auto a = check(s.port("http"), t);
+    const auto a = post_check(s.port("http"), t);
     INFO(a.second);
     CHECK(a.first == 503);
   }
@@ -203,8 +181,8 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
   // The unacknowledged writes above may have spent the budget already (WAIT does not
   // undo them): a fresh tenant shows the decisions.
   const std::string fresh = tenant("wait-fresh");
-  for (int i = 0; i < kBurst; ++i) CHECK(allowed(check(s.port("http"), fresh)));
-  CHECK(denied(check(s.port("http"), fresh)));
+  for (int i = 0; i < kBurst; ++i) CHECK(allowed(post_check(s.port("http"), fresh)));
+  CHECK(denied(post_check(s.port("http"), fresh)));
   CHECK(s.stop() == 0);
 }
 
@@ -284,13 +262,13 @@ TEST_CASE(
   const std::string spent = tenant("fo-spent");
   std::vector<quota::verify::AdmittedEvent> admitted;  // `spent`'s, client time
   for (int i = 0; i < kBurst + 2; ++i) {
-    const auto a = check(safe.port("http"), spent);
+    const auto a = post_check(safe.port("http"), spent);
     INFO(a.second);
     REQUIRE(a.first == 200);
     if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
   }
   CHECK(admitted.size() == static_cast<std::size_t>(kBurst));
-  CHECK(allowed(check(plain.port("http"), tenant("fo-plain-before"))));
+  CHECK(allowed(post_check(plain.port("http"), tenant("fo-plain-before"))));
 
   // The primary crashes. Until the sentinel has promoted the replica (down-after 1 s),
   // nothing can decide: 503 / UNAVAILABLE, never an admission.
@@ -301,7 +279,7 @@ TEST_CASE(
   bool decided = false;
   const auto end = std::chrono::steady_clock::now() + 40s;
   while (!decided && std::chrono::steady_clock::now() < end) {
-    const auto a = check(safe.port("http"), spent);
+    const auto a = post_check(safe.port("http"), spent);
     INFO(a.second);
     CHECK_FALSE(allowed(a));
     if (a.first == 503) {
@@ -327,19 +305,19 @@ TEST_CASE(
   // older than the failover is spent at it: the spent tenant stays denied, and one never
   // seen has no burst either (1 unit per 100 s refills from the failover on).
   for (int i = 0; i < 3; ++i) {
-    const auto a = check(safe.port("http"), spent);
+    const auto a = post_check(safe.port("http"), spent);
     INFO(a.second);
     CHECK(denied(a));
     if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
   }
-  const auto fresh = check(safe.port("http"), tenant("fo-fresh-safe"));
+  const auto fresh = post_check(safe.port("http"), tenant("fo-fresh-safe"));
   INFO(fresh.second);
   CHECK(denied(fresh));
   CHECK(grpc_check(safe.port("grpc"), tenant("fo-fresh-safe")) == grpc::StatusCode::OK);
   // Without the flag the plain server follows the failover too, and a key with no state
   // starts full.
-  CHECK(eventually([&] { return allowed(check(plain.port("http"), tenant("fo-fresh-plain"))); },
-                   30s));
+  CHECK(eventually(
+      [&] { return allowed(post_check(plain.port("http"), tenant("fo-fresh-plain"))); }, 30s));
 
   // The union of `spent`'s admissions, before and after: within r·T + B (one extra unit
   // for the spread of client time against the server's).

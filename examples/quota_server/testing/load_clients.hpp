@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <catch2/catch.hpp>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 
@@ -69,6 +71,16 @@ inline int http_check(httplib::Client& c, const std::string& tenant, std::string
     return -1;
   }
   return r->body.find("\"allowed\":true") != std::string::npos ? 1 : 0;
+}
+
+// POST /v1/check for `tenant` (1 unit): the status and the body; a call without an answer
+// fails the test.
+inline std::pair<int, std::string> post_check(int port, const std::string& tenant) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10);
+  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
+  REQUIRE(r);
+  return {r->status, r->body};
 }
 
 // Checks 1 unit for "shared" over gRPC until `until` (now_ns) or 20,000 calls.

@@ -1,6 +1,7 @@
 // examples/quota_server/testing/scratch.hpp — what quota-server's tests share besides the
-// process: the environment CTest passes (env) and a scratch directory for rule files and
-// logs (TempDir), removed with its contents when the test ends.
+// process: the environment CTest passes (env), a scratch directory for rule files and
+// logs (TempDir), removed with its contents when the test ends, and the server's usual
+// command line (server_args).
 //
 // Thread safety: one thread per TempDir.
 //
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -43,5 +45,24 @@ struct TempDir {
     return p;
   }
 };
+
+// quota-server ($QUOTA_SERVER) with rule file `rules`, plan "free" and route "read" for
+// requests that name none, free gRPC and HTTP ports, then `more`.
+inline std::vector<std::string> server_args(const std::string& rules,
+                                            std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {env("QUOTA_SERVER"),
+                                "--rules",
+                                rules,
+                                "--default-plan",
+                                "free",
+                                "--default-route",
+                                "read",
+                                "--grpc-port",
+                                "0",
+                                "--http-port",
+                                "0"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
 
 }  // namespace quota::testing
