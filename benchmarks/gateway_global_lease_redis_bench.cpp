@@ -5,7 +5,7 @@
 // with the verifier on what the gateways actually admitted.
 //
 // Each gateway process is a Gateway over its own LeasedBackend (own incarnation) over a
-// SplitBackend (tests/support/split_backend.hpp): the tenants' own limits (1,000/s, burst
+// region::ScopeRouter (quota/region/scope_router.hpp): the tenants' own limits (1,000/s, burst
 // 1,000 each) are decided in that process's own store, the global budget at Redis.
 // Tenants are routed to one gateway each (tenant i to gateway i mod 8), so each tenant's
 // limit is enforced by exactly one process; the only budget at the authority is the one
@@ -45,11 +45,11 @@
 #include "quota/gateway/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
+#include "quota/region/scope_router.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
 #include "support/redis_info.hpp"
-#include "support/split_backend.hpp"
 
 namespace {
 
@@ -112,7 +112,7 @@ gw::RuleSetSpec spec(const TokenBucket& global, bool leased) {
 
 using TenantStore = quota::LocalStore<gw::KeyPolicy>;
 using Local = gw::StoreBackend<TenantStore>;
-using Split = quota::testing::SplitBackend<Local, quota::redis::GatewayStore>;
+using Split = quota::region::ScopeRouter<Local, quota::redis::GatewayStore>;
 using Leased = gw::LeasedBackend<Split, quota::redis::RedisGrantLedger>;
 
 // One gateway process: its own tenants' store, its own incarnation, rules and Gateway.

@@ -8,7 +8,7 @@
 //     calls (authority round trips), and a wrapper of the GrantLedger counts the grants'
 //     records (over Redis each is a second call);
 //   - G gateway processes, each a quota::gateway::Gateway with its own incarnation,
-//     registry and rules, over a SplitBackend (tests/support/split_backend.hpp): the
+//     registry and rules, over a region::ScopeRouter (quota/region/scope_router.hpp): the
 //     tenants' own limits in that process's own store, the global level at the authority;
 //     tenants are routed to one gateway each (by a seeded hash), as a load balancer
 //     sticky by tenant does, so each tenant's limit is exact and the only budget at the
@@ -49,9 +49,9 @@
 #include "absl/strings/str_cat.h"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/leased_backend.hpp"
+#include "quota/region/scope_router.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/verify/envelope.hpp"
-#include "support/split_backend.hpp"
 #include "traffic.hpp"
 
 namespace gateway_sim::global_lease {
@@ -208,7 +208,7 @@ inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
                                        const std::vector<GlobalRequest>& reqs, bool leased) {
   using Store = quota::LocalStore<gw::KeyPolicy>;
   using Authority = CountingBackend<gw::StoreBackend<Store>>;
-  using Split = quota::testing::SplitBackend<gw::StoreBackend<Store>, Authority>;
+  using Split = quota::region::ScopeRouter<gw::StoreBackend<Store>, Authority>;
   using Leased = gw::LeasedBackend<Split, CountingLedger>;
   GlobalLeaseRun out;
   out.name = leased ? "leases" : "no-leases";

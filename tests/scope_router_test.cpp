@@ -1,5 +1,5 @@
-// tests/support/split_backend.hpp, the backend of gateway_global_lease_redis_bench and of
-// gateway_sim --scenario global-lease: the tenant levels are decided in the process's own
+// quota/region/scope_router.hpp, also the backend of gateway_global_lease_redis_bench and
+// of gateway_sim --scenario global-lease: the tenant levels are decided in the process's own
 // store and never reach the authority; the global level only at the authority; all or
 // nothing across the two (a global denial or failure gives the tenant's units back).
 #include <catch2/catch.hpp>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "quota/gateway/backend.hpp"
+#include "quota/region/scope_router.hpp"
 #include "quota/store/local_store.hpp"
 #include "support/lease_rules.hpp"
-#include "support/split_backend.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -70,13 +70,13 @@ TEST_CASE("split backend: tenant levels here, the global level at the authority,
                       .rule = c.rule});
   }
   REQUIRE(levels.size() == 2);
-  REQUIRE(quota::testing::SplitBackend<Inner, Authority>::is_global(levels[1].key));
-  REQUIRE_FALSE(quota::testing::SplitBackend<Inner, Authority>::is_global(levels[0].key));
+  REQUIRE(quota::region::is_central(levels[1].key));
+  REQUIRE_FALSE(quota::region::is_central(levels[0].key));
 
   Store here, there;
   Inner local(here), global(there);
   Authority authority{.inner = global};
-  quota::testing::SplitBackend split(local, authority);
+  quota::region::ScopeRouter split(local, authority);
   const auto decide = [&](std::span<const LevelCheck> l) {
     auto r = split.decide(l, 1, Nanos{0});
     REQUIRE(r.ok());
