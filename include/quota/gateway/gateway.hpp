@@ -226,22 +226,29 @@ class Gateway {
       }
     }
 
-    // Fair shares first: a refusal decides, nothing deducted anywhere.
-    FairLimits::Reserved fair;
-    if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(), now, fair)) {
-      if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
-      return Result{.decision = denied->decision,
-                    .rule = denied->rule->name,
-                    .replayed = false,
-                    .request_cap = denied->request_cap};
+    // Fair shares first: a refusal decides, nothing deducted anywhere. A plan without a
+    // fair_share rule never reaches the allocators.
+    std::optional<FairLimits::Reserved> fair;
+    if (std::any_of(checks->begin(), checks->end(),
+                    [](const Check& c) { return c.rule->fair_share.enabled; })) {
+      fair.emplace();
+      if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(), now, *fair)) {
+        if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
+        return Result{.decision = denied->decision,
+                      .rule = denied->rule->name,
+                      .replayed = false,
+                      .request_cap = denied->request_cap};
+      }
     }
     const Attempt attempt{
         .id = req.attempt_id, .fingerprint = fingerprint, .deadline = req.deadline};
     auto r = run(rules.version(), *checks, now, deducted, attempt);
-    if (r.ok() && r->decision.allowed && !r->replayed) {
-      fair_.commit(fair, now);
-    } else {
-      fair_.release(fair);  // denied, an error (then the fail mode), a replayed attempt
+    if (fair.has_value()) {
+      if (r.ok() && r->decision.allowed && !r->replayed) {
+        fair_.commit(*fair, now);
+      } else {
+        fair_.release(*fair);  // denied, an error (then the fail mode), a replayed attempt
+      }
     }
     const bool decided = r.ok();
     if (decided) {
