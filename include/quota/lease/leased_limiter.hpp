@@ -7,7 +7,8 @@
 // are never refunded, and are idempotent per grant id, so a lost reply never charges
 // twice. With at most H grant holders per key, admitted(T) <= r·T + B + H·q_max over any
 // interval of length T. The rules are on LeasedLimiter; the authority side
-// (LeaseAuthority, StoreAuthority) is in authority.hpp.
+// (LeaseAuthority, StoreAuthority) is in authority.hpp; what the process holds per key
+// (LeaseHolding) is in holdings.hpp.
 //
 // Thread safety: acquire() may be called from any number of threads.
 //
@@ -42,6 +43,7 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/attempts.hpp"
 #include "quota/lease/authority.hpp"
+#include "quota/lease/holdings.hpp"
 #include "quota/lease/lease_options.hpp"
 #include "quota/limiter.hpp"
 #include "quota/policy/token_bucket.hpp"
@@ -142,14 +144,8 @@ class LeasedLimiter {
 
   // The grant held for `key`, if any units are held and not expired.
   std::optional<Grant> held(std::string_view key) {
-    Holding* h = nullptr;
-    {
-      HoldingShard& shard = shard_for(key);
-      detail::MutexLock lock(shard.mu);
-      auto it = shard.map.find(detail::to_absl(key));
-      if (it == shard.map.end()) return std::nullopt;
-      h = it->second.get();
-    }
+    Holding* h = holdings_.find(key);
+    if (h == nullptr) return std::nullopt;
     detail::MutexLock lock(h->mu);
     if (h->units <= 0 || reached(clock_.now(), h->expires_at)) return std::nullopt;
     return Grant{.grant_id = h->grant_id,
@@ -167,30 +163,8 @@ class LeasedLimiter {
   const LeaseOptions& options() const { return options_; }
 
  private:
-  struct Holding {
-    detail::Mutex mu;
-    std::int64_t units ABSL_GUARDED_BY(mu) = 0;
-    Nanos expires_at ABSL_GUARDED_BY(mu){0};
-    std::int64_t q ABSL_GUARDED_BY(mu) = 0;
-    Nanos granted_at ABSL_GUARDED_BY(mu){Nanos::min()};
-    std::int64_t spent_since_grant ABSL_GUARDED_BY(mu) = 0;
-    std::uint64_t version ABSL_GUARDED_BY(mu) = 0;
-    std::string grant_id ABSL_GUARDED_BY(mu);  // of the last grant taken
-    // A grant request whose reply was lost: retried with the same id and units.
-    std::string pending_id ABSL_GUARDED_BY(mu);
-    std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
-    // Do not ask the authority before this time (a denial, a failure, or a grant that
-    // left less than q centrally): now + retry_wait when it was set, saturated.
-    Nanos retry_at ABSL_GUARDED_BY(mu){Nanos::min()};
-    Nanos retry_wait ABSL_GUARDED_BY(mu){0};
-    Decision last_denial ABSL_GUARDED_BY(mu);
-    // The last denial was kNever (a budget that cannot refill) for a request needing
-    // `never_need` more units than were held.
-    bool never ABSL_GUARDED_BY(mu) = false;
-    std::int64_t never_need ABSL_GUARDED_BY(mu) = 0;
-    absl::Status last_failure ABSL_GUARDED_BY(mu);
-    int failures ABSL_GUARDED_BY(mu) = 0;
-  };
+  // One key's holding (holdings.hpp).
+  using Holding = detail::LeaseHolding;
 
   LeasedLimiter(A& authority, LeaseOptions options, C clock)
       : authority_(authority),
@@ -198,16 +172,7 @@ class LeasedLimiter {
         clock_(std::move(clock)),
         rng_(options_.incarnation) {}
 
-  Holding* holding(std::string_view key) {
-    HoldingShard& shard = shard_for(key);
-    detail::MutexLock lock(shard.mu);
-    auto it = shard.map.find(detail::to_absl(key));
-    if (it != shard.map.end()) return it->second.get();
-    if (shard.map.size() >= options_.max_keys / kShards + 1) return nullptr;
-    auto& slot = shard.map[std::string(key)];
-    slot = std::make_unique<Holding>();
-    return slot.get();
-  }
+  Holding* holding(std::string_view key) { return holdings_.get_or_add(key, options_.max_keys); }
 
   Decision spend(Holding& h, Nanos /*now*/, std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     h.units -= cost;
@@ -380,17 +345,7 @@ class LeasedLimiter {
   A& authority_;
   LeaseOptions options_;
   C clock_;
-  // Holdings are found through 16 locked shards (held only for the lookup), then each is
-  // locked on its own: a lookup never waits for another key's grant round trip.
-  static constexpr std::size_t kShards = 16;
-  struct alignas(64) HoldingShard {
-    detail::Mutex mu;
-    absl::flat_hash_map<std::string, std::unique_ptr<Holding>> map ABSL_GUARDED_BY(mu);
-  };
-  HoldingShard& shard_for(std::string_view key) {
-    return shards_[detail::key_hash(key) >> 60];  // the top 4 bits: 16 shards
-  }
-  std::array<HoldingShard, kShards> shards_;
+  detail::LeaseHoldings holdings_;
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grants_{0};
   std::atomic<std::int64_t> granted_units_{0};

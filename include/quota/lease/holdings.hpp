@@ -1,0 +1,107 @@
+// quota/lease/holdings.hpp — what one process holds of each leased key.
+//
+// A LeasedLimiter (leased_limiter.hpp) keeps, per key, a LeaseHolding: the units left of
+// its last grant and when they expire, the grant size it aims at, the grant request whose
+// reply was lost (retried with the same id), and how long not to ask the authority after
+// a denial or a failure. LeaseHoldings is the table of them, in 16 locked shards.
+//
+// Guarantees: a holding, once added, stays at the same address for the table's lifetime
+// (the limiter keeps a pointer to it across a grant round trip); a shard's lock is held
+// only for the lookup, so a lookup never waits for another key's round trip; the table
+// holds at most max_keys / 16 + 1 keys per shard, and get_or_add answers nullptr past
+// that (the caller then does not lease the key).
+//
+// Thread safety: get_or_add and find may be called from any number of threads; a
+// holding's fields are guarded by its own `mu`, which the caller locks.
+//
+//   detail::LeaseHoldings holdings;
+//   detail::LeaseHolding* h = holdings.get_or_add("{acme}read", /*max_keys=*/100'000);
+//   if (h != nullptr) {
+//     detail::MutexLock lock(h->mu);
+//     h->units -= 1;
+//   }
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "quota/decision.hpp"
+#include "quota/detail/keyed_states.hpp"
+#include "quota/detail/mutex.hpp"
+#include "quota/units.hpp"
+
+namespace quota::detail {
+
+// One key's holding: its last grant, the request in flight, and the wait before the next.
+struct LeaseHolding {
+  detail::Mutex mu;
+  std::int64_t units ABSL_GUARDED_BY(mu) = 0;
+  Nanos expires_at ABSL_GUARDED_BY(mu){0};
+  std::int64_t q ABSL_GUARDED_BY(mu) = 0;
+  Nanos granted_at ABSL_GUARDED_BY(mu){Nanos::min()};
+  std::int64_t spent_since_grant ABSL_GUARDED_BY(mu) = 0;
+  std::uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  std::string grant_id ABSL_GUARDED_BY(mu);  // of the last grant taken
+  // A grant request whose reply was lost: retried with the same id and units.
+  std::string pending_id ABSL_GUARDED_BY(mu);
+  std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
+  // Do not ask the authority before this time (a denial, a failure, or a grant that
+  // left less than q centrally): now + retry_wait when it was set, saturated.
+  Nanos retry_at ABSL_GUARDED_BY(mu){Nanos::min()};
+  Nanos retry_wait ABSL_GUARDED_BY(mu){0};
+  Decision last_denial ABSL_GUARDED_BY(mu);
+  // The last denial was kNever (a budget that cannot refill) for a request needing
+  // `never_need` more units than were held.
+  bool never ABSL_GUARDED_BY(mu) = false;
+  std::int64_t never_need ABSL_GUARDED_BY(mu) = 0;
+  absl::Status last_failure ABSL_GUARDED_BY(mu);
+  int failures ABSL_GUARDED_BY(mu) = 0;
+};
+
+// The holdings of one process, found through 16 locked shards (held only for the
+// lookup), then each locked on its own: a lookup never waits for another key's grant
+// round trip.
+class LeaseHoldings {
+ public:
+  // The holding of `key`, added if missing; nullptr when the key's shard already holds
+  // max_keys / kShards + 1 keys.
+  LeaseHolding* get_or_add(std::string_view key, std::size_t max_keys) {
+    HoldingShard& shard = shard_for(key);
+    detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(detail::to_absl(key));
+    if (it != shard.map.end()) return it->second.get();
+    if (shard.map.size() >= max_keys / kShards + 1) return nullptr;
+    auto& slot = shard.map[std::string(key)];
+    slot = std::make_unique<LeaseHolding>();
+    return slot.get();
+  }
+
+  // The holding of `key`, or nullptr if there is none.
+  LeaseHolding* find(std::string_view key) {
+    HoldingShard& shard = shard_for(key);
+    detail::MutexLock lock(shard.mu);
+    auto it = shard.map.find(detail::to_absl(key));
+    if (it == shard.map.end()) return nullptr;
+    return it->second.get();
+  }
+
+ private:
+  static constexpr std::size_t kShards = 16;
+  struct alignas(64) HoldingShard {
+    detail::Mutex mu;
+    absl::flat_hash_map<std::string, std::unique_ptr<LeaseHolding>> map ABSL_GUARDED_BY(mu);
+  };
+  HoldingShard& shard_for(std::string_view key) {
+    return shards_[detail::key_hash(key) >> 60];  // the top 4 bits: 16 shards
+  }
+  std::array<HoldingShard, kShards> shards_;
+};
+
+}  // namespace quota::detail
