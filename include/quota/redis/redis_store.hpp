@@ -77,34 +77,12 @@ class RedisStore {
   using Twin = redis::LuaTwin<P>;
 
   explicit RedisStore(RedisStoreOptions options)
-      : options_(with_sentinel_pool(std::move(options))),
+      : options_(redis::with_sentinel_pool(std::move(options))),
         script_(Twin::script(), options_.pool, options_.cluster, durability(), options_.limits,
                 {.failover = options_.failover_safety,
                  .clock = options_.clock_guard,
-                 .reply_time_at = 1}) {
-    if (options_.pool == nullptr && options_.cluster == nullptr) {
-      config_error_ =
-          absl::InvalidArgumentError("RedisStoreOptions: pool, cluster and sentinel are all null");
-    } else if (options_.sentinel != nullptr &&
-               (options_.cluster != nullptr || options_.pool != options_.sentinel->pool())) {
-      config_error_ = absl::InvalidArgumentError(
-          "RedisStoreOptions: sentinel is set together with pool or cluster; set one");
-    } else if (auto s = redis::detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
-      config_error_ = s;
-    } else if (options_.coalesce < 0 || options_.coalesce > kMaxCoalesce) {
-      config_error_ = absl::InvalidArgumentError(absl::StrFormat(
-          "RedisStoreOptions: coalesce=%d, must be in [0, %d]", options_.coalesce, kMaxCoalesce));
-    } else if (options_.coalesce > 1 && options_.coalesce_calls < 1) {
-      config_error_ = absl::InvalidArgumentError(absl::StrFormat(
-          "RedisStoreOptions: coalesce_calls=%d, must be at least 1", options_.coalesce_calls));
-    } else if (auto s = check_durability(); !s.ok()) {
-      config_error_ = s;
-    } else if (auto s = redis::check_clock_guard(options_.clock_guard,
-                                                 options_.time == redis::TimeSource::kCaller,
-                                                 "RedisStoreOptions");
-               !s.ok()) {
-      config_error_ = s;
-    }
+                 .reply_time_at = 1}),
+        config_error_(redis::check_store_options(options_, script_.deadline())) {
     if (options_.coalesce > 1) {
       coalescer_ = std::make_unique<Coalescer>(options_.coalesce, options_.coalesce_calls);
     }
@@ -114,7 +92,7 @@ class RedisStore {
   static absl::Status check(const P& policy) { return Twin::params(policy).status(); }
 
   // The most decisions one coalesced round trip takes (RedisStoreOptions::coalesce).
-  static constexpr int kMaxCoalesce = 4096;
+  static constexpr int kMaxCoalesce = redis::kMaxCoalesce;
 
   // StateStore: one decision, one round trip. With RedisStoreOptions::coalesce, a call
   // made while `coalesce_calls` coalesced round trips are in flight waits for one of them
@@ -244,16 +222,7 @@ class RedisStore {
   }
 
  private:
-  // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.
-  static RedisStoreOptions with_sentinel_pool(RedisStoreOptions o) {
-    if (o.sentinel != nullptr && o.pool == nullptr) o.pool = o.sentinel->pool();
-    return o;
-  }
-
-  // RedisStoreOptions::replicas and replica_timeout, checked against the connections.
-  absl::Status check_durability() const {
-    return redis::check_durability(durability(), script_.deadline(), "RedisStoreOptions");
-  }
+  // RedisStoreOptions::replicas and replica_timeout.
   redis::Durability durability() const {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
   }

@@ -4,11 +4,11 @@
 // durability (WAIT), one deadline per decision and the in-flight guard, and the node
 // guards (failover safety, the clock-step guard).
 //
-// A plain value, checked when the store is built: a bad field (no server, a sentinel
-// beside a pool, a prefix with braces, coalesce out of range, replica_timeout not below
-// the deadline, a clock guard in caller-time mode) makes every call of that store
-// InvalidArgument naming the field; nothing is sent. Thread safety: a value; the pools it
-// points to are thread-safe.
+// A plain value, checked when the store is built (redis::check_store_options): a bad
+// field (no server, a sentinel beside a pool, a prefix with braces, coalesce out of range,
+// replica_timeout not below the deadline, a clock guard in caller-time mode) makes every
+// call of that store InvalidArgument naming the field; nothing is sent. Thread safety: a
+// value; the pools it points to are thread-safe.
 //
 //   quota::RedisStoreOptions options{.pool = pool, .prefix = "quota:api:"};
 //   options.failover_safety = true;
@@ -20,6 +20,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "quota/redis/keys.hpp"
 #include "quota/redis/transport/cluster.hpp"
 #include "quota/redis/transport/connection_pool.hpp"
 #include "quota/redis/transport/limits.hpp"
@@ -77,5 +80,49 @@ struct RedisStoreOptions {
   // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty.
   std::optional<redis::ClockGuard> clock_guard = std::nullopt;
 };
+
+namespace redis {
+
+// The most decisions one coalesced round trip takes (RedisStoreOptions::coalesce).
+inline constexpr int kMaxCoalesce = 4096;
+
+// With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.
+inline RedisStoreOptions with_sentinel_pool(RedisStoreOptions o) {
+  if (o.sentinel != nullptr && o.pool == nullptr) o.pool = o.sentinel->pool();
+  return o;
+}
+
+// OK when `o` (after with_sentinel_pool) is a store's valid configuration; else the first
+// bad field, InvalidArgument naming it and its bound. `deadline`: the budget of one call
+// (Script::deadline()), which replica_timeout must stay below.
+inline absl::Status check_store_options(const RedisStoreOptions& o,
+                                        std::chrono::microseconds deadline) {
+  if (o.pool == nullptr && o.cluster == nullptr) {
+    return absl::InvalidArgumentError("RedisStoreOptions: pool, cluster and sentinel are all null");
+  }
+  if (o.sentinel != nullptr && (o.cluster != nullptr || o.pool != o.sentinel->pool())) {
+    return absl::InvalidArgumentError(
+        "RedisStoreOptions: sentinel is set together with pool or cluster; set one");
+  }
+  if (auto s = detail::check_chars(o.prefix, "prefix"); !s.ok()) {
+    return s;
+  }
+  if (o.coalesce < 0 || o.coalesce > kMaxCoalesce) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RedisStoreOptions: coalesce=%d, must be in [0, %d]", o.coalesce, kMaxCoalesce));
+  }
+  if (o.coalesce > 1 && o.coalesce_calls < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RedisStoreOptions: coalesce_calls=%d, must be at least 1", o.coalesce_calls));
+  }
+  if (auto s = check_durability({.replicas = o.replicas, .timeout = o.replica_timeout}, deadline,
+                                "RedisStoreOptions");
+      !s.ok()) {
+    return s;
+  }
+  return check_clock_guard(o.clock_guard, o.time == TimeSource::kCaller, "RedisStoreOptions");
+}
+
+}  // namespace redis
 
 }  // namespace quota
