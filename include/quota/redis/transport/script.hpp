@@ -63,6 +63,7 @@
 #include "quota/redis/transport/connection_pool.hpp"
 #include "quota/redis/transport/limits.hpp"
 #include "quota/redis/transport/node_watch.hpp"
+#include "quota/redis/transport/script_follow_up.hpp"
 
 namespace quota::redis {
 
@@ -139,15 +140,7 @@ class Script {
       }
       place.emplace(*std::move(entered));
     }
-    struct Pending {
-      std::size_t call;
-      std::shared_ptr<ConnectionPool> target;
-      bool asking = false;   // send ASKING first (after -ASK)
-      bool eval = false;     // EVAL with the script's text (after -NOSCRIPT)
-      int hops = 0;          // redirections followed
-      int retries = 0;       // sent again after -TRYAGAIN
-      bool reroute = false;  // target: the slot's owner in the map (after -TRYAGAIN)
-    };
+    using Pending = detail::PendingCall;
     const Deadline deadline = Deadline::after(this->deadline());
     auto slot_of = [&](std::size_t c) { return key_slot(calls[c].keys->front()); };
     std::vector<Pending> pending;
@@ -266,49 +259,17 @@ class Script {
           if (p.asking) ++k;  // ASKING's +OK
           Reply& r = (*replies)[k++];
           if (guards_.any()) guards_.observe(p.target.get(), p.target->node_watch(), *r, g.sent);
-          if (!p.eval && is_error(*r, "NOSCRIPT")) {
-            p.eval = true;
+          const detail::FollowUp next =
+              detail::follow_up(p, *r, cluster_.get(), deadline, calls[p.call].keys->front());
+          if (next.kind == detail::FollowUp::kAgain) {
+            wait = std::max(wait, next.wait);
+            refresh = refresh || next.refresh;
             again.push_back(std::move(p));
-            continue;
-          }
-          if (cluster_ == nullptr) {
+          } else if (next.kind == detail::FollowUp::kFailed) {
+            out[p.call] = next.failure;
+          } else {
             done(p.call, r);
-            continue;
           }
-          if (is_error(*r, "CLUSTERDOWN")) cluster_->note_clusterdown();
-          if (is_error(*r, "TRYAGAIN")) {
-            cluster_->note_tryagain();
-            const auto delay = cluster_->tryagain_delay(p.retries, deadline);
-            if (!delay.has_value()) {
-              out[p.call] = ClusterPool::tryagain_error(*r, slot_of(p.call), p.retries,
-                                                        deadline.at() - deadline.budget());
-              continue;
-            }
-            ++p.retries;
-            p.reroute = true;
-            p.asking = false;
-            wait = std::max(wait, *delay);
-            again.push_back(std::move(p));
-            continue;
-          }
-          Redirect rd;
-          if (parse_redirect(*r, rd)) {
-            cluster_->note_redirect(rd.ask);
-            if (p.hops >= kMaxRedirects) {
-              out[p.call] = absl::UnavailableError(
-                  absl::StrFormat("redis cluster: more than %d redirections for key %s",
-                                  kMaxRedirects, calls[p.call].keys->front()));
-              continue;
-            }
-            ++p.hops;
-            p.target = cluster_->node(rd.host, rd.port);
-            p.asking = rd.ask;
-            p.eval = false;
-            refresh = refresh || !rd.ask;
-            again.push_back(std::move(p));
-            continue;
-          }
-          done(p.call, r);
         }
       }
       groups.clear();  // every lease back before the refresh asks a node
