@@ -48,8 +48,8 @@
 #include "quota/region/scope_router.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/verify/envelope.hpp"
-#include "redis/support/redis_server.hpp"
 #include "support/redis_info.hpp"
+#include "support/scratch_redis.hpp"
 
 namespace {
 
@@ -68,31 +68,8 @@ TokenBucket global_policy(std::int64_t rate) {
   return {.rate = {.units = rate, .per = 1s}, .burst = rate / 10};
 }
 
-int server_port() {
-  static const int port = [] {
-    if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr && *p != '\0') {
-      return std::atoi(p);
-    }
-    static quota::testing::ScratchServer scratch(
-        quota::testing::scratch_dir("quota-bench-global-lease"));
-    if (!scratch.started()) {
-      std::fprintf(stderr, "could not start redis-server (set QUOTA_REDIS_PORT to use one)\n");
-      std::exit(2);
-    }
-    return scratch.port();
-  }();
-  return port;
-}
-
-// The server's count of script calls so far (evalsha + eval); -1 when unreadable.
-std::int64_t script_calls(quota::redis::ConnectionPool& pool) {
-  auto lease = pool.acquire();
-  if (!lease.ok()) return -1;
-  auto reply = (*lease)->command({"INFO", "commandstats"});
-  if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) return -1;
-  return static_cast<std::int64_t>(
-      quota::bench::info_script_calls(std::string((*reply)->str, (*reply)->len)));
-}
+// The server at QUOTA_REDIS_PORT, or a throw-away one (support/scratch_redis.hpp).
+int server_port() { return quota::bench::redis_port("quota-bench-global-lease"); }
 
 gw::RuleSetSpec spec(const TokenBucket& global, bool leased) {
   gw::RuleSetSpec s;
@@ -160,7 +137,7 @@ void run(benchmark::State& state, bool leased) {
     }
     std::vector<std::vector<quota::verify::AdmittedEvent>> logs(kGateways);
     std::atomic<std::int64_t> decisions{0}, admitted{0}, errors{0};
-    const std::int64_t calls_before = script_calls(*pool);
+    const std::int64_t calls_before = quota::bench::script_calls(*pool);
     quota::SteadyClock clock;
     const auto start = clock.now();
     const auto end = start + kRunFor;
@@ -194,7 +171,7 @@ void run(benchmark::State& state, bool leased) {
     }
     for (auto& th : threads) th.join();
     const double seconds = std::chrono::duration<double>(clock.now() - start).count();
-    const std::int64_t calls = script_calls(*pool) - calls_before;
+    const std::int64_t calls = quota::bench::script_calls(*pool) - calls_before;
 
     std::vector<quota::verify::AdmittedEvent> all;
     for (const auto& l : logs) all.insert(all.end(), l.begin(), l.end());

@@ -28,7 +28,8 @@
 #include "quota/gateway/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
-#include "redis/support/redis_server.hpp"
+#include "support/redis_info.hpp"
+#include "support/scratch_redis.hpp"
 
 namespace {
 
@@ -43,43 +44,13 @@ constexpr auto kRunFor = 2s;
 const TokenBucket kGlobal{.rate = {.units = 1'000'000, .per = 1s}, .burst = 100'000};
 const TokenBucket kTenant{.rate = {.units = 1'000, .per = 1s}, .burst = 1'000};
 
-int server_port() {
-  static const int port = [] {
-    if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr && *p != '\0') {
-      return std::atoi(p);
-    }
-    static quota::testing::ScratchServer scratch(
-        quota::testing::scratch_dir("quota-bench-gw-lease"));
-    if (!scratch.started()) {
-      std::fprintf(stderr, "could not start redis-server (set QUOTA_REDIS_PORT to use one)\n");
-      std::exit(2);
-    }
-    return scratch.port();
-  }();
-  return port;
-}
+// The server at QUOTA_REDIS_PORT, or a throw-away one (support/scratch_redis.hpp).
+int server_port() { return quota::bench::redis_port("quota-bench-gw-lease"); }
 
 std::shared_ptr<quota::redis::ConnectionPool> make_pool() {
   return std::make_shared<quota::redis::ConnectionPool>(
       quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = server_port(), .deadline = 1s},
       kThreads + 2);
-}
-
-// The server's count of script calls so far.
-std::int64_t script_calls(quota::redis::ConnectionPool& pool) {
-  auto lease = pool.acquire();
-  if (!lease.ok()) return -1;
-  auto reply = (*lease)->command({"INFO", "commandstats"});
-  if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) {
-    return -1;
-  }
-  const std::string text((*reply)->str, (*reply)->len);
-  std::int64_t n = 0;
-  for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-    const auto at = text.find(cmd);
-    if (at != std::string::npos) n += std::atoll(text.c_str() + at + std::string(cmd).size());
-  }
-  return n;
 }
 
 gw::RuleSetSpec spec(gw::LeaseSpec tenant_lease, gw::LeaseSpec global_lease) {
@@ -112,7 +83,7 @@ const gw::LeaseSpec kTenantAuto{
 template <class G, class Grants>
 void drive(benchmark::State& state, G& gateway, quota::redis::ConnectionPool& pool,
            Grants grant_requests) {
-  const std::int64_t calls_before = script_calls(pool);
+  const std::int64_t calls_before = quota::bench::script_calls(pool);
   std::atomic<std::int64_t> decisions{0}, admitted{0}, errors{0};
   quota::SteadyClock clock;
   const auto start = clock.now();
@@ -141,7 +112,7 @@ void drive(benchmark::State& state, G& gateway, quota::redis::ConnectionPool& po
   }
   for (auto& th : threads) th.join();
   const double seconds = std::chrono::duration<double>(clock.now() - start).count();
-  const std::int64_t calls = script_calls(pool) - calls_before;
+  const std::int64_t calls = quota::bench::script_calls(pool) - calls_before;
   state.SetIterationTime(seconds);
   state.counters["decisions_per_second"] = static_cast<double>(decisions) / seconds;
   state.counters["admitted_per_second"] = static_cast<double>(admitted) / seconds;

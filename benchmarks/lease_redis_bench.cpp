@@ -28,7 +28,7 @@
 #include "quota/redis/lease_authority.hpp"
 #include "quota/redis/redis_store.hpp"
 #include "quota/verify/envelope.hpp"
-#include "redis/support/redis_server.hpp"
+#include "support/scratch_redis.hpp"
 
 namespace {
 
@@ -41,22 +41,8 @@ constexpr auto kRunFor = 2s;
 const TokenBucket kCentral{.rate = {.units = 1'000'000, .per = 1s}, .burst = 10'000};
 constexpr std::int64_t kQMax = 2'000;
 
-// The server at QUOTA_REDIS_PORT, or a throw-away one (redis/support/redis_server.hpp),
-// started on first use and stopped at exit.
-int server_port() {
-  static const int port = [] {
-    if (const char* p = std::getenv("QUOTA_REDIS_PORT"); p != nullptr && *p != '\0') {
-      return std::atoi(p);
-    }
-    static quota::testing::ScratchServer scratch(quota::testing::scratch_dir("quota-bench-redis"));
-    if (!scratch.started()) {
-      std::fprintf(stderr, "could not start redis-server (set QUOTA_REDIS_PORT to use one)\n");
-      std::exit(2);
-    }
-    return scratch.port();
-  }();
-  return port;
-}
+// The server at QUOTA_REDIS_PORT, or a throw-away one (support/scratch_redis.hpp).
+int server_port() { return quota::bench::redis_port("quota-bench-redis"); }
 
 std::shared_ptr<quota::RedisStore<TokenBucket>> make_store(const std::string& prefix) {
   auto pool = std::make_shared<quota::redis::ConnectionPool>(

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "quota/redis/transport/connection.hpp"
+#include "quota/redis/transport/connection_pool.hpp"
 
 namespace quota::bench {
 
@@ -48,6 +50,16 @@ inline double info_script_calls(const std::string& info) {
     if (at != std::string::npos) total += info_number(info.substr(at), "calls=");
   }
   return total;
+}
+
+// The server's count of script calls so far (info_script_calls of INFO commandstats, read
+// over a connection of `pool`); -1 when unreadable.
+inline std::int64_t script_calls(redis::ConnectionPool& pool) {
+  auto lease = pool.acquire();
+  if (!lease.ok()) return -1;
+  auto reply = (*lease)->command({"INFO", "commandstats"});
+  if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) return -1;
+  return static_cast<std::int64_t>(info_script_calls(std::string((*reply)->str, (*reply)->len)));
 }
 
 }  // namespace quota::bench
