@@ -35,8 +35,9 @@
 //                  minute and per-day token buckets
 //   floor ...      what any layout of the states must spend (kFloorLua): one or three
 //                  80-byte states read and written in place, without ("1key", "3keys")
-//                  and with ("+pack") the gateway's struct unpack and pack of each, and
-//                  three states in one key ("1key/3rec+pack")
+//                  and with ("+pack") the gateway's struct unpack and pack of each,
+//                  three states in one key ("1key/3rec+pack"), and one or three compact
+//                  4-field records in one key ("1key/1rec compact", "1key/3rec compact")
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
@@ -424,22 +425,32 @@ int main(int argc, char** argv) {
     return "floor:{tenant-" + std::to_string(x % kKeys) + "}#" + std::to_string(j);
   };
   const std::string state240(240, 'x');
-  auto floor_call = [&](std::uint64_t x, int keys, const char* mode) -> bool {
+  // Compact records (mode '3'): a 7-byte header and 23 bytes per limit.
+  const std::string compact1(7 + 23, 'x');
+  const std::string compact3(7 + 3 * 23, 'x');
+  // `records`: the states in one key (modes '2' and '3': key 9, 10 for 1 compact
+  // record, 11 for 3).
+  auto floor_call = [&](std::uint64_t x, int keys, const char* mode, int records = 3) -> bool {
     const std::string nkeys = std::to_string(keys);
-    const bool one_key = mode[0] == '2';
+    const bool one_key = mode[0] == '2' || mode[0] == '3';
+    const int shared = mode[0] == '3' ? (records == 1 ? 10 : 11) : 9;
     std::vector<std::string> names;
-    for (int j = 0; j < keys; ++j) names.push_back(one_key ? floor_key(x, 9) : floor_key(x, j));
+    for (int j = 0; j < keys; ++j)
+      names.push_back(one_key ? floor_key(x, shared) : floor_key(x, j));
     std::vector<std::string_view> argv{"EVALSHA", floor_sha, nkeys};
     for (const std::string& k : names) argv.push_back(k);
     argv.push_back(state80);
     argv.push_back(mode);
-    if (one_key) argv.push_back("3");
+    const std::string nrecords = std::to_string(records);
+    if (one_key) argv.push_back(nrecords);
     auto r = conn.command(argv);
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
   for (int i = 0; i < kKeys && group_selected({"floor"}); ++i) {
     for (int j = 0; j < 3; ++j) errors += !conn.command({"SET", floor_key(i, j), state80}).ok();
     errors += !conn.command({"SET", floor_key(i, 9), state240}).ok();
+    errors += !conn.command({"SET", floor_key(i, 10), compact1}).ok();
+    errors += !conn.command({"SET", floor_key(i, 11), compact3}).ok();
   }
   for (int pass = 0; pass < 3 && group_selected({"gateway"}); ++pass) {
     for (int i = 0; i < kKeys; ++i) {
@@ -515,6 +526,10 @@ int main(int argc, char** argv) {
           [&](std::mt19937_64& r) { return floor_call(r(), 3, "1"); });
   measure("floor 1key/3rec+pack", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "2"); });
+  measure("floor 1key/1rec compact", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 1); });
+  measure("floor 1key/3rec compact", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 3); });
 
   auto find = [&](const std::string& name) -> const Row* {
     for (const Row& r : rows) {

@@ -32,7 +32,9 @@ inline constexpr const char* kNoopLua = "return 1";
 // (GET, or MGET for several keys), I/O only; '1' the same with each state unpacked and
 // packed in the gateway's 80-byte format (twin/gateway.hpp), what struct costs per state;
 // '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one SETRANGE), each
-// unpacked and packed: what one key per scope would cost.
+// unpacked and packed: what one key per scope would cost; '3' the same with a compact
+// record per limit (4 fields, 23 bytes '<i7I7I5I4': tokens, carry, last s, last ns) after
+// one 7-byte header (the rule-set version, '<I7'): the least a state per limit can be.
 inline constexpr const char* kFloorLua = R"lua(
 local n, mode, fmt = #KEYS, ARGV[2], '<I7i6I3I7i6I4I5I3I4c35'
 local raws
@@ -43,6 +45,16 @@ if mode == '2' then
   for r = 1, ARGV[3] + 0 do
     local a, b, c, d, e, f, g, h, k, id = struct.unpack(fmt, raw, 80 * r - 79)
     parts[r] = struct.pack(fmt, a, b, c, d, e, f, g, h, k, id)
+  end
+  redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
+  return n
+end
+if mode == '3' then
+  local raw, cf = raws[1], '<i7I7I5I4'
+  local parts = {struct.pack('<I7', (struct.unpack('<I7', raw)))}
+  for r = 1, ARGV[3] + 0 do
+    local a, b, c, d = struct.unpack(cf, raw, 23 * r - 15)
+    parts[r + 1] = struct.pack(cf, a, b, c, d)
   end
   redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
   return n
