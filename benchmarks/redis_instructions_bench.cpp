@@ -33,6 +33,8 @@
 //                  one script call
 //   gateway 3lim-fw  the same with requests per minute (a fixed window) beside the per-
 //                  minute and per-day token buckets
+//   sketch 1lim/3lim  the hot path of one key per scope, sketched (kScopeSketchLua: the
+//                  same three token buckets as compact records of one key; not a twin)
 //   floor ...      what any layout of the states must spend (kFloorLua): one or three
 //                  80-byte states read and written in place, without ("1key", "3keys")
 //                  and with ("+pack") the gateway's struct unpack and pack of each,
@@ -446,6 +448,45 @@ int main(int argc, char** argv) {
     auto r = conn.command(argv);
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
+  // The sketch of one key per scope (redis_scripts.hpp's kScopeSketchLua) on the same
+  // three token buckets as gateway 3lim (capacity in micro-units, m/p per ns, fill ns).
+  std::string sketch_sha;
+  {
+    const std::string text = std::string(quota::redis::kLuaMath) + quota::redis::kLuaReach +
+                             quota::bench::kScopeSketchLua;
+    auto r = conn.command({"SCRIPT", "LOAD", text});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
+      std::fprintf(stderr, "SCRIPT LOAD of the scope sketch failed\n");
+      return 1;
+    }
+    sketch_sha = quota::redis::reply_string(**r);
+  }
+  auto sketch_policy = [](std::int64_t cap, std::int64_t m, std::int64_t p, std::int64_t fill) {
+    std::string out;
+    for (std::int64_t v : {cap, m, p, fill}) quota::redis::detail::pack_le(out, v, 7);
+    return out;
+  };
+  const std::string sketch_policies[] = {
+      sketch_policy(1'000'000'000'000, 50, 3, 60'000'000'000),                 // 10^6 per minute
+      sketch_policy(100'000'000'000'000, 125, 108, 86'400'000'000'000),        // 10^8 per day
+      sketch_policy(1'000'000'000'000'000, 125, 324, 2'592'000'000'000'000)};  // 10^9 per 30 d
+  auto sketch_call = [&](std::uint64_t x, int limits) -> bool {
+    const std::string key =
+        "sketch:{tenant-" + std::to_string(x % kKeys) + "}#" + std::to_string(limits);
+    // the header's 15 bytes: the rule-set version and the scope's policies
+    const std::string_view id = limits == 1 ? "v1:tpm........." : "v1:tpm+tpd+tp30";
+    std::vector<std::string_view> argv{"EVALSHA", sketch_sha, "1", key, id, "1"};
+    for (int j = 0; j < limits; ++j) argv.push_back(sketch_policies[j]);
+    auto r = conn.command(argv);
+    return r.ok() && (*r)->type == REDIS_REPLY_ARRAY &&
+           (*r)->elements == 3 + 3 * static_cast<std::size_t>(limits);
+  };
+  for (int pass = 0; pass < 3 && group_selected({"sketch"}); ++pass) {
+    for (int i = 0; i < kKeys; ++i) {
+      errors += !sketch_call(static_cast<std::uint64_t>(i), 1);
+      errors += !sketch_call(static_cast<std::uint64_t>(i), 3);
+    }
+  }
   for (int i = 0; i < kKeys && group_selected({"floor"}); ++i) {
     for (int j = 0; j < 3; ++j) errors += !conn.command({"SET", floor_key(i, j), state80}).ok();
     errors += !conn.command({"SET", floor_key(i, 9), state240}).ok();
@@ -526,6 +567,8 @@ int main(int argc, char** argv) {
           [&](std::mt19937_64& r) { return floor_call(r(), 3, "1"); });
   measure("floor 1key/3rec+pack", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "2"); });
+  measure("sketch 1lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 1); });
+  measure("sketch 3lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 3); });
   measure("floor 1key/1rec compact", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 1); });
   measure("floor 1key/3rec compact", 1, calls,
@@ -546,6 +589,12 @@ int main(int argc, char** argv) {
   const Row* three_limits = find("gateway 3lim");
   const double limits_ratio =
       one_limit && three_limits ? three_limits->per_decision() / one_limit->per_decision() : 0;
+  const Row* sketch_one = find("sketch 1lim");
+  const Row* sketch_three = find("sketch 3lim");
+  if (sketch_one != nullptr && sketch_three != nullptr) {
+    std::printf("the sketch of one key per scope: 3 limits vs 1: %.2fx\n",
+                sketch_three->per_decision() / sketch_one->per_decision());
+  }
   std::printf(
       "decisions per Redis core (by instructions) vs the straightforward script: "
       "b16 %.2fx (target >= 2: %s), d1 %.2fx\n"
