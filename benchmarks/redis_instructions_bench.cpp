@@ -82,6 +82,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "quota/redis/transport/connection_pool.hpp"
 #include "redis/support/redis_server.hpp"
+#include "support/callgrind_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
 
@@ -93,58 +94,6 @@ using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 
 namespace {
-
-// Copies the server's latest dump (written by instructions()) to `to`: a row's profile,
-// for callgrind_annotate.
-void keep_dump(const std::filesystem::path& dir, const std::filesystem::path& to) {
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
-      std::filesystem::copy_file(e.path(), to, std::filesystem::copy_options::overwrite_existing);
-    }
-  }
-}
-
-// A redis-server under callgrind (a ScratchServer with valgrind as its wrapper), which
-// writes its dumps to the server's directory `dir`.
-struct CallgrindServer {
-  explicit CallgrindServer(const std::string& dir)
-      : server(dir,
-               "valgrind --tool=callgrind --toggle-collect=processInputBuffer "
-               "--callgrind-out-file=" +
-                   dir + "/callgrind.out.%p") {}
-
-  quota::testing::ScratchServer server;
-
-  bool started() const { return server.started() && server.pid() > 0; }
-  int port() const { return server.port(); }
-
-  bool control(const char* what) const {
-    const std::string cmd = "callgrind_control " + std::string(what) + " " +
-                            std::to_string(server.pid()) + " >/dev/null 2>&1";
-    return std::system(cmd.c_str()) == 0;
-  }
-
-  // Instructions counted since the last zero: dumps them and reads the dump's total.
-  long long instructions() const {
-    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
-      if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
-        std::filesystem::remove(e.path());
-      }
-    }
-    if (!control("-d")) return -1;
-    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
-      if (e.path().filename().string().rfind("callgrind.out.", 0) != 0) continue;
-      std::ifstream in(e.path());
-      std::string line;
-      while (std::getline(in, line)) {
-        for (const char* head : {"summary: ", "totals: "}) {
-          if (line.rfind(head, 0) == 0) return std::atoll(line.c_str() + std::strlen(head));
-        }
-      }
-    }
-    return -1;
-  }
-};
 
 struct Row {
   std::string name;
@@ -205,7 +154,7 @@ int main(int argc, char** argv) {
     std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
     return 0;
   }
-  const CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
+  const quota::bench::CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
   if (!server.started()) {
     std::fprintf(stderr,
                  "redis_instructions_bench: could not start redis-server under "
@@ -524,7 +473,8 @@ int main(int argc, char** argv) {
       for (char& ch : file) {
         if (ch == ' ' || ch == '/') ch = '_';
       }
-      keep_dump(server.server.dir(), std::filesystem::path(profile_dir) / ("callgrind." + file));
+      quota::bench::keep_dump(server.server.dir(),
+                              std::filesystem::path(profile_dir) / ("callgrind." + file));
     }
     Row row{.name = name, .calls = n, .decisions_per_call = per_call};
     row.per_call = static_cast<double>(ir) / static_cast<double>(n);
