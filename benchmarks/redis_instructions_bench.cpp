@@ -33,10 +33,13 @@
 //                  one script call
 //   gateway 3lim-fw  the same with requests per minute (a fixed window) beside the per-
 //                  minute and per-day token buckets
+//   sketch 1lim/3lim  the hot path of one key per scope, sketched (kScopeSketchLua: the
+//                  same three token buckets as compact records of one key; not a twin)
 //   floor ...      what any layout of the states must spend (kFloorLua): one or three
 //                  80-byte states read and written in place, without ("1key", "3keys")
-//                  and with ("+pack") the gateway's struct unpack and pack of each, and
-//                  three states in one key ("1key/3rec+pack")
+//                  and with ("+pack") the gateway's struct unpack and pack of each,
+//                  three states in one key ("1key/3rec+pack"), and one or three compact
+//                  4-field records in one key ("1key/1rec compact", "1key/3rec compact")
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
@@ -79,6 +82,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "quota/redis/transport/connection_pool.hpp"
 #include "redis/support/redis_server.hpp"
+#include "support/callgrind_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
 
@@ -90,58 +94,6 @@ using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 
 namespace {
-
-// Copies the server's latest dump (written by instructions()) to `to`: a row's profile,
-// for callgrind_annotate.
-void keep_dump(const std::filesystem::path& dir, const std::filesystem::path& to) {
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
-      std::filesystem::copy_file(e.path(), to, std::filesystem::copy_options::overwrite_existing);
-    }
-  }
-}
-
-// A redis-server under callgrind (a ScratchServer with valgrind as its wrapper), which
-// writes its dumps to the server's directory `dir`.
-struct CallgrindServer {
-  explicit CallgrindServer(const std::string& dir)
-      : server(dir,
-               "valgrind --tool=callgrind --toggle-collect=processInputBuffer "
-               "--callgrind-out-file=" +
-                   dir + "/callgrind.out.%p") {}
-
-  quota::testing::ScratchServer server;
-
-  bool started() const { return server.started() && server.pid() > 0; }
-  int port() const { return server.port(); }
-
-  bool control(const char* what) const {
-    const std::string cmd = "callgrind_control " + std::string(what) + " " +
-                            std::to_string(server.pid()) + " >/dev/null 2>&1";
-    return std::system(cmd.c_str()) == 0;
-  }
-
-  // Instructions counted since the last zero: dumps them and reads the dump's total.
-  long long instructions() const {
-    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
-      if (e.path().filename().string().rfind("callgrind.out.", 0) == 0) {
-        std::filesystem::remove(e.path());
-      }
-    }
-    if (!control("-d")) return -1;
-    for (const auto& e : std::filesystem::directory_iterator(server.dir())) {
-      if (e.path().filename().string().rfind("callgrind.out.", 0) != 0) continue;
-      std::ifstream in(e.path());
-      std::string line;
-      while (std::getline(in, line)) {
-        for (const char* head : {"summary: ", "totals: "}) {
-          if (line.rfind(head, 0) == 0) return std::atoll(line.c_str() + std::strlen(head));
-        }
-      }
-    }
-    return -1;
-  }
-};
 
 struct Row {
   std::string name;
@@ -202,7 +154,7 @@ int main(int argc, char** argv) {
     std::printf("redis_instructions_bench: valgrind is not installed; nothing measured\n");
     return 0;
   }
-  const CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
+  const quota::bench::CallgrindServer server(quota::testing::scratch_dir("quota-redis-instr"));
   if (!server.started()) {
     std::fprintf(stderr,
                  "redis_instructions_bench: could not start redis-server under "
@@ -424,22 +376,71 @@ int main(int argc, char** argv) {
     return "floor:{tenant-" + std::to_string(x % kKeys) + "}#" + std::to_string(j);
   };
   const std::string state240(240, 'x');
-  auto floor_call = [&](std::uint64_t x, int keys, const char* mode) -> bool {
+  // Compact records (mode '3'): a 7-byte header and 23 bytes per limit.
+  const std::string compact1(7 + 23, 'x');
+  const std::string compact3(7 + 3 * 23, 'x');
+  // `records`: the states in one key (modes '2' and '3': key 9, 10 for 1 compact
+  // record, 11 for 3).
+  auto floor_call = [&](std::uint64_t x, int keys, const char* mode, int records = 3) -> bool {
     const std::string nkeys = std::to_string(keys);
-    const bool one_key = mode[0] == '2';
+    const bool one_key = mode[0] == '2' || mode[0] == '3';
+    const int shared = mode[0] == '3' ? (records == 1 ? 10 : 11) : 9;
     std::vector<std::string> names;
-    for (int j = 0; j < keys; ++j) names.push_back(one_key ? floor_key(x, 9) : floor_key(x, j));
+    for (int j = 0; j < keys; ++j)
+      names.push_back(one_key ? floor_key(x, shared) : floor_key(x, j));
     std::vector<std::string_view> argv{"EVALSHA", floor_sha, nkeys};
     for (const std::string& k : names) argv.push_back(k);
     argv.push_back(state80);
     argv.push_back(mode);
-    if (one_key) argv.push_back("3");
+    const std::string nrecords = std::to_string(records);
+    if (one_key) argv.push_back(nrecords);
     auto r = conn.command(argv);
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
+  // The sketch of one key per scope (redis_scripts.hpp's kScopeSketchLua) on the same
+  // three token buckets as gateway 3lim (capacity in micro-units, m/p per ns, fill ns).
+  std::string sketch_sha;
+  {
+    const std::string text = std::string(quota::redis::kLuaMath) + quota::redis::kLuaReach +
+                             quota::bench::kScopeSketchLua;
+    auto r = conn.command({"SCRIPT", "LOAD", text});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
+      std::fprintf(stderr, "SCRIPT LOAD of the scope sketch failed\n");
+      return 1;
+    }
+    sketch_sha = quota::redis::reply_string(**r);
+  }
+  auto sketch_policy = [](std::int64_t cap, std::int64_t m, std::int64_t p, std::int64_t fill) {
+    std::string out;
+    for (std::int64_t v : {cap, m, p, fill}) quota::redis::detail::pack_le(out, v, 7);
+    return out;
+  };
+  const std::string sketch_policies[] = {
+      sketch_policy(1'000'000'000'000, 50, 3, 60'000'000'000),                 // 10^6 per minute
+      sketch_policy(100'000'000'000'000, 125, 108, 86'400'000'000'000),        // 10^8 per day
+      sketch_policy(1'000'000'000'000'000, 125, 324, 2'592'000'000'000'000)};  // 10^9 per 30 d
+  auto sketch_call = [&](std::uint64_t x, int limits) -> bool {
+    const std::string key =
+        "sketch:{tenant-" + std::to_string(x % kKeys) + "}#" + std::to_string(limits);
+    // the header's 15 bytes: the rule-set version and the scope's policies
+    const std::string_view id = limits == 1 ? "v1:tpm........." : "v1:tpm+tpd+tp30";
+    std::vector<std::string_view> argv{"EVALSHA", sketch_sha, "1", key, id, "1"};
+    for (int j = 0; j < limits; ++j) argv.push_back(sketch_policies[j]);
+    auto r = conn.command(argv);
+    return r.ok() && (*r)->type == REDIS_REPLY_ARRAY &&
+           (*r)->elements == 3 + 3 * static_cast<std::size_t>(limits);
+  };
+  for (int pass = 0; pass < 3 && group_selected({"sketch"}); ++pass) {
+    for (int i = 0; i < kKeys; ++i) {
+      errors += !sketch_call(static_cast<std::uint64_t>(i), 1);
+      errors += !sketch_call(static_cast<std::uint64_t>(i), 3);
+    }
+  }
   for (int i = 0; i < kKeys && group_selected({"floor"}); ++i) {
     for (int j = 0; j < 3; ++j) errors += !conn.command({"SET", floor_key(i, j), state80}).ok();
     errors += !conn.command({"SET", floor_key(i, 9), state240}).ok();
+    errors += !conn.command({"SET", floor_key(i, 10), compact1}).ok();
+    errors += !conn.command({"SET", floor_key(i, 11), compact3}).ok();
   }
   for (int pass = 0; pass < 3 && group_selected({"gateway"}); ++pass) {
     for (int i = 0; i < kKeys; ++i) {
@@ -472,7 +473,8 @@ int main(int argc, char** argv) {
       for (char& ch : file) {
         if (ch == ' ' || ch == '/') ch = '_';
       }
-      keep_dump(server.server.dir(), std::filesystem::path(profile_dir) / ("callgrind." + file));
+      quota::bench::keep_dump(server.server.dir(),
+                              std::filesystem::path(profile_dir) / ("callgrind." + file));
     }
     Row row{.name = name, .calls = n, .decisions_per_call = per_call};
     row.per_call = static_cast<double>(ir) / static_cast<double>(n);
@@ -515,6 +517,12 @@ int main(int argc, char** argv) {
           [&](std::mt19937_64& r) { return floor_call(r(), 3, "1"); });
   measure("floor 1key/3rec+pack", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "2"); });
+  measure("sketch 1lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 1); });
+  measure("sketch 3lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 3); });
+  measure("floor 1key/1rec compact", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 1); });
+  measure("floor 1key/3rec compact", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 3); });
 
   auto find = [&](const std::string& name) -> const Row* {
     for (const Row& r : rows) {
@@ -531,6 +539,12 @@ int main(int argc, char** argv) {
   const Row* three_limits = find("gateway 3lim");
   const double limits_ratio =
       one_limit && three_limits ? three_limits->per_decision() / one_limit->per_decision() : 0;
+  const Row* sketch_one = find("sketch 1lim");
+  const Row* sketch_three = find("sketch 3lim");
+  if (sketch_one != nullptr && sketch_three != nullptr) {
+    std::printf("the sketch of one key per scope: 3 limits vs 1: %.2fx\n",
+                sketch_three->per_decision() / sketch_one->per_decision());
+  }
   std::printf(
       "decisions per Redis core (by instructions) vs the straightforward script: "
       "b16 %.2fx (target >= 2: %s), d1 %.2fx\n"

@@ -32,7 +32,9 @@ inline constexpr const char* kNoopLua = "return 1";
 // (GET, or MGET for several keys), I/O only; '1' the same with each state unpacked and
 // packed in the gateway's 80-byte format (twin/gateway.hpp), what struct costs per state;
 // '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one SETRANGE), each
-// unpacked and packed: what one key per scope would cost.
+// unpacked and packed: what one key per scope would cost; '3' the same with a compact
+// record per limit (4 fields, 23 bytes '<i7I7I5I4': tokens, carry, last s, last ns) after
+// one 7-byte header (the rule-set version, '<I7'): the least a state per limit can be.
 inline constexpr const char* kFloorLua = R"lua(
 local n, mode, fmt = #KEYS, ARGV[2], '<I7i6I3I7i6I4I5I3I4c35'
 local raws
@@ -47,6 +49,16 @@ if mode == '2' then
   redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
   return n
 end
+if mode == '3' then
+  local raw, cf = raws[1], '<i7I7I5I4'
+  local parts = {struct.pack('<I7', (struct.unpack('<I7', raw)))}
+  for r = 1, ARGV[3] + 0 do
+    local a, b, c, d = struct.unpack(cf, raw, 23 * r - 15)
+    parts[r + 1] = struct.pack(cf, a, b, c, d)
+  end
+  redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
+  return n
+end
 for i = 1, n do
   if mode == '1' then
     local a, b, c, d, e, f, g, h, k, id = struct.unpack(fmt, raws[i])
@@ -55,6 +67,78 @@ for i = 1, n do
   redis.call('SETRANGE', KEYS[i], '0', v)
 end
 return n
+)lua";
+
+// A sketch of the hot path of one key per scope (not a twin: it decides only what the
+// benchmark sends): token buckets in the narrow range, their states compact records in
+// ONE key, 21 bytes of header ('c15' the rule-set version and a fingerprint of the
+// scope's policies, so that one comparison stands for every record's parameters; 'I6'
+// the expiry as last set, server ms) and 23 bytes per limit ('<i7I7I5I4': tokens in
+// micro-units, carry over p, last s, last ns). Per limit: its policy argument unpacked
+// ('<I7I7I7I7': capacity in micro-units, m, p, the time to fill in ns), its record
+// unpacked and range-checked, refilled (twin/skeleton.hpp's @refill in one limb), decided,
+// its time to full (common.hpp's reach) and packed; the key's TTL (the longest time to
+// full + 1 s margin) kept by one SETRANGE of the records while the stored expiry covers
+// it, else set with the header. Reply: time s, ns, limits, then per limit: allowed,
+// tokens, carry (the rest derived by the caller). Not sketched: debt, the wide range,
+// the other policies, conversion (a fingerprint that differs is an error here), the
+// give-back of a denial, attempts. KEYS[1] the scope key; ARGV[1] the header's 15 bytes;
+// ARGV[2] the cost in units; ARGV[3..] the policies. Needs kLuaMath and kLuaReach first.
+inline constexpr const char* kScopeSketchLua = R"lua(
+local sunpack, spack = struct.unpack, struct.pack
+local now = redis.call('TIME')
+local us = now[2] + 0
+local sec, ns = now[1] + 0, us * 1000
+local now_ms = sec * 1000 + (us - us % 1000) / 1000
+local key, id, cost = KEYS[1], ARGV[1], ARGV[2] * 1000000
+local n = #ARGV - 2
+local raw = redis.call('GET', key)
+local expiry = 0
+if raw then
+  if #raw ~= 21 + 23 * n or string.sub(raw, 1, 15) ~= id then
+    return redis.error_reply('sketch: a state of other policies (conversion not sketched)')
+  end
+  expiry = sunpack('<I6', raw, 16)
+end
+local res, parts, longest = {sec, ns, n}, {}, 0
+for i = 1, n do
+  local cap, m, p, fill = sunpack('<I7I7I7I7', ARGV[2 + i])
+  local t, c, ls, lns = cap, 0, sec, ns
+  if raw then
+    t, c, ls, lns = sunpack('<i7I7I5I4', raw, 23 * i - 1)
+    if t < -cap or t > cap or c >= p or lns > 999999999 then
+      return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ': field out of range')
+    end
+  end
+  local el = (sec - ls) * 1000000000 + ns - lns
+  if el > 0 then
+    if el >= 2 * fill then
+      t, c = cap, 0
+    elseif t < cap then
+      local rr = el % p
+      local ry = m * rr + c
+      local rc = ry % p
+      t = t + m * ((el - rr) / p) + (ry - rc) / p
+      if t >= cap then t, c = cap, 0 else c = rc end
+    end
+    ls, lns = sec, ns
+  end
+  local ok = 0
+  if cost <= t then t = t - cost; ok = 1 end
+  local rs = reach(t, c, cap, m, p)
+  if rs > longest then longest = rs end
+  local k = 3 * i
+  res[k + 1], res[k + 2], res[k + 3] = ok, t, c
+  parts[i] = spack('<i7I7I5I4', t, c, ls, lns)
+end
+local ttl = (longest - longest % 1000000) / 1000000 + 1001
+if expiry >= now_ms + ttl + 10 then
+  redis.call('SETRANGE', key, '21', table.concat(parts))
+else
+  ttl = ttl + 1000
+  redis.call('SET', key, id .. spack('<I6', now_ms + ttl) .. table.concat(parts), 'PX', ttl)
+end
+return res
 )lua";
 
 }  // namespace quota::bench

@@ -42,8 +42,6 @@
 #include <variant>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -51,6 +49,7 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/redis/gateway_policy_args.hpp"
 #include "quota/redis/gateway_store_options.hpp"
 #include "quota/redis/keys.hpp"
 #include "quota/redis/redis_store.hpp"
@@ -231,53 +230,6 @@ class GatewayStore {
       return script_.run_many(calls);
     });
   }
-  // What identifies a policy's arguments: its kind and parameters (the value, not the
-  // address — a rule set freed and another built at the same address must not hit).
-  using PolicyKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t>;
-  static PolicyKey policy_key(const gateway::RulePolicy& policy) {
-    return std::visit(
-        [&](const auto& w) -> PolicyKey {
-          if constexpr (std::is_same_v<std::decay_t<decltype(w)>, TokenBucket>) {
-            return {policy.index(), w.rate.units, w.rate.per.count(), w.burst};
-          } else {
-            return {policy.index(), w.limit, w.window.count(), 0};
-          }
-        },
-        policy);
-  }
-
-  // Appends `policy`'s argument to `args`. Rule sets are immutable and hold few distinct
-  // policies, so each one's range check and packing (a gcd, 128-bit products) is done
-  // once and kept: later decisions copy the 35 bytes. Entries are never erased, so a
-  // pointer taken under the lock stays valid; past kMaxCachedPolicies distinct policies
-  // (many reloads, each with new parameters) new ones are checked and packed per call
-  // instead. Errors are not kept: an out-of-range policy gets params()'s error on every
-  // call.
-  absl::Status append_params(const gateway::RulePolicy& policy,
-                             std::vector<std::string>& args) const {
-    const PolicyKey key = policy_key(policy);
-    const GatewayTwin::PolicyArgs* cached = nullptr;
-    {
-      quota::detail::MutexLock lock(params_mu_);
-      auto it = params_cache_.find(key);
-      if (it != params_cache_.end()) cached = &it->second;
-    }
-    if (cached == nullptr) {
-      auto p = GatewayTwin::params(policy);
-      if (!p.ok()) return p.status();
-      quota::detail::MutexLock lock(params_mu_);
-      if (params_cache_.size() >= kMaxCachedPolicies) {
-        args.push_back(*std::move(p));
-        return absl::OkStatus();
-      }
-      cached = &params_cache_.try_emplace(key, *std::move(p)).first->second;
-    }
-    args.push_back(*cached);
-    return absl::OkStatus();
-  }
-
-  static constexpr std::size_t kMaxCachedPolicies = 4096;
-
   // One script call on `levels` (one slot), each with its own units (LevelCheck::cost:
   // the cost 'd', the units to give back 'r' or to charge 'c').
   absl::StatusOr<Call> build(std::span<const gateway::LevelCheck> levels, char op,
@@ -329,7 +281,7 @@ class GatewayStore {
       auto parts = split_key(level.key);
       if (!parts.ok()) return parts.status();
       call.keys.push_back(bucket_key(options_.prefix, *parts));
-      if (auto s = append_params(*level.policy, call.args); !s.ok()) return s;
+      if (auto s = policy_args_.append(*level.policy, call.args); !s.ok()) return s;
     }
     return call;
   }
@@ -410,9 +362,7 @@ class GatewayStore {
   Script script_;
   Script attempts_;
   absl::Status config_error_;
-  mutable quota::detail::Mutex params_mu_;
-  mutable absl::node_hash_map<PolicyKey, GatewayTwin::PolicyArgs> params_cache_
-      ABSL_GUARDED_BY(params_mu_);
+  GatewayPolicyArgCache policy_args_;
   std::unique_ptr<CallCoalescer> coalescer_;  // with GatewayStoreOptions::coalesce > 1
 };
 

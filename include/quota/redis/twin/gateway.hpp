@@ -8,7 +8,7 @@
 // gateway::charge on each key, each with its own units); and 'a', 'd' with an attempt's
 // record read and written in the same call (twin/gateway_attempts.hpp). GatewayStore
 // (redis/gateway_store.hpp) sends it; twin/gateway_codec.hpp packs its arguments and
-// parses its replies.
+// parses its replies; twin/gateway_write.hpp is the end of each level (TTL, write).
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
 // exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
@@ -31,6 +31,7 @@
 #include "quota/redis/twin/gateway_attempts.hpp"
 #include "quota/redis/twin/gateway_settle.hpp"
 #include "quota/redis/twin/gateway_windows.hpp"
+#include "quota/redis/twin/gateway_write.hpp"
 #include "quota/redis/twin/skeleton.hpp"
 
 namespace quota::redis {
@@ -315,124 +316,21 @@ for i = 1, n do
   else
     --@@ charge
   end
-  -- Time from the last time until the state equals a fresh one, rs s + rn ns (rs -1:
-  -- never): reset_after, and the TTL.
-  local rs, rn = 0, 0
-  if kind == 1 then
-    @reach(rs, rn, tu, tl, c, cap)
-  elseif kind >= 3 then  -- windows
-    rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
-  elseif tu ~= 0 then
-    local w, mode = m, p
-    @to_next(rs, rn, lsec, lns)
-  end
-  if decide then
-    @dur(res[6 * i + 2], rs, rn)
-  end
-  -- 'd': a level allowed before the last one is written once the last is decided (P).
-  local pend = decide and i < n and not denied
-  -- Writes this level (or keeps it in P), then ('d', the last level decided) the ones
-  -- before it: each as kept in P, or, when it was given back or is a log (its list is
-  -- written with it), its state unpacked from P and its TTL worked out again.
-  local j, v, put = i
-  while true do
-    if not v then
-      -- The TTL (see above): none with debt or when never fresh (rs -1); else keep the one
-      -- set earlier (put true), or set one (put: its ms). `o`: the expiry as stored.
-      if lg then expiry = 0 end  -- windows: a log's TTL is set anew, with its list's
-      local o = 0
-      put = false
-      if du == 0 and dl == 0 and rs >= 0 then
-        @ceil_ms2(local ttl, lsec - sec + rs, lns - ns + rn)
-        ttl = ttl + margin
-        if now_ms then
-          local base = lsec * 1000 + (lns - lns % M6) / M6
-          if expiry >= now_ms + ttl + 10 then
-            o = expiry - base
-            put = o >= 1 and o <= MAXOFF
-          end
-          if not put then
-            put = ttl
-            if expiry >= now_ms + ttl - margin then put = ttl + margin end
-            o = now_ms + put - base
-            if o < 1 or o > MAXOFF then o = 0 end
-          end
-        else
-          put = ttl
-        end
-      end
-      v = spack('<I7i6I3I7i6I4I5I3I4c35', ver, tu, tl, c, lsec, lns + 1073741824, du, dl, o, id)
-    end
-    if pend then
-      if lg then LG = LG or {}; LG[i] = lg end  -- windows
-      if i == 1 then
-        -- (sized for three levels: a table that grows is rehashed)
-        P = {v, put, took, expiry, 0, 0, 0, 0}
-      else
-        local b = 4 * i
-        P[b - 3], P[b - 2], P[b - 1], P[b] = v, put, took, expiry
-      end
-      break
-    end
-    local key = KEYS[j]
-    if lg then
-      local px = nil
-      if put ~= true and put then px = put end
-      log_write(key, lg, kind, tu, lsec, lns, px)  -- windows
-    end
-    if put == true then
-      -- (an 80-byte state, its expiry read from it) overwritten in place, TTL kept
-      redis.call('SETRANGE', key, '0', v)
-    elseif put then
-      redis.call('SET', key, v, 'PX', put)
-    else
-      redis.call('SET', key, v)
-    end
-    if not decide then break end
-    j = j - 1
-    if j < 1 then
-      for k = 6 * i + 4, 6 * n + 3 do res[k] = nil end
-      -- the record is final when this call decides the request's last levels or denied
-      if att then attempt_close(att, res, att.last == 1 or denied, now_ms) end
-      return res
-    end
-    local b = 4 * j
-    v, put, took, expiry = P[b - 3], P[b - 2], P[b - 1], P[b]
-    lg = LG and LG[j]  -- windows
-    if lg or (denied and took > 0) then
-      ver, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I7i6I3I7i6I4I5I3I4c35', v)
-      lns = lns - 1073741824
-      kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
-      wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
-      if denied and took > 0 then
-        -- given back: the state as before the deduction
-        if kind == 1 then tu = tu + took else tu = tu - took end
-      end
-      rs, rn = 0, 0
-      if kind == 1 then
-        @reach(rs, rn, tu, tl, c, cap)
-      elseif kind >= 3 then  -- windows
-        rs, rn = win_reset(kind, m, p, tu, c, lsec, lns, lg)
-      elseif tu ~= 0 then
-        local w, mode = m, p
-        @to_next(rs, rn, lsec, lns)
-      end
-      v = nil
-    end
-  end
+  --@@ write
 end
 return res
 )lua";
 
 namespace detail {
 
-// kGatewayLuaBody with twin/gateway_settle.hpp's refund and charge in place, macros
-// expanded.
+// kGatewayLuaBody with twin/gateway_settle.hpp's refund and charge and
+// twin/gateway_write.hpp's writes in place, macros expanded.
 inline std::string gateway_body() {
   std::string body = kGatewayLuaBody;
   for (const auto& [marker, text] :
        {std::pair<std::string_view, std::string_view>{"    --@@ refund\n", kGatewayRefundLua},
-        {"    --@@ charge\n", kGatewayChargeLua}}) {
+        {"    --@@ charge\n", kGatewayChargeLua},
+        {"  --@@ write\n", kGatewayWriteLua}}) {
     body.replace(body.find(marker), marker.size(), text);
   }
   return expand_lua(body);
