@@ -67,7 +67,11 @@ class Subscriber {
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_subscribed_(std::move(on_subscribed)) {
-    options_.connection.eviction_check = EvictionPolicyCheck::kSkip;  // holds no keys
+    // It holds no keys and decides nothing: no policy check, and its connects are not
+    // counted or watched with the pool's (a handshake of its own).
+    options_.connection.eviction_check = EvictionPolicyCheck::kSkip;
+    options_.connection.handshake_stats = nullptr;
+    options_.connection.node_watch = nullptr;
     options_.poll = std::max(options_.poll, std::chrono::milliseconds(1));
     options_.backoff_min = std::max(options_.backoff_min, std::chrono::milliseconds(1));
     options_.backoff_max = std::max(options_.backoff_max, options_.backoff_min);
