@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/lease_grant.hpp"
 #include "quota/gateway/lease_metrics.hpp"
 #include "quota/gateway/lease_spec.hpp"
 #include "quota/units.hpp"
@@ -77,6 +79,19 @@ struct KeyLease {
   }
 
   bool may_ask(Nanos now) const { return now >= retry_at; }
+
+  // What is held of `key` at `now` (grants not expired), or nullopt when nothing.
+  std::optional<Holding> holding(const std::string& key, Nanos now) const {
+    Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
+    for (const HeldGrant& g : grants) {
+      if (now >= g.expires_at) continue;
+      h.units += g.units;
+      h.expires_at = std::min(h.expires_at, g.expires_at);
+      h.version = std::max(h.version, g.version);
+    }
+    if (h.units == 0) return std::nullopt;
+    return h;
+  }
 
   // Drops the grants expired at `now` (unused at expiry) or taken under an older rule-set
   // version than `version` (dropped on a rule change).

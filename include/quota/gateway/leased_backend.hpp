@@ -25,15 +25,10 @@
 //     without the new rules spends its grant until it expires, and its next grant is
 //     decided under the newer rule that converted the key: a rule change reaches every
 //     holder at the latest one expiry after a process with it decides the key.
-//   - Revocation at once (`lease.revoke: at_once`, lease_revocation.hpp): with a ledger
-//     that revokes (RevocationAuthority), the backend subscribes to it; on a revocation
-//     it drops the units it holds of the covered grants (LeaseCounters::units_revoked)
-//     before its next decision of the key, and decides the rule's keys at the authority,
-//     per request, while its rule-set version is below the revoked one. Before each grant
-//     it asks the authority whether the rule is revoked for its version; if so it takes no
-//     grant and decides at the authority. A grant that races a revocation is dropped
-//     when it arrives, or when the notification does. No notification (subscription
-//     down): the grant is spent until it expires, then refused.
+//   - Revocation at once (lease_revocation.hpp): with a RevocationAuthority ledger the
+//     backend subscribes; on a revocation it drops what it holds of the covered grants
+//     (units_revoked), and decides the rule's keys at the authority while its version is
+//     below the revoked one (also when the authority refuses a grant for that reason).
 //   - Renewal at the low-water mark: the request that leaves `low_water` units or fewer
 //     asks for `units` more; at most one grant request is in flight per key and process
 //     (the others spend what is left, or wait for it when nothing is left). After a
@@ -188,14 +183,7 @@ class LeasedBackend {
     std::vector<Holding> out;
     keys_.for_each([&](const std::string& key, detail::KeyLease& k) {
       quota::detail::MutexLock lock(k.mu);
-      Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
-      for (const detail::HeldGrant& g : k.grants) {
-        if (now >= g.expires_at) continue;
-        h.units += g.units;
-        h.expires_at = std::min(h.expires_at, g.expires_at);
-        h.version = std::max(h.version, g.version);
-      }
-      if (h.units > 0) out.push_back(std::move(h));
+      if (auto h = k.holding(key, now)) out.push_back(*std::move(h));
     });
     std::sort(out.begin(), out.end(),
               [](const Holding& a, const Holding& b) { return a.key < b.key; });
