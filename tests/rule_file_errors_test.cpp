@@ -121,7 +121,9 @@ std::vector<BadFile> bad_files() {
        "11:19: rules[0].lease.mode: expected off | on | auto, got \"sometimes\""},
       {"an unknown lease field", free_rule(tb, "    lease: {mode: on, size: 5}\n"),
        "11:23: rules[0].lease.size: unknown field \"size\"; allowed: mode, units, expiry, "
-       "low_water, auto_rate"},
+       "low_water, auto_rate, revoke"},
+      {"an unknown lease revocation", free_rule(tb, "    lease: {mode: on, revoke: now}\n"),
+       "11:31: rules[0].lease.revoke: expected at_expiry | at_once, got \"now\""},
       {"a lease larger than the burst (RuleSet::create)",
        free_rule(tb, "    lease: {mode: on, units: 21}\n"),
        "11:30: rules[0].lease.units: lease.units is 21; it must be in [1, 20]", false},

@@ -19,7 +19,7 @@ rules:
     level: global
     route: read
     token_bucket: {rate: 10000/s, burst: 2000}
-    lease: {mode: on, units: 500, expiry: 2s, low_water: 100}
+    lease: {mode: on, units: 500, expiry: 2s, low_water: 100, revoke: at_once}
   - name: free
     level: tenant
     plan: free
@@ -47,6 +47,8 @@ rules:
   CHECK(global->lease.expiry == 2s);
   CHECK(global->lease.low_water == 100);
   CHECK(global->lease.max_held() == 600);
+  CHECK(global->lease.revoke == quota::gateway::LeaseRevoke::kAtOnce);
+  CHECK(tenant->lease.revoke == quota::gateway::LeaseRevoke::kAtExpiry);  // the default
   CHECK(tenant->lease.mode == LeaseMode::kAuto);
   CHECK(tenant->lease.auto_rate == 50);
   CHECK(tenant->lease.expiry == 1s);   // the default

@@ -18,7 +18,7 @@ set(QUOTA_TEST_UNITY_BATCHES
   batch gateway_limits_test gateway_metrics_test gateway_request_cost_test
         gateway_rollout_test gateway_rules_test gateway_settle_test
         gateway_window_rules_test
-  batch gateway_lease_test gateway_lease_envelope_test gateway_test
+  batch gateway_lease_test gateway_lease_envelope_test gateway_lease_revoke_test gateway_test
   batch gateway_attempt_errors_test gateway_fail_mode_test
   batch redis_auth_test redis_coalesce_test redis_concurrency_test redis_connection_test
         redis_differential_test

@@ -3,9 +3,9 @@
 // A LeasedBackend (leased_backend.hpp) counts, per level (user, tenant, global — labels
 // from configuration only, never a key): the units held now, grants taken and the units
 // they brought, renewals (grant requests) with their latency and failures, units unused
-// at expiry, units dropped by a rule change, and denials answered while leased. Units
-// held per key are listed by LeasedBackend::holdings() (keys are not metric labels: they
-// are unbounded). Counters are relaxed atomics, exact once traffic stops.
+// at expiry, units dropped by a rule change, units revoked at once, and denials answered while
+// leased. Units held per key are listed by LeasedBackend::holdings() (keys are not metric labels:
+// they are unbounded). Counters are relaxed atomics, exact once traffic stops.
 //
 // Thread safety: any thread.
 //
@@ -39,6 +39,7 @@ struct LeaseCounters {
   std::atomic<std::int64_t> renewal_ns_max{0};
   std::atomic<std::int64_t> units_unused_at_expiry{0};
   std::atomic<std::int64_t> units_dropped_on_rule_change{0};
+  std::atomic<std::int64_t> units_revoked{0};  // dropped on a revocation (lease_revocation.hpp)
   std::atomic<std::int64_t> denials_while_leased{0};
   std::atomic<std::int64_t> record_failures{0};  // grants the ledger failed to record
 
@@ -67,7 +68,7 @@ inline std::string render_prometheus(const LeaseMetrics& m) {
     std::string_view help;
     std::atomic<std::int64_t> LeaseCounters::*field;
   };
-  static constexpr std::array<Family, 10> kFamilies{{
+  static constexpr std::array<Family, 11> kFamilies{{
       {"quota_lease_units_held", "gauge", "Units held in lease grants by this process.",
        &LeaseCounters::units_held},
       {"quota_lease_grants_total", "counter", "Lease grants taken.", &LeaseCounters::grants},
@@ -84,6 +85,9 @@ inline std::string render_prometheus(const LeaseMetrics& m) {
       {"quota_lease_units_dropped_on_rule_change_total", "counter",
        "Granted units dropped because the rule set changed.",
        &LeaseCounters::units_dropped_on_rule_change},
+      {"quota_lease_units_revoked_total", "counter",
+       "Granted units dropped because the authority revoked their grants.",
+       &LeaseCounters::units_revoked},
       {"quota_lease_denials_total", "counter", "Denials answered while leased.",
        &LeaseCounters::denials_while_leased},
       {"quota_lease_record_failures_total", "counter", "Grants the ledger failed to record.",

@@ -8,6 +8,11 @@
 // `units + low_water` at any instant, so with H holders of a key the budget's envelope
 // becomes A(T) <= r·T + B + H·(units + low_water). Off by default.
 //
+// A rule change reaches the holders of the rule's keys within one lease expiry
+// (`revoke` kAtExpiry, the default), or at once (kAtOnce): the gateway that installs the
+// change records a revocation at the authority and the holders drop what they hold
+// (lease_revocation.hpp).
+//
 // Validation (RuleSet::create, naming the field): 1 <= units <= the policy's capacity;
 // 0 <= low_water < units; expiry > 0; auto_rate >= 1 with `auto` and 0 otherwise.
 //
@@ -15,7 +20,7 @@
 //
 //   quota::gateway::RuleSpec global{.level = quota::gateway::Level::kGlobal, ...,
 //       .lease = {.mode = quota::gateway::LeaseMode::kOn, .units = 500, .expiry = 1s,
-//                 .low_water = 100}};
+//                 .low_water = 100, .revoke = quota::gateway::LeaseRevoke::kAtOnce}};
 #pragma once
 
 #include <chrono>
@@ -46,6 +51,17 @@ constexpr std::string_view to_string(LeaseMode m) {
   return "unknown";
 }
 
+// How a change of the rule reaches grants already taken under it.
+enum class LeaseRevoke : std::uint8_t {
+  kAtExpiry = 0,  // each holder spends its grant until it expires, or until it decides
+                  // the key under the new rules (the default)
+  kAtOnce = 1,    // revoked at the authority on install; holders drop the grant at once
+};
+
+constexpr std::string_view to_string(LeaseRevoke r) {
+  return r == LeaseRevoke::kAtOnce ? "at_once" : "at_expiry";
+}
+
 struct LeaseSpec {
   LeaseMode mode = LeaseMode::kOff;
   // Whole units per grant (q): taken from the budget in one atomic decision.
@@ -59,6 +75,10 @@ struct LeaseSpec {
   // (measured over one-second windows of the caller's clock); back to the authority
   // when the rate falls below half of it.
   std::int64_t auto_rate = 0;
+  // When a change of this rule reaches grants taken under it (see LeaseRevoke).
+  LeaseRevoke revoke = LeaseRevoke::kAtExpiry;
+
+  friend bool operator==(const LeaseSpec&, const LeaseSpec&) = default;
 
   bool enabled() const { return mode != LeaseMode::kOff; }
   // The most a holder holds of one key at any instant.
@@ -82,6 +102,10 @@ struct LeaseSpec {
     if (mode == LeaseMode::kAuto ? auto_rate < 1 : auto_rate != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "lease.auto_rate is %d; it must be >= 1 with mode auto and 0 otherwise", auto_rate));
+    }
+    if (revoke != LeaseRevoke::kAtExpiry && revoke != LeaseRevoke::kAtOnce) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "lease.revoke is %d; it must be at_expiry (0) or at_once (1)", static_cast<int>(revoke)));
     }
     return absl::OkStatus();
   }

@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,8 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
+#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/lease_grant.hpp"
 #include "quota/gateway/lease_metrics.hpp"
 #include "quota/gateway/lease_spec.hpp"
 #include "quota/units.hpp"
@@ -38,7 +42,9 @@ struct HeldGrant {
   std::int64_t units = 0;    // left to spend
   std::int64_t granted = 0;  // granted: a give-back never raises `units` above it
   std::uint64_t version = 0;
-  Nanos expires_at{0};  // on the holder's clock: never spent at or after it
+  Nanos expires_at{0};              // on the holder's clock: never spent at or after it
+  std::string rule{};               // Rule::id of the rule it was asked for under
+  std::uint64_t asked_version = 0;  // the holder's rule-set version when it asked
 };
 
 struct KeyLease {
@@ -56,6 +62,12 @@ struct KeyLease {
   Decision last_denial{};
   absl::Status last_failure;
   int failures = 0;
+  // The revocation of the key's rule this key last looked up (LeasedBackend: refreshed when
+  // the backend's revocation epoch moves): requests under versions below it go to the
+  // authority.
+  std::uint64_t revocation_epoch = 0;
+  std::string revoked_rule;
+  std::uint64_t revoked_below = 0;
   // lease: auto — units decided in the current one-second window.
   Nanos window_start = Nanos::min();
   std::int64_t window_units = 0;
@@ -67,6 +79,19 @@ struct KeyLease {
   }
 
   bool may_ask(Nanos now) const { return now >= retry_at; }
+
+  // What is held of `key` at `now` (grants not expired), or nullopt when nothing.
+  std::optional<Holding> holding(const std::string& key, Nanos now) const {
+    Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
+    for (const HeldGrant& g : grants) {
+      if (now >= g.expires_at) continue;
+      h.units += g.units;
+      h.expires_at = std::min(h.expires_at, g.expires_at);
+      h.version = std::max(h.version, g.version);
+    }
+    if (h.units == 0) return std::nullopt;
+    return h;
+  }
 
   // Drops the grants expired at `now` (unused at expiry) or taken under an older rule-set
   // version than `version` (dropped on a rule change).
@@ -81,6 +106,21 @@ struct KeyLease {
       }
       return true;
     });
+  }
+
+  // Drops the grants `r` covers (revoked at the authority); returns their units.
+  std::int64_t drop_revoked(const Revocation& r, LeaseCounters* c) {
+    std::int64_t dropped = 0;
+    std::erase_if(grants, [&](const HeldGrant& g) {
+      if (!r.covers(g.rule, g.asked_version)) return false;
+      dropped += g.units;
+      return true;
+    });
+    if (c != nullptr) {
+      c->units_held.fetch_sub(dropped, std::memory_order_relaxed);
+      c->units_revoked.fetch_add(dropped, std::memory_order_relaxed);
+    }
+    return dropped;
   }
 
   void add(HeldGrant g, LeaseCounters* c) {
@@ -185,6 +225,39 @@ struct KeyLease {
     std::int64_t t;
     return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
   }
+};
+
+// The revocations a process has heard (LeasedBackend::revoked), by rule id, and an epoch
+// that moves with each: a KeyLease caches its rule's and looks again only when it moved.
+class RevocationsHeard {
+ public:
+  void add(const Revocation& r) {
+    {
+      quota::detail::MutexLock lock(mu_);
+      std::uint64_t& below = below_[r.rule];
+      below = std::max(below, r.below);
+    }
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // The version below which `rule` is revoked (0: not revoked); the caller holds k.mu.
+  std::uint64_t below(KeyLease& k, const std::string& rule) {
+    const std::uint64_t epoch = epoch_.load(std::memory_order_acquire);
+    if (epoch == 0) return 0;  // nothing revoked yet
+    if (k.revocation_epoch != epoch || k.revoked_rule != rule) {
+      quota::detail::MutexLock lock(mu_);
+      auto it = below_.find(rule);
+      k.revoked_below = it == below_.end() ? 0 : it->second;
+      k.revoked_rule = rule;
+      k.revocation_epoch = epoch;
+    }
+    return k.revoked_below;
+  }
+
+ private:
+  quota::detail::Mutex mu_;
+  absl::flat_hash_map<std::string, std::uint64_t> below_ ABSL_GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> epoch_{0};
 };
 
 // The keys a process leases: found through 16 locked shards (held only for the lookup),

@@ -25,6 +25,10 @@
 //     without the new rules spends its grant until it expires, and its next grant is
 //     decided under the newer rule that converted the key: a rule change reaches every
 //     holder at the latest one expiry after a process with it decides the key.
+//   - Revocation at once (lease_revocation.hpp): with a RevocationAuthority ledger the
+//     backend subscribes; on a revocation it drops what it holds of the covered grants
+//     (units_revoked), and decides the rule's keys at the authority while its version is
+//     below the revoked one (also when the authority refuses a grant for that reason).
 //   - Renewal at the low-water mark: the request that leaves `low_water` units or fewer
 //     asks for `units` more; at most one grant request is in flight per key and process
 //     (the others spend what is left, or wait for it when nothing is left). After a
@@ -77,36 +81,31 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/lease_grant.hpp"
 #include "quota/gateway/lease_metrics.hpp"
 #include "quota/gateway/lease_spec.hpp"
 #include "quota/gateway/lease_state.hpp"
 
 namespace quota::gateway {
 
-struct LeasedBackendOptions {
-  // The holder's incarnation; 0: a fresh random one (one per process start).
-  std::uint64_t incarnation = 0;
-  Nanos backoff_min = std::chrono::milliseconds(1);
-  Nanos backoff_max = std::chrono::seconds(1);
-  // Most keys held at once; a key beyond it is decided by the inner backend.
-  std::size_t max_keys = 100'000;
-  LeaseMetrics* metrics = nullptr;  // optional; must outlive the backend
-};
-
-// What this process holds of one key (LeasedBackend::holdings).
-struct Holding {
-  std::string key{};
-  std::int64_t units = 0;  // held now, all grants
-  Nanos expires_at{0};     // of the oldest grant held
-  std::uint64_t version = 0;
-};
-
 template <GatewayBackend Inner, GrantRecorder Ledger = GrantLedger>
 class LeasedBackend {
  public:
   // `inner` and `ledger` must outlive the backend. A backoff below 1 ns is raised to it.
   LeasedBackend(Inner& inner, Ledger& ledger, LeasedBackendOptions options = {})
-      : inner_(inner), ledger_(ledger), options_(fill(options)), rng_(options_.incarnation) {}
+      : inner_(inner),
+        ledger_(ledger),
+        options_(detail::filled(options)),
+        rng_(options_.incarnation) {
+    if constexpr (RevocationAuthority<Ledger>) {
+      listener_ = ledger_.subscribe([this](const Revocation& r) { revoked(r); });
+    }
+  }
+  ~LeasedBackend() {
+    if constexpr (RevocationAuthority<Ledger>) ledger_.unsubscribe(listener_);
+  }
+  LeasedBackend(const LeasedBackend&) = delete;
+  LeasedBackend& operator=(const LeasedBackend&) = delete;
 
   std::uint64_t incarnation() const { return options_.incarnation; }
 
@@ -115,14 +114,19 @@ class LeasedBackend {
     LevelsResult out{.parts = {}, .time = now};
     CheckVector<Taken> taken;  // levels deducted so far
     CheckVector<detail::KeyLease*> leased;
-    for (const LevelCheck& l : levels) leased.push_back(lease_for(l, now));
+    for (const LevelCheck& l : levels) leased.push_back(lease_for(l, version, now));
     for (std::size_t i = 0; i < levels.size();) {
       if (leased[i] != nullptr) {
-        auto d = decide_local(*leased[i], levels[i], version, now);
-        if (!d.ok()) {
+        auto local = decide_local(*leased[i], levels[i], version, now);
+        if (!local.ok()) {
           give_back(levels, taken, version, now);
-          return d.status();
+          return local.status();
         }
+        if (!local->has_value()) {  // revoked for this version: the authority decides
+          leased[i] = nullptr;
+          continue;
+        }
+        const auto& d = *local;
         out.parts.push_back(*d);
         if (d->allowed) taken.push_back({.level = i, .local = leased[i], .spent_at = now});
         if (!d->allowed && !levels[i].shadow) {
@@ -179,18 +183,22 @@ class LeasedBackend {
     std::vector<Holding> out;
     keys_.for_each([&](const std::string& key, detail::KeyLease& k) {
       quota::detail::MutexLock lock(k.mu);
-      Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
-      for (const detail::HeldGrant& g : k.grants) {
-        if (now >= g.expires_at) continue;
-        h.units += g.units;
-        h.expires_at = std::min(h.expires_at, g.expires_at);
-        h.version = std::max(h.version, g.version);
-      }
-      if (h.units > 0) out.push_back(std::move(h));
+      if (auto h = k.holding(key, now)) out.push_back(*std::move(h));
     });
     std::sort(out.begin(), out.end(),
               [](const Holding& a, const Holding& b) { return a.key < b.key; });
     return out;
+  }
+
+  // A revocation heard from the authority (the ledger's subscription calls it): the units
+  // held of the grants it covers are dropped now, and requests under versions below it
+  // decide the rule's keys at the authority.
+  void revoked(const Revocation& r) {
+    heard_.add(r);
+    keys_.for_each([&](const std::string&, detail::KeyLease& k) {
+      quota::detail::MutexLock lock(k.mu);
+      k.drop_revoked(r, counters(k.level));
+    });
   }
 
   // Grant requests sent to the inner backend (authority round trips for leases).
@@ -203,35 +211,28 @@ class LeasedBackend {
     Nanos spent_at;
   };
 
-  static LeasedBackendOptions fill(LeasedBackendOptions o) {
-    if (o.incarnation == 0) {
-      std::random_device rd;
-      o.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
-    }
-    o.backoff_min = std::max(o.backoff_min, Nanos{1});
-    o.backoff_max = std::max(o.backoff_max, o.backoff_min);
-    return o;
-  }
-
   LeaseCounters* counters(Level level) {
     return options_.metrics == nullptr ? nullptr : &options_.metrics->at(level);
   }
 
-  // The key's lease if this level is decided from a grant now, else null. Auto mode
-  // measures the key's rate here.
-  detail::KeyLease* lease_for(const LevelCheck& l, Nanos now) {
+  // The key's lease if this level is decided from a grant now, else null (also when the
+  // rule is revoked for `version`). Auto mode measures the key's rate here.
+  detail::KeyLease* lease_for(const LevelCheck& l, std::uint64_t version, Nanos now) {
     if (l.rule == nullptr || !l.rule->lease.enabled()) return nullptr;
     const LeaseSpec& spec = l.rule->lease;
     if (l.cost > spec.units) return nullptr;  // larger than a grant: the authority decides
     detail::KeyLease* k = keys_.find_or_add(l.key, l.rule->level);
     if (k == nullptr) return nullptr;
     quota::detail::MutexLock lock(k->mu);
+    if (version < revoked_below(*k, *l.rule)) return nullptr;
     k->measure(spec, l.cost, now, counters(l.rule->level));
     return k->leasing ? k : nullptr;
   }
 
-  absl::StatusOr<Decision> decide_local(detail::KeyLease& k, const LevelCheck& l,
-                                        std::uint64_t version, Nanos now) {
+  // The level's decision from the grants held; nullopt when the rule turned out revoked
+  // for `version` (the authority decides it).
+  absl::StatusOr<std::optional<Decision>> decide_local(detail::KeyLease& k, const LevelCheck& l,
+                                                       std::uint64_t version, Nanos now) {
     const LeaseSpec& spec = l.rule->lease;
     LeaseCounters* c = counters(l.rule->level);
     std::unique_lock<quota::detail::Mutex> lock(k.mu);
@@ -239,6 +240,7 @@ class LeasedBackend {
     // Bounded: each round spends, waits for the request in flight, or asks (a grant taken
     // may be spent by other threads before this one gets the lock back).
     for (int round = 0; round < 8; ++round) {
+      if (version < revoked_below(k, *l.rule)) return std::nullopt;
       k.drop_stale(version, now, c);
       if (k.held() >= l.cost) {
         Decision d = k.spend(l.cost, version, c);
@@ -258,13 +260,15 @@ class LeasedBackend {
         return deny(k, now, c);
       }
       const std::int64_t ask = never ? need : std::max(spec.units, need);
-      auto got = renew(k, lock, l, ask, version, now, c);
-      if (!got.ok()) return got.status();
-      if (got->allowed) continue;
+      auto renewed = renew(k, lock, l, ask, version, now, c);
+      if (!renewed.ok()) return renewed.status();
+      if (!renewed->has_value()) return std::nullopt;
+      const Decision& got = **renewed;
+      if (got.allowed) continue;
       // Denied: wait until a whole grant is there (the authority's retry_after for it), so
       // that at saturation every round trip brings `units`. A budget that cannot refill
       // to a whole grant (kNever) is asked once more for just what this request needs.
-      if (never || ask == need || got->reason != Reason::kOverLimit || got->retry_after != kNever) {
+      if (never || ask == need || got.reason != Reason::kOverLimit || got.retry_after != kNever) {
         return deny(k, now, c);
       }
       never = true;
@@ -278,10 +282,13 @@ class LeasedBackend {
   }
 
   // One grant request of `units` on the key: the lock is released for the round trip,
-  // `renewing` keeps it the only one in flight.
-  absl::StatusOr<Decision> renew(detail::KeyLease& k, std::unique_lock<quota::detail::Mutex>& lock,
-                                 const LevelCheck& l, std::int64_t units, std::uint64_t version,
-                                 Nanos now, LeaseCounters* c) {
+  // `renewing` keeps it the only one in flight. nullopt: the rule is revoked for `version`
+  // (the authority refused, or a revocation came while the request was in flight).
+  absl::StatusOr<std::optional<Decision>> renew(detail::KeyLease& k,
+                                                std::unique_lock<quota::detail::Mutex>& lock,
+                                                const LevelCheck& l, std::int64_t units,
+                                                std::uint64_t version, Nanos now,
+                                                LeaseCounters* c) {
     if (k.pending_id.empty() || k.pending_units != units || k.pending_version != version) {
       k.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-",
                                   sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
@@ -292,10 +299,13 @@ class LeasedBackend {
     k.renewing = true;
     lock.unlock();
     const auto started = std::chrono::steady_clock::now();
-    auto got = take_grant(l, id, units, version, now);
+    auto got = detail::take_grant(inner_, ledger_, l, id, units, version, now, grant_requests_);
+    if (got.ok() && got->revoked_below > version) {
+      revoked({.rule = l.rule->id, .below = got->revoked_below});  // as if notified
+    }
     const auto took = std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now() - started);
     const std::uint64_t granted_version = got.ok() ? std::max(version, got->decision.version) : 0;
-    if (got.ok() && got->decision.allowed && !got->replayed) {
+    if (got.ok() && got->revoked_below == 0 && got->decision.allowed && !got->replayed) {
       // Recorded before the key's lock is taken again: spending does not wait for it.
       const GrantRecord record{
           .key = std::string(l.key),
@@ -304,7 +314,9 @@ class LeasedBackend {
           .version = granted_version,
           .units = units,
           .granted_at = got->time,
-          .expires_at = quota::detail::saturating_add(got->time, l.rule->lease.expiry)};
+          .expires_at = quota::detail::saturating_add(got->time, l.rule->lease.expiry),
+          .rule = l.rule->id,
+          .asked_version = version};
       if (!ledger_.record(record).ok() && c != nullptr) {
         c->record_failures.fetch_add(1, std::memory_order_relaxed);
       }
@@ -323,61 +335,32 @@ class LeasedBackend {
       }
       return got.status();
     }
-    if (c != nullptr) c->renewals.fetch_add(1, std::memory_order_relaxed);
     k.pending_id.clear();
     k.failures = 0;
     k.last_failure = absl::OkStatus();
+    if (got->revoked_below != 0) return std::nullopt;  // refused: nothing taken
+    if (c != nullptr) c->renewals.fetch_add(1, std::memory_order_relaxed);
+    if (got->decision.allowed && version < revoked_below(k, *l.rule)) {
+      // Revoked while in flight: the grant (recorded, listed as revoked) is not spent.
+      if (c != nullptr) c->units_revoked.fetch_add(units, std::memory_order_relaxed);
+      return std::nullopt;
+    }
     if (!got->decision.allowed) {
       k.deny_until(got->decision, now, l.rule->lease.expiry);
     } else {
       k.add({.grant_id = id,
              .units = units,
              .version = granted_version,
-             .expires_at = quota::detail::saturating_add(now, l.rule->lease.expiry)},
+             .expires_at = quota::detail::saturating_add(now, l.rule->lease.expiry),
+             .rule = l.rule->id,
+             .asked_version = version},
             c);
       if (c != nullptr) {
         c->grants.fetch_add(1, std::memory_order_relaxed);
         c->units_granted.fetch_add(units, std::memory_order_relaxed);
       }
     }
-    return got->decision;
-  }
-
-  struct Granted {
-    Decision decision;
-    Nanos time{0};          // the authority's time of the grant
-    bool replayed = false;  // a grant already recorded: nothing taken now
-  };
-
-  // The grant decision: the ledger's record of the id (in-process replay), else one
-  // decision of `units` on the key by the inner backend — with the id as its attempt
-  // when the inner backend records attempts at the authority (Redis).
-  absl::StatusOr<Granted> take_grant(const LevelCheck& l, std::string_view id, std::int64_t units,
-                                     std::uint64_t version, Nanos now) {
-    if (auto seen = ledger_.replay(id)) {
-      return Granted{.decision = {.allowed = true, .remaining = 0, .version = seen->version},
-                     .time = seen->granted_at,
-                     .replayed = true};
-    }
-    grant_requests_.fetch_add(1, std::memory_order_relaxed);
-    const LevelCheck grant{.policy = l.policy, .key = l.key, .shadow = false, .cost = units};
-    if constexpr (requires { typename Inner::Attempt; }) {
-      const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
-      auto r = inner_.decide_attempt(std::span(&grant, 1), version, now,
-                                     {.tenant_key = l.key,
-                                      .id = id,
-                                      .fingerprint = fingerprint,
-                                      .deadline = std::nullopt,
-                                      .ttl = 2 * l.rule->lease.expiry});
-      if (!r.ok()) return r.status();
-      if (r->levels.parts.size() != 1) return absl::InternalError("grant: no decision");
-      return Granted{.decision = r->levels.parts[0], .time = r->levels.time, .replayed = false};
-    } else {
-      auto r = inner_.decide(std::span(&grant, 1), version, now);
-      if (!r.ok()) return r.status();
-      if (r->parts.size() != 1) return absl::InternalError("grant: no decision");
-      return Granted{.decision = r->parts[0], .time = r->time, .replayed = false};
-    }
+    return std::optional<Decision>(got->decision);
   }
 
   // All or nothing: what the levels in `taken` deducted goes back.
@@ -395,11 +378,12 @@ class LeasedBackend {
     }
   }
 
+  std::uint64_t revoked_below(detail::KeyLease& k, const Rule& rule) {
+    return heard_.below(k, rule.id);
+  }
+
   Nanos backoff(int failures) {
-    std::int64_t b = options_.backoff_min.count();
-    const std::int64_t cap = options_.backoff_max.count();
-    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
-    b = std::min(b, cap);
+    const std::int64_t b = detail::backoff_ceiling(options_, failures);
     quota::detail::MutexLock lock(rng_mu_);
     // Jitter: uniformly in [b/2, b], so holders that failed together spread out.
     return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
@@ -413,6 +397,8 @@ class LeasedBackend {
   std::atomic<std::int64_t> grant_requests_{0};
   quota::detail::Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+  detail::RevocationsHeard heard_;
+  std::uint64_t listener_ = 0;
 };
 
 }  // namespace quota::gateway

@@ -6,6 +6,9 @@
 // half-built set; versions must increase (they identify the parameters a key's state was
 // written under). `set_shadow_all()` turns every rule of every set to shadow and back, at
 // once, without a reload. Rule files (quota/rules/rule_file.hpp) reload through it.
+// `before_publish` installs a step every publish runs first, with the set in force and
+// the next one (revoke_on_publish, lease_revocation.hpp: lease revocations at the
+// authority); its error stops the publish.
 //
 // Thread safety: every member may be called from any thread.
 //
@@ -15,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -45,24 +49,50 @@ class RuleRegistry {
     return current_;
   }
 
+  // A step run by every publish before the swap (outside the lock), with the set in force
+  // and the next; when it fails, the publish fails with its error and nothing changes.
+  using BeforePublish = std::function<absl::Status(const RuleSet& from, const RuleSet& to)>;
+  void before_publish(BeforePublish step) {
+    auto shared = std::make_shared<const BeforePublish>(std::move(step));
+    quota::detail::MutexLock lock(mu_);
+    before_publish_ = std::move(shared);
+  }
+
   // Makes `next` current. FailedPrecondition unless its version is greater than the
   // current one (versions identify states' parameters: they must not be reused).
   absl::Status publish(std::shared_ptr<const RuleSet> next) {
     if (next == nullptr) return absl::InvalidArgumentError("publish: null rule set");
+    std::shared_ptr<const RuleSet> from;
+    std::shared_ptr<const BeforePublish> step;
+    {
+      quota::detail::MutexLock lock(mu_);
+      if (auto s = check_newer(*next); !s.ok()) return s;
+      from = current_;
+      step = before_publish_;
+    }
+    if (step != nullptr && *step && from != nullptr) {
+      if (auto s = (*step)(*from, *next); !s.ok()) return s;
+    }
     std::shared_ptr<const RuleSet> old;  // released outside the lock
     quota::detail::MutexLock lock(mu_);
-    if (current_ != nullptr && next->version() <= current_->version()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("publish: version %d is not greater than the current %d", next->version(),
-                          current_->version()));
-    }
+    if (auto s = check_newer(*next); !s.ok()) return s;  // another publish came first
     old = std::exchange(current_, std::move(next));
     return absl::OkStatus();
   }
 
  private:
+  absl::Status check_newer(const RuleSet& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (current_ != nullptr && next.version() <= current_->version()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("publish: version %d is not greater than the current %d", next.version(),
+                          current_->version()));
+    }
+    return absl::OkStatus();
+  }
+
   mutable quota::detail::Mutex mu_;
   std::shared_ptr<const RuleSet> current_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const BeforePublish> before_publish_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> shadow_all_{false};
 };
 

@@ -45,6 +45,7 @@ namespace quota::gateway {
 
 // A validated rule inside a RuleSet.
 struct Rule {
+  std::string id{};  // unique in its set and stable across sets: level, scope, route, limit
   std::string name{};
   Level level = Level::kTenant;
   RulePolicy policy{};
@@ -134,6 +135,15 @@ class RuleSet {
   }
 
   std::uint64_t version() const { return version_; }
+  // Every rule (in no particular order), and the rule of an id (Rule::id) or null.
+  template <class Fn>
+  void for_each_rule(Fn&& fn) const {
+    for (const auto& [id, rule] : rules_) fn(rule);
+  }
+  const Rule* rule(std::string_view id) const {
+    auto it = rules_.find(quota::detail::to_absl(id));
+    return it == rules_.end() ? nullptr : &it->second;
+  }
   // RuleSetSpec::shadow_all: every rule of this set is in shadow.
   bool shadow_all() const { return shadow_all_; }
 
@@ -320,7 +330,9 @@ class RuleSet {
       }
       add_slot(entry, slot);
     }
-    Rule rule{.name = r.name,
+    std::string id = rule_key(r.level, scope, r.route, r.limit);
+    Rule rule{.id = id,
+              .name = r.name,
               .level = r.level,
               .policy = r.policy,
               .shadow = r.shadow,
@@ -337,7 +349,7 @@ class RuleSet {
       if (!c.ok()) return c.status();
       rule.counters = *c;
     }
-    if (!rules_.emplace(rule_key(r.level, scope, r.route, r.limit), std::move(rule)).second) {
+    if (!rules_.emplace(std::move(id), std::move(rule)).second) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a %s rule for %s on %s is already defined", to_string(r.level),
           scope.empty() ? "everyone" : scope,

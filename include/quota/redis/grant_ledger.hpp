@@ -3,17 +3,30 @@
 // `RedisGrantLedger` is the GrantRecorder (gateway/grant_ledger.hpp) of a LeasedBackend
 // over `GatewayStore`: each grant is written into a hash next to the budget it was taken
 // from — `<the key's Redis key>:grants`, in the key's hash slot (one node on a cluster) —
-// field = grant id, value = "<incarnation> <version> <units> <granted_at> <expires_at>"
-// (times in nanoseconds of the server's clock). The write also drops the fields that
-// expired more than `keep` ago and sets the hash's TTL, so a key leased for ever keeps a
-// bounded record. An operator lists a key's grants still outstanding with
-// `outstanding(key)`, at the server's time.
+// field = grant id, value = "<incarnation> <version> <units> <granted_at> <expires_at>
+// <asked_version> <rule id>" (times in nanoseconds of the server's clock). The write also drops the
+// fields that expired more than `keep` ago and sets the hash's TTL, so a key leased for ever keeps
+// a bounded record. An operator lists a key's grants still outstanding with `outstanding(key)`, at
+// the server's time.
 //
 // The grant itself is one GatewayStore decision with the grant id as its attempt
 // (recorded in the same script call, so a retried grant is replayed, never taken twice);
 // the record is a second call, made once per grant: a grant whose record failed is still
 // held and counted (LeaseCounters::record_failures). `replay` answers nothing: over
 // Redis idempotency is the attempt record's.
+//
+// Revocations (gateway/lease_revocation.hpp) live in one hash, `<prefix>{~lease}revoked`
+// (rule id → the version below which its grants are revoked; kept, never expired), and
+// are announced on the channel `<prefix>lease:revoked` ("<below> <rule id>"): `revoke`
+// raises the rule's version (never lowers it) and PUBLISHes, in one script call, so every
+// gateway that installs the same set may call it. `subscribe` starts, on first use, one
+// Subscriber (transport/subscriber.hpp) on the pool's ConnectionConfig (or
+// RevocationFeed::connection); each message reaches every listener on its thread, and
+// after every (re)subscribe the whole hash is read and delivered, so a revocation
+// published while the subscription was down reaches the listeners when it is back. While
+// it is down (`subscribed()` false), holders learn of a revocation only when the
+// authority refuses their next grant: the change reaches them within one expiry. A store
+// on a Redis Cluster without a pool gets no subscription (the same fallback).
 //
 // Thread safety: any thread (as GatewayStore).
 //
@@ -26,6 +39,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,17 +54,18 @@
 #include "quota/gateway/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/transport/script.hpp"
+#include "quota/redis/transport/subscriber.hpp"
 
 namespace quota::redis {
 
 // KEYS[1]: the hash. ARGV: grant id, record, its granted_at (ns), keep (ns), TTL (ms).
-// Fields that expired before granted_at - keep are dropped.
+// Fields that expired before granted_at - keep are dropped (expires_at: the 5th field).
 inline constexpr const char* kGrantRecordLua = R"lua(
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local horizon = tonumber(ARGV[3]) - tonumber(ARGV[4])
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local expires = tonumber(string.match(all[i + 1], '(%d+)$'))
+  local expires = tonumber(string.match(all[i + 1], '^%S+ %S+ %S+ %S+ (%d+)'))
   if expires and expires < horizon then redis.call('HDEL', KEYS[1], all[i]) end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
@@ -65,27 +81,146 @@ for i = 1, #all do out[#out + 1] = all[i] end
 return out
 )lua";
 
+// KEYS[1]: the revocations hash. ARGV: rule id, below, channel. The rule's version only
+// rises; the one standing is published ("<below> <rule id>") and returned.
+inline constexpr const char* kRevokeLua = R"lua(
+local below = tonumber(ARGV[2])
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if below > cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  cur = below
+end
+redis.call('PUBLISH', ARGV[3], string.format('%d', cur) .. ' ' .. ARGV[1])
+return string.format('%d', cur)
+)lua";
+
+// KEYS[1]: the revocations hash. ARGV[1]: a rule id, or nothing for all of them.
+inline constexpr const char* kRevokedLua = R"lua(
+if ARGV[1] then return redis.call('HGET', KEYS[1], ARGV[1]) or '0' end
+return redis.call('HGETALL', KEYS[1])
+)lua";
+
+// Where the ledger's revocation subscription connects, and how it watches the link
+// (transport/subscriber.hpp).
+struct RevocationFeed {
+  std::optional<ConnectionConfig> connection{};  // default: the store's pool's config
+  std::chrono::milliseconds ping_every{1000};
+  std::chrono::milliseconds backoff_min{10};
+  std::chrono::milliseconds backoff_max{1000};
+};
+
 class RedisGrantLedger {
  public:
   // `store` must outlive the ledger. Records are kept `keep` past their expiry.
-  explicit RedisGrantLedger(const GatewayStore& store, Nanos keep = std::chrono::minutes(1))
+  explicit RedisGrantLedger(const GatewayStore& store, Nanos keep = std::chrono::minutes(1),
+                            RevocationFeed feed = {})
       : store_(store),
         keep_(keep),
+        feed_(std::move(feed)),
         record_(kGrantRecordLua, store.options().pool, store.options().cluster, {},
                 store.options().limits),
         list_(kGrantListLua, store.options().pool, store.options().cluster, {},
-              store.options().limits) {}
+              store.options().limits),
+        revoke_(kRevokeLua, store.options().pool, store.options().cluster, {},
+                store.options().limits),
+        revoked_(kRevokedLua, store.options().pool, store.options().cluster, {},
+                 store.options().limits) {}
+  ~RedisGrantLedger() {
+    std::unique_ptr<Subscriber> sub;
+    {
+      std::lock_guard<std::mutex> lock(listeners_mu_);
+      sub = std::move(subscriber_);
+    }
+    sub.reset();  // stopped and joined outside the lock its callbacks take
+  }
+  RedisGrantLedger(const RedisGrantLedger&) = delete;
+  RedisGrantLedger& operator=(const RedisGrantLedger&) = delete;
+
+  // -- Revocations (gateway::RevocationAuthority) --
+
+  absl::Status revoke(const gateway::Revocation& r) {
+    auto reply =
+        revoke_.run({revocations_key()}, {r.rule, absl::StrCat(r.below), revocations_channel()});
+    if (!reply.ok()) return reply.status();
+    if ((*reply)->type == REDIS_REPLY_ERROR) {
+      return absl::InternalError(
+          absl::StrCat("revoke: ", absl::string_view((*reply)->str, (*reply)->len)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::uint64_t> revoked_below(std::string_view rule) {
+    auto reply = revoked_.run({revocations_key()}, {std::string(rule)});
+    if (!reply.ok()) return reply.status();
+    std::uint64_t below = 0;
+    if ((*reply)->type != REDIS_REPLY_STRING ||
+        !absl::SimpleAtoi(absl::string_view((*reply)->str, (*reply)->len), &below)) {
+      return absl::InternalError("revoked_below: malformed reply");
+    }
+    return below;
+  }
+
+  // Every revocation recorded, by rule id.
+  absl::StatusOr<std::vector<gateway::Revocation>> revocations() {
+    auto reply = revoked_.run({revocations_key()}, {});
+    if (!reply.ok()) return reply.status();
+    const redisReply& r = **reply;
+    if (r.type != REDIS_REPLY_ARRAY || r.elements % 2 != 0) {
+      return absl::InternalError("revocations: malformed reply");
+    }
+    std::vector<gateway::Revocation> out;
+    for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
+      gateway::Revocation rev{.rule = std::string(reply_string(*r.element[i])), .below = 0};
+      if (!absl::SimpleAtoi(detail::av(reply_string(*r.element[i + 1])), &rev.below)) {
+        return absl::DataLossError(absl::StrCat("revocations: malformed version of ", rev.rule));
+      }
+      out.push_back(std::move(rev));
+    }
+    return out;
+  }
+
+  std::uint64_t subscribe(gateway::RevocationListener fn) {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    listeners_.emplace_back(++last_listener_, std::move(fn));
+    if (subscriber_ == nullptr && (feed_.connection || store_.options().pool != nullptr)) {
+      SubscriberOptions o{
+          .connection = feed_.connection ? *feed_.connection : store_.options().pool->config(),
+          .channels = {revocations_channel()},
+          .ping_every = feed_.ping_every,
+          .backoff_min = feed_.backoff_min,
+          .backoff_max = feed_.backoff_max};
+      subscriber_ = std::make_unique<Subscriber>(
+          std::move(o), [this](std::string_view, std::string_view m) { heard(m); },
+          [this] { caught_up(); });
+    }
+    return last_listener_;
+  }
+  void unsubscribe(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    std::erase_if(listeners_, [&](const auto& l) { return l.first == id; });
+  }
+
+  // Whether the revocation subscription is up now, and how many times it came up.
+  bool subscribed() const {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    return subscriber_ != nullptr && subscriber_->subscribed();
+  }
+  std::uint64_t subscriptions() const {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    return subscriber_ == nullptr ? 0 : subscriber_->subscriptions();
+  }
 
   absl::Status record(const gateway::GrantRecord& g) {
     auto key = hash_key(g.key);
     if (!key.ok()) return key.status();
     const std::int64_t life = (g.expires_at - g.granted_at + keep_).count();
     const std::int64_t ttl_ms = std::max<std::int64_t>(1, life / 1'000'000 + 1);
-    auto reply = record_.run({*key}, {g.grant_id,
-                                      absl::StrCat(g.incarnation, " ", g.version, " ", g.units, " ",
-                                                   g.granted_at.count(), " ", g.expires_at.count()),
-                                      absl::StrCat(g.granted_at.count()),
-                                      absl::StrCat(keep_.count()), absl::StrCat(ttl_ms)});
+    auto reply = record_.run(
+        {*key},
+        {g.grant_id,
+         absl::StrCat(g.incarnation, " ", g.version, " ", g.units, " ", g.granted_at.count(), " ",
+                      g.expires_at.count(), " ", g.asked_version, " ", g.rule),
+         absl::StrCat(g.granted_at.count()), absl::StrCat(keep_.count()), absl::StrCat(ttl_ms)});
     if (!reply.ok()) return reply.status();
     if ((*reply)->type == REDIS_REPLY_ERROR) {
       return absl::InternalError(
@@ -115,16 +250,35 @@ class RedisGrantLedger {
     std::vector<gateway::GrantRecord> out;
     for (std::size_t i = 2; i + 1 < r.elements; i += 2) {
       gateway::GrantRecord g{.key = std::string(key), .grant_id = std::string(text(i))};
-      const std::vector<absl::string_view> f = absl::StrSplit(text(i + 1), ' ');
+      const std::vector<absl::string_view> f = absl::StrSplit(text(i + 1), absl::MaxSplits(' ', 6));
       std::int64_t granted = 0, expires = 0;
-      if (f.size() != 5 || !absl::SimpleAtoi(f[0], &g.incarnation) ||
+      if ((f.size() != 5 && f.size() != 7) || !absl::SimpleAtoi(f[0], &g.incarnation) ||
           !absl::SimpleAtoi(f[1], &g.version) || !absl::SimpleAtoi(f[2], &g.units) ||
           !absl::SimpleAtoi(f[3], &granted) || !absl::SimpleAtoi(f[4], &expires)) {
         return absl::DataLossError(absl::StrCat("grant list: malformed record of ", g.grant_id));
       }
+      if (f.size() == 7) {
+        if (!absl::SimpleAtoi(f[5], &g.asked_version)) {
+          return absl::DataLossError(absl::StrCat("grant list: malformed record of ", g.grant_id));
+        }
+        g.rule = std::string(f[6]);
+      }
       g.granted_at = Nanos{granted};
       g.expires_at = Nanos{expires};
       if (now < g.expires_at) out.push_back(std::move(g));
+    }
+    // Revoked: the rules' revocations (another slot: one more call per rule listed).
+    std::vector<std::pair<std::string, std::uint64_t>> below;
+    for (auto& g : out) {
+      if (g.rule.empty()) continue;
+      auto it = std::find_if(below.begin(), below.end(),
+                             [&](const auto& b) { return b.first == g.rule; });
+      if (it == below.end()) {
+        auto v = revoked_below(g.rule);
+        if (!v.ok()) return v.status();
+        it = below.insert(below.end(), {g.rule, *v});
+      }
+      g.revoked = g.asked_version < it->second;
     }
     std::sort(out.begin(), out.end(),
               [](const auto& a, const auto& b) { return a.grant_id < b.grant_id; });
@@ -138,12 +292,51 @@ class RedisGrantLedger {
     return absl::StrCat(*k, ":grants");
   }
 
+  std::string revocations_key() const {
+    return absl::StrCat(store_.options().prefix, "{~lease}revoked");
+  }
+  std::string revocations_channel() const {
+    return absl::StrCat(store_.options().prefix, "lease:revoked");
+  }
+
+  // A message "<below> <rule id>" from the channel.
+  void heard(std::string_view message) {
+    const std::size_t space = message.find(' ');
+    gateway::Revocation r{};
+    if (space == std::string_view::npos ||
+        !absl::SimpleAtoi(detail::av(message.substr(0, space)), &r.below)) {
+      return;  // not ours: nothing to drop
+    }
+    r.rule = std::string(message.substr(space + 1));
+    deliver(r);
+  }
+
+  // After each (re)subscribe: what may have been published while it was down.
+  void caught_up() {
+    auto all = revocations();
+    if (!all.ok()) return;  // the authority refuses the next grant instead
+    for (const auto& r : *all) deliver(r);
+  }
+
+  void deliver(const gateway::Revocation& r) {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    for (const auto& [id, fn] : listeners_) fn(r);
+  }
+
   const GatewayStore& store_;
   Nanos keep_;
+  RevocationFeed feed_;
   Script record_;
   Script list_;
+  Script revoke_;
+  Script revoked_;
+  mutable std::mutex listeners_mu_;
+  std::uint64_t last_listener_ = 0;
+  std::vector<std::pair<std::uint64_t, gateway::RevocationListener>> listeners_;
+  std::unique_ptr<Subscriber> subscriber_;
 };
 
 static_assert(gateway::GrantRecorder<RedisGrantLedger>);
+static_assert(gateway::RevocationAuthority<RedisGrantLedger>);
 
 }  // namespace quota::redis

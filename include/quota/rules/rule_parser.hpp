@@ -21,7 +21,8 @@
 //              exactly one of token_bucket: {rate*, burst*}, fixed_window: {limit*, window*},
 //              sliding_log: {...}, sliding_window_estimate: {...};
 //              shadow, enforce_percent: 0..100, max_cost,
-//              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate},
+//              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate,
+//                     revoke: at_expiry|at_once},
 //              fair_share: {reserve, shares_above, pause_above, period, budget}}]
 //
 // Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
@@ -310,12 +311,12 @@ class Parser : private FieldReader {
     return r;
   }
 
-  // lease: {mode: off|on|auto, units, expiry, low_water, auto_rate} (lease_spec.hpp)
+  // lease: {mode: off|on|auto, units, expiry, low_water, auto_rate, revoke} (lease_spec.hpp)
   gateway::LeaseSpec lease(const Field& f, EntrySource& entry, std::string_view entry_path) const {
-    static constexpr std::array<std::string_view, 5> kLease{"mode", "units", "expiry", "low_water",
-                                                            "auto_rate"};
+    static constexpr std::array<std::string_view, 6> kLease{"mode",      "units",     "expiry",
+                                                            "low_water", "auto_rate", "revoke"};
     const std::vector<Field> sub =
-        submap(f, kLease, "{mode, units, expiry, low_water, auto_rate}", entry, entry_path);
+        submap(f, kLease, "{mode, units, expiry, low_water, auto_rate, revoke}", entry, entry_path);
     require(f.at, f.path, sub, "mode");
     gateway::LeaseSpec out;
     for (const Field& s : sub) {
@@ -330,6 +331,11 @@ class Parser : private FieldReader {
       if (s.key == "expiry") out.expiry = duration(s);
       if (s.key == "low_water") out.low_water = integer(s);
       if (s.key == "auto_rate") out.auto_rate = integer(s);
+      if (s.key == "revoke") {
+        static constexpr std::array<std::string_view, 2> kRevoke{"at_expiry", "at_once"};
+        out.revoke = one_of(s, kRevoke) == "at_once" ? gateway::LeaseRevoke::kAtOnce
+                                                     : gateway::LeaseRevoke::kAtExpiry;
+      }
     }
     return out;
   }

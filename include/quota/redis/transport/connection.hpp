@@ -161,6 +161,20 @@ class Connection {
     return replies;
   }
 
+  // A subscribed connection (subscriber.hpp): the next reply the server pushes, or nullopt
+  // when none is complete by `deadline` — the connection is kept (a quiet channel is not
+  // a failure). kUnavailable when the connection is lost (it is dropped).
+  absl::StatusOr<std::optional<Reply>> next_pushed(const Deadline& deadline) {
+    if (ctx_ == nullptr) return absl::UnavailableError("redis read: not connected");
+    for (;;) {
+      void* raw = nullptr;
+      if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) return fail("read", deadline);
+      if (raw != nullptr) return std::optional<Reply>(Reply(static_cast<redisReply*>(raw)));
+      if (!ready(deadline, POLLIN)) return std::optional<Reply>();
+      if (redisBufferRead(ctx_.get()) != REDIS_OK) return fail("read", deadline);
+    }
+  }
+
   // How the exchanges since the last call went: kFailed when any failed on the
   // transport (or its deadline passed while talking to the server), kOk when replies
   // came and none failed, kNone when nothing was exchanged; then back to kNone. The

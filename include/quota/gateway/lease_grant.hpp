@@ -1,0 +1,135 @@
+// quota/gateway/lease_grant.hpp — the options of LeasedBackend, and how one grant is taken.
+//
+// LeasedBackend (leased_backend.hpp) documents the rules; this header holds its options,
+// what it lists of one key (`Holding`), and the one round trip that takes a grant: the
+// ledger's record of the grant id (an in-process replay), else the authority's revocation
+// check for the rule (lease_revocation.hpp: a holder under an older version of a revoked
+// rule is refused) and one decision of `units` on the key by the inner backend — with the
+// grant id as its attempt when the inner backend records attempts at the authority.
+//
+// Thread safety: take_grant is as thread-safe as the inner backend and the ledger.
+//
+//   quota::gateway::LeasedBackendOptions options{.incarnation = 7, .metrics = &metrics};
+//   quota::gateway::LeasedBackend leased(inner, ledger, options);
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "quota/decision.hpp"
+#include "quota/gateway/backend.hpp"
+#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/lease_metrics.hpp"
+#include "quota/gateway/rules.hpp"
+
+namespace quota::gateway {
+
+struct LeasedBackendOptions {
+  // The holder's incarnation; 0: a fresh random one (one per process start).
+  std::uint64_t incarnation = 0;
+  Nanos backoff_min = std::chrono::milliseconds(1);
+  Nanos backoff_max = std::chrono::seconds(1);
+  // Most keys held at once; a key beyond it is decided by the inner backend.
+  std::size_t max_keys = 100'000;
+  LeaseMetrics* metrics = nullptr;  // optional; must outlive the backend
+};
+
+// What this process holds of one key (LeasedBackend::holdings).
+struct Holding {
+  std::string key{};
+  std::int64_t units = 0;  // held now, all grants
+  Nanos expires_at{0};     // of the oldest grant held
+  std::uint64_t version = 0;
+};
+
+namespace detail {
+
+// The options with the defaults filled in: a random odd incarnation when none is given,
+// backoff_min >= 1 ns, backoff_max >= backoff_min.
+inline LeasedBackendOptions filled(LeasedBackendOptions o) {
+  if (o.incarnation == 0) {
+    std::random_device rd;
+    o.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
+  }
+  o.backoff_min = std::max(o.backoff_min, Nanos{1});
+  o.backoff_max = std::max(o.backoff_max, o.backoff_min);
+  return o;
+}
+
+// The backoff (ns) after `failures` failures in a row before jitter: backoff_min doubled
+// per failure after the first, at most backoff_max.
+inline std::int64_t backoff_ceiling(const LeasedBackendOptions& o, int failures) {
+  std::int64_t b = o.backoff_min.count();
+  const std::int64_t cap = o.backoff_max.count();
+  for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
+  return std::min(b, cap);
+}
+
+struct Granted {
+  Decision decision;
+  Nanos time{0};          // the authority's time of the grant
+  bool replayed = false;  // a grant already recorded: nothing taken now
+  // The authority refused: the rule is revoked below this version (> the request's).
+  std::uint64_t revoked_below = 0;
+};
+
+// The version below which the authority revokes the grants of `rule`; 0 when the ledger
+// keeps no revocations.
+template <class Ledger>
+absl::StatusOr<std::uint64_t> revoked_below(Ledger& ledger, std::string_view rule) {
+  if constexpr (RevocationAuthority<Ledger>) {
+    return ledger.revoked_below(rule);
+  } else {
+    return std::uint64_t{0};
+  }
+}
+
+// The grant decision: the ledger's record of the id (in-process replay), else the
+// authority's revocation check, else one decision of `units` on the key by the inner
+// backend — with the id as its attempt when the inner backend records attempts at the
+// authority (Redis). `requests` counts the decisions sent to the inner backend.
+template <GatewayBackend Inner, GrantRecorder Ledger>
+absl::StatusOr<Granted> take_grant(Inner& inner, Ledger& ledger, const LevelCheck& l,
+                                   std::string_view id, std::int64_t units, std::uint64_t version,
+                                   Nanos now, std::atomic<std::int64_t>& requests) {
+  if (auto seen = ledger.replay(id)) {
+    return Granted{.decision = {.allowed = true, .remaining = 0, .version = seen->version},
+                   .time = seen->granted_at,
+                   .replayed = true};
+  }
+  auto below = revoked_below(ledger, l.rule->id);
+  if (!below.ok()) return below.status();
+  if (version < *below) return Granted{.decision = {}, .revoked_below = *below};
+  requests.fetch_add(1, std::memory_order_relaxed);
+  const LevelCheck grant{.policy = l.policy, .key = l.key, .shadow = false, .cost = units};
+  if constexpr (requires { typename Inner::Attempt; }) {
+    const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
+    auto r = inner.decide_attempt(std::span(&grant, 1), version, now,
+                                  {.tenant_key = l.key,
+                                   .id = id,
+                                   .fingerprint = fingerprint,
+                                   .deadline = std::nullopt,
+                                   .ttl = 2 * l.rule->lease.expiry});
+    if (!r.ok()) return r.status();
+    if (r->levels.parts.size() != 1) return absl::InternalError("grant: no decision");
+    return Granted{.decision = r->levels.parts[0], .time = r->levels.time, .replayed = false};
+  } else {
+    auto r = inner.decide(std::span(&grant, 1), version, now);
+    if (!r.ok()) return r.status();
+    if (r->parts.size() != 1) return absl::InternalError("grant: no decision");
+    return Granted{.decision = r->parts[0], .time = r->time, .replayed = false};
+  }
+}
+
+}  // namespace detail
+}  // namespace quota::gateway
