@@ -22,7 +22,8 @@
 //              sliding_log: {...}, sliding_window_estimate: {...};
 //              shadow, enforce_percent: 0..100, max_cost,
 //              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate},
-//              fair_share: {reserve, shares_above, pause_above, period, budget}}]
+//              fair_share: {reserve, shares_above, pause_above, period, budget,
+//                           weight_default, weights}}]
 //
 // Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
 //
