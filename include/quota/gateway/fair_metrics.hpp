@@ -30,7 +30,6 @@
 //                      quota::gateway::render_prometheus(gateway.fair_shares());
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -57,77 +56,57 @@ inline std::string fair_use_ratio(std::int64_t units, std::int64_t budget) {
 }  // namespace detail
 
 inline std::string render_prometheus(std::span<const FairLimitStats> budgets) {
-  struct Family {
-    std::string_view name, type, help;
-  };
-  static constexpr std::array<Family, 11> kFamilies{{
-      {"quota_fair_share_budget_units", "gauge", "Units the fair-share allocator divides."},
-      {"quota_fair_share_units_in_use", "gauge", "Admitted units still in use."},
-      {"quota_fair_share_use_ratio", "gauge", "Units in use over the budget."},
-      {"quota_fair_share_active_tenants", "gauge", "Tenants active in the current period."},
-      {"quota_fair_share_constrained_tenants", "gauge",
-       "Tenants held to their share in the last allocation."},
-      {"quota_fair_share_share_sum_units", "gauge", "Sum of the shares of the last allocation."},
-      {"quota_fair_share_capacity_units", "gauge",
-       "Budget minus reserve divided by the last allocation."},
-      {"quota_fair_share_denials_total", "counter", "Requests refused by the allocator."},
-      {"quota_fair_share_allocations_total", "counter", "Allocation periods."},
-      {"quota_fair_share_fallback_periods_total", "counter",
-       "Allocation periods on the fixed part: the asks exchange failed."},
-      {"quota_fair_share_late_reports_total", "counter",
-       "This holder's asks reports that came after their period was sealed."},
-  }};
   std::string out;
-  for (std::size_t f = 0; f < kFamilies.size(); ++f) {
-    const absl::string_view name = quota::detail::to_absl(kFamilies[f].name);
-    absl::StrAppend(&out, "# HELP ", name, " ", quota::detail::to_absl(kFamilies[f].help),
-                    "\n# TYPE ", name, " ", quota::detail::to_absl(kFamilies[f].type), "\n");
+  // One family: its HELP and TYPE lines, then `emit_for(stats, emit)` for every budget,
+  // where emit(value) or emit(value, ",reason=\"...\"") writes one sample.
+  const auto family = [&](std::string_view name, std::string_view type, std::string_view help,
+                          const auto& emit_for) {
+    const absl::string_view n = quota::detail::to_absl(name);
+    absl::StrAppend(&out, "# HELP ", n, " ", quota::detail::to_absl(help), "\n# TYPE ", n, " ",
+                    quota::detail::to_absl(type), "\n");
     for (const FairLimitStats& s : budgets) {
       const std::string labels = absl::StrCat("rule=\"", detail::prom_escape(s.rule),
                                               "\",budget=\"", detail::prom_escape(s.key), "\"");
-      const auto sample = [&](const auto& value, std::string_view extra = {}) {
-        absl::StrAppend(&out, name, "{", labels, quota::detail::to_absl(extra), "} ", value, "\n");
-      };
-      const fair::FairShareAllocation last = s.last.value_or(fair::FairShareAllocation{});
-      switch (f) {
-        case 0:
-          sample(s.config.budget);
-          break;
-        case 1:
-          sample(s.units_in_use);
-          break;
-        case 2:
-          sample(detail::fair_use_ratio(s.units_in_use, s.config.budget));
-          break;
-        case 3:
-          sample(s.active_tenants);
-          break;
-        case 4:
-          sample(last.constrained);
-          break;
-        case 5:
-          sample(last.share_sum);
-          break;
-        case 6:
-          sample(last.capacity);
-          break;
-        case 7:
-          sample(s.over_share, ",reason=\"over_share\"");
-          sample(s.paused, ",reason=\"paused\"");
-          sample(s.too_large, ",reason=\"request_too_large\"");
-          break;
-        case 8:
-          sample(s.allocations);
-          break;
-        case 9:
-          sample(s.exchange_failures);
-          break;
-        default:
-          sample(s.late_reports);
-          break;
-      }
+      emit_for(s, [&](const auto& value, std::string_view extra = {}) {
+        absl::StrAppend(&out, n, "{", labels, quota::detail::to_absl(extra), "} ", value, "\n");
+      });
     }
-  }
+  };
+  const auto last = [](const FairLimitStats& s) {
+    return s.last.value_or(fair::FairShareAllocation{});
+  };
+  family("quota_fair_share_budget_units", "gauge", "Units the fair-share allocator divides.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.config.budget); });
+  family("quota_fair_share_units_in_use", "gauge", "Admitted units still in use.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.units_in_use); });
+  family("quota_fair_share_use_ratio", "gauge", "Units in use over the budget.",
+         [](const FairLimitStats& s, const auto& emit) {
+           emit(detail::fair_use_ratio(s.units_in_use, s.config.budget));
+         });
+  family("quota_fair_share_active_tenants", "gauge", "Tenants active in the current period.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.active_tenants); });
+  family("quota_fair_share_constrained_tenants", "gauge",
+         "Tenants held to their share in the last allocation.",
+         [&](const FairLimitStats& s, const auto& emit) { emit(last(s).constrained); });
+  family("quota_fair_share_share_sum_units", "gauge", "Sum of the shares of the last allocation.",
+         [&](const FairLimitStats& s, const auto& emit) { emit(last(s).share_sum); });
+  family("quota_fair_share_capacity_units", "gauge",
+         "Budget minus reserve divided by the last allocation.",
+         [&](const FairLimitStats& s, const auto& emit) { emit(last(s).capacity); });
+  family("quota_fair_share_denials_total", "counter", "Requests refused by the allocator.",
+         [](const FairLimitStats& s, const auto& emit) {
+           emit(s.over_share, ",reason=\"over_share\"");
+           emit(s.paused, ",reason=\"paused\"");
+           emit(s.too_large, ",reason=\"request_too_large\"");
+         });
+  family("quota_fair_share_allocations_total", "counter", "Allocation periods.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.allocations); });
+  family("quota_fair_share_fallback_periods_total", "counter",
+         "Allocation periods on the fixed part: the asks exchange failed.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.exchange_failures); });
+  family("quota_fair_share_late_reports_total", "counter",
+         "This holder's asks reports that came after their period was sealed.",
+         [](const FairLimitStats& s, const auto& emit) { emit(s.late_reports); });
   return out;
 }
 
