@@ -169,15 +169,22 @@ class FairShare : private FairShareTable {
   // demand its local asks; one not in the view has share 0 (it may borrow up to the water
   // level). Alone (no other tenant active here or in the view) a tenant may use
   // `alone_cap` (≤ budget); `free_regime` false disables the free regime; its load is Σ of
-  // the view's totals. Estimates are not updated; the asks
-  // restart at 0. InvalidArgument on a bad view or config.
+  // the view's totals. `newcomers.tenants` (tenants new here: none in the view with local
+  // asks) get provisional parts (newcomer_parts, holder_split.hpp), their demand their
+  // asks, taken from the pool and the view's parts here. Estimates are not updated; the
+  // asks restart at 0. InvalidArgument on a bad view, newcomer or config.
   absl::StatusOr<FairShareAllocation> allocate_split(std::int64_t capacity,
                                                      std::span<const HolderDemand> view,
-                                                     std::int64_t alone_cap, bool free_regime) {
+                                                     std::int64_t alone_cap, bool free_regime,
+                                                     const NewcomerPool& newcomers = {}) {
     if (!status_.ok()) return status_;
     capacity = std::clamp<std::int64_t>(capacity, 0, config_.share_capacity());
     auto split = split_shares(capacity, config_.budget, view);
     if (!split.ok()) return split.status();
+    auto fresh = newcomer_parts(*split, view, capacity, newcomers.holders, newcomers.fixed_capacity,
+                                newcomers.tenants);
+    if (!fresh.ok()) return fresh.status();
+    split->parts = fresh->view_parts;
     detail::MutexLock lock(mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       Tenant& t = it->second;
@@ -201,6 +208,15 @@ class FairShare : private FairShareTable {
       t.weight = view[i].weight;
       t.demand = std::min(view[i].local, config_.budget);
       set_share(t, split->parts[i], a);
+    }
+    for (std::size_t i = 0; i < newcomers.tenants.size(); ++i) {
+      const Newcomer& n = newcomers.tenants[i];
+      if (n.asked == 0) continue;
+      Tenant& t = find_or_add(n.tenant);
+      if (t.in_view) continue;  // already held to its part of the view
+      t.weight = n.weight;
+      t.demand = std::min(n.asked, config_.budget);
+      set_share(t, fresh->parts[i], a);
     }
     count_active();
     a.demand_sum = static_cast<std::int64_t>(

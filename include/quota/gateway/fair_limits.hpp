@@ -30,8 +30,10 @@
 //    FairShare::allocate_split holds each tenant here to ⌊share_t · local_t / total_t⌋ of
 //    its share of budget − reserve over all holders (holder_split.hpp): Σ over holders and
 //    tenants ≤ budget − reserve; a tenant alone here and in the view may use the whole
-//    budget. If the exchange fails, that period falls back to P: shares of P − ⌈P·reserve⌉
-//    among this process's own asks, a lone tenant capped at P, no free regime (counted
+//    budget; a tenant new here (asked last period, no local asks in the view) gets a
+//    provisional part of the pool and of this holder's parts (newcomer_parts). If the
+//    exchange fails, that period falls back to P: shares of P − ⌈P·reserve⌉ among this
+//    process's own asks, a lone tenant capped at P, no free regime (counted
 //    exchange_failures); a late report is counted late_reports.
 // The global envelope (r·T + B + Σ outstanding grants) is the store's and the leases',
 // unchanged: the allocator only refuses.
@@ -303,8 +305,20 @@ class FairLimits {
       if (view->late) ++s.stats.late_reports;
       // The weights come from the rule, which every holder shares: the same shares everywhere.
       for (fair::HolderDemand& d : view->tenants) d.weight = s.spec.weights.of(d.tenant);
+      // Tenants that asked here last period and have no local asks in the view (two
+      // periods old) are new here: provisional parts (holder_split.hpp, newcomer_parts).
+      std::vector<fair::Newcomer> newcomers;
+      auto seen = view->tenants.begin();
+      for (const auto& [tenant, n] : asks) {
+        while (seen != view->tenants.end() && seen->tenant < tenant) ++seen;
+        if (seen != view->tenants.end() && seen->tenant == tenant && seen->local > 0) continue;
+        newcomers.push_back({.tenant = tenant, .weight = s.spec.weights.of(tenant), .asked = n});
+      }
       const fair::FairShareConfig& whole = s.share->config();
-      a = s.share->allocate_split(whole.share_capacity(), view->tenants, whole.budget, true);
+      a = s.share->allocate_split(whole.share_capacity(), view->tenants, whole.budget, true,
+                                  {.holders = holders_,
+                                   .fixed_capacity = s.fallback.share_capacity(),
+                                   .tenants = newcomers});
     } else {
       ++s.stats.exchange_failures;
       std::vector<fair::HolderDemand> own;
