@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -73,6 +74,67 @@ TEST_CASE("a rule file's fair_share reaches the global rule, defaults filled in"
   CHECK_FALSE(provider_rule(*off)->fair_share.enabled);
 }
 
+TEST_CASE(
+    "a rule file's fair_share weights reach the rule: named tenants, the rest weight_default") {
+  auto set = quota::rules::load_rules(
+      provider("    fair_share: {weight_default: 2, weights: {tenant-a: 3, \"tenant b\": 1}}\n"),
+      "fair.yaml", nullptr);
+  INFO(set.status().ToString());
+  REQUIRE(set.ok());
+  const auto* rule = provider_rule(*set);
+  REQUIRE(rule != nullptr);
+  CHECK(rule->fair_share.weights.default_weight == 2);
+  CHECK(rule->fair_share.weights.of("tenant-a") == 3);
+  CHECK(rule->fair_share.weights.of("tenant b") == 1);
+  CHECK(rule->fair_share.weights.of("anyone") == 2);
+  auto plain = quota::rules::load_rules(provider("    fair_share: {}\n"), "fair.yaml", nullptr);
+  REQUIRE(plain.ok());
+  CHECK(provider_rule(*plain)->fair_share.weights == quota::fair::TenantWeights{});
+}
+
+TEST_CASE("a bad fair_share weight is an error at its line, column and field") {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"    fair_share: {weights: {acme: 0}}\n",
+       "8:34: rules[0].fair_share.weights.acme: 0 is out of range: it must be in [1, "
+       "4294967296]"},
+      {"    fair_share: {weights: {acme: -2}}\n",
+       "8:34: rules[0].fair_share.weights.acme: -2 is out of range: it must be in [1, "
+       "4294967296]"},
+      {"    fair_share: {weights: {acme: 4294967297}}\n",
+       "8:34: rules[0].fair_share.weights.acme: 4294967297 is out of range"},
+      {"    fair_share: {weights: {acme: heavy}}\n",
+       "8:34: rules[0].fair_share.weights.acme: expected an integer (whole number), got "
+       "\"heavy\""},
+      {"    fair_share: {weights: {acme: \"3\"}}\n",
+       "8:34: rules[0].fair_share.weights.acme: expected an integer, got the quoted string "
+       "\"3\""},
+      {"    fair_share: {weights: {acme: 1.5}}\n",
+       "8:34: rules[0].fair_share.weights.acme: expected an integer (whole number), got "
+       "\"1.5\""},
+      {"    fair_share: {weights: [acme, 3]}\n",
+       "8:27: rules[0].fair_share.weights: expected a mapping of tenant ids to weights, such as "
+       "{acme: 3}, got a sequence"},
+      {"    fair_share: {weights: {acme: 3, acme: 2}}\n",
+       "8:37: rules[0].fair_share.weights.acme: tenant given twice"},
+      {"    fair_share: {weight_default: 0}\n",
+       "8:34: rules[0].fair_share.weight_default: 0 is out of range: it must be in [1, "
+       "4294967296]"},
+      {"    fair_share: {weight_default: [2]}\n",
+       "8:34: rules[0].fair_share.weight_default: expected an integer, got a sequence"},
+      {"    fair_share: {weight: {acme: 3}}\n",
+       "8:18: rules[0].fair_share.weight: unknown field \"weight\"; allowed: reserve, "
+       "shares_above, pause_above, period, budget, weight_default, weights"},
+  };
+  for (const auto& [fair, error] : bad) {
+    INFO(fair);
+    auto s = quota::rules::load_rules(provider(fair), "bad.yaml", nullptr);
+    REQUIRE_FALSE(s.ok());
+    INFO(s.status().message());
+    CHECK(s.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StartsWith(s.status().message(), "bad.yaml:" + error));
+  }
+}
+
 TEST_CASE("a bad fair_share is an error at its line, column and field") {
   struct Bad {
     const char* what;
@@ -93,7 +155,7 @@ TEST_CASE("a bad fair_share is an error at its line, column and field") {
        "8:26: rules[0].fair_share.period: expected a duration"},
       {"not a mapping", provider("    fair_share: on\n"),
        "8:17: rules[0].fair_share: expected {reserve, shares_above, pause_above, period, "
-       "budget}, got \"on\""},
+       "budget, weight_default, weights}, got \"on\""},
       {"on a tenant rule (RuleSet::create)", provider("    fair_share: {}\n", "tenant"),
        "9:17: rules[0].fair_share: fair_share applies only to a budget shared by tenants"},
       {"shares above the pause (RuleSet::create)",

@@ -23,13 +23,8 @@
 
 #include "quota/fair/weighted_max_min.hpp"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
-#include "quota/redis/gateway_store.hpp"
-#include "quota/redis/grant_ledger.hpp"
-#include "quota/verify/envelope.hpp"
+#include "support/fair_holders.hpp"
 #include "support/gateway_fixtures.hpp"
-#include "support/gateway_rules.hpp"
-#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -40,67 +35,24 @@ using quota::gateway::LeaseMetrics;
 using quota::gateway::Level;
 using quota::redis::GatewayStore;
 using quota::redis::RedisGrantLedger;
-using quota::testing::build;
+using quota::testing::fair_call;
+using quota::testing::kFairLeaseUnits;
 using quota::testing::kSlow;
 
 namespace {
 
 constexpr int kHolders = 3;
-constexpr std::int64_t kLeaseUnits = 100, kLowWater = 20;
-
-// Route "call" (the request's cost); plan "free" gets a tenant budget that never runs out;
-// everyone shares `global` (leased, kLeaseUnits at a time) with fair shares of `budget`
-// units per 100 ms (reserve 10 %, shares above 70 %, pause above 90 %).
+// Fair shares of `budget` units per 100 ms (reserve 10 %, shares above 70 %, pause above
+// 90 %) on a leased global budget (support/fair_holders.hpp).
 quota::gateway::RuleSetSpec spec(TokenBucket global, std::int64_t budget) {
-  quota::gateway::RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .plan = "free",
-                     .route = "call",
-                     .name = "tenant",
-                     .policy = TokenBucket{.rate = {1'000, 1s}, .burst = 1'000'000}});
-  s.rules.push_back(
-      {.level = Level::kGlobal,
-       .route = "call",
-       .name = "global",
-       .policy = global,
-       .lease = {.mode = quota::gateway::LeaseMode::kOn,
-                 .units = kLeaseUnits,
-                 .expiry = 1min,
-                 .low_water = kLowWater},
-       .fair_share = FairShareSpec{.enabled = true, .period = 100ms, .budget = budget}});
-  return s;
+  return quota::testing::fair_holders_spec(
+      global, FairShareSpec{.enabled = true, .period = 100ms, .budget = budget});
 }
 
-// One gateway process: its own connections, store, record, lease state and allocator.
-struct Process {
-  using Backend = quota::gateway::LeasedBackend<GatewayStore, RedisGrantLedger>;
-  Process(const std::string& prefix, std::shared_ptr<const quota::gateway::RuleSet> rules,
-          std::uint64_t incarnation)
-      : store({.pool = quota::testing::redis_pool(2), .prefix = prefix}),
-        ledger(store),
-        registry(std::move(rules)),
-        backend(store, ledger, {.incarnation = incarnation, .metrics = &metrics}),
-        gateway(backend, registry, {.fair_share_holders = kHolders}) {}
-  GatewayStore store;
-  RedisGrantLedger ledger;
-  LeaseMetrics metrics;
-  quota::gateway::RuleRegistry registry;
-  Backend backend;
-  quota::gateway::Gateway<Backend> gateway;
-};
-
-std::vector<std::unique_ptr<Process>> processes(const std::string& test,
-                                                const quota::gateway::RuleSetSpec& s) {
-  const std::string prefix = quota::testing::unique_prefix(test);
-  auto rules = build(s);
-  std::vector<std::unique_ptr<Process>> ps;
-  for (int i = 0; i < kHolders; ++i)
-    ps.push_back(std::make_unique<Process>(prefix, rules, 0x200 + i));
-  return ps;
-}
-
-quota::gateway::Request call(const std::string& tenant, std::int64_t units) {
-  return {.who = {.tenant = tenant, .plan = "free"}, .route = "call", .cost = units};
+// kHolders processes, each dividing its fixed part ⌊budget / kHolders⌋ (no exchange).
+std::vector<std::unique_ptr<quota::testing::FairHolder>> processes(
+    const std::string& test, const quota::gateway::RuleSetSpec& s) {
+  return quota::testing::fair_holders(test, s, kHolders, 0x200, {});
 }
 
 }  // namespace
@@ -113,7 +65,7 @@ TEST_CASE("over Redis, a lone tenant reaches the whole fair-share budget through
   for (int i = 0; i < kHolders; ++i) {
     threads.emplace_back([&, i] {
       for (int k = 0; k < 15; ++k) {
-        auto r = ps[i]->gateway.decide(call("solo", 100), Nanos{0});
+        auto r = ps[i]->gateway.decide(fair_call("solo", 100), Nanos{0});
         if (r.ok() && r->decision.allowed) admitted += 100;
       }
     });
@@ -154,7 +106,7 @@ TEST_CASE("over Redis, holders of a leased global budget keep fair shares and th
           const Nanos t = Nanos{p * 100'000'000LL + step * 1'000'000LL};
           for (const auto& [who, n] : asks) {
             if (step * 50 >= n) continue;
-            auto r = ps[i]->gateway.decide(call(who, 50), t);
+            auto r = ps[i]->gateway.decide(fair_call(who, 50), t);
             if (!r.ok()) {
               if (errors++ == 0) std::printf("first error: %s\n", r.status().ToString().c_str());
               continue;
@@ -175,24 +127,9 @@ TEST_CASE("over Redis, holders of a leased global budget keep fair shares and th
   for (auto& t : threads) t.join();
   CHECK(errors.load() == 0);
 
-  // The envelope on what the holders admitted: r·T + B + Σ outstanding grants, Σ at most
-  // H·(units + low_water); and exactly: admitted + held = granted ≤ B.
-  std::sort(log.begin(), log.end(),
-            [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
-  auto report = quota::verify::verify_token_bucket(log, global.rate, global.burst,
-                                                   kHolders * (kLeaseUnits + kLowWater));
-  REQUIRE(report.ok());
-  std::printf("%zu admissions; %s\n", log.size(), quota::verify::to_string(*report).c_str());
-  CHECK(report->holds());
-  std::int64_t admitted = 0, granted = 0, held = 0;
-  for (const auto& e : log) admitted += e.cost;
-  for (const auto& p : ps) {
-    granted += p->metrics.at(Level::kGlobal).units_granted.load();
-    held += p->metrics.at(Level::kGlobal).units_held.load();
-  }
-  CHECK(admitted + held == granted);
-  CHECK(granted <= global.burst);
-  CHECK(granted >= global.burst - kLeaseUnits);  // the bucket was run down
+  // The envelope on what the holders admitted.
+  const std::int64_t granted = quota::testing::check_fair_envelope(log, global, ps);
+  CHECK(granted >= global.burst - kFairLeaseUnits);  // the bucket was run down
   auto listed = ps[0]->ledger.outstanding("{~global}call");
   REQUIRE(listed.ok());
   std::int64_t listed_units = 0;

@@ -29,15 +29,12 @@
 #include <catch2/catch.hpp>
 
 #include "quota/fair/weighted_max_min.hpp"
+#include "quota/gateway/fair_metrics.hpp"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
 #include "quota/redis/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"
-#include "quota/redis/grant_ledger.hpp"
-#include "quota/verify/envelope.hpp"
+#include "support/fair_holders.hpp"
 #include "support/gateway_fixtures.hpp"
-#include "support/gateway_rules.hpp"
-#include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -49,77 +46,33 @@ using quota::gateway::Level;
 using quota::redis::GatewayStore;
 using quota::redis::RedisFairAsksExchange;
 using quota::redis::RedisGrantLedger;
-using quota::testing::build;
+using quota::testing::fair_call;
 
 namespace {
 
 constexpr int kHolders = 3;
-constexpr std::int64_t kLeaseUnits = 100, kLowWater = 20, kBudget = 3'000;
+constexpr std::int64_t kBudget = 3'000;
 constexpr std::int64_t kCapacity = kBudget - kBudget / 10;  // reserve 10 %
 constexpr Nanos kPeriod = 100ms;
 // A unit a minute: next to nothing over the tests' 1.4 s, and the store's refill bound holds.
 constexpr quota::Rate kTrickle{.units = 1, .per = std::chrono::minutes(1)};
 
-// Route "call"; plan "free" gets a tenant budget that never runs out; everyone shares
-// `global` (leased) with fair shares of kBudget units per 100 ms.
-quota::gateway::RuleSetSpec spec(TokenBucket global) {
-  quota::gateway::RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .plan = "free",
-                     .route = "call",
-                     .name = "tenant",
-                     .policy = TokenBucket{.rate = {1'000, 1s}, .burst = 1'000'000}});
-  s.rules.push_back(
-      {.level = Level::kGlobal,
-       .route = "call",
-       .name = "global",
-       .policy = global,
-       .lease = {.mode = quota::gateway::LeaseMode::kOn,
-                 .units = kLeaseUnits,
-                 .expiry = 1min,
-                 .low_water = kLowWater},
-       .fair_share = FairShareSpec{.enabled = true, .period = kPeriod, .budget = kBudget}});
-  return s;
+// Fair shares of kBudget units per 100 ms, weighted by `weights`, on a leased global
+// budget (support/fair_holders.hpp).
+quota::gateway::RuleSetSpec spec(TokenBucket global, quota::fair::TenantWeights weights = {}) {
+  return quota::testing::fair_holders_spec(
+      global,
+      FairShareSpec{
+          .enabled = true, .period = kPeriod, .budget = kBudget, .weights = std::move(weights)});
 }
 
-// One gateway process: its own connections, store, record, lease state, allocator and
-// exchange (over `exchange_pool`, the store's own pool when null).
-struct Process {
-  using Backend = quota::gateway::LeasedBackend<GatewayStore, RedisGrantLedger>;
-  Process(const std::string& prefix, std::shared_ptr<const quota::gateway::RuleSet> rules, int i,
-          std::shared_ptr<quota::redis::ConnectionPool> exchange_pool)
-      : store({.pool = quota::testing::redis_pool(2), .prefix = prefix}),
-        exchange_store(
-            {.pool = exchange_pool ? exchange_pool : store.options().pool, .prefix = prefix}),
-        ledger(store),
-        registry(std::move(rules)),
-        backend(store, ledger, {.incarnation = 0x300u + i, .metrics = &metrics}),
-        gateway(backend, registry,
-                {.fair_share_holders = kHolders,
-                 .fair_share_exchange = std::make_shared<RedisFairAsksExchange>(
-                     exchange_store, "h" + std::to_string(i))}) {}
-  GatewayStore store;
-  GatewayStore exchange_store;
-  RedisGrantLedger ledger;
-  LeaseMetrics metrics;
-  quota::gateway::RuleRegistry registry;
-  Backend backend;
-  quota::gateway::Gateway<Backend> gateway;
-};
-
-std::vector<std::unique_ptr<Process>> processes(
+// kHolders processes with a fair asks exchange each (over `exchange_pool`, the store's
+// own pool when null).
+std::vector<std::unique_ptr<quota::testing::FairHolder>> processes(
     const std::string& test, const quota::gateway::RuleSetSpec& s,
     std::shared_ptr<quota::redis::ConnectionPool> exchange_pool = nullptr) {
-  const std::string prefix = quota::testing::unique_prefix(test);
-  auto rules = build(s);
-  std::vector<std::unique_ptr<Process>> ps;
-  for (int i = 0; i < kHolders; ++i)
-    ps.push_back(std::make_unique<Process>(prefix, rules, i, exchange_pool));
-  return ps;
-}
-
-quota::gateway::Request call(const std::string& tenant, std::int64_t units) {
-  return {.who = {.tenant = tenant, .plan = "free"}, .route = "call", .cost = units};
+  return quota::testing::fair_holders(test, s, kHolders, 0x300,
+                                      {.enabled = true, .pool = std::move(exchange_pool)});
 }
 
 // A loopback port bound but not listening while it lives: connections are refused.
@@ -145,37 +98,45 @@ struct RefusingPort {
 
 TEST_CASE("over Redis, a tenant at one holder alone reaches the whole budget",
           "[redis][fair][shared][concurrency]") {
-  auto ps = processes("gw-fairshared-lone", spec({.rate = kTrickle, .burst = 100'000}));
-  constexpr int kPeriods = 6;
-  std::vector<std::int64_t> got(kPeriods, 0);
-  std::barrier sync(kHolders);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kHolders; ++i) {
-    threads.emplace_back([&, i] {
-      for (int p = 0; p < kPeriods; ++p) {
-        // Only holder 0 serves "solo", 40 requests of 100 per period (4,000 > 3,000);
-        // the others stay idle, at their own pace.
-        for (int step = 0; i == 0 && step < 40; ++step) {
-          auto r = ps[0]->gateway.decide(call("solo", 100), p * kPeriod + step * 1ms);
-          if (r.ok() && r->decision.allowed) got[p] += 100;
+  // Of weight 1 (the default) or 3 (the rule's): alone, its weight does not cap it.
+  for (const std::int64_t weight : {1, 3}) {
+    INFO("weight " << weight);
+    auto ps =
+        processes("gw-fairshared-lone-w" + std::to_string(weight),
+                  spec({.rate = kTrickle, .burst = 100'000}, {.by_tenant = {{"solo", weight}}}));
+    constexpr int kPeriods = 6;
+    std::vector<std::int64_t> got(kPeriods, 0);
+    std::barrier sync(kHolders);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kHolders; ++i) {
+      threads.emplace_back([&, i] {
+        for (int p = 0; p < kPeriods; ++p) {
+          // Only holder 0 serves "solo", 40 requests of 100 per period (4,000 > 3,000);
+          // the others stay idle, at their own pace.
+          for (int step = 0; i == 0 && step < 40; ++step) {
+            auto r = ps[0]->gateway.decide(fair_call("solo", 100), p * kPeriod + step * 1ms);
+            if (r.ok() && r->decision.allowed) got[p] += 100;
+          }
+          sync.arrive_and_wait();
         }
-        sync.arrive_and_wait();
-      }
-    });
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Period 0: each unit admitted at step s leaves at step s of the next period, so from
+    // period 1 on the whole budget turns over at the pace it frees up.
+    for (int p = 0; p < kPeriods; ++p) {
+      INFO("period " << p);
+      CHECK(got[p] == kBudget);  // the whole budget, not ⌊budget / 3⌋
+    }
+    const auto stats = ps[0]->gateway.fair_shares();
+    REQUIRE(stats.size() == 1);
+    CHECK(stats[0].config.budget == kBudget);
+    CHECK(stats[0].exchange_failures == 0);
+    CHECK(stats[0].late_reports == 0);
+    CHECK(stats[0].allocations == kPeriods);
+    REQUIRE(stats[0].tenants.size() == 1);
+    CHECK(stats[0].tenants[0].weight == weight);
   }
-  for (auto& t : threads) t.join();
-  // Period 0: each unit admitted at step s leaves at step s of the next period, so from
-  // period 1 on the whole budget turns over at the pace it frees up.
-  for (int p = 0; p < kPeriods; ++p) {
-    INFO("period " << p);
-    CHECK(got[p] == kBudget);  // the whole budget, not ⌊budget / 3⌋
-  }
-  const auto stats = ps[0]->gateway.fair_shares();
-  REQUIRE(stats.size() == 1);
-  CHECK(stats[0].config.budget == kBudget);
-  CHECK(stats[0].exchange_failures == 0);
-  CHECK(stats[0].late_reports == 0);
-  CHECK(stats[0].allocations == kPeriods);
 }
 
 TEST_CASE("over Redis, what a lone tenant borrowed is back once a newcomer elsewhere is seen",
@@ -194,7 +155,8 @@ TEST_CASE("over Redis, what a lone tenant borrowed is back once a newcomer elsew
       for (int p = 0; p < kPeriods; ++p) {
         const int requests = i == 0 ? 80 : (i == 1 && p >= kArrival ? 30 : 0);
         for (int step = 0; step < requests; ++step) {
-          auto r = ps[i]->gateway.decide(call(i == 0 ? "a" : "b", 50), p * kPeriod + step * 1ms);
+          auto r =
+              ps[i]->gateway.decide(fair_call(i == 0 ? "a" : "b", 50), p * kPeriod + step * 1ms);
           if (r.ok() && r->decision.allowed) got[p][i] += 50;
         }
         sync.arrive_and_wait();
@@ -245,7 +207,7 @@ TEST_CASE("over Redis, fair shares over all holders and the envelope",
           const Nanos t = p * kPeriod + step * 1ms;
           for (std::size_t k = 0; k < tenants.size(); ++k) {
             if (step * 50 >= asks[i][k]) continue;
-            auto r = ps[i]->gateway.decide(call(tenants[k], 50), t);
+            auto r = ps[i]->gateway.decide(fair_call(tenants[k], 50), t);
             if (!r.ok()) {
               if (errors++ == 0) std::printf("first error: %s\n", r.status().ToString().c_str());
               continue;
@@ -269,23 +231,8 @@ TEST_CASE("over Redis, fair shares over all holders and the envelope",
   for (auto& t : threads) t.join();
   CHECK(errors.load() == 0);
 
-  // The envelope on what the holders admitted: r·T + B + Σ outstanding grants, Σ at most
-  // H·(units + low_water); and exactly: admitted + held = granted ≤ B.
-  std::sort(log.begin(), log.end(),
-            [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
-  auto report = quota::verify::verify_token_bucket(log, global.rate, global.burst,
-                                                   kHolders * (kLeaseUnits + kLowWater));
-  REQUIRE(report.ok());
-  std::printf("%zu admissions; %s\n", log.size(), quota::verify::to_string(*report).c_str());
-  CHECK(report->holds());
-  std::int64_t admitted = 0, granted = 0, held = 0;
-  for (const auto& e : log) admitted += e.cost;
-  for (const auto& p : ps) {
-    granted += p->metrics.at(Level::kGlobal).units_granted.load();
-    held += p->metrics.at(Level::kGlobal).units_held.load();
-  }
-  CHECK(admitted + held == granted);
-  CHECK(granted <= global.burst);
+  // The envelope on what the holders admitted.
+  (void)quota::testing::check_fair_envelope(log, global, ps);
 
   // Σ over the holders of the shares ≤ budget − reserve at every allocation.
   for (int p = 0; p < kPeriods; ++p) {
@@ -327,6 +274,87 @@ TEST_CASE("over Redis, fair shares over all holders and the envelope",
   }
   std::printf("%d periods at their fair share over all holders checked\n", windows);
   CHECK(windows >= 5);
+}
+
+TEST_CASE("over Redis, the rule's weights 1 : 2 : 3 give shares in that ratio at every holder",
+          "[redis][fair][shared][concurrency]") {
+  // w1, w2, w3 (weights 1, 2, 3 from the rule) each ask 500 per period at every holder
+  // (requests of 50): totals 1,500 each, 4,500 > 2,700. Every holder computes the same
+  // weighted max-min shares 450, 900, 1,350 from the sealed view, and holds each tenant
+  // to a third of it: 150, 300, 450 per holder and period.
+  const TokenBucket global{.rate = kTrickle, .burst = 60'000};
+  auto ps = processes("gw-fairshared-weights",
+                      spec(global, {.by_tenant = {{"w1", 1}, {"w2", 2}, {"w3", 3}}}));
+  const std::vector<std::string> tenants = {"w1", "w2", "w3"};
+  const std::vector<std::int64_t> weights = {1, 2, 3};
+  constexpr int kPeriods = 10;
+  std::mutex mu;
+  std::vector<quota::verify::AdmittedEvent> log;
+  // [period][holder][tenant] → admitted; [period][holder] → Σ shares of its allocation.
+  std::vector<std::vector<std::vector<std::int64_t>>> got(
+      kPeriods, std::vector<std::vector<std::int64_t>>(kHolders, std::vector<std::int64_t>(3)));
+  std::vector<std::vector<std::int64_t>> share_sums(kPeriods, std::vector<std::int64_t>(kHolders));
+  std::atomic<int> errors{0};
+  std::barrier sync(kHolders);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kHolders; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<quota::verify::AdmittedEvent> mine;
+      for (int p = 0; p < kPeriods; ++p) {
+        for (int step = 0; step < 10; ++step) {
+          const Nanos t = p * kPeriod + step * 1ms;
+          for (std::size_t k = 0; k < tenants.size(); ++k) {
+            auto r = ps[i]->gateway.decide(fair_call(tenants[k], 50), t);
+            if (!r.ok()) {
+              if (errors++ == 0) std::printf("first error: %s\n", r.status().ToString().c_str());
+              continue;
+            }
+            if (r->decision.allowed) {
+              got[p][i][k] += 50;
+              mine.push_back({t.count(), 50});
+            }
+          }
+        }
+        const auto stats = ps[i]->gateway.fair_shares();
+        if (stats.size() == 1 && stats[0].last) share_sums[p][i] = stats[0].last->share_sum;
+        sync.arrive_and_wait();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      log.insert(log.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors.load() == 0);
+  (void)quota::testing::check_fair_envelope(log, global, ps);
+
+  const std::vector<std::int64_t> demands(3, 1'500);
+  auto fair = quota::fair::weighted_max_min(kCapacity, demands, weights);
+  REQUIRE(fair.ok());
+  CHECK(*fair == std::vector<std::int64_t>{450, 900, 1'350});
+  for (int p = 0; p < kPeriods; ++p) {
+    std::int64_t sum = 0;
+    for (int i = 0; i < kHolders; ++i) sum += share_sums[p][i];
+    INFO("period " << p);
+    CHECK(sum <= kCapacity);  // Σ over holders of the shares ≤ budget − reserve
+  }
+  // From period 3 (the view of period 1 has every holder's asks; one more to settle).
+  for (int p = 3; p < kPeriods; ++p) {
+    for (int i = 0; i < kHolders; ++i) {
+      INFO("period " << p << " holder " << i);
+      CHECK(got[p][i] == std::vector<std::int64_t>{150, 300, 450});
+    }
+  }
+  for (const auto& p : ps) {
+    const auto stats = p->gateway.fair_shares();
+    REQUIRE(stats.size() == 1);
+    CHECK(stats[0].exchange_failures == 0);
+    CHECK(stats[0].late_reports == 0);
+    REQUIRE(stats[0].tenants.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+      CHECK(stats[0].tenants[k].weight == weights[k]);
+      CHECK(stats[0].tenants[k].share == (*fair)[k] / kHolders);
+    }
+  }
 }
 
 TEST_CASE(
@@ -371,7 +399,7 @@ TEST_CASE("with Redis unreachable for the exchange, a holder falls back to its f
   for (int p = 0; p < kPeriods; ++p) {
     std::int64_t got = 0;
     for (int step = 0; step < 40; ++step) {
-      auto r = ps[0]->gateway.decide(call("solo", 100), p * kPeriod + step * 1ms);
+      auto r = ps[0]->gateway.decide(fair_call("solo", 100), p * kPeriod + step * 1ms);
       REQUIRE(r.ok());  // the store itself is up
       if (r->decision.allowed) got += 100;
     }
@@ -382,4 +410,7 @@ TEST_CASE("with Redis unreachable for the exchange, a holder falls back to its f
   REQUIRE(stats.size() == 1);
   CHECK(stats[0].exchange_failures == kPeriods);
   CHECK(stats[0].allocations == kPeriods);
+  const std::string text = quota::gateway::render_prometheus(stats);
+  CHECK(text.find("quota_fair_share_fallback_periods_total{rule=\"global\",budget=\"{~global}"
+                  "call\"} 3\n") != std::string::npos);
 }

@@ -25,6 +25,8 @@
 // expiry) or while the below-level tenants together ask more than they were allocated.
 // Each tenant's own limits are checked elsewhere. With several holders of one budget,
 // allocate_split() takes the shares computed over all of them (holder_split.hpp) instead.
+// The tenants' state and the arithmetic of one decision are FairShareTable's
+// (fair_share_table.hpp), FairShare's private base.
 //
 // Thread safety: every method may be called from any thread (one mutex); a returned
 // share or use is a snapshot that other callers may change at once.
@@ -58,16 +60,20 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/fair/fair_share_config.hpp"
 #include "quota/fair/fair_share_results.hpp"
+#include "quota/fair/fair_share_table.hpp"
 #include "quota/fair/holder_split.hpp"
+#include "quota/fair/tenant_weights.hpp"
 #include "quota/fair/weighted_max_min.hpp"
 
 namespace quota::fair {
 
-class FairShare {
+class FairShare : private FairShareTable {
  public:
-  // `config` should be valid (FairShareConfig::checked()); with an invalid one every
+  // `config` should be valid (FairShareConfig::checked()), and `weights` (each tenant's
+  // weight when it first appears; report() may change it) too; with an invalid one every
   // request fails with validate()'s InvalidArgument, which names the field.
-  explicit FairShare(FairShareConfig config) : config_(config), status_(config.validate()) {}
+  explicit FairShare(FairShareConfig config, TenantWeights weights = {})
+      : FairShareTable(config, std::move(weights)) {}
 
   const FairShareConfig& config() const { return config_; }
 
@@ -158,19 +164,27 @@ class FairShare {
   }
 
   // Starts an allocation period with shares of `capacity` (≤ budget − reserve) over every
-  // holder of the budget (holder_split.hpp; `view` sorted by tenant, weights from it): each
-  // tenant here is held to its part, its demand its local asks; one not in the view has
-  // share 0 (it may borrow up to the water level). Alone (no other tenant active here or
-  // in the view) a tenant may use `alone_cap` (≤ budget); `free_regime` false disables the
-  // free regime; its load is Σ of the view's totals. Estimates are not updated; the asks
-  // restart at 0. InvalidArgument on a bad view or config.
+  // holder of the budget (holder_split.hpp; `view` sorted by tenant, weights from it, each
+  // tenant here taking the view's weight): each tenant here is held to its part, its
+  // demand its local asks; one not in the view has share 0 (it may borrow up to the water
+  // level). Alone (no other tenant active here or in the view) a tenant may use
+  // `alone_cap` (≤ budget); `free_regime` false disables the free regime; its load is Σ of
+  // the view's totals. `newcomers.tenants` (tenants new here: none in the view with local
+  // asks) get provisional parts (newcomer_parts, holder_split.hpp), their demand their
+  // asks, taken from the pool and the view's parts here. Estimates are not updated; the
+  // asks restart at 0. InvalidArgument on a bad view, newcomer or config.
   absl::StatusOr<FairShareAllocation> allocate_split(std::int64_t capacity,
                                                      std::span<const HolderDemand> view,
-                                                     std::int64_t alone_cap, bool free_regime) {
+                                                     std::int64_t alone_cap, bool free_regime,
+                                                     const NewcomerPool& newcomers = {}) {
     if (!status_.ok()) return status_;
     capacity = std::clamp<std::int64_t>(capacity, 0, config_.share_capacity());
     auto split = split_shares(capacity, config_.budget, view);
     if (!split.ok()) return split.status();
+    auto fresh = newcomer_parts(*split, view, capacity, newcomers.holders, newcomers.fixed_capacity,
+                                newcomers.tenants);
+    if (!fresh.ok()) return fresh.status();
+    split->parts = fresh->view_parts;
     detail::MutexLock lock(mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       Tenant& t = it->second;
@@ -191,8 +205,18 @@ class FairShare {
       if (view[i].local == 0) continue;
       Tenant& t = find_or_add(view[i].tenant);
       t.in_view = true;
+      t.weight = view[i].weight;
       t.demand = std::min(view[i].local, config_.budget);
       set_share(t, split->parts[i], a);
+    }
+    for (std::size_t i = 0; i < newcomers.tenants.size(); ++i) {
+      const Newcomer& n = newcomers.tenants[i];
+      if (n.asked == 0) continue;
+      Tenant& t = find_or_add(n.tenant);
+      if (t.in_view) continue;  // already held to its part of the view
+      t.weight = n.weight;
+      t.demand = std::min(n.asked, config_.budget);
+      set_share(t, fresh->parts[i], a);
     }
     count_active();
     a.demand_sum = static_cast<std::int64_t>(
@@ -236,12 +260,12 @@ class FairShare {
     tenants_.erase(it);
   }
 
-  // Decides a request of `units` (≥ 1) by `tenant` (an unknown tenant joins with weight
-  // 1), counts them as asked (admitted or not: the next allocation's estimate, and the
-  // tenant is active for the rest of the period), and, when admitted, adds them to its
-  // use. A request of more units than the budget can never pass: kOverBudget, not
-  // counted as asked. O(1): a hash lookup and the cached shares. InvalidArgument on
-  // units < 1 or an invalid config.
+  // Decides a request of `units` (≥ 1) by `tenant` (an unknown tenant joins with its
+  // weight in `weights`), counts them as asked (admitted or not: the next allocation's
+  // estimate, and the tenant is active for the rest of the period), and, when admitted,
+  // adds them to its use. A request of more units than the budget can never pass:
+  // kOverBudget, not counted as asked. O(1): a hash lookup and the cached shares.
+  // InvalidArgument on units < 1 or an invalid config.
   absl::StatusOr<FairShareDecision> request(std::string_view tenant, std::int64_t units) {
     if (!status_.ok()) return status_;
     if (units < 1) {
@@ -285,136 +309,11 @@ class FairShare {
     return total_used_;
   }
 
- private:
-  struct Tenant {
-    std::int64_t weight = 1;
-    std::optional<std::int64_t> reported;  // report()'s demand, when given
-    std::int64_t estimate = 0;  // decayed asks: (asked + previous estimate) / 2 per period
-    std::int64_t asked = 0;     // units asked in the current period, admitted or not
-    std::int64_t demand = 0;    // its demand in the current allocation
-    std::int64_t share = 0;     // its share in the current allocation
-    bool constrained = false;   // share < demand
-    bool in_view = false;       // allocate_split(): in the holders' view
-    std::int64_t used = 0;
-    bool active() const { return demand > 0 || used > 0 || asked > 0; }
-  };
-  // Hashed: a request's lookup is O(1); allocate() sorts by name where order matters.
-  using Map = absl::flat_hash_map<std::string, Tenant>;
-
-  Tenant& find_or_add(std::string_view tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = tenants_.find(detail::to_absl(tenant));
-    if (it == tenants_.end()) it = tenants_.emplace(std::string(tenant), Tenant{}).first;
-    return it->second;
+  // The tenants active in the current period: asked, hold units or have a demand.
+  std::int64_t active_tenants() const {
+    detail::MutexLock lock(mu_);
+    return active_;
   }
-
-  // Sets a tenant's use, keeping total_used_ and below_level_used_ (Σ use of the tenants
-  // that are not constrained) in step.
-  void set_used(Tenant& t, std::int64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!t.constrained) below_level_used_ += used - t.used;
-    total_used_ += used - t.used;
-    t.used = used;
-  }
-
-  // The decision for `units` more by `self` (already counted as active), before anything
-  // is deducted.
-  FairShareDecision decide(const Tenant& self, std::int64_t units)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    FairShareDecision d;
-    const std::int64_t used_after = total_used_ + units;  // both ≤ kMaxBudget
-    const std::int64_t self_after = self.used + units;
-    if (active_ <= 1 && view_tenants_ - (self.in_view ? 1 : 0) <= 0) {
-      // alone here and in the holders' view: nobody to be fair to or to keep a reserve for
-      d.share = alone_cap_;
-      d.allowed = used_after <= alone_cap_;
-      d.verdict = d.allowed ? FairShareVerdict::kFree : FairShareVerdict::kOverBudget;
-      return d;
-    }
-    if (free_regime_ && std::max<absl::int128>(used_after, demand_sum_) <= config_.share_level()) {
-      d.allowed = true;
-      d.verdict = FairShareVerdict::kFree;
-      return d;
-    }
-    if (used_after > config_.pause_level()) {
-      d.verdict = FairShareVerdict::kPaused;
-      return d;
-    }
-    d.share = self.share;
-    if (self.constrained) {
-      // Held to its share, and below-level tenants come first (max-min serves them in
-      // full): it leaves free what they were allocated and have not used yet.
-      d.allowed = self_after <= self.share &&
-                  absl::int128(used_after) + unused_below_level() <= config_.share_capacity();
-      d.verdict = d.allowed ? FairShareVerdict::kWithinShare : FairShareVerdict::kOverShare;
-      return d;
-    }
-    if (self_after <= self.share) {
-      d.allowed = true;
-      d.verdict = FairShareVerdict::kWithinShare;
-      return d;
-    }
-    // Past its share (its demand rose, or it is new in the period): it may go up to the
-    // water level (level_units_ / level_weight_ per unit of weight; no level while nobody
-    // is constrained), within the pause level checked above.
-    d.allowed = level_weight_ == 0 || absl::int128(self_after) * level_weight_ <=
-                                          absl::int128(level_units_) * self.weight;
-    d.verdict = d.allowed ? FairShareVerdict::kBorrowed : FairShareVerdict::kOverShare;
-    return d;
-  }
-
-  // Clears the allocation's sums before shares are set.
-  void reset_allocation(std::int64_t alone_cap, bool free_regime, std::int64_t view_tenants)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    below_level_shares_ = level_units_ = level_weight_ = active_ = 0;
-    demand_sum_ = 0;
-    alone_cap_ = alone_cap;
-    free_regime_ = free_regime;
-    view_tenants_ = view_tenants;
-  }
-
-  // Sets a tenant's share in allocation `a` (its demand set), and the allocation's sums.
-  void set_share(Tenant& t, std::int64_t share, FairShareAllocation& a)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    t.share = share;
-    t.constrained = t.share < t.demand;
-    a.share_sum += t.share;
-    (t.constrained ? level_units_ : below_level_shares_) += t.share;
-    level_weight_ += t.constrained ? t.weight : 0;
-    a.constrained += t.constrained ? 1 : 0;
-  }
-
-  // Counts the active tenants and the use of those not constrained, once shares are set.
-  void count_active() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    below_level_used_ = 0;
-    for (const auto& [name, t] : tenants_) {
-      active_ += t.active() ? 1 : 0;
-      if (!t.constrained) below_level_used_ += t.used;
-    }
-  }
-
-  // What the tenants below the water level were allocated and do not use yet, together.
-  std::int64_t unused_below_level() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::max<std::int64_t>(0, below_level_shares_ - below_level_used_);
-  }
-
-  const FairShareConfig config_;
-  const absl::Status status_;
-  mutable detail::Mutex mu_;
-  Map tenants_ ABSL_GUARDED_BY(mu_);
-  std::int64_t total_used_ ABSL_GUARDED_BY(mu_) = 0;
-  // The current allocation: Σ demand, the constrained tenants' Σ shares and Σ weights
-  // (the water level), the other tenants' Σ shares and Σ use, and the tenants active in
-  // the period.
-  absl::int128 demand_sum_ ABSL_GUARDED_BY(mu_) = 0;  // up to 2^30 demands of up to 2^62
-  std::int64_t level_units_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t level_weight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t below_level_shares_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t below_level_used_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t active_ ABSL_GUARDED_BY(mu_) = 0;
-  // allocate_split(): the tenants of the holders' view, the cap of a tenant alone, and
-  // whether the free regime applies (allocate(): 0, the budget, true).
-  std::int64_t view_tenants_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t alone_cap_ ABSL_GUARDED_BY(mu_) = config_.budget;
-  bool free_regime_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace quota::fair

@@ -30,14 +30,19 @@
 //    FairShare::allocate_split holds each tenant here to ⌊share_t · local_t / total_t⌋ of
 //    its share of budget − reserve over all holders (holder_split.hpp): Σ over holders and
 //    tenants ≤ budget − reserve; a tenant alone here and in the view may use the whole
-//    budget. If the exchange fails, that period falls back to P: shares of P − ⌈P·reserve⌉
-//    among this process's own asks, a lone tenant capped at P, no free regime (counted
+//    budget; a tenant new here (asked last period, no local asks in the view) gets a
+//    provisional part of the pool and of this holder's parts (newcomer_parts). If the
+//    exchange fails, that period falls back to P: shares of P − ⌈P·reserve⌉ among this
+//    process's own asks, a lone tenant capped at P, no free regime (counted
 //    exchange_failures); a late report is counted late_reports.
 // The global envelope (r·T + B + Σ outstanding grants) is the store's and the leases',
 // unchanged: the allocator only refuses.
 //
-// A rule change that keeps a budget's fair_share, policy and holders keeps its allocator;
-// any other change starts a fresh one (the units in use are forgotten).
+// Each tenant's weight is the rule's (FairShareSpec::weights), in every allocation here
+// and for every tenant of the holders' view.
+//
+// A rule change that keeps a budget's rule name, fair_share, policy and holders keeps its
+// allocator; any other change starts a fresh one (the units in use are forgotten).
 //
 // Thread safety: any thread; one mutex per budget (the allocator's own mutex within it).
 // The exchange is called under the budget's mutex, once per period: that budget's other
@@ -77,7 +82,10 @@ namespace quota::gateway {
 // What the allocator of one fair-share budget did so far (FairLimits::stats).
 struct FairLimitStats {
   std::string key{};
+  std::string rule{};  // the rule's name
   fair::FairShareConfig config{};
+  std::int64_t units_in_use = 0;    // admitted units still in use (for one period each)
+  std::int64_t active_tenants = 0;  // tenants that asked, hold units or have a demand
   std::int64_t allocations = 0;
   std::int64_t allocation_errors = 0;  // allocate() failed (Σ shares > capacity: never)
   std::int64_t max_share_sum = 0;      // the largest Σ shares of an allocation
@@ -94,11 +102,13 @@ namespace detail {
 
 // One fair-share budget: its allocator, its period and the admitted units' expiries.
 struct FairLimitState {
-  FairLimitState(const FairShareSpec& s, const RulePolicy& p, std::int64_t holders, bool shared)
-      : spec(s),
-        policy(p),
-        fallback(s.config(p, holders)),
-        share(std::make_unique<fair::FairShare>(shared ? s.config(p, 1) : fallback)) {}
+  FairLimitState(const Rule& r, std::int64_t holders, bool shared)
+      : rule_name(r.name),
+        spec(r.fair_share),
+        policy(r.policy),
+        fallback(spec.config(policy, holders)),
+        share(std::make_unique<fair::FairShare>(shared ? spec.config(policy, 1) : fallback,
+                                                spec.weights)) {}
 
   struct Expiry {
     Nanos at;
@@ -107,6 +117,7 @@ struct FairLimitState {
     bool operator>(const Expiry& o) const { return at > o.at; }
   };
 
+  const std::string rule_name;
   const FairShareSpec spec;
   const RulePolicy policy;
   const fair::FairShareConfig fallback;          // the fixed part ⌊budget / holders⌋
@@ -216,7 +227,10 @@ class FairLimits {
       quota::detail::MutexLock lock(s->mu);
       FairLimitStats st = s->stats;
       st.key = key;
+      st.rule = s->rule_name;
       st.config = s->share->config();
+      st.units_in_use = s->share->total_used();
+      st.active_tenants = s->share->active_tenants();
       st.tenants = s->share->snapshot();
       out.push_back(std::move(st));
     }
@@ -226,16 +240,16 @@ class FairLimits {
   std::int64_t holders() const { return holders_; }
 
  private:
-  // The budget's state, fresh when its rule's fair_share or policy changed.
+  // The budget's state, fresh when its rule's name, fair_share or policy changed.
   std::shared_ptr<detail::FairLimitState> state_for(const Rule& rule, std::string_view key) {
     quota::detail::MutexLock lock(mu_);
     auto it = limits_.find(quota::detail::to_absl(key));
     if (it != limits_.end() && it->second->spec == rule.fair_share &&
+        it->second->rule_name == rule.name &&
         detail::same_params(it->second->policy, rule.policy)) {
       return it->second;
     }
-    auto fresh = std::make_shared<detail::FairLimitState>(rule.fair_share, rule.policy, holders_,
-                                                          exchange_ != nullptr);
+    auto fresh = std::make_shared<detail::FairLimitState>(rule, holders_, exchange_ != nullptr);
     if (it == limits_.end()) {
       limits_.emplace(std::string(key), fresh);
     } else {
@@ -289,13 +303,28 @@ class FairLimits {
     absl::StatusOr<fair::FairShareAllocation> a;
     if (view.ok()) {
       if (view->late) ++s.stats.late_reports;
+      // The weights come from the rule, which every holder shares: the same shares everywhere.
+      for (fair::HolderDemand& d : view->tenants) d.weight = s.spec.weights.of(d.tenant);
+      // Tenants that asked here last period and have no local asks in the view (two
+      // periods old) are new here: provisional parts (holder_split.hpp, newcomer_parts).
+      std::vector<fair::Newcomer> newcomers;
+      auto seen = view->tenants.begin();
+      for (const auto& [tenant, n] : asks) {
+        while (seen != view->tenants.end() && seen->tenant < tenant) ++seen;
+        if (seen != view->tenants.end() && seen->tenant == tenant && seen->local > 0) continue;
+        newcomers.push_back({.tenant = tenant, .weight = s.spec.weights.of(tenant), .asked = n});
+      }
       const fair::FairShareConfig& whole = s.share->config();
-      a = s.share->allocate_split(whole.share_capacity(), view->tenants, whole.budget, true);
+      a = s.share->allocate_split(whole.share_capacity(), view->tenants, whole.budget, true,
+                                  {.holders = holders_,
+                                   .fixed_capacity = s.fallback.share_capacity(),
+                                   .tenants = newcomers});
     } else {
       ++s.stats.exchange_failures;
       std::vector<fair::HolderDemand> own;
       for (const auto& [tenant, n] : asks)
-        own.push_back({.tenant = tenant, .total = n, .local = n});
+        own.push_back(
+            {.tenant = tenant, .weight = s.spec.weights.of(tenant), .total = n, .local = n});
       a = s.share->allocate_split(s.fallback.share_capacity(), own, s.fallback.budget, false);
     }
     ++s.stats.allocations;

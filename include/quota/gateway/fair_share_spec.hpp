@@ -17,14 +17,18 @@
 // 100 %; 0 < shares_above ≤ pause_above ≤ 100 %; pause_above ≥ 100 % − reserve (the
 // pause never cuts into the shares); period > 0; budget ≥ 1 (given, or derived from the
 // policy and the period) and ≤ fair::kMaxBudget. Thresholds are in permille (‰) of the
-// budget; rule files write them in percent (`10%`, `72.5%`).
+// budget; rule files write them in percent (`10%`, `72.5%`). `weights` gives each
+// tenant (the request's tenant id) its weight in the shares (fair/tenant_weights.hpp:
+// `weights.by_tenant` by name, else `weights.default_weight`; each in [1, 2^32]); the
+// rule carries them, so every holder of the budget computes the same shares.
 //
 // Thread safety: a value.
 //
 //   quota::gateway::RuleSpec global{.level = quota::gateway::Level::kGlobal, ...,
 //       .fair_share = {.enabled = true, .reserve_permille = 100,
 //                      .shares_above_permille = 700, .pause_above_permille = 900,
-//                      .period = 10s}};
+//                      .period = 10s,
+//                      .weights = {.default_weight = 1, .by_tenant = {{"acme", 3}}}}};
 #pragma once
 
 #include <chrono>
@@ -39,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/fair/fair_share_config.hpp"
+#include "quota/fair/tenant_weights.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/units.hpp"
@@ -55,6 +60,8 @@ struct FairShareSpec {
   Nanos period = std::chrono::seconds(10);
   // Units in use the allocator divides; 0: the policy's rate × period (budget_for()).
   std::int64_t budget = 0;
+  // Each tenant's weight in the weighted max-min shares.
+  fair::TenantWeights weights{};
 
   friend bool operator==(const FairShareSpec&, const FairShareSpec&) = default;
 
@@ -113,6 +120,7 @@ struct FairShareSpec {
           percent(pause_above_permille), percent(1000 - reserve_permille)));
     }
     if (period <= Nanos{0}) return absl::InvalidArgumentError("fair_share.period must be positive");
+    if (auto s = weights.validate("fair_share"); !s.ok()) return s;
     if (budget < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "fair_share.budget is %d; it must be >= 1 (or 0: rate x period)", budget));

@@ -23,7 +23,8 @@
 //              shadow, enforce_percent: 0..100, max_cost,
 //              lease: {mode*: off|on|auto, units, expiry, low_water, auto_rate,
 //                     revoke: at_expiry|at_once},
-//              fair_share: {reserve, shares_above, pause_above, period, budget}}]
+//              fair_share: {reserve, shares_above, pause_above, period, budget,
+//                           weight_default, weights}}]
 //
 // Needs yaml-cpp: link quota::rules. Thread safety: pure functions.
 //
