@@ -19,14 +19,21 @@
 //     (idempotent by id). A lost grant reply keeps the id pending in the pool: the next
 //     refill asks again with it and the central store replays it; a lost deposit reply is
 //     replayed by id. Never taken twice, never refunded to the central authority.
-//   - A refill starts when a spend leaves the pool at or below `low_water` (or cannot be
-//     served); a deposit expires at its claim time + `expiry` (no later than the central
-//     record's) and expired units are never spent. Live grants <= `max_grants`.
-//   - Spending is atomic at the regional Redis. A level denied by the pool after a refill
-//     attempt answers kOverLimit (retry_after: the backoff), or — when the region's last
-//     refill failed as unavailable (cut off from the central authority) — the call fails
-//     kUnavailable: the Gateway applies the route's fail mode. Cut off, a region spends
-//     only what its pool holds.
+//   - A refill starts ahead of need: in the request whose spend leaves the pool at or
+//     below `low_water` (its answer already decided; the library starts no threads), by
+//     the one process that takes the lock. Size `low_water` to the region's rate × the
+//     central round trip and the refill completes before the pool runs dry. A deposit
+//     expires at its claim time + `expiry` (no later than the central record's); expired
+//     units are never spent. Live grants <= `max_grants`.
+//   - A request that finds the pool unable to serve its cost refills it (when it gets the
+//     lock), else waits for the refill in flight, polling the pool for at most
+//     `refill_wait`: an empty pool during a refill is not a denial. Then: admitted; or
+//     kOverLimit (retry_after: backoff_min) when the central authority denied the
+//     region's last refill (its budget had no room), or the refills came and the region's
+//     other requests spent them first; or the call fails kUnavailable —
+//     "central authority is unreachable" when the last refill failed so (a region cut
+//     off), "did not complete within refill_wait" when it is still in flight — and the
+//     Gateway applies the route's fail mode. Cut off, a region spends only its pool.
 //   - A refill whose deposit fails twice (the regional Redis unreachable) leaves its id
 //     pending and the lock to expire (`lock_ttl`): the next refill replays the grant by
 //     id and deposits it. A failed ledger record is not retried (the grant stands, as in
@@ -61,6 +68,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -85,6 +93,9 @@ struct PoolOptions {
   Nanos lock_ttl = std::chrono::seconds(5);  // above the central store's deadline
   Nanos backoff_min = std::chrono::milliseconds(1);
   Nanos backoff_max = std::chrono::seconds(1);
+  // How long a request that finds the pool empty waits for a refill in flight (another
+  // process's, or its own); 0: not at all.
+  Nanos refill_wait = std::chrono::milliseconds(100);
   std::string prefix = "pool:";
 };
 
@@ -141,6 +152,10 @@ class RegionalPool {
 
   // Grant requests this process sent to the central authority.
   std::int64_t grant_requests() const { return grant_requests_.load(); }
+  // Of those, the ones the central authority denied (its budget had no room).
+  std::int64_t grant_denials() const { return grant_denials_.load(); }
+  // Requests of this process that found the pool empty and waited for a refill.
+  std::int64_t refill_waits() const { return refill_waits_.load(); }
   // The pool of `key` now: code = grants holding units, total held, unused, last state.
   absl::StatusOr<PoolReply> read(std::string_view key) { return script_.read(key); }
   const PoolOptions& options() const { return options_; }
@@ -154,11 +169,13 @@ class RegionalPool {
     o.max_grants = std::max(o.max_grants, 2);
     o.backoff_min = std::max(o.backoff_min, Nanos{1'000'000});
     o.backoff_max = std::max(o.backoff_max, o.backoff_min);
+    o.refill_wait = std::max(o.refill_wait, Nanos{0});
     return o;
   }
 
-  // One level from the pool: spend; refill at low water, or when it cannot be served and
-  // then spend once more.
+  // One level from the pool: spend, and refill when the spend leaves the pool at or below
+  // low water (this request's answer is already decided). A pool that cannot serve the
+  // cost is waited for (wait_for_refill).
   absl::StatusOr<std::pair<Decision, Nanos>> spend(const gateway::LevelCheck& l,
                                                    std::uint64_t version, Nanos now) {
     if (l.cost < 1 || l.cost > options_.units) {
@@ -172,11 +189,10 @@ class RegionalPool {
     auto r = script_.spend(l.key, l.cost);
     if (!r.ok()) return r.status();
     if (r->code == 0) {
-      refill(l, version);
-      r = script_.spend(l.key, l.cost);
+      r = wait_for_refill(l, version);
       if (!r.ok()) return r.status();
     } else if (r->total <= options_.low_water) {
-      refill(l, version);
+      (void)refill(l, version);
     }
     const Nanos time{r->now_us * 1000};
     if (r->code == 1) {
@@ -186,28 +202,61 @@ class RegionalPool {
                                 .reason = Reason::kAllowed},
                        time};
     }
+    // 'd': the central authority denied the region's last refill; 'o': the refills came
+    // and were spent by the region's other requests before this one.
+    if (r->state != 'u' && r->state != 'r') {
+      return std::pair{Decision{.allowed = false,
+                                .remaining = r->total,
+                                .retry_after = options_.backoff_min,
+                                .version = version,
+                                .reason = Reason::kOverLimit},
+                       time};
+    }
     if (r->state == 'u') {
       return absl::UnavailableError(
           "regional pool: spent, and the central authority is unreachable");
     }
-    return std::pair{Decision{.allowed = false,
-                              .remaining = r->total,
-                              .retry_after = options_.backoff_min,
-                              .version = version,
-                              .reason = Reason::kOverLimit},
-                     time};
+    return absl::UnavailableError(absl::StrCat(
+        "regional pool: spent, and the region's refill from the central authority did not "
+        "complete within refill_wait (",
+        options_.refill_wait.count() / 1'000'000, " ms)"));
   }
 
-  // A refill by this process, if it gets the region's lock for the key. Errors stay in
-  // the pool's record (its state, the lock held for the backoff).
-  void refill(const gateway::LevelCheck& l, std::uint64_t version) {
+  // The pool cannot serve `l.cost`: refill it (when this process gets the lock), else wait
+  // for the refill in flight, polling the pool (1, 2, 4, 8, 8 ... ms) until it serves
+  // the cost, the refill fails ('u' / 'd'), or `refill_wait` has passed.
+  absl::StatusOr<PoolReply> wait_for_refill(const gateway::LevelCheck& l, std::uint64_t version) {
+    const auto deadline = std::chrono::steady_clock::now() + options_.refill_wait;
+    Nanos pause = std::chrono::milliseconds(1);
+    bool waited = false, ran = false;
+    for (;;) {
+      // One refill per request at most: a deposit that was not added (kFull, kExpired)
+      // is not chased with more central units.
+      const bool refilled = !ran && refill(l, version);
+      ran = ran || refilled;
+      auto r = script_.spend(l.key, l.cost);
+      if (!r.ok() || r->code == 1 || r->state == 'u' || r->state == 'd') return r;
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= Nanos{0}) return r;
+      if (!refilled) {  // another refill is in flight, or this one was drained
+        if (!waited) refill_waits_.fetch_add(1, std::memory_order_relaxed);
+        waited = true;
+        std::this_thread::sleep_for(std::min<Nanos>(pause, left));
+        pause = std::min<Nanos>(2 * pause, std::chrono::milliseconds(8));
+      }
+    }
+  }
+
+  // A refill by this process, if it gets the region's lock for the key (true: it ran one).
+  // Errors stay in the pool's record (its state, the lock held for the backoff).
+  bool refill(const gateway::LevelCheck& l, std::uint64_t version) {
     const std::string token = absl::StrCat(token_, "-", ++refills_);
-    const std::int64_t lock_ms = options_.lock_ttl.count() / 1'000'000 + 1;
+    const std::int64_t lock_us = options_.lock_ttl.count() / 1000 + 1;
     const std::int64_t mark = std::max(options_.low_water, l.cost - 1);
-    auto locked = script_.lock(l.key, token, lock_ms, mark);
-    if (!locked.ok() || locked->code != 1) return;
+    auto locked = script_.lock(l.key, token, lock_us, mark);
+    if (!locked.ok() || locked->code != 1) return false;
     auto id = script_.claim(l.key, options_.units, options_.region);
-    if (!id.ok()) return;  // the lock expires
+    if (!id.ok()) return true;  // the lock expires
     grant_requests_.fetch_add(1, std::memory_order_relaxed);
     const gateway::LevelCheck grant{
         .policy = l.policy, .key = l.key, .shadow = false, .cost = options_.units};
@@ -221,15 +270,16 @@ class RegionalPool {
                                         .ttl = 2 * options_.expiry});
     if (!got.ok() || got->levels.parts.size() != 1) {
       // Unknown outcome: the id stays pending for the next refill, after the backoff.
-      (void)script_.fail(l.key, 'u', token, to_ms(backoff(++failures_)));
-      return;
+      (void)script_.fail(l.key, 'u', token, to_us(backoff(++failures_)));
+      return true;
     }
     failures_ = 0;
     const Decision& d = got->levels.parts[0];
     if (!d.allowed) {
+      grant_denials_.fetch_add(1, std::memory_order_relaxed);
       const Nanos wait = std::clamp(d.retry_after, options_.backoff_min, options_.expiry);
-      (void)script_.fail(l.key, 'd', token, to_ms(wait));
-      return;
+      (void)script_.fail(l.key, 'd', token, to_us(wait));
+      return true;
     }
     // Recorded again on a replay: the same field of the central record.
     (void)ledger_.record({.key = std::string(l.key),
@@ -243,9 +293,10 @@ class RegionalPool {
     for (int i = 0; i < 2; ++i) {  // a lost deposit reply: the retry is replayed by id
       if (script_.deposit(l.key, id->id, expiry_us, options_.max_grants).ok()) {
         (void)script_.unlock(l.key, token);
-        return;
+        return true;
       }
     }
+    return true;
   }
 
   void give_back(std::span<const gateway::LevelCheck> levels, std::span<const std::size_t> spent) {
@@ -253,7 +304,7 @@ class RegionalPool {
     for (std::size_t i : spent) (void)script_.give(levels[i].key, levels[i].cost);
   }
 
-  static std::int64_t to_ms(Nanos n) { return std::max<std::int64_t>(1, n.count() / 1'000'000); }
+  static std::int64_t to_us(Nanos n) { return std::max<std::int64_t>(1, n.count() / 1000); }
 
   Nanos backoff(int failures) {
     std::int64_t b = options_.backoff_min.count();
@@ -270,6 +321,8 @@ class RegionalPool {
   std::atomic<std::uint64_t> refills_{0};
   std::atomic<int> failures_{0};
   std::atomic<std::int64_t> grant_requests_{0};
+  std::atomic<std::int64_t> grant_denials_{0};
+  std::atomic<std::int64_t> refill_waits_{0};
 };
 
 // A region's whole backend: its tenants at its own store, the global levels from its pool.
