@@ -16,9 +16,9 @@
 //   - The region is ONE holder of each global budget, whatever its number of processes:
 //     a refill is ONE decision of `units` on the global key at the central store, with
 //     the grant id "<region hex>-<n>" (n from the pool's sequence) as its attempt, taken
-//     by the one process that holds the pool's refill lock (SET NX PX: at most one refill
-//     of a key in flight in the region), recorded by `Ledger` (RedisGrantLedger on the
-//     central store: key, id, region, version, units, expiry), then deposited in the pool
+//     by the one process that holds the pool's refill lock (in the record, at its time:
+//     at most one refill of a key in flight in the region), recorded by `Ledger` (RedisGrantLedger
+//     on the central store: key, id, region, version, units, expiry), then deposited in the pool
 //     (idempotent by id). A lost grant reply keeps the id pending in the pool: the next
 //     refill asks again with it and the central store replays it; a lost deposit reply is
 //     replayed by id. Never taken twice, never refunded to the central authority.
@@ -30,10 +30,11 @@
 //     units are never spent. Live grants <= `max_grants`.
 //   - A request that finds the pool unable to serve its cost refills it (when it gets the
 //     lock), else waits for the refill in flight, polling the pool for at most
-//     `refill_wait`: an empty pool during a refill is not a denial. Then: admitted; or
-//     kOverLimit (retry_after: backoff_min) when the central authority denied the
-//     region's last refill (its budget had no room), or the refills came and the region's
-//     other requests spent them first; or the call fails kUnavailable —
+//     `refill_wait` (the processes share only the record: at most ~refill_wait / 8 ms + 4
+//     polls per waiting request): an empty pool during a refill is not a denial. Then:
+//     admitted; or kOverLimit (retry_after: backoff_min) when the central authority
+//     denied the region's last refill (its budget had no room), or the refills came and
+//     the region's other requests spent them first; or the call fails kUnavailable —
 //     "central authority is unreachable" when the last refill failed so (a region cut
 //     off), "did not complete within refill_wait" when it is still in flight — and the
 //     Gateway applies the route's fail mode. Cut off, a region spends only its pool.
@@ -56,8 +57,9 @@
 // through its record.
 //
 //   quota::region::PoolScript record(eu_redis, "pool:");
-//   quota::region::BasicRegionalPool<quota::redis::RedisGrantLedger> pool(
-//       record, central, ledger, {.region = 0xe1});
+//   quota::region::BasicRegionalPool<quota::redis::RedisGrantLedger,
+//                                     quota::region::PoolScript, quota::redis::GatewayStore>
+//       pool(record, central, ledger, {.region = 0xe1});
 #pragma once
 
 #include <algorithm>
