@@ -1,17 +1,21 @@
 // regions.hpp — the regions scenario: three regions share one global budget, one of them
 // cut off from the central authority for a while.
 //
-// Each region ("eu", "us", "ap") serves its tenants from its own in-process authority (a
-// ShardedStore: their tenant budgets) and reaches the central authority (another store:
-// the global budget) through a path the scenario cuts (tests/support/cut_backend.hpp:
-// every call fails as unavailable). Two ways to decide the global level, on the same
-// seeded request stream:
+// Each region ("eu", "us", "ap") runs several gateways (`gateways_per_region`, each
+// request to one of them in turn) that serve its tenants from the region's own in-process
+// authority (a ShardedStore: their tenant budgets) and reach the central authority
+// (another store: the global budget) through the region's path, which the scenario cuts
+// (tests/support/cut_backend.hpp: every call fails as unavailable). Two ways to decide
+// the global level, on the same seeded request stream:
 //
-//   regional-leases  quota::region::RegionalBackend: each region holds regional grants of
-//                    the global budget and decides it locally; one cross-region round trip
-//                    per grant. Promises r·T + B + Σ regional grants (3 × (units +
-//                    low_water)). Cut off, a region spends what it holds, then answers
-//                    kUnavailable (the route fails closed).
+//   regional-leases  quota::region::BasicRegionalPool in every gateway, over the region's ONE
+//                    pool record (regions_pool.hpp: PoolModel, which the pool's Lua is
+//                    proven equal to): the region holds regional grants of the global
+//                    budget, refilled at the low-water mark by the gateway that takes the
+//                    pool's lock; one cross-region round trip per grant. Promises r·T + B
+//                    + Σ regional grants (3 × (units + low_water)). Cut off, a region
+//                    spends what its pool holds, then answers kUnavailable (the route
+//                    fails closed). A refill takes no simulated time (refill_wait 0).
 //   central          quota::region::ScopeRouter alone: every global decision at the
 //                    central authority, a cross-region round trip per request. Promises
 //                    r·T + B. Cut off, a region answers kUnavailable at once.
@@ -23,17 +27,21 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/rule_registry.hpp"
 #include "quota/policy/token_bucket.hpp"
-#include "quota/region/regional_backend.hpp"
+#include "quota/region/basic_regional_pool.hpp"
+#include "quota/region/scope_router.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/verify/envelope.hpp"
+#include "regions_pool.hpp"
 #include "support/cut_backend.hpp"
 
 namespace gateway_sim::regions {
@@ -46,6 +54,7 @@ struct RegionsConfig {
   std::vector<std::string> names = {"eu", "us", "ap"};
   std::vector<std::int64_t> offered_per_s = {2400, 2400, 1800};  // 110 % of the budget
   int tenants_per_region = 30;
+  int gateways_per_region = 3;
   std::int64_t global_rate = 6000, global_burst = 1200;  // units per second, units
   std::int64_t tenant_rate = 1000, tenant_burst = 200;   // never the limit here
   quota::gateway::LeaseSpec lease{.mode = quota::gateway::LeaseMode::kOn,
@@ -92,27 +101,40 @@ using Store = quota::ShardedStore<quota::gateway::KeyPolicy>;
 using Local = quota::gateway::StoreBackend<Store>;
 using Path = quota::testing::CutBackend<Local>;
 
+using Pool = quota::region::BasicRegionalPool<quota::gateway::GrantLedger, PoolRecord, Path>;
+using PoolBackend = quota::region::ScopeRouter<Local, Pool>;
+using CentralBackend = quota::region::ScopeRouter<Local, Path>;
+
+// One gateway of a region: with regional leases its own BasicRegionalPool over the region's
+// record; with the central strategy every global level through the region's path.
+template <class Backend>
+struct Node {
+  std::unique_ptr<Pool> pool;
+  Backend backend;
+  quota::gateway::RuleRegistry registry;
+  quota::gateway::Gateway<Backend> gateway{backend, registry};
+
+  Node(std::unique_ptr<Pool> p, Local& local, std::shared_ptr<const quota::gateway::RuleSet> rules)
+      : pool(std::move(p)), backend(local, *pool), registry(std::move(rules)) {}
+  Node(Path& path, Local& local, std::shared_ptr<const quota::gateway::RuleSet> rules)
+      : backend(local, path), registry(std::move(rules)) {}
+};
+
 // What one region is made of, for either strategy.
 template <class Backend>
 struct Region {
   Store store;
   Local local{store};
   Path path;
-  Backend backend;
-  quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway<Backend> gateway{backend, registry};
+  PoolRecord record;  // regional leases: the region's pool, shared by its gateways
+  std::vector<std::unique_ptr<Node<Backend>>> gateways;
 
-  template <class... Args>
-  Region(Local& central, std::shared_ptr<const quota::gateway::RuleSet> rules, Args&&... args)
-      : path(central),
-        backend(local, path, std::forward<Args>(args)...),
-        registry(std::move(rules)) {}
+  explicit Region(Local& central) : path(central) {}
 
-  std::int64_t held(quota::Nanos now) {
-    if constexpr (requires { backend.holdings(now); }) {
-      std::int64_t units = 0;
-      for (const auto& h : backend.holdings(now)) units += h.units;
-      return units;
+  std::int64_t held() {
+    if constexpr (std::is_same_v<Backend, PoolBackend>) {
+      auto r = record.read("{~global}read");
+      return r.ok() ? r->total : 0;
     } else {
       return 0;
     }
@@ -140,8 +162,9 @@ inline std::shared_ptr<const quota::gateway::RuleSet> rules(const RegionsConfig&
   return set.ok() ? *set : nullptr;
 }
 
-template <class Backend, class... Args>
-RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
+// `node(region, i)`: the region's i-th gateway.
+template <class Backend, class MakeNode>
+RegionsRun run(const RegionsConfig& c, std::string name, MakeNode node) {
   RegionsRun out;
   out.name = std::move(name);
   out.regions.resize(c.names.size());
@@ -154,7 +177,10 @@ RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
   Local central(central_store);
   std::vector<std::unique_ptr<Region<Backend>>> regions;
   for (std::size_t i = 0; i < c.names.size(); ++i) {
-    regions.push_back(std::make_unique<Region<Backend>>(central, set, args(i)...));
+    regions.push_back(std::make_unique<Region<Backend>>(central));
+    for (int g = 0; g < c.gateways_per_region; ++g) {
+      regions.back()->gateways.push_back(node(*regions.back(), i, set));
+    }
   }
   std::mt19937_64 rng(c.seed);
   std::vector<std::poisson_distribution<int>> arrivals;
@@ -172,7 +198,8 @@ RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
   const quota::Nanos end{c.seconds * 1'000'000'000};
   for (quota::Nanos t{0}; t < end; t += 1ms) {
     if (t == c.cut_from()) {
-      out.regions[c.cut_region].held_at_cut = regions[c.cut_region]->held(t);
+      regions[c.cut_region]->record.set_now(t);
+      out.regions[c.cut_region].held_at_cut = regions[c.cut_region]->held();
       regions[c.cut_region]->path.set_cut(true);
     }
     if (t == c.cut_until()) regions[c.cut_region]->path.set_cut(false);
@@ -180,10 +207,12 @@ RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
     std::vector<Denial> denials;  // judged after this millisecond's admissions
     for (std::size_t i = 0; i < regions.size(); ++i) {
       RegionStats& rs = out.regions[i];
+      regions[i]->record.set_now(t);
       const int n = arrivals[i](rng);
       for (int k = 0; k < n; ++k) {
         const std::string tenant = "t" + std::to_string(rng() % c.tenants_per_region);
-        auto r = regions[i]->gateway.decide(
+        auto& gateways = regions[i]->gateways;
+        auto r = gateways[static_cast<std::size_t>(rs.offered) % gateways.size()]->gateway.decide(
             {.who = {.tenant = tenant, .plan = "free"}, .route = "read"}, t);
         ++out.decisions;
         ++rs.offered;
@@ -239,18 +268,25 @@ RegionsRun run(const RegionsConfig& c, std::string name, Args... args) {
 inline RegionsRun run_regions(const RegionsConfig& c, RegionsStrategy strategy) {
   RegionsRun out;
   if (strategy == RegionsStrategy::kRegionalLeases) {
-    using Backend = quota::region::RegionalBackend<detail::Local, detail::Path>;
     quota::gateway::GrantLedger ledger;  // the central record of the regional grants
-    out = detail::run<Backend>(
-        c, "regional-leases", [&](std::size_t) -> auto& { return ledger; },
-        [&](std::size_t i) {
-          return quota::region::RegionalOptions{.lease = c.lease,
-                                                .holder = {.incarnation = 0x10 + i}};
+    out = detail::run<detail::PoolBackend>(
+        c, "regional-leases", [&](detail::Region<detail::PoolBackend>& r, std::size_t i, auto set) {
+          const quota::region::PoolOptions options{.region = 0x10 + i,
+                                                   .units = c.lease.units,
+                                                   .expiry = c.lease.expiry,
+                                                   .low_water = c.lease.low_water,
+                                                   .refill_wait = quota::Nanos{0}};
+          return std::make_unique<detail::Node<detail::PoolBackend>>(
+              std::make_unique<detail::Pool>(r.record, r.path, ledger, options), r.local,
+              std::move(set));
         });
     out.promised_extra = c.promised_extra();
   } else {
-    using Backend = quota::region::ScopeRouter<detail::Local, detail::Path>;
-    out = detail::run<Backend>(c, "central");
+    out = detail::run<detail::CentralBackend>(
+        c, "central", [](detail::Region<detail::CentralBackend>& r, std::size_t, auto set) {
+          return std::make_unique<detail::Node<detail::CentralBackend>>(r.path, r.local,
+                                                                        std::move(set));
+        });
     out.promised_extra = 0;
   }
   auto report = quota::verify::verify_token_bucket(out.global_log, c.global().rate,

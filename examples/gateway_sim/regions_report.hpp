@@ -1,4 +1,4 @@
-// regions_report.hpp — runs the regions scenario (regions.hpp) with regional leases and
+// regions_report.hpp — runs the regions scenario (regions.hpp) with regional pools and
 // with every global decision at the central authority, prints its table and verdict
 // lines, and writes its SVG chart.
 //
@@ -44,8 +44,10 @@ inline int run_regions_scenario(const RegionsConfig& c, const std::string& svg_p
     std::printf(" %s %s/s%s", c.names[i].c_str(), with_commas(c.offered_per_s[i]).c_str(),
                 i + 1 < c.names.size() ? "," : "");
   }
-  std::printf(" offered (Poisson, cost 1, %d tenants each, own authority per region)\n",
-              c.tenants_per_region);
+  std::printf(
+      " offered (Poisson, cost 1, %d tenants each, %d gateways each, own authority per "
+      "region)\n",
+      c.tenants_per_region, c.gateways_per_region);
   std::printf(
       "  regional grants: %lld units, renewed at %lld, expiry %lld ms; %s cut off from the "
       "central authority during [%.0f s, %.0f s); the route fails closed\n",

@@ -28,6 +28,7 @@
 #include "support/lossy_proxy.hpp"
 #include "support/paused_server.hpp"
 #include "support/redis_server.hpp"
+#include "support/region_fixtures.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -42,22 +43,15 @@ namespace {
 
 using Backend = quota::region::RegionalBackend<GatewayStore, GatewayStore, RedisGrantLedger>;
 
-std::shared_ptr<quota::redis::ConnectionPool> pool(int port, std::chrono::microseconds deadline) {
-  return std::make_shared<quota::redis::ConnectionPool>(
-      quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = port, .deadline = deadline}, 2);
-}
-
 // One region: its own redis-server and store for its tenants, its own connections to the
 // central server (`central_port`: the server's, or a proxy's), the central grant record,
 // its regional grants, rules and gateway.
-struct Region {
+struct Region : quota::testing::RegionServer, quota::testing::RegionStores {
   Region(int central_port, std::chrono::microseconds central_deadline,
          std::shared_ptr<const quota::gateway::RuleSet> rules, std::uint64_t incarnation,
          quota::gateway::LeaseSpec lease, const std::string& name)
-      : server(quota::testing::scratch_dir("quota-region-" + name)),
-        local({.pool = pool(server.port(), 2s), .prefix = "region:"}),
-        central({.pool = pool(central_port, central_deadline), .prefix = "central:"}),
-        ledger(central),
+      : RegionServer("quota-region-" + name),
+        RegionStores(server.port(), central_port, central_deadline),
         backend(local, central, ledger,
                 {.lease = lease,
                  .holder = {.incarnation = incarnation, .backoff_min = 1ms, .backoff_max = 50ms}}),
@@ -70,10 +64,6 @@ struct Region {
     return units;
   }
 
-  quota::testing::ScratchServer server;
-  GatewayStore local;
-  GatewayStore central;
-  RedisGrantLedger ledger;
   Backend backend;
   quota::gateway::RuleRegistry registry;
   quota::gateway::Gateway<Backend> gateway;
@@ -245,7 +235,8 @@ TEST_CASE("over Redis, a regional grant whose reply was lost is retried with its
       .mode = quota::gateway::LeaseMode::kOn, .units = 10, .expiry = 1min, .low_water = 0};
   Region region(proxy.port(), 2s, rules, 0xab, lease, "lost-region");
   REQUIRE(region.server.started());
-  GatewayStore direct({.pool = pool(central.port(), 2s), .prefix = "central:"});
+  GatewayStore direct(
+      {.pool = quota::testing::loopback_connections(central.port(), 2s), .prefix = "central:"});
   const quota::gateway::Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
   // The first regional grant (10 units), nine of them spent.
   for (int i = 0; i < 9; ++i) REQUIRE(region.gateway.decide(req, Nanos{0})->decision.allowed);

@@ -1,9 +1,10 @@
 // The regional grant pool's Lua twin (quota/region/pool_script.hpp) against its C++
 // reference model (quota/region/pool_model.hpp): the same random operations — claims,
 // deposits (some retried, some stale, some expired on arrival, some beyond the bound),
-// spends, takes, give-backs, failed refills — at the same caller times, on the test's
-// redis-server; every reply must be equal. Fixed, printed seeds. Then the lock: one
-// holder at a time, held through a failed refill's backoff.
+// spends, takes, give-backs, failed refills, the refill lock taken, released and
+// expiring — at the same caller times, on the test's redis-server; every reply must be
+// equal. Fixed, printed seeds. Then the lock: one holder at a time, held through a failed
+// refill's backoff, its state 'r' while a refill is in flight.
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -46,6 +47,8 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
   std::mt19937_64 rng(seed);
   std::vector<int> codes(5, 0);  // deposits by DepositCode, and spends allowed / denied
   int allowed = 0, denied = 0;
+  std::vector<int> states(128, 0);  // replies by state
+  int locked = 0, refused = 0, waited_out = 0;
   for (int key = 0; key < 8; ++key) {
     const std::string k = "{~global}k" + std::to_string(key);
     PoolModel model;
@@ -56,7 +59,8 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
       now += static_cast<std::int64_t>(rng() % 300);
       const std::int64_t units = 1 + static_cast<std::int64_t>(rng() % 40);
       const std::string what = k + " step " + std::to_string(step);
-      switch (rng() % 9) {
+      const std::string token = "p" + std::to_string(rng() % 3);
+      switch (rng() % 11) {
         case 0:
         case 1: {
           const std::uint64_t region = 0xe0 + key;
@@ -88,23 +92,47 @@ TEST_CASE("the pool's Lua answers every operation as its model does", "[redis][r
         case 7:
           same(pool.give(k, units % 5 + 1, now), model.give(units % 5 + 1, now), what + " give");
           break;
+        case 8: {
+          // Lock times around the steps' spacing: some locks expire, some are refused.
+          const std::int64_t ttl = 100 + static_cast<std::int64_t>(rng() % 1500);
+          const std::int64_t mark = static_cast<std::int64_t>(rng() % 60);
+          const PoolReply m = model.lock(token, ttl, mark, now);
+          same(pool.lock(k, token, ttl, mark, now), m, what + " lock " + token);
+          ++(m.code == 1 ? locked : refused);
+          break;
+        }
+        case 9:
+          same(pool.unlock(k, token, now), model.unlock(token, now), what + " unlock " + token);
+          break;
         default: {
           const char code = rng() % 2 == 0 ? 'u' : 'd';
-          same(pool.fail(k, code, "nobody", 10, now), model.fail(code, now), what + " fail");
+          const std::int64_t hold = static_cast<std::int64_t>(rng() % 800);
+          same(pool.fail(k, code, token, hold, now), model.fail(code, token, hold, now),
+               what + " fail " + token);
           break;
         }
       }
     }
-    same(pool.read(k, now), model.read(now), k + " read");
+    const PoolReply last = model.read(now);
+    same(pool.read(k, now), last, k + " read");
+    ++states.at(static_cast<std::size_t>(last.state));
+    // Past every lock's end: a refill left marked in flight is not ('r' becomes 'o').
+    const PoolReply late = model.read(now + 10'000);
+    same(pool.read(k, now + 10'000), late, k + " read after the locks");
+    if (last.state == 'r') ++waited_out;
+    CHECK(late.state != 'r');
     CHECK(model.grants().size() <= static_cast<std::size_t>(2 * max_grants));
   }
   std::printf(
       "deposits: %d deposited, %d replayed, %d expired, %d full, %d stale; spends: "
-      "%d allowed, %d denied\n",
-      codes[0], codes[1], codes[2], codes[3], codes[4], allowed, denied);
+      "%d allowed, %d denied; locks: %d taken, %d refused; %d keys left in flight\n",
+      codes[0], codes[1], codes[2], codes[3], codes[4], allowed, denied, locked, refused,
+      waited_out);
   for (int c : codes) CHECK(c > 0);  // every path was taken
   CHECK(allowed > 0);
   CHECK(denied > 0);
+  CHECK(locked > 0);
+  CHECK(refused > 0);
 }
 
 TEST_CASE("a pool deposit is idempotent by grant id, and an expired one is never spent",
@@ -150,24 +178,32 @@ TEST_CASE(
     "[redis][region][pool]") {
   PoolScript pool(quota::testing::redis_pool(2), quota::testing::unique_prefix("pool-lock"));
   const std::string k = "{~global}read";
-  CHECK(pool.lock(k, "a", 60'000, 0)->code == 1);
-  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);
-  CHECK(pool.unlock(k, "b").ok());  // not b's: still a's
-  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);
-  auto failed = pool.fail(k, 'u', "a", 60'000);
+  const std::int64_t t0 = 1'900'000'000'000'000;  // µs
+  auto a = pool.lock(k, "a", 60'000, 0, t0);
+  REQUIRE(a.ok());
+  CHECK(a->code == 1);
+  CHECK(a->state == 'r');  // a refill in flight
+  CHECK(pool.lock(k, "b", 60'000, 0, t0 + 1)->code == 0);
+  CHECK(pool.unlock(k, "b", t0 + 2).ok());  // not b's: still a's
+  CHECK(pool.lock(k, "b", 60'000, 0, t0 + 3)->code == 0);
+  auto failed = pool.fail(k, 'u', "a", 60'000, t0 + 4);
   REQUIRE(failed.ok());
   CHECK(failed->state == 'u');
-  CHECK(pool.lock(k, "b", 60'000, 0)->code == 0);  // backing off
-  CHECK(pool.unlock(k, "a").ok());
-  CHECK(pool.lock(k, "b", 60'000, 0)->code == 1);
+  CHECK(pool.lock(k, "b", 60'000, 0, t0 + 60'003)->code == 0);  // backing off
+  CHECK(pool.lock(k, "b", 60'000, 0, t0 + 60'004)->code == 1);  // the backoff is over
+  // Its refiller gone, the lock expires: the refill is no longer in flight.
+  CHECK(pool.read(k, t0 + 120'003)->state == 'r');
+  CHECK(pool.read(k, t0 + 120'004)->state == 'o');
   // Not due: a pool holding more than the mark is not refilled, lock free or not.
-  REQUIRE(pool.unlock(k, "b").ok());
-  REQUIRE(pool.claim(k, 10, 0xcd).ok());
-  auto got = pool.claim(k, 10, 0xcd);
+  REQUIRE(pool.claim(k, 10, 0xcd, t0 + 120'005).ok());
+  auto got = pool.claim(k, 10, 0xcd, t0 + 120'006);
   REQUIRE(got.ok());
-  REQUIRE(pool.deposit(k, got->id, 60'000'000, 4)->code == 0);
-  CHECK(pool.lock(k, "c", 60'000, 9)->code == 0);
-  CHECK(pool.lock(k, "c", 60'000, 10)->code == 1);
+  REQUIRE(pool.deposit(k, got->id, 60'000'000, 4, t0 + 120'007)->code == 0);
+  CHECK(pool.lock(k, "c", 60'000, 9, t0 + 120'008)->code == 0);
+  CHECK(pool.lock(k, "c", 60'000, 10, t0 + 120'009)->code == 1);
+  auto done = pool.unlock(k, "c", t0 + 120'010);
+  REQUIRE(done.ok());
+  CHECK(done->state == 'o');
   auto bad = pool.read("");  // the empty key is still a key: a read of an empty record
   REQUIRE(bad.ok());
   CHECK(bad->total == 0);

@@ -35,6 +35,7 @@
 #include "support/lossy_proxy.hpp"
 #include "support/paused_server.hpp"
 #include "support/redis_server.hpp"
+#include "support/region_fixtures.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -48,60 +49,8 @@ using quota::testing::kSlow;
 
 namespace {
 
-using Backend = quota::region::PooledRegion<>;
-using Pool = quota::region::RegionalPool<>;
-
-std::shared_ptr<quota::redis::ConnectionPool> connect(int port,
-                                                      std::chrono::microseconds deadline) {
-  return std::make_shared<quota::redis::ConnectionPool>(
-      quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = port, .deadline = deadline}, 2);
-}
-
-// One gateway process of a region: its own connections to the region's server (the pool's
-// through `pool_port`: the server's, or a proxy's) and to the central one.
-struct Process {
-  Process(int regional_port, int pool_port, int central_port, std::chrono::microseconds deadline,
-          std::shared_ptr<const quota::gateway::RuleSet> rules, const PoolOptions& options)
-      : local({.pool = connect(regional_port, 2s), .prefix = "region:"}),
-        central({.pool = connect(central_port, deadline), .prefix = "central:"}),
-        ledger(central),
-        pool(connect(pool_port, 2s), central, ledger, options),
-        backend(local, pool),
-        registry(std::move(rules)),
-        gateway(backend, registry) {}
-
-  GatewayStore local;
-  GatewayStore central;
-  RedisGrantLedger ledger;
-  Pool pool;
-  Backend backend;
-  quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway<Backend> gateway;
-};
-
-struct Region {
-  Region(const std::string& name, int central_port, std::chrono::microseconds deadline,
-         const std::shared_ptr<const quota::gateway::RuleSet>& rules, const PoolOptions& options)
-      : server(quota::testing::scratch_dir("quota-pool-" + name)), options(options) {
-    for (int p = 0; p < 2; ++p) {
-      processes.push_back(std::make_unique<Process>(server.port(), server.port(), central_port,
-                                                    deadline, rules, options));
-    }
-  }
-  std::int64_t held() {
-    auto r = processes[0]->pool.read("{~global}read");
-    REQUIRE(r.ok());
-    return r->total;
-  }
-  std::int64_t grant_requests() const {
-    std::int64_t n = 0;
-    for (const auto& p : processes) n += p->pool.grant_requests();
-    return n;
-  }
-  quota::testing::ScratchServer server;
-  PoolOptions options;
-  std::vector<std::unique_ptr<Process>> processes;
-};
+using quota::testing::PoolProcess;
+using Region = quota::testing::PoolRegion;
 
 // What each region's processes did in one phase.
 struct Phase {
@@ -330,8 +279,9 @@ TEST_CASE("over Redis, a lost grant reply and a lost deposit reply are each take
   PoolOptions o = options(0xab);
   o.units = 10;
   o.low_water = 0;
-  Process p(regional.port(), to_pool.port(), to_central.port(), 2s, rules, o);
-  GatewayStore direct({.pool = connect(central.port(), 2s), .prefix = "central:"});
+  PoolProcess p(regional.port(), to_pool.port(), to_central.port(), 2s, rules, o);
+  GatewayStore direct(
+      {.pool = quota::testing::loopback_connections(central.port(), 2s), .prefix = "central:"});
   const quota::gateway::Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
   // The first deposit's reply is lost after Redis ran it: the retry is replayed by id.
   to_pool.drop_reply_to("ab-1");

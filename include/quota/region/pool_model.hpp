@@ -23,8 +23,14 @@
 //     units are never spent.
 //   - give(units): back to the live grant that expires last (none live: counted unused).
 //   - take(units): at most `units` (a charge: never denied).
-//   - fail(code): the outcome of a failed refill ('u' unavailable keeps the pending id for
-//     its retry; 'd' denied drops it); a deposit sets 'o'.
+//   - lock(token, ttl, at_most): the region's refill lock, taken only while no live lock
+//     is held and the pool holds no more than `at_most` (a refill is due); held until
+//     now + ttl. Taking it sets the state 'r' (a refill in flight).
+//   - unlock(token): releases the lock when it is `token`'s; a state 'r' becomes 'o'.
+//   - fail(code, token, hold): the outcome of a failed refill ('u' unavailable keeps the
+//     pending id for its retry; 'd' denied drops it); the lock, when still `token`'s, is
+//     held until now + hold (the backoff). A deposit sets 'o'. A lock that expires with
+//     the state 'r' (its refiller gone) leaves the state 'o'.
 // The record stays bounded: live grants <= max_grants; spent grants are kept (as the ids
 // a retried deposit replays) until they expire, at most max_grants of them.
 //
@@ -50,8 +56,9 @@ namespace quota::region {
 enum class DepositCode : int { kDeposited = 0, kReplayed = 1, kExpired = 2, kFull = 3, kStale = 4 };
 
 // The reply every operation gives: code (spend: 1 allowed / 0 denied; take: units taken;
-// deposit: a DepositCode), units held by live grants, units counted unused, the last
-// refill's outcome, the time, and claim's id.
+// deposit: a DepositCode; lock: 1 taken / 0 not), units held by live grants, units
+// counted unused, the state ('o' last refill deposited, 'r' a refill in flight, 'u' the
+// last one unavailable, 'd' the last one denied), the time, and claim's id.
 struct PoolReply {
   std::int64_t code = 0;
   std::int64_t total = 0;
@@ -133,11 +140,27 @@ class PoolModel {
     return reply(1, now);
   }
 
-  PoolReply fail(char code, std::int64_t now) {
+  PoolReply fail(char code, const std::string& token, std::int64_t hold_us, std::int64_t now) {
     purge(now);
     state_ = code;
     if (code == 'd') pending_.reset();
+    if (lock_ && lock_->token == token) lock_->until_us = now + hold_us;
     return reply(0, now);
+  }
+
+  PoolReply lock(const std::string& token, std::int64_t ttl_us, std::int64_t at_most,
+                 std::int64_t now) {
+    purge(now);
+    if (lock_ || total() > at_most) return reply(0, now);
+    lock_ = Lock{token, now + ttl_us};
+    state_ = 'r';
+    return reply(1, now);
+  }
+
+  PoolReply unlock(const std::string& token, std::int64_t now) {
+    purge(now);
+    if (lock_ && lock_->token == token) release();
+    return reply(1, now);
   }
 
   PoolReply read(std::int64_t now) {
@@ -152,6 +175,10 @@ class PoolModel {
     std::string id;
     std::int64_t units = 0;
     std::int64_t claimed_us = 0;
+  };
+  struct Lock {
+    std::string token;
+    std::int64_t until_us = 0;
   };
 
   std::int64_t total() const {
@@ -174,6 +201,11 @@ class PoolModel {
       unused_ += g.left;
       return true;
     });
+    if (lock_ && lock_->until_us <= now) release();
+  }
+  void release() {
+    lock_.reset();
+    if (state_ == 'r') state_ = 'o';
   }
   void deduct(std::int64_t units) {
     for (Grant& g : grants_) {
@@ -200,6 +232,7 @@ class PoolModel {
 
   std::vector<Grant> grants_;  // live (not expired as of the last operation), sorted
   std::optional<Pending> pending_;
+  std::optional<Lock> lock_;
   std::int64_t seq_ = 0;
   std::int64_t unused_ = 0;
   char state_ = 'o';

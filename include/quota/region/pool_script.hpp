@@ -3,13 +3,14 @@
 //
 // One hash per global budget key holds the region's record (`<prefix><key>`, in the key's
 // hash slot): "g:<grant id>" = "<units left> <expires µs>", "pending" = "<id> <units>
-// <claimed µs>", "seq", "unused", "state". Beside it, `<prefix><key>:refill` is the refill
-// lock (SET NX PX): at most one refill of the key in flight in the region, held for the
-// backoff after a failed one, and taken only while the pool holds no more than the
-// caller's mark (in the same step: a refill is never started on a pool just refilled). Every
-// operation is one script call, atomic on the server, at the server's TIME (µs, exact in Lua
-// doubles) — or at a caller's time, for the differential test only. The record is never given a
-// TTL: its sequence names the region's grants, and it stays bounded (pool_model.hpp).
+// <claimed µs>", "lock" = "<token> <until µs>", "seq", "unused", "state". The lock is the
+// region's refill lock: at most one refill of the key in flight in the region, held for
+// the backoff after a failed one, and taken only while the pool holds no more than the
+// caller's mark (in the same step: a refill is never started on a pool just refilled).
+// Every operation is one script call, atomic on the server, at the server's TIME (µs, exact
+// in Lua doubles) — or at a caller's time, for the differential test only. The record is
+// never given a TTL: its sequence names the region's grants, and it stays bounded
+// (pool_model.hpp).
 //
 // Guarantees: each operation answers exactly as PoolModel's (tests/redis/
 // redis_region_pool_differential_test.cpp); a reply that is not the twin's is kInternal,
@@ -41,7 +42,7 @@
 
 namespace quota::region {
 
-// KEYS[1]: the record, KEYS[2]: the refill lock. ARGV[1]: operation (c claim, d deposit,
+// KEYS[1]: the record. ARGV[1]: operation (c claim, d deposit,
 // s spend, t take, g give, f fail, l lock, u unlock, r read); ARGV[2]: the caller's time
 // (µs) or "" for the server's TIME; ARGV[3..]: the operation's. Reply {code, total,
 // unused, state, now µs[, id]} (PoolReply).
@@ -53,7 +54,7 @@ if ARGV[2] ~= '' then now = ARGV[2] + 0 else
   now = (t[1] + 0) * 1000000 + (t[2] + 0)
 end
 local all = redis.call('HGETALL', h)
-local grants, pending, state, unused = {}, nil, 'o', 0
+local grants, pending, lock, state, unused = {}, nil, nil, 'o', 0
 for i = 1, #all, 2 do
   local f, v = all[i], all[i + 1]
   if string.sub(f, 1, 2) == 'g:' then
@@ -64,6 +65,10 @@ for i = 1, #all, 2 do
     local id, u, c = string.match(v, '^(%S+) (%d+) (%d+)$')
     if not id then return redis.error_reply('QUOTA_CORRUPT pool pending') end
     pending = {id, u + 0, c + 0}
+  elseif f == 'lock' then
+    local tok, untl = string.match(v, '^(%S+) (%d+)$')
+    if not tok then return redis.error_reply('QUOTA_CORRUPT pool lock') end
+    lock = {tok, untl + 0}
   elseif f == 'state' then state = v
   elseif f == 'unused' then unused = v + 0
   end
@@ -75,6 +80,19 @@ local function add_unused(u)
   unused = unused + u
   redis.call('HSET', h, 'unused', string.format('%.0f', unused))
 end
+local function set_state(c)
+  state = c
+  redis.call('HSET', h, 'state', c)
+end
+local function put_lock()
+  redis.call('HSET', h, 'lock', string.format('%s %.0f', lock[1], lock[2]))
+end
+-- The lock goes; a refill still marked in flight is not.
+local function release()
+  lock = nil
+  redis.call('HDEL', h, 'lock')
+  if state == 'r' then set_state('o') end
+end
 -- Expired grants go; what they held is unused, never spent.
 local live = {}
 for _, g in ipairs(grants) do
@@ -83,6 +101,7 @@ for _, g in ipairs(grants) do
     if g[2] > 0 then add_unused(g[2]) end
   else live[#live + 1] = g end
 end
+if lock and lock[2] <= now then release() end
 table.sort(live, function(a, b)
   if a[3] ~= b[3] then return a[3] < b[3] end
   return a[1] < b[1]
@@ -134,7 +153,7 @@ elseif op == 'd' then
   local id, max = ARGV[3], ARGV[5] + 0
   for _, g in ipairs(live) do
     if g[1] == id then
-      state = 'o'; redis.call('HSET', h, 'state', 'o')
+      set_state('o')
       return reply(1)
     end
   end
@@ -151,7 +170,7 @@ elseif op == 'd' then
       if a[3] ~= b[3] then return a[3] < b[3] end
       return a[1] < b[1]
     end)
-    state = 'o'; redis.call('HSET', h, 'state', 'o')
+    set_state('o')
   end
   local spent = #live - holding()
   for _, g in ipairs(live) do
@@ -163,17 +182,18 @@ elseif op == 'd' then
   live = kept
   return reply(code)
 elseif op == 'f' then
-  state = ARGV[3]
-  redis.call('HSET', h, 'state', state)
+  set_state(ARGV[3])
   if state == 'd' then redis.call('HDEL', h, 'pending') end
-  if redis.call('GET', KEYS[2]) == ARGV[4] then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+  if lock and lock[1] == ARGV[4] then lock[2] = now + ARGV[5]; put_lock() end
   return reply(0)
 elseif op == 'l' then
-  if total() > ARGV[5] + 0 then return reply(0) end
-  local ok = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4])
-  return reply(ok and 1 or 0)
+  if lock or total() > ARGV[5] + 0 then return reply(0) end
+  lock = {ARGV[3], now + ARGV[4]}
+  put_lock()
+  set_state('r')
+  return reply(1)
 elseif op == 'u' then
-  if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+  if lock and lock[1] == ARGV[3] then release() end
   return reply(1)
 elseif op == 'r' then
   return reply(holding())
@@ -214,19 +234,20 @@ class PoolScript {
                                  std::int64_t at_us = -1) {
     return call(key, "g", at_us, {absl::StrCat(units)});
   }
-  // A failed refill's outcome; the lock, when still `token`'s, is held `hold` longer.
+  // A failed refill's outcome; the lock, when still `token`'s, is held `hold_us` from now.
   absl::StatusOr<PoolReply> fail(std::string_view key, char code, std::string_view token,
-                                 std::int64_t hold_ms, std::int64_t at_us = -1) {
-    return call(key, "f", at_us, {std::string(1, code), std::string(token), absl::StrCat(hold_ms)});
+                                 std::int64_t hold_us, std::int64_t at_us = -1) {
+    return call(key, "f", at_us, {std::string(1, code), std::string(token), absl::StrCat(hold_us)});
   }
-  // code 1: the refill lock is `token`'s for `ttl_ms`; 0: held by another (or a backoff),
-  // or the pool holds more than `at_most` (a refill is not due: checked in the same step).
-  absl::StatusOr<PoolReply> lock(std::string_view key, std::string_view token, std::int64_t ttl_ms,
-                                 std::int64_t at_most) {
-    return call(key, "l", -1, {std::string(token), absl::StrCat(ttl_ms), absl::StrCat(at_most)});
+  // code 1: the refill lock is `token`'s for `ttl_us` (state 'r'); 0: held by another (or a
+  // backoff), or the pool holds more than `at_most` (a refill is not due: same step).
+  absl::StatusOr<PoolReply> lock(std::string_view key, std::string_view token, std::int64_t ttl_us,
+                                 std::int64_t at_most, std::int64_t at_us = -1) {
+    return call(key, "l", at_us, {std::string(token), absl::StrCat(ttl_us), absl::StrCat(at_most)});
   }
-  absl::StatusOr<PoolReply> unlock(std::string_view key, std::string_view token) {
-    return call(key, "u", -1, {std::string(token)});
+  absl::StatusOr<PoolReply> unlock(std::string_view key, std::string_view token,
+                                   std::int64_t at_us = -1) {
+    return call(key, "u", at_us, {std::string(token)});
   }
   // code: the grants that hold units.
   absl::StatusOr<PoolReply> read(std::string_view key, std::int64_t at_us = -1) {
@@ -239,7 +260,7 @@ class PoolScript {
     const std::string record = absl::StrCat(prefix_, quota::detail::to_absl(key));
     std::vector<std::string> args{op, at_us >= 0 ? absl::StrCat(at_us) : std::string()};
     for (std::string& a : rest) args.push_back(std::move(a));
-    auto reply = script_.run({record, absl::StrCat(record, ":refill")}, args);
+    auto reply = script_.run({record}, args);
     if (!reply.ok()) return reply.status();
     const redisReply& r = **reply;
     if (r.type == REDIS_REPLY_ERROR) {

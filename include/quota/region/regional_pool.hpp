@@ -1,46 +1,13 @@
 // quota/region/regional_pool.hpp — a region's global budgets from one grant pool in the
-// region's own Redis, shared by every gateway process of the region.
+// region's own Redis, shared by every gateway process of the region, refilled from a
+// central redis::GatewayStore.
 //
-// `RegionalPool<Ledger>` satisfies the GatewayBackend concept (backend.hpp) for the levels
-// of the global scope ("{~global}..."): it decides them from the region's pool
-// (pool_script.hpp: the unspent units of the region's grants, with their expiries), and
-// refills the pool from the central authority (a redis::GatewayStore). Under a ScopeRouter
-// (scope_router.hpp) with the region's own GatewayStore it is a region's whole backend,
-// all or nothing across the two (`PooledRegion` below): tenant levels at the regional
-// store, global levels from the pool.
-//
-// Guarantees:
-//   - The region is ONE holder of each global budget, whatever its number of processes:
-//     a refill is ONE decision of `units` on the global key at the central store, with
-//     the grant id "<region hex>-<n>" (n from the pool's sequence) as its attempt, taken
-//     by the one process that holds the pool's refill lock (SET NX PX: at most one refill
-//     of a key in flight in the region), recorded by `Ledger` (RedisGrantLedger on the
-//     central store: key, id, region, version, units, expiry), then deposited in the pool
-//     (idempotent by id). A lost grant reply keeps the id pending in the pool: the next
-//     refill asks again with it and the central store replays it; a lost deposit reply is
-//     replayed by id. Never taken twice, never refunded to the central authority.
-//   - A refill starts when a spend leaves the pool at or below `low_water` (or cannot be
-//     served); a deposit expires at its claim time + `expiry` (no later than the central
-//     record's) and expired units are never spent. Live grants <= `max_grants`.
-//   - Spending is atomic at the regional Redis. A level denied by the pool after a refill
-//     attempt answers kOverLimit (retry_after: the backoff), or — when the region's last
-//     refill failed as unavailable (cut off from the central authority) — the call fails
-//     kUnavailable: the Gateway applies the route's fail mode. Cut off, a region spends
-//     only what its pool holds.
-//   - A refill whose deposit fails twice (the regional Redis unreachable) leaves its id
-//     pending and the lock to expire (`lock_ttl`): the next refill replays the grant by
-//     id and deposits it. A failed ledger record is not retried (the grant stands, as in
-//     LeasedBackend); the central store's attempt record still holds it.
-//   - refund gives units back to the pool (never to the central authority); charge takes
-//     what the pool holds and charges the rest at the central store.
-//   - Bound: a region's pool holds at most units + max(low_water, c − 1) for requests of
-//     cost at most c (one refill at a time, started only on a pool at or below that mark,
-//     checked with the lock in one step) while the lock outlives a refill (`lock_ttl`
-//     above the central deadline), so every interval of length T admits
-//     A(T) <= r·T + B + Σ outstanding regional grants <= r·T + B + R·(units + low_water)
-//     over R regions with costs <= low_water + 1 (tests/redis/redis_region_pool_test.cpp).
-//   - A level costing more than `units` is denied (kCostExceedsBurst): size grants above
-//     the largest cost. A cost below 1 is denied (kInvalidCost), nothing spent.
+// `RegionalPool<Ledger>` is BasicRegionalPool (basic_regional_pool.hpp: the guarantees,
+// the bound, the refill and the wait for it) over the region's Redis (pool_script.hpp:
+// one record per global key, `<prefix><key>`) and the central store's attempts (a lost
+// grant reply is replayed by the grant id). `PooledRegion` is a region's whole backend:
+// tenant levels at the region's own GatewayStore, global levels from the pool, all or
+// nothing across the two (scope_router.hpp).
 //
 // Thread safety: any thread; processes of a region share the pool through Redis.
 //
@@ -52,224 +19,38 @@
 //   quota::gateway::Gateway gw(backend, registry);
 #pragma once
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdint>
 #include <memory>
-#include <random>
-#include <span>
-#include <string>
-#include <string_view>
+#include <utility>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
-#include "quota/decision.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
+#include "quota/region/basic_regional_pool.hpp"
 #include "quota/region/pool_script.hpp"
 #include "quota/region/scope_router.hpp"
-#include "quota/units.hpp"
 
 namespace quota::region {
 
-struct PoolOptions {
-  std::uint64_t region = 1;   // the region's id, the same in all its processes (not 0)
-  std::int64_t units = 1000;  // per grant
-  Nanos expiry = std::chrono::seconds(1);
-  std::int64_t low_water = 250;
-  int max_grants = 4;
-  Nanos lock_ttl = std::chrono::seconds(5);  // above the central store's deadline
-  Nanos backoff_min = std::chrono::milliseconds(1);
-  Nanos backoff_max = std::chrono::seconds(1);
-  std::string prefix = "pool:";
+namespace detail {
+// Holds the pool's record; a base before BasicRegionalPool, which refers to it.
+struct OwnedPoolScript {
+  OwnedPoolScript(std::shared_ptr<redis::ConnectionPool> regional, const PoolOptions& options)
+      : script(std::move(regional), options.prefix) {}
+  PoolScript script;
 };
+}  // namespace detail
 
 template <gateway::GrantRecorder Ledger = redis::RedisGrantLedger>
-class RegionalPool {
+class RegionalPool : private detail::OwnedPoolScript,
+                     public BasicRegionalPool<Ledger, PoolScript, redis::GatewayStore> {
  public:
   // `central` and `ledger` must outlive the pool.
   RegionalPool(std::shared_ptr<redis::ConnectionPool> regional, redis::GatewayStore& central,
                Ledger& ledger, PoolOptions options = {})
-      : options_(fill(std::move(options))),
-        script_(std::move(regional), options_.prefix),
-        central_(central),
-        ledger_(ledger),
-        token_(absl::StrCat(absl::Hex(std::random_device{}()), absl::Hex(std::random_device{}()))) {
-  }
-
-  absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
-    gateway::LevelsResult out{.parts = {}, .time = now};
-    gateway::CheckVector<std::size_t> spent;
-    for (std::size_t i = 0; i < levels.size(); ++i) {
-      const gateway::LevelCheck& l = levels[i];
-      auto d = spend(l, version, now);
-      if (!d.ok()) {
-        give_back(levels, spent);
-        return d.status();
-      }
-      out.time = d->second;
-      out.parts.push_back(d->first);
-      if (d->first.allowed) {
-        spent.push_back(i);
-      } else if (!l.shadow) {
-        give_back(levels, spent);
-        return out;
-      }
-    }
-    return out;
-  }
-
-  absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy&, std::uint64_t, std::string_view key,
-                                    std::int64_t units, Nanos, Nanos) {
-    auto r = script_.give(key, units);
-    if (!r.ok()) return r.status();
-    return r->total * kMicro;
-  }
-
-  absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
-    auto r = script_.take(key, units);
-    if (!r.ok()) return r.status();
-    if (r->code == units) return r->total * kMicro;
-    return central_.charge(policy, version, key, units - r->code, now);
-  }
-
-  // Grant requests this process sent to the central authority.
-  std::int64_t grant_requests() const { return grant_requests_.load(); }
-  // The pool of `key` now: code = grants holding units, total held, unused, last state.
-  absl::StatusOr<PoolReply> read(std::string_view key) { return script_.read(key); }
-  const PoolOptions& options() const { return options_; }
-
- private:
-  static constexpr MicroUnits kMicro = 1'000'000;
-
-  static PoolOptions fill(PoolOptions o) {
-    o.units = std::max<std::int64_t>(o.units, 1);
-    o.low_water = std::clamp<std::int64_t>(o.low_water, 0, o.units - 1);
-    o.max_grants = std::max(o.max_grants, 2);
-    o.backoff_min = std::max(o.backoff_min, Nanos{1'000'000});
-    o.backoff_max = std::max(o.backoff_max, o.backoff_min);
-    return o;
-  }
-
-  // One level from the pool: spend; refill at low water, or when it cannot be served and
-  // then spend once more.
-  absl::StatusOr<std::pair<Decision, Nanos>> spend(const gateway::LevelCheck& l,
-                                                   std::uint64_t version, Nanos now) {
-    if (l.cost < 1 || l.cost > options_.units) {
-      return std::pair{
-          Decision{.allowed = false,
-                   .retry_after = kNever,
-                   .version = version,
-                   .reason = l.cost < 1 ? Reason::kInvalidCost : Reason::kCostExceedsBurst},
-          now};
-    }
-    auto r = script_.spend(l.key, l.cost);
-    if (!r.ok()) return r.status();
-    if (r->code == 0) {
-      refill(l, version);
-      r = script_.spend(l.key, l.cost);
-      if (!r.ok()) return r.status();
-    } else if (r->total <= options_.low_water) {
-      refill(l, version);
-    }
-    const Nanos time{r->now_us * 1000};
-    if (r->code == 1) {
-      return std::pair{Decision{.allowed = true,
-                                .remaining = r->total,
-                                .version = version,
-                                .reason = Reason::kAllowed},
-                       time};
-    }
-    if (r->state == 'u') {
-      return absl::UnavailableError(
-          "regional pool: spent, and the central authority is unreachable");
-    }
-    return std::pair{Decision{.allowed = false,
-                              .remaining = r->total,
-                              .retry_after = options_.backoff_min,
-                              .version = version,
-                              .reason = Reason::kOverLimit},
-                     time};
-  }
-
-  // A refill by this process, if it gets the region's lock for the key. Errors stay in
-  // the pool's record (its state, the lock held for the backoff).
-  void refill(const gateway::LevelCheck& l, std::uint64_t version) {
-    const std::string token = absl::StrCat(token_, "-", ++refills_);
-    const std::int64_t lock_ms = options_.lock_ttl.count() / 1'000'000 + 1;
-    const std::int64_t mark = std::max(options_.low_water, l.cost - 1);
-    auto locked = script_.lock(l.key, token, lock_ms, mark);
-    if (!locked.ok() || locked->code != 1) return;
-    auto id = script_.claim(l.key, options_.units, options_.region);
-    if (!id.ok()) return;  // the lock expires
-    grant_requests_.fetch_add(1, std::memory_order_relaxed);
-    const gateway::LevelCheck grant{
-        .policy = l.policy, .key = l.key, .shadow = false, .cost = options_.units};
-    const std::string fingerprint =
-        absl::StrCat(options_.units, "|", quota::detail::to_absl(l.key));
-    auto got = central_.decide_attempt(std::span(&grant, 1), version, Nanos{0},
-                                       {.tenant_key = l.key,
-                                        .id = id->id,
-                                        .fingerprint = fingerprint,
-                                        .deadline = std::nullopt,
-                                        .ttl = 2 * options_.expiry});
-    if (!got.ok() || got->levels.parts.size() != 1) {
-      // Unknown outcome: the id stays pending for the next refill, after the backoff.
-      (void)script_.fail(l.key, 'u', token, to_ms(backoff(++failures_)));
-      return;
-    }
-    failures_ = 0;
-    const Decision& d = got->levels.parts[0];
-    if (!d.allowed) {
-      const Nanos wait = std::clamp(d.retry_after, options_.backoff_min, options_.expiry);
-      (void)script_.fail(l.key, 'd', token, to_ms(wait));
-      return;
-    }
-    // Recorded again on a replay: the same field of the central record.
-    (void)ledger_.record({.key = std::string(l.key),
-                          .grant_id = id->id,
-                          .incarnation = options_.region,
-                          .version = std::max(version, d.version),
-                          .units = options_.units,
-                          .granted_at = got->levels.time,
-                          .expires_at = got->levels.time + options_.expiry});
-    const std::int64_t expiry_us = options_.expiry.count() / 1000;
-    for (int i = 0; i < 2; ++i) {  // a lost deposit reply: the retry is replayed by id
-      if (script_.deposit(l.key, id->id, expiry_us, options_.max_grants).ok()) {
-        (void)script_.unlock(l.key, token);
-        return;
-      }
-    }
-  }
-
-  void give_back(std::span<const gateway::LevelCheck> levels, std::span<const std::size_t> spent) {
-    // An error here cannot over-admit: the pool keeps the units spent.
-    for (std::size_t i : spent) (void)script_.give(levels[i].key, levels[i].cost);
-  }
-
-  static std::int64_t to_ms(Nanos n) { return std::max<std::int64_t>(1, n.count() / 1'000'000); }
-
-  Nanos backoff(int failures) {
-    std::int64_t b = options_.backoff_min.count();
-    const std::int64_t cap = options_.backoff_max.count();
-    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
-    return Nanos{std::min(b, cap)};
-  }
-
-  PoolOptions options_;
-  PoolScript script_;
-  redis::GatewayStore& central_;
-  Ledger& ledger_;
-  std::string token_;  // this process's lock tokens: token_-<n>
-  std::atomic<std::uint64_t> refills_{0};
-  std::atomic<int> failures_{0};
-  std::atomic<std::int64_t> grant_requests_{0};
+      : detail::OwnedPoolScript(std::move(regional), options),
+        BasicRegionalPool<Ledger, PoolScript, redis::GatewayStore>(script, central, ledger,
+                                                                   std::move(options)) {}
 };
 
 // A region's whole backend: its tenants at its own store, the global levels from its pool.

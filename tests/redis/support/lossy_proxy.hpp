@@ -8,7 +8,9 @@
 // client's connection on the next command containing `needle` without forwarding it: the
 // server never runs it. dropped() counts both. While set_blocked(true), every command is
 // handled so (the connection closed, nothing forwarded): the server is unreachable through
-// the proxy until set_blocked(false).
+// the proxy until set_blocked(false). With set_delay(d), every command waits d before it is
+// forwarded (one thread forwards all: the commands through the proxy are serialized), a
+// slow path to a far server.
 #pragma once
 
 #include <arpa/inet.h>
@@ -18,6 +20,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -63,6 +67,7 @@ class LossyProxy {
     request_needle_ = std::move(needle);
   }
   void set_blocked(bool blocked) { blocked_ = blocked; }
+  void set_delay(std::chrono::microseconds delay) { delay_us_ = delay.count(); }
   int dropped() const { return dropped_.load(); }
 
  private:
@@ -116,6 +121,9 @@ class LossyProxy {
             closed = true;  // never forwarded: the server does not run it
           } else {
             if (n > 0) arm_if_matches(command);
+            if (n > 0 && delay_us_ > 0) {
+              std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
+            }
             closed = n <= 0 || ::write(p.server, buf, static_cast<std::size_t>(n)) != n;
           }
         }
@@ -170,6 +178,7 @@ class LossyProxy {
   std::atomic<bool> drop_{false};
   std::atomic<bool> blocked_{false};
   std::atomic<int> dropped_{0};
+  std::atomic<std::int64_t> delay_us_{0};
   std::thread thread_;
 };
 
