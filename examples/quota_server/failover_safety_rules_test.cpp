@@ -131,9 +131,10 @@ TEST_CASE("a sliding_log rule under --redis-failover-safety is refused at start"
   }
   SECTION("without the option the same rules start and decide") {
     ServerProcess s;
-    REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", file, "--default-plan", "free",
-                     "--default-route", "read", "--grpc-port", "0", "--http-port", "0", where},
-                    {"grpc", "http"}));
+    REQUIRE(s.start(
+        {env("QUOTA_SERVER"), "--rules", file, "--default-plan", "free", "--default-route", "read",
+         "--grpc-port", "0", "--http-port", "0", where, "--redis-deadline-ms", "2000"},
+        {"grpc", "http"}));
     const std::string body = check(s.port("http"), "fs-" + std::to_string(::getpid()));
     INFO(body);
     CHECK(body.find("\"allowed\":true") != std::string::npos);
@@ -211,7 +212,8 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
     REQUIRE(eventually([&] { return refusals(port) == 1; }));
     const std::string err = read_all(log);
     INFO(err);
-    CHECK(err.find("shared rules version 2 not applied (version 1 stays in force): redis {fs-reload-") !=
+    CHECK(err.find(
+              "shared rules version 2 not applied (version 1 stays in force): redis {fs-reload-") !=
           std::string::npos);
     CHECK(err.find(" version 2:14:18: rules[1].sliding_log: ") != std::string::npos);
     check_names_rule_and_option(err);
