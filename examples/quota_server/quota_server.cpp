@@ -16,7 +16,8 @@
 // envoyproxy/ratelimit budgets).
 // It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
 // stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
-// that does not load, or a port that cannot be bound, exits 1 with the reason on stderr.
+// that does not load, or a port that cannot be bound, exits 1 with the reason on stderr; a
+// rule set the Redis options cannot decide (failover_safety_rules.hpp) exits 2.
 //
 // Build and run (one line):
 //   cmake --preset dev && cmake --build build/dev --target quota_server
@@ -37,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checker.hpp"
+#include "failover_safety_rules.hpp"
 #include "grpc_service.hpp"
 #include "http_api.hpp"
 #include "options.hpp"
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<quota::server::LoadedRules> rules = absl::UnknownError("no rules");
   quota::server::RulesFormat format = quota::server::RulesFormat::kQuota;
   std::string origin = o.rules_path;
+  std::string text_origin = o.rules_path;  // the rules' text as their errors name it
   if (o.rules_from_redis) {
     shared = std::make_unique<quota::server::SharedRules>(
         quota::server::make_redis_connections(o, 1, quota::server::kSharedRulesDeadline),
@@ -84,6 +87,8 @@ int main(int argc, char** argv) {
                                                " (quota-server publish)"));
     } else {
       rules = quota::server::build_published_rules(*shared, *latest, metrics);
+      text = latest->text;
+      text_origin = quota::server::published_origin(*shared, latest->version);
     }
   } else {
     text = quota::server::read_rule_text(o.rules_path);
@@ -94,6 +99,17 @@ int main(int argc, char** argv) {
   if (!rules.ok()) {
     std::fprintf(stderr, "quota-server: %s\n", std::string(rules.status().message()).c_str());
     return 1;
+  }
+  // A rule set the store's options cannot decide is refused now (and on every reload
+  // below), not per request: a usage error, like a bad flag combination.
+  const auto store_takes = [&o](const quota::server::LoadedRules& loaded, std::string_view t,
+                                std::string_view from) {
+    return o.redis_failover_safety ? quota::server::check_failover_safety_rules(loaded, t, from)
+                                   : absl::OkStatus();
+  };
+  if (auto s = store_takes(*rules, *text, text_origin); !s.ok()) {
+    std::fprintf(stderr, "quota-server: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   // --redis / --redis-cluster / --redis-sentinel: the budgets in Redis, shared by every
   // server on it (redis_backend.hpp), its errors counted by kind.
@@ -121,8 +137,13 @@ int main(int argc, char** argv) {
   if (!o.rules_from_redis) {
     watcher = std::make_unique<quota::server::RuleWatcher>(
         o.rules_path, *text, checker,
-        [&metrics, format](std::uint64_t in_force, std::string_view t, const std::string& path) {
-          return quota::server::build_server_rules(format, in_force, t, path, metrics);
+        [&metrics, format, &store_takes](
+            std::uint64_t in_force, std::string_view t,
+            const std::string& path) -> absl::StatusOr<quota::server::LoadedRules> {
+          auto loaded = quota::server::build_server_rules(format, in_force, t, path, metrics);
+          if (!loaded.ok()) return loaded;
+          if (auto s = store_takes(*loaded, t, path); !s.ok()) return s;
+          return loaded;
         },
         stats);
   }
@@ -175,8 +196,13 @@ int main(int argc, char** argv) {
     }
     subscriber = std::make_unique<quota::server::RuleSubscriber>(
         *shared, checker,
-        [&metrics, &shared](const quota::server::PublishedRules& p) {
-          return quota::server::build_published_rules(*shared, p, metrics);
+        [&metrics, &shared, &store_takes](
+            const quota::server::PublishedRules& p) -> absl::StatusOr<quota::server::LoadedRules> {
+          auto loaded = quota::server::build_published_rules(*shared, p, metrics);
+          if (!loaded.ok()) return loaded;
+          const std::string from = quota::server::published_origin(*shared, p.version);
+          if (auto s = store_takes(*loaded, p.text, from); !s.ok()) return s;
+          return loaded;
         },
         stats,
         quota::server::RuleSubscriber::Identity{.id = std::move(id),

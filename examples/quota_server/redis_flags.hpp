@@ -95,8 +95,8 @@ inline constexpr const char* kRedisUsage =
                         (default 0: no limit)
   --redis-failover-safety  after a detected failover (a replica promoted, a restart),
                         read every bucket older than it as spent then: no key admits a
-                        fresh burst; costs false denials for one time to full (not with
-                        sliding_log rules) (default off)
+                        fresh burst; costs false denials for one time to full (rules
+                        with a sliding_log are refused: exit 2) (default off)
   --redis-clock-guard-ms N  refuse a node whose TIME runs more than N ms ahead of this
                         host's monotonic clock (UNAVAILABLE / 503, nothing written)
                         until they agree (default 0: off)

@@ -1,7 +1,8 @@
 // quota_server_redis_production_test — quota-server's production Redis options
 // (redis_flags.hpp) against real redis-server and redis-sentinel processes the test
-// starts on free loopback ports (tests/redis/support/redis_server.hpp ConfiguredServer),
-// stopped by pid:
+// starts on free loopback ports (tests/redis/support/redis_server.hpp ConfiguredServer;
+// the failover's primary, replica and sentinel: sentinel_deployment.hpp, shared with
+// redis_sentinel_test), stopped by pid:
 //   - an evicting Redis (maxmemory-policy allkeys-lru) answers 503 unless the server runs
 //     with --redis-allow-evicting, which decides (and warns on stderr);
 //   - --redis-replicas 1 on a primary with no replica: every call 503 (WAIT in vain, never
@@ -36,6 +37,7 @@
 #include "quota/redis/transport/connection.hpp"
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
+#include "redis/support/sentinel_deployment.hpp"
 #include "testing/load_clients.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
@@ -46,7 +48,9 @@ namespace rls = envoy::service::ratelimit::v3;
 using namespace std::chrono_literals;
 using quota::testing::ConfiguredServer;
 using quota::testing::env;
+using quota::testing::eventually;
 using quota::testing::post_check;
+using quota::testing::SentinelDeployment;
 using quota::testing::server_args;
 using quota::testing::ServerProcess;
 using quota::testing::TempDir;
@@ -78,38 +82,12 @@ grpc::StatusCode grpc_check(int port, const std::string& tenant) {
   return stub->ShouldRateLimit(&ctx, req, &resp).error_code();
 }
 
-// The first reply to `args` on `port` as text ("" on any failure; "N elements" for an
-// array).
-std::string ask(int port, const std::vector<std::string_view>& args) {
-  quota::redis::ConnectionConfig c{.host = "127.0.0.1", .port = port, .deadline = 2s};
-  c.eviction_check = quota::redis::EvictionPolicyCheck::kSkip;
-  quota::redis::Connection conn(c);
-  auto r = conn.command(args);
-  if (!r.ok()) return "";
-  if ((*r)->type == REDIS_REPLY_STRING || (*r)->type == REDIS_REPLY_STATUS) {
-    return std::string(quota::redis::reply_string(**r));
-  }
-  if ((*r)->type == REDIS_REPLY_ARRAY) return std::to_string((*r)->elements) + " elements";
-  return "";
-}
-
-// Polls `done` every 100 ms for at most `limit`; true once it holds.
-template <class F>
-bool eventually(F done, std::chrono::seconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
-}
-
 // `replica` is an online replica of `primary`.
 bool synced(const ConfiguredServer& primary) {
   return eventually(
       [&] {
-        return ask(primary.port(), {"INFO", "replication"}).find("state=online") !=
-               std::string::npos;
+        return quota::testing::redis_ask(primary.port(), "", {"INFO", "replication"})
+                   .find("state=online") != std::string::npos;
       },
       30s);
 }
@@ -226,30 +204,17 @@ TEST_CASE("--redis-coalesce with --redis-clock-guard-ms: 4 threads admit exactly
 TEST_CASE(
     "a failover under the server: 503 while no primary, then decisions on the promoted "
     "replica; with --redis-failover-safety no fresh burst") {
-  ConfiguredServer primary("server-fo-primary", {"repl-diskless-sync-delay 0"});
-  REQUIRE(primary.started());
-  ConfiguredServer replica(
-      "server-fo-replica",
-      {"repl-diskless-sync-delay 0", "replicaof 127.0.0.1 " + std::to_string(primary.port())});
-  REQUIRE(replica.started());
-  REQUIRE(synced(primary));
-  ConfiguredServer sentinel(
-      "server-fo-sentinel",
-      {"sentinel monitor quota 127.0.0.1 " + std::to_string(primary.port()) + " 1",
-       "sentinel down-after-milliseconds quota 1000", "sentinel failover-timeout quota 4000"},
-      /*sentinel=*/true);
-  REQUIRE(sentinel.started());
-  REQUIRE(eventually(
-      [&] {
-        return ask(sentinel.port(), {"SENTINEL", "replicas", "quota"}) == "1 elements";
-      },
-      30s));
+  // A primary, its replica and one sentinel (quorum 1), all up and known to each other.
+  SentinelDeployment d("server-fo", {.replicas = 1, .sentinels = 1, .quorum = 1});
+  ConfiguredServer& primary = *d.primary;
+  ConfiguredServer& replica = *d.replicas[0];
+  ConfiguredServer& sentinel = *d.sentinels[0];
 
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
   const std::vector<std::string> via = {
       "--redis-sentinel",        "127.0.0.1:" + std::to_string(sentinel.port()),
-      "--redis-sentinel-master", "quota",
+      "--redis-sentinel-master", quota::testing::kSentinelMaster,
       "--redis-deadline-ms",     "1000"};
   auto with = via;
   with.push_back("--redis-failover-safety");
@@ -299,7 +264,9 @@ TEST_CASE(
       static_cast<double>(now_ns() - killed) / 1e6, unavailable);
   CHECK(unavailable >= 1);
   CHECK(other == 0);
-  CHECK(ask(replica.port(), {"INFO", "replication"}).find("role:master") != std::string::npos);
+  CHECK(
+      quota::testing::redis_ask(replica.port(), "", {"INFO", "replication"}).find("role:master") !=
+      std::string::npos);
 
   // After: the same process decides on the new primary. With failover safety every bucket
   // older than the failover is spent at it: the spent tenant stays denied, and one never

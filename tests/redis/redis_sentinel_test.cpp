@@ -30,6 +30,7 @@
 #include "quota/verify/envelope.hpp"
 #include "support/gateway_rules.hpp"
 #include "support/redis_server.hpp"
+#include "support/sentinel_deployment.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
@@ -39,125 +40,18 @@ using quota::TokenBucket;
 using quota::redis::ConnectionConfig;
 using quota::redis::EvictionPolicyCheck;
 using quota::testing::ConfiguredServer;
+using quota::testing::eventually;
+using quota::testing::redis_ask;
+using quota::testing::SentinelCredentials;
+using quota::testing::SentinelDeployment;
 using quota::verify::AdmittedEvent;
 
 namespace {
 
-constexpr char kName[] = "quota";
+constexpr const char* kName = quota::testing::kSentinelMaster;
 constexpr int kThreads = 4;
 constexpr int kKeys = 4;
 const TokenBucket kPolicy{.rate = {.units = 100, .per = 1s}, .burst = 10};
-
-struct Credentials {
-  std::string data;      // requirepass of the data nodes (and masterauth); empty: none
-  std::string sentinel;  // requirepass of the sentinels; empty: none
-};
-
-ConnectionConfig data_config(const Credentials& creds, int port = 0) {
-  ConnectionConfig c{.host = "127.0.0.1", .port = port, .deadline = 500ms};
-  c.password = creds.data;
-  return c;
-}
-
-// The first reply to `args` on `port` as text ("" on any failure).
-std::string ask(int port, const std::string& password, const std::vector<std::string_view>& args) {
-  ConnectionConfig c = data_config({}, port);
-  c.password = password;
-  c.eviction_check = EvictionPolicyCheck::kSkip;
-  quota::redis::Connection conn(c);
-  auto r = conn.command(args);
-  if (!r.ok()) return "";
-  if ((*r)->type == REDIS_REPLY_STRING || (*r)->type == REDIS_REPLY_STATUS) {
-    return std::string(quota::redis::reply_string(**r));
-  }
-  if ((*r)->type == REDIS_REPLY_ARRAY) return std::to_string((*r)->elements) + " elements";
-  return "";
-}
-
-// Polls `done` every 100 ms for at most `limit`; true once it holds.
-template <class F>
-bool eventually(F done, std::chrono::seconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
-}
-
-// A primary, `replicas` replicas of it and three sentinels monitoring it, all up and
-// known to each other.
-struct Deployment {
-  std::unique_ptr<ConfiguredServer> primary;
-  std::vector<std::unique_ptr<ConfiguredServer>> replicas, sentinels;
-  Credentials creds;
-
-  Deployment(const std::string& name, int n_replicas, Credentials c) : creds(std::move(c)) {
-    // A replica's first sync without the default 5 s wait for more replicas.
-    std::vector<std::string> data_lines = {"repl-diskless-sync-delay 0"};
-    if (!creds.data.empty()) {
-      data_lines.push_back("requirepass " + creds.data);
-      data_lines.push_back("masterauth " + creds.data);
-    }
-    primary = std::make_unique<ConfiguredServer>(name + "-primary", data_lines);
-    REQUIRE(primary->started());
-    for (int i = 0; i < n_replicas; ++i) {
-      auto lines = data_lines;
-      lines.push_back("replicaof 127.0.0.1 " + std::to_string(primary->port()));
-      replicas.push_back(
-          std::make_unique<ConfiguredServer>(name + "-replica" + std::to_string(i), lines));
-      REQUIRE(replicas.back()->started());
-    }
-    // Every replica synced (state=online), not just connected.
-    REQUIRE(eventually(
-        [&] {
-          const std::string info = ask(primary->port(), creds.data, {"INFO", "replication"});
-          int online = 0;
-          for (auto at = info.find("state=online"); at != std::string::npos;
-               at = info.find("state=online", at + 1)) {
-            ++online;
-          }
-          return online == n_replicas;
-        },
-        30s));
-    std::vector<std::string> lines = {
-        "sentinel monitor " + std::string(kName) + " 127.0.0.1 " + std::to_string(primary->port()) +
-            " 2",
-        "sentinel down-after-milliseconds " + std::string(kName) + " 1000",
-        "sentinel failover-timeout " + std::string(kName) + " 4000",
-        "sentinel parallel-syncs " + std::string(kName) + " 1"};
-    if (!creds.data.empty())
-      lines.push_back("sentinel auth-pass " + std::string(kName) + " " + creds.data);
-    if (!creds.sentinel.empty()) {
-      lines.push_back("requirepass " + creds.sentinel);
-      lines.push_back("sentinel sentinel-pass " + creds.sentinel);
-    }
-    for (int i = 0; i < 3; ++i) {
-      sentinels.push_back(std::make_unique<ConfiguredServer>(name + "-sentinel" + std::to_string(i),
-                                                             lines, /*sentinel=*/true));
-      REQUIRE(sentinels.back()->started());
-    }
-    // Every sentinel knows the other two and the replicas (a failover needs a majority).
-    const std::string others = "2 elements", reps = std::to_string(n_replicas) + " elements";
-    for (const auto& s : sentinels) {
-      INFO("sentinel on port " << s->port());
-      REQUIRE(eventually(
-          [&] {
-            return ask(s->port(), creds.sentinel, {"SENTINEL", "sentinels", kName}) == others &&
-                   ask(s->port(), creds.sentinel, {"SENTINEL", "replicas", kName}) == reps;
-          },
-          30s));
-    }
-  }
-
-  quota::redis::SentinelConfig sentinel_config(std::string sentinel_password) const {
-    quota::redis::SentinelConfig c{.name = kName};
-    for (const auto& s : sentinels) c.sentinels.push_back({"127.0.0.1", s->port()});
-    c.sentinel_password = std::move(sentinel_password);
-    c.primary = data_config(creds);
-    return c;
-  }
-};
 
 std::int64_t since_epoch_ns(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -171,7 +65,7 @@ struct Outcome {
 
 // Load on the store from kThreads threads; the primary SIGKILLed after 1.5 s; runs until
 // 2 s after decisions resumed (at most 40 s after the kill).
-Outcome kill_under_load(Deployment& d, RedisStore<TokenBucket>& store) {
+Outcome kill_under_load(SentinelDeployment& d, RedisStore<TokenBucket>& store) {
   Outcome out;
   out.admitted.resize(kKeys);
   std::mutex mu;
@@ -282,7 +176,7 @@ TEST_CASE("sentinel options: set together with a pool or a cluster is InvalidArg
 TEST_CASE(
     "sentinel: the primary SIGKILLed under load; decisions resume on the promoted replica; "
     "without WAIT at most one extra burst per key") {
-  Deployment d("sentinel-async", 1, {});
+  SentinelDeployment d("sentinel-async", {.replicas = 1});
   auto sentinel = std::make_shared<quota::redis::SentinelPool>(d.sentinel_config(""), kThreads);
   auto first = sentinel->primary();
   REQUIRE(first.ok());
@@ -320,8 +214,8 @@ TEST_CASE(
 TEST_CASE(
     "sentinel with AUTH on data nodes and sentinels, and replicas=1 (WAIT): decisions "
     "resume and the envelope holds with nothing extra") {
-  const Credentials creds{.data = "data-pw", .sentinel = "sentinel-pw"};
-  Deployment d("sentinel-wait", 2, creds);
+  const SentinelCredentials creds{.data = "data-pw", .sentinel = "sentinel-pw"};
+  SentinelDeployment d("sentinel-wait", {.replicas = 2, .creds = creds});
 
   SECTION("a wrong sentinel password is kUnauthenticated") {
     auto bad = std::make_shared<quota::redis::SentinelPool>(d.sentinel_config("wrong"), 1);
@@ -356,7 +250,7 @@ TEST_CASE(
 TEST_CASE(
     "sentinel: a graceful failover (the old primary stays up, demoted): the store follows the "
     "promoted replica") {
-  Deployment d("sentinel-demote", 1, {});
+  SentinelDeployment d("sentinel-demote", {.replicas = 1});
   auto sentinel = std::make_shared<quota::redis::SentinelPool>(d.sentinel_config(""), 2);
   RedisStore<TokenBucket> store(
       RedisStoreOptions{.pool = nullptr,
@@ -369,7 +263,7 @@ TEST_CASE(
   const int promoted = d.replicas[0]->port();
   // The old primary stays up and becomes a replica of the new one (the sentinels close
   // its clients' connections; a connection they miss gets READONLY, tested below).
-  REQUIRE(ask(d.sentinels[0]->port(), "", {"SENTINEL", "FAILOVER", kName}) == "OK");
+  REQUIRE(redis_ask(d.sentinels[0]->port(), "", {"SENTINEL", "FAILOVER", kName}) == "OK");
   bool resumed = eventually(
       [&] {
         auto got = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
@@ -382,8 +276,8 @@ TEST_CASE(
       },
       30s);
   CHECK(resumed);
-  CHECK(ask(promoted, "", {"INFO", "replication"}).find("role:master") != std::string::npos);
-  CHECK(ask(d.primary->port(), "", {"INFO", "replication"}).find("role:slave") !=
+  CHECK(redis_ask(promoted, "", {"INFO", "replication"}).find("role:master") != std::string::npos);
+  CHECK(redis_ask(d.primary->port(), "", {"INFO", "replication"}).find("role:slave") !=
         std::string::npos);
 }
 
@@ -415,14 +309,14 @@ TEST_CASE(
   REQUIRE(a.started());
   REQUIRE(b.started());
   auto resolver = std::make_shared<SwitchingResolver>(a.port(), b.port());
-  ConnectionConfig c = data_config({});
+  ConnectionConfig c = quota::testing::sentinel_data_config({});
   c.resolver = resolver;
   auto pool = std::make_shared<quota::redis::ConnectionPool>(c, 1);
   RedisStore<TokenBucket> store(
       RedisStoreOptions{.pool = pool, .prefix = quota::testing::unique_prefix("resolve")});
   SECTION("READONLY on an open connection") {
     REQUIRE(store.apply(kPolicy, "{k0}read", Nanos{0}, 1).ok());  // connected to a
-    REQUIRE(ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
+    REQUIRE(redis_ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
     // The write that meets READONLY fails (kUnavailable); the next goes to b.
     auto r = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
     INFO(r.status().ToString());
@@ -435,7 +329,7 @@ TEST_CASE(
     CHECK(next.ok());
   }
   SECTION("ROLE says replica at connect") {
-    REQUIRE(ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
+    REQUIRE(redis_ask(a.port(), "", {"REPLICAOF", "127.0.0.1", std::to_string(b.port())}) == "OK");
     auto r = store.apply(kPolicy, "{k0}read", Nanos{0}, 1);
     INFO(r.status().ToString());
     REQUIRE_FALSE(r.ok());

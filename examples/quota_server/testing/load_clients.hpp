@@ -3,7 +3,8 @@
 // budget (redis_test.cpp, lease_test.cpp).
 //
 // `grpc_client` and `http_client` each ask for 1 unit of tenant "shared" as fast as they
-// can, until a steady-clock deadline or 20,000 calls, and log every admission with the
+// can (`grpc_request_client` sends a request of the caller's, `http_tenant_client` names
+// the tenant), until a steady-clock deadline or 20,000 calls, and log every admission with the
 // time the call was sent and answered and the server it went to; denials are counted. The
 // first call without a decision (a gRPC error, an HTTP status other than 200) stops the
 // client and is kept in `Log::error`, so a test can require none. The admissions of all
@@ -83,8 +84,9 @@ inline std::pair<int, std::string> post_check(int port, const std::string& tenan
   return {r->status, r->body};
 }
 
-// Checks 1 unit for "shared" over gRPC until `until` (now_ns) or 20,000 calls.
-inline void grpc_client(int port, int server, std::int64_t until, Log& log) {
+// Sends `req` over gRPC until `until` (now_ns) or 20,000 calls; OK is an admission.
+inline void grpc_request_client(int port, int server, const rls::RateLimitRequest& req,
+                                std::int64_t until, Log& log) {
   auto stub = rls::RateLimitService::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
@@ -92,7 +94,7 @@ inline void grpc_client(int port, int server, std::int64_t until, Log& log) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const std::int64_t sent = now_ns();
-    const grpc::Status s = stub->ShouldRateLimit(&ctx, one_unit("shared"), &resp);
+    const grpc::Status s = stub->ShouldRateLimit(&ctx, req, &resp);
     const std::int64_t answered = now_ns();
     std::lock_guard lock(log.mu);
     if (!s.ok()) {
@@ -107,14 +109,20 @@ inline void grpc_client(int port, int server, std::int64_t until, Log& log) {
   }
 }
 
-// The same over HTTP /v1/check.
-inline void http_client(int port, int server, std::int64_t until, Log& log) {
+// Checks 1 unit for "shared" over gRPC until `until` (now_ns) or 20,000 calls.
+inline void grpc_client(int port, int server, std::int64_t until, Log& log) {
+  grpc_request_client(port, server, one_unit("shared"), until, log);
+}
+
+// Checks 1 unit for `tenant` over HTTP /v1/check until `until` or 20,000 calls.
+inline void http_tenant_client(int port, int server, const std::string& tenant, std::int64_t until,
+                               Log& log) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(10);
   for (int n = 0; n < 20'000 && now_ns() < until; ++n) {
     const std::int64_t sent = now_ns();
     std::string error;
-    const int got = http_check(c, "shared", &error);
+    const int got = http_check(c, tenant, &error);
     const std::int64_t answered = now_ns();
     std::lock_guard lock(log.mu);
     if (got < 0) {
@@ -127,6 +135,11 @@ inline void http_client(int port, int server, std::int64_t until, Log& log) {
       ++log.denied;
     }
   }
+}
+
+// The same for "shared".
+inline void http_client(int port, int server, std::int64_t until, Log& log) {
+  http_tenant_client(port, server, "shared", until, log);
 }
 
 }  // namespace quota::testing

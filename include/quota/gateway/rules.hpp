@@ -147,6 +147,13 @@ class RuleSet {
   // RuleSetSpec::shadow_all: every rule of this set is in shadow.
   bool shadow_all() const { return shadow_all_; }
 
+  // Calls `visit(const Rule&)` once for every rule of the set, in no stated order (e.g.
+  // for a store to refuse, at load, a policy it cannot decide).
+  template <class Visit>
+  void for_each_rule(Visit&& visit) const {
+    for (const auto& entry : rules_) visit(entry.second);
+  }
+
   // The route class, or InvalidArgument for a class not on the whitelist.
   absl::StatusOr<const RouteClass*> route(std::string_view name) const {
     auto it = routes_.find(quota::detail::to_absl(name));
