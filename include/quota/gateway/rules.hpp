@@ -135,7 +135,8 @@ class RuleSet {
   }
 
   std::uint64_t version() const { return version_; }
-  // Every rule (in no particular order), and the rule of an id (Rule::id) or null.
+  // Calls fn(const Rule&) once per rule, in no stated order (e.g. for a store to refuse,
+  // at load, a policy it cannot decide); and the rule of an id (Rule::id), or null.
   template <class Fn>
   void for_each_rule(Fn&& fn) const {
     for (const auto& [id, rule] : rules_) fn(rule);
@@ -146,13 +147,6 @@ class RuleSet {
   }
   // RuleSetSpec::shadow_all: every rule of this set is in shadow.
   bool shadow_all() const { return shadow_all_; }
-
-  // Calls `visit(const Rule&)` once for every rule of the set, in no stated order (e.g.
-  // for a store to refuse, at load, a policy it cannot decide).
-  template <class Visit>
-  void for_each_rule(Visit&& visit) const {
-    for (const auto& entry : rules_) visit(entry.second);
-  }
 
   // The route class, or InvalidArgument for a class not on the whitelist.
   absl::StatusOr<const RouteClass*> route(std::string_view name) const {
