@@ -48,6 +48,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,7 @@
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/lease_revocation.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/rule_registry.hpp"
 #include "quota/gateway/rules.hpp"
@@ -147,6 +149,9 @@ class Checker {
       redis_gateway_ =
           std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_);
       leases_ = std::make_unique<RedisLeases>(*options_.redis);
+      // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
+      // change to it is installed; every server's ledger hears of it through pub/sub.
+      gateway::revoke_on_publish(registry_, leases_->ledger);
       leased_gateway_ =
           std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend, registry_);
     } else {
@@ -238,6 +243,22 @@ class Checker {
   // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
   const gateway::LeaseMetrics* lease_metrics() const {
     return leases_ ? &leases_->metrics : nullptr;
+  }
+
+  // What each fair-share budget of the rules in force holds (quota_fair_share_* on
+  // /metrics), from whichever gateways decide.
+  std::vector<gateway::FairLimitStats> fair_shares() const {
+    std::vector<gateway::FairLimitStats> out;
+    auto add = [&out](const auto& g) {
+      if (!g) return;
+      auto stats = g->fair_shares();
+      out.insert(out.end(), std::make_move_iterator(stats.begin()),
+                 std::make_move_iterator(stats.end()));
+    };
+    add(gateway_);
+    add(redis_gateway_);
+    add(leased_gateway_);
+    return out;
   }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).

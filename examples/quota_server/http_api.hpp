@@ -52,6 +52,7 @@
 #include "checker.hpp"
 #include "json.hpp"
 #include "quota/clock.hpp"
+#include "quota/gateway/fair_metrics.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/http.hpp"
 #include "server_stats.hpp"
@@ -254,6 +255,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     if (const auto* leases = api.checker->lease_metrics()) {
       text += gateway::render_prometheus(*leases);
     }
+    text += gateway::render_prometheus(api.checker->fair_shares());
     res.set_content(std::move(text), "text/plain; version=0.0.4");
   });
 }

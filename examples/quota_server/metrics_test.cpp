@@ -2,7 +2,8 @@
 // over real HTTP and gRPC on loopback: the decision-latency histogram counts every check
 // call, near-limit counts the admission that leaves a rule under 10 % of its burst, and the
 // top-K lists the heaviest tenant first with its units, bounded to at most 20 series
-// however many tenants call.
+// however many tenants call; a global rule with `fair_share` is served as one
+// quota_fair_share_* series per budget (no tenant label), its use moving with the calls.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -113,6 +114,61 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   }
   CHECK(series == 20);
   CHECK(after.find("rank=\"21\"") == std::string::npos);
+  CHECK(s.stop() == 0);
+  std::remove(rules.c_str());
+  rmdir(dir_template);
+}
+
+namespace {
+
+// The value of the first sample of `family` for rule "provider" (its budget label is the
+// store key), or -1 when there is none.
+double fair_sample(const std::string& text, const std::string& family,
+                   const std::string& extra = "") {
+  const std::string prefix = "\n" + family + "{rule=\"provider\",budget=\"";
+  for (std::size_t at = text.find(prefix); at != std::string::npos;
+       at = text.find(prefix, at + 1)) {
+    const std::size_t close = text.find("} ", at);
+    if (close == std::string::npos) return -1;
+    const std::string labels = text.substr(at + prefix.size(), close - at - prefix.size());
+    if (!extra.empty() && labels.find(extra) == std::string::npos) continue;
+    if (extra.empty() && labels.find(',') != std::string::npos) continue;
+    return std::strtod(text.c_str() + close + 2, nullptr);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its use moving") {
+  char dir_template[] = "/tmp/quota_server_metrics_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string rules = std::string(dir_template) + "/rules.yaml";
+  std::ofstream(rules)
+      << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n    level: tenant\n"
+         "    plan: free\n    route: read\n"
+         "    token_bucket: {rate: 1/100s, burst: 100}\n"
+         "  - name: provider\n    level: global\n    route: read\n"
+         "    token_bucket: {rate: 1/100s, burst: 100}\n"
+         "    fair_share: {reserve: 10%, shares_above: 70%, pause_above: 90%, period: 10s,\n"
+         "                 budget: 100}\n";
+  quota::testing::ServerProcess s;
+  REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
+                   "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
+                  {"grpc", "http"}));
+  const int http = s.port("http");
+  // Three tenants spend 30 of the 100 units: below the 70 % threshold, all admitted.
+  for (int i = 0; i < 30; ++i) CHECK(check(http, "t" + std::to_string(i % 3), 1));
+  const std::string m = metrics(http);
+  INFO(m);
+  CHECK(m.find("# TYPE quota_fair_share_budget_units gauge") != std::string::npos);
+  CHECK(fair_sample(m, "quota_fair_share_budget_units") > 0);
+  CHECK(fair_sample(m, "quota_fair_share_units_in_use") >= 30);
+  CHECK(fair_sample(m, "quota_fair_share_denials_total", "reason=\"over_share\"") == 0);
+  CHECK(fair_sample(m, "quota_fair_share_denials_total", "reason=\"paused\"") == 0);
+  CHECK(fair_sample(m, "quota_fair_share_fallback_periods_total") == 0);
+  // No tenant is ever a label.
+  CHECK(m.find("quota_fair_share_budget_units{rule=\"provider\",budget=\"t0") == std::string::npos);
   CHECK(s.stop() == 0);
   std::remove(rules.c_str());
   rmdir(dir_template);

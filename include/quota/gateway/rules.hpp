@@ -6,8 +6,8 @@
 // version. RuleSet::create checks everything up front and names the offending entry
 // ("rules[2]: ..."), so a RuleSet that exists is valid. plan() turns a request into the
 // budgets it must pass — each with its store key (store_key.hpp), its cost and whether it
-// is in shadow — without allocating. RuleRegistry (rule_registry.hpp) holds the set in
-// force.
+// is in shadow (the Rule and Check values: rule.hpp) — without allocating. RuleRegistry
+// (rule_registry.hpp) holds the set in force.
 //
 // Thread safety: a RuleSet is immutable (share it freely).
 //
@@ -37,53 +37,12 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rule.hpp"
 #include "quota/gateway/rule_spec.hpp"
 #include "quota/gateway/store_key.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
-
-// A validated rule inside a RuleSet.
-struct Rule {
-  std::string id{};  // unique in its set and stable across sets: level, scope, route, limit
-  std::string name{};
-  Level level = Level::kTenant;
-  RulePolicy policy{};
-  bool shadow = false;
-  std::string limit{};
-  int enforce_percent = 100;
-  std::int64_t max_cost = 0;                 // 0: no per-request cap
-  LeaseSpec lease{};                         // lease_spec.hpp; off by default
-  FairShareSpec fair_share{};                // fair_share_spec.hpp; off by default
-  std::shared_ptr<RuleCounters> counters{};  // null when the set was built without Metrics
-};
-
-// One budget a request must pass, and what the request pays there.
-struct Check {
-  const Rule* rule = nullptr;
-  StoreKey key{};
-  std::int64_t cost = 1;  // whole units
-  bool estimate = false;  // the cost is the request's estimate: settled later
-  bool shadow = false;    // decided and counted, never denies (the rule, its rollout, a switch)
-};
-
-// What RuleSet::plan needs of a request beyond its identity and route.
-struct PlanOptions {
-  std::optional<std::int64_t> estimate{};  // Gateway::acquire_estimate's estimate
-  bool shadow_all = false;                 // RuleRegistry::set_shadow_all
-};
-
-// The rollout bucket of a tenant, 0..99: FNV-1a (64-bit) of the id, mod 100. Fixed for
-// good, so that a tenant is always in or always out of a rule's enforce_percent, and
-// raising the percentage only adds tenants.
-inline int rollout_bucket(std::string_view tenant) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : tenant) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return static_cast<int>(h % 100);
-}
 
 class RuleSet {
  public:
