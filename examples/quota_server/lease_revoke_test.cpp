@@ -22,9 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -33,6 +31,7 @@
 #include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
 #include "testing/scratch.hpp"
+#include "testing/script_calls.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -40,6 +39,7 @@ namespace {
 using quota::testing::env;
 using quota::testing::http_check;
 using quota::testing::metric_value;
+using quota::testing::script_calls;
 
 std::string generation(int g, bool at_once) {
   return "routes:\n  - name: read\nrules:\n  - name: shared\n    level: tenant\n"
@@ -77,22 +77,6 @@ bool eventually(Pred pred) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
-}
-
-// Calls of EVALSHA and EVAL since the server started (INFO commandstats), -1 when Redis
-// does not answer.
-long long script_calls(quota::redis::Connection& redis) {
-  auto reply = redis.command({"INFO", "commandstats"},
-                             quota::redis::Deadline::after(std::chrono::seconds(2)));
-  if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) return -1;
-  std::istringstream in(std::string((*reply)->str, (*reply)->len));
-  long long calls = 0;
-  for (std::string line; std::getline(in, line);) {
-    for (const char* name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-      if (line.rfind(name, 0) == 0) calls += std::atoll(line.c_str() + std::strlen(name));
-    }
-  }
-  return calls;
 }
 
 // Runs the scenario of the file comment; `at_once` chooses the rule's revoke option.

@@ -26,11 +26,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +42,7 @@
 #include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
 #include "testing/scratch.hpp"
+#include "testing/script_calls.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
@@ -59,6 +58,7 @@ using quota::testing::now_ns;
 
 using quota::testing::env;
 using quota::testing::metric_value;
+using quota::testing::script_calls;
 
 constexpr std::int64_t kRate = 50;  // units per second
 constexpr std::int64_t kBurst = 20;
@@ -81,22 +81,6 @@ std::string metrics_of(quota::testing::ServerProcess& s) {
 
 double tenant_lease(const std::string& metrics, const std::string& family) {
   return metric_value(metrics, family + "{level=\"tenant\"}");
-}
-
-// Calls of EVALSHA and EVAL since the last CONFIG RESETSTAT (INFO commandstats), -1 when
-// Redis does not answer.
-long long script_calls(quota::redis::Connection& redis) {
-  auto reply = redis.command({"INFO", "commandstats"},
-                             quota::redis::Deadline::after(std::chrono::seconds(2)));
-  if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) return -1;
-  std::istringstream in(std::string((*reply)->str, (*reply)->len));
-  long long calls = 0;
-  for (std::string line; std::getline(in, line);) {
-    for (const char* name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-      if (line.rfind(name, 0) == 0) calls += std::atoll(line.c_str() + std::strlen(name));
-    }
-  }
-  return calls;
 }
 
 std::string write_rules(char* dir_template) {
