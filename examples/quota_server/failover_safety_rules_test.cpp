@@ -24,14 +24,19 @@
 
 #include "redis/support/redis_server.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/probes.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
+using quota::testing::check_body;
 using quota::testing::ConfiguredServer;
 using quota::testing::env;
+using quota::testing::eventually;
+using quota::testing::http_get;
 using quota::testing::metric_value;
+using quota::testing::read_all;
 using quota::testing::ServerProcess;
 using quota::testing::TempDir;
 
@@ -58,38 +63,6 @@ std::pair<int, std::string> run(const std::string& args) {
   while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
   const int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  auto r = c.Get(path.c_str());
-  return r ? r->body : std::string();
-}
-
-// POST /v1/check for `tenant`: the body (empty when no answer).
-std::string check(int port, const std::string& tenant) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
-  return r ? r->body : std::string();
-}
-
-// Polls `done` every 50 ms for at most 15 s: true once it holds.
-bool eventually(const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The refusal's words, wherever the rules came from.
@@ -135,7 +108,7 @@ TEST_CASE("a sliding_log rule under --redis-failover-safety is refused at start"
         {env("QUOTA_SERVER"), "--rules", file, "--default-plan", "free", "--default-route", "read",
          "--grpc-port", "0", "--http-port", "0", where, "--redis-deadline-ms", "2000"},
         {"grpc", "http"}));
-    const std::string body = check(s.port("http"), "fs-" + std::to_string(::getpid()));
+    const std::string body = check_body(s.port("http"), "fs-" + std::to_string(::getpid()));
     INFO(body);
     CHECK(body.find("\"allowed\":true") != std::string::npos);
     CHECK(s.stop() == 0);
@@ -150,10 +123,10 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
   const std::string tenant = "fs-" + std::to_string(::getpid());
   // Counts the refusals and reads the rule version a server serves.
   const auto refusals = [](int port) {
-    return metric_value(get(port, "/metrics"), R"(quota_config_loads_total{outcome="error"})");
+    return metric_value(http_get(port, "/metrics"), R"(quota_config_loads_total{outcome="error"})");
   };
   const auto version = [](int port) {
-    return metric_value(get(port, "/metrics"), "quota_rule_version");
+    return metric_value(http_get(port, "/metrics"), "quota_rule_version");
   };
 
   SECTION("the rule file, hot reloaded") {
@@ -166,7 +139,7 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
                      "--redis-failover-safety", "--redis-deadline-ms", "2000"},
                     {"grpc", "http"}));
     const int port = s.port("http");
-    CHECK(check(port, tenant).find("\"remaining\":4") != std::string::npos);
+    CHECK(check_body(port, tenant).find("\"remaining\":4") != std::string::npos);
 
     // Renamed into place, as rule files should be written.
     std::rename(dir.write("next.yaml", rules_text(50, true)).c_str(), file.c_str());
@@ -178,7 +151,7 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
     check_names_rule_and_option(err);
     CHECK(version(port) == 1);
     // Still version 1's bucket (burst 5: 3 left), and no sliding log in the way.
-    const std::string body = check(port, tenant);
+    const std::string body = check_body(port, tenant);
     INFO(body);
     CHECK(body.find("\"applied_rule_version\":1") != std::string::npos);
     CHECK(body.find("\"remaining\":3") != std::string::npos);
@@ -206,7 +179,7 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
                      "--redis-failover-safety", "--redis-deadline-ms", "2000"},
                     {"grpc", "http"}));
     const int port = s.port("http");
-    CHECK(check(port, tenant).find("\"remaining\":4") != std::string::npos);
+    CHECK(check_body(port, tenant).find("\"remaining\":4") != std::string::npos);
 
     publish("v2.yaml", rules_text(50, true));
     REQUIRE(eventually([&] { return refusals(port) == 1; }));
@@ -217,10 +190,10 @@ TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety c
           std::string::npos);
     CHECK(err.find(" version 2:14:18: rules[1].sliding_log: ") != std::string::npos);
     check_names_rule_and_option(err);
-    const std::string m = get(port, "/metrics");
+    const std::string m = http_get(port, "/metrics");
     CHECK(metric_value(m, "quota_rule_version") == 1);
     CHECK(metric_value(m, "quota_rules_version_lag") == 1);
-    const std::string body = check(port, tenant);
+    const std::string body = check_body(port, tenant);
     INFO(body);
     CHECK(body.find("\"applied_rule_version\":1") != std::string::npos);
     CHECK(body.find("\"remaining\":3") != std::string::npos);

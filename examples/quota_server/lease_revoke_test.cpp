@@ -30,6 +30,7 @@
 #include "redis/support/redis_server.hpp"
 #include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/probes.hpp"
 #include "testing/scratch.hpp"
 #include "testing/script_calls.hpp"
 #include "testing/server_process.hpp"
@@ -37,6 +38,7 @@
 namespace {
 
 using quota::testing::env;
+using quota::testing::eventually;
 using quota::testing::http_check;
 using quota::testing::metric_value;
 using quota::testing::script_calls;
@@ -67,16 +69,6 @@ std::string metrics_of(quota::testing::ServerProcess& s) {
 
 double tenant_lease(quota::testing::ServerProcess& s, const std::string& family) {
   return metric_value(metrics_of(s), family + "{level=\"tenant\"}");
-}
-
-// Polls `pred` every 20 ms for at most 10 s.
-template <class Pred>
-bool eventually(Pred pred) {
-  for (int i = 0; i < 500; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 // Runs the scenario of the file comment; `at_once` chooses the rule's revoke option.

@@ -34,13 +34,17 @@
 #include "quota/redis/transport/connection.hpp"
 #include "redis/support/redis_server.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/probes.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
+using quota::testing::check_body;
 using quota::testing::ConfiguredServer;
+using quota::testing::eventually;
 using quota::testing::metric_value;
+using quota::testing::read_all;
 using quota::testing::ServerProcess;
 
 using quota::testing::env;
@@ -72,31 +76,6 @@ std::string metrics(int port) {
   c.set_read_timeout(10);
   auto r = c.Get("/metrics");
   return r ? r->body : std::string();
-}
-
-// POST /v1/check for `tenant`: the body (empty when no answer).
-std::string check(int port, const std::string& tenant) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(10);
-  auto r = c.Post("/v1/check", R"({"tenant":")" + tenant + R"("})", "application/json");
-  return r ? r->body : std::string();
-}
-
-// Polls `done` every 50 ms for at most 15 s: true once it holds.
-bool eventually(const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -136,7 +115,7 @@ TEST_CASE(
   }
   const std::string tenant = "t" + std::to_string(::getpid());
   {
-    const std::string body = check(a.port("http"), tenant);
+    const std::string body = check_body(a.port("http"), tenant);
     INFO(body);
     CHECK(body.find("\"applied_rule_version\":1") != std::string::npos);
     CHECK(body.find("\"remaining\":4") != std::string::npos);  // burst 5, 1 spent
@@ -157,7 +136,7 @@ TEST_CASE(
              metric_value(m, "quota_rules_version_lag") == 0;
     }));
     // A tenant of its own: the budgets are shared in Redis too.
-    const std::string body = check(port, tenant + "-v2-" + std::to_string(port));
+    const std::string body = check_body(port, tenant + "-v2-" + std::to_string(port));
     INFO(body);
     CHECK(body.find("\"applied_rule_version\":2") != std::string::npos);
     CHECK(body.find("\"remaining\":49") != std::string::npos);
