@@ -246,19 +246,12 @@ class Checker {
   }
 
   // What each fair-share budget of the rules in force holds (quota_fair_share_* on
-  // /metrics), from whichever gateways decide.
+  // /metrics), from the gateway that decides now (one series per budget: the other
+  // gateway's allocators, idle since a reload switched, are not reported).
   std::vector<gateway::FairLimitStats> fair_shares() const {
-    std::vector<gateway::FairLimitStats> out;
-    auto add = [&out](const auto& g) {
-      if (!g) return;
-      auto stats = g->fair_shares();
-      out.insert(out.end(), std::make_move_iterator(stats.begin()),
-                 std::make_move_iterator(stats.end()));
-    };
-    add(gateway_);
-    add(redis_gateway_);
-    add(leased_gateway_);
-    return out;
+    if (gateway_) return gateway_->fair_shares();
+    if (leased_.load(std::memory_order_relaxed)) return leased_gateway_->fair_shares();
+    return redis_gateway_ ? redis_gateway_->fair_shares() : std::vector<gateway::FairLimitStats>{};
   }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).

@@ -32,7 +32,8 @@
 namespace quota::server {
 
 // OK unless `rules` (loaded from `text`, the rule file or published rules named `origin`)
-// has a sliding_log rule; then InvalidArgument naming the first such rule of the text.
+// has a sliding_log rule; then InvalidArgument naming the one with the smallest name (the
+// same rule on every run), at its place in `text` when the text can place it.
 inline absl::Status check_failover_safety_rules(const LoadedRules& rules, std::string_view text,
                                                 std::string_view origin) {
   if (rules.rules == nullptr) return absl::OkStatus();

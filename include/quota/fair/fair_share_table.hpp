@@ -6,8 +6,7 @@
 // arithmetic of one decision against them (decide(): the thresholds, the alone case, a
 // constrained tenant's share, borrowing up to the water level). It is FairShare's base
 // and nothing else: every member is protected, FairShare takes its mutex around every
-// use, and docs/fair_share.md states the rules. Split from fair_share.hpp to keep each
-// header readable; nothing here is a public interface.
+// use, and docs/fair_share.md states the rules. Nothing here is a public interface.
 //
 // Thread safety: none of its own; every member is guarded by mu_, which FairShare holds.
 //

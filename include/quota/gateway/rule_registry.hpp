@@ -60,8 +60,11 @@ class RuleRegistry {
 
   // Makes `next` current. FailedPrecondition unless its version is greater than the
   // current one (versions identify states' parameters: they must not be reused).
+  // Publishes run one at a time (the step of each sees the set the one before installed);
+  // readers are not held up by them.
   absl::Status publish(std::shared_ptr<const RuleSet> next) {
     if (next == nullptr) return absl::InvalidArgumentError("publish: null rule set");
+    quota::detail::MutexLock one_at_a_time(publish_mu_);
     std::shared_ptr<const RuleSet> from;
     std::shared_ptr<const BeforePublish> step;
     {
@@ -75,7 +78,6 @@ class RuleRegistry {
     }
     std::shared_ptr<const RuleSet> old;  // released outside the lock
     quota::detail::MutexLock lock(mu_);
-    if (auto s = check_newer(*next); !s.ok()) return s;  // another publish came first
     old = std::exchange(current_, std::move(next));
     return absl::OkStatus();
   }
@@ -90,6 +92,7 @@ class RuleRegistry {
     return absl::OkStatus();
   }
 
+  quota::detail::Mutex publish_mu_;  // held across a whole publish, step included
   mutable quota::detail::Mutex mu_;
   std::shared_ptr<const RuleSet> current_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const BeforePublish> before_publish_ ABSL_GUARDED_BY(mu_);

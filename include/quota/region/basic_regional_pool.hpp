@@ -260,7 +260,10 @@ class BasicRegionalPool {
     auto locked = script_.lock(l.key, token, lock_us, mark);
     if (!locked.ok() || locked->code != 1) return false;
     auto id = script_.claim(l.key, options_.units, options_.region);
-    if (!id.ok()) return true;  // the lock expires
+    if (!id.ok()) {  // the pool's record did not answer: marked unavailable for the backoff
+      (void)script_.fail(l.key, 'u', token, to_us(backoff(++failures_)));
+      return true;  // if that fails too, the lock expires
+    }
     grant_requests_.fetch_add(1, std::memory_order_relaxed);
     const gateway::LevelCheck grant{
         .policy = l.policy, .key = l.key, .shadow = false, .cost = options_.units};

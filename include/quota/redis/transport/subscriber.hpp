@@ -15,9 +15,11 @@
 // backoff (doubling from backoff_min to backoff_max). `subscribed()` says whether a
 // subscription is up now; `subscriptions()` counts the SUBSCRIBEs that succeeded.
 //
-// Stop: `stop()` (and the destructor) ends the thread within about `poll` (the longest
-// wait on the socket) and joins it; no callback runs after it returns. Callbacks must not
-// call stop() or destroy the Subscriber.
+// Stop: `stop()` (and the destructor) ends the thread and joins it; no callback runs after
+// it returns. While listening the thread notices it within `poll` (the longest wait on
+// the socket); while connecting, subscribing or sending a PING, within the connection's
+// deadline; while in `on_subscribed`, when that returns. Callbacks must not call stop()
+// or destroy the Subscriber.
 //
 // Thread safety: the member functions may be called from any thread; callbacks run on
 // the subscriber's thread.
@@ -87,6 +89,7 @@ class Subscriber {
       stopping_ = true;
     }
     wake_.notify_all();
+    std::lock_guard<std::mutex> joining(join_mu_);  // a second stop() waits for the first
     if (thread_.joinable()) thread_.join();
   }
 
@@ -115,9 +118,10 @@ class Subscriber {
       Connection c(options_.connection);
       if (subscribe(c)) {
         backoff = options_.backoff_min;
+        // The catch-up first: subscribed() and subscriptions() say so only once it ran.
+        if (on_subscribed_) on_subscribed_();
         subscriptions_.fetch_add(1, std::memory_order_acq_rel);
         subscribed_.store(true, std::memory_order_release);
-        if (on_subscribed_) on_subscribed_();
         listen(c);
         subscribed_.store(false, std::memory_order_release);
       }
@@ -180,6 +184,7 @@ class Subscriber {
   OnMessage on_message_;
   OnSubscribed on_subscribed_;
   std::mutex mu_;
+  std::mutex join_mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::atomic<bool> subscribed_{false};
