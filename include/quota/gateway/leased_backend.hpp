@@ -5,9 +5,9 @@
 // `Gateway<LeasedBackend<...>>` keeps the rules, versions, fail modes, shadow mode and
 // metrics of the gateway. A level whose rule has `lease` on (lease_spec.hpp; or `auto`
 // while this process decides the key at or above the rule's rate) is decided from the
-// grant this process holds for the key; every other level goes to the inner backend, as
-// before. The motivating case: the global level, one key shared by every tenant, then
-// costs the authority one round trip per `lease.units` units instead of one per request.
+// grant this process holds for the key; every other level goes to the inner backend.
+// So the global level, one key shared by every tenant, costs the authority one round trip
+// per `lease.units` units instead of one per request.
 //
 // Guarantees:
 //   - A grant is ONE ordinary decision of `units` units on the key by the inner backend:
@@ -25,10 +25,9 @@
 //     without the new rules spends its grant until it expires, and its next grant is
 //     decided under the newer rule that converted the key: a rule change reaches every
 //     holder at the latest one expiry after a process with it decides the key.
-//   - Revocation at once (lease_revocation.hpp): with a RevocationAuthority ledger the
-//     backend subscribes; on a revocation it drops what it holds of the covered grants
-//     (units_revoked), and decides the rule's keys at the authority while its version is
-//     below the revoked one (also when the authority refuses a grant for that reason).
+//   - Revocation at once (lease_revocation.hpp): with a RevocationAuthority ledger it
+//     subscribes, drops what it holds of revoked grants (units_revoked) and decides the
+//     rule's keys at the authority while its version is below the revoked one.
 //   - Renewal at the low-water mark: the request that leaves `low_water` units or fewer
 //     asks for `units` more; at most one grant request is in flight per key and process
 //     (the others spend what is left, or wait for it when nothing is left). After a
