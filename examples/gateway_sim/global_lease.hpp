@@ -6,7 +6,8 @@
 //   - the authority is one in-process store (a StoreBackend over a LocalStore) holding
 //     the global budget, an exact token bucket every tenant shares; a wrapper counts its
 //     calls (authority round trips), and a wrapper of the GrantLedger counts the grants'
-//     records (over Redis each is a second call);
+//     records (over Redis a record is one more call; the revocation check before a
+//     grant, a third there, is not modelled: the simulated ledger has no revocations);
 //   - G gateway processes, each a quota::gateway::Gateway with its own incarnation,
 //     registry and rules, over a region::ScopeRouter (quota/region/scope_router.hpp): the
 //     tenants' own limits in that process's own store, the global level at the authority;

@@ -10,8 +10,9 @@
 //     "Bound") + ceil(50/s · the longest admitted call) + 1 (an answer is dated at most
 //     that late after its grant; +1 for the two clocks' rates).
 //   - Redis runs well under one script call per check (INFO commandstats: EVALSHA and
-//     EVAL calls, counted from a CONFIG RESETSTAT before the load): one call per grant of
-//     10 units and one to record it, none for a check decided from a grant.
+//     EVAL calls, counted from a CONFIG RESETSTAT before the load): three per grant of
+//     10 units (the revocation check, the grant, its record), none for a check decided
+//     from a grant.
 //   - Each server's /metrics shows its leases: quota_lease_renewals_total{level="tenant"}
 //     and grants > 0, denials while leased > 0 in all, and a lone tenant's grant left
 //     to expire is counted in quota_lease_units_unused_at_expiry_total.
@@ -149,7 +150,7 @@ TEST_CASE("two servers lease one tenant's budget from Redis: the union within th
   CHECK(by_server[0] > 0);
   CHECK(by_server[1] > 0);
   CHECK(log.denied > 0);
-  // Far fewer script calls than checks: a grant of 10 units and its record per 10 units.
+  // Far fewer script calls than checks: three calls per grant of 10 units.
   REQUIRE(calls >= 0);
   CHECK(calls > 0);
   CHECK(calls * 10 < checks);

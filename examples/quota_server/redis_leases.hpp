@@ -3,11 +3,12 @@
 // A rule whose `lease:` option is on or auto (docs/gateway.md "Leased rules in the
 // gateway") is decided, when the server keeps its budgets in Redis, by
 // quota::gateway::LeasedBackend over the server's CountedRedisStore: each server takes
-// grants of `lease.units` from the budget in Redis (one GatewayStore decision with the
-// grant id as its attempt, so a lost reply is replayed, never taken twice), records each
-// in a quota::redis::RedisGrantLedger (a hash beside the budget, in its slot) and then
-// decides locally from what it holds. Redis is asked once per grant instead of once per
-// check; every server on that Redis shares each budget within
+// grants of `lease.units` from the budget in Redis (a revocation check, then one
+// GatewayStore decision with the grant id as its attempt, so a lost reply is replayed,
+// never taken twice), records each in a quota::redis::RedisGrantLedger (a hash beside the
+// budget, in its slot) and then decides locally from what it holds. Redis is asked three
+// times per grant instead of once per check; every server on that Redis shares each budget
+// within
 // A(T) <= r·T + B + Σ units held <= r·T + B + servers·(units + low_water).
 //
 // RedisLeases bundles the three parts (metrics, record, backend) with the lifetimes the

@@ -1,11 +1,12 @@
 // quota/gateway/lease_grant.hpp — the options of LeasedBackend, and how one grant is taken.
 //
 // LeasedBackend (leased_backend.hpp) documents the rules; this header holds its options,
-// what it lists of one key (`Holding`), and the one round trip that takes a grant: the
-// ledger's record of the grant id (an in-process replay), else the authority's revocation
-// check for the rule (lease_revocation.hpp: a holder under an older version of a revoked
-// rule is refused) and one decision of `units` on the key by the inner backend — with the
-// grant id as its attempt when the inner backend records attempts at the authority.
+// what it lists of one key (`Holding`), and how a grant is taken: the ledger's record of
+// the grant id (an in-process replay), else the authority's revocation check for the rule
+// (lease_revocation.hpp: a holder under an older version of a revoked rule is refused)
+// and one decision of `units` on the key by the inner backend — with the grant id as its
+// attempt when the inner backend records attempts at the authority. Over Redis that is two
+// script calls (the check, the decision); LeasedBackend's record of the grant is a third.
 //
 // Thread safety: take_grant is as thread-safe as the inner backend and the ledger.
 //

@@ -6,8 +6,9 @@
 // metrics of the gateway. A level whose rule has `lease` on (lease_spec.hpp; or `auto`
 // while this process decides the key at or above the rule's rate) is decided from the
 // grant this process holds for the key; every other level goes to the inner backend.
-// So the global level, one key shared by every tenant, costs the authority one round trip
-// per `lease.units` units instead of one per request.
+// So the global level, one key shared by every tenant, costs the authority one grant
+// (over Redis three script calls: lease_grant.hpp) per `lease.units` units instead of one
+// round trip per request.
 //
 // Guarantees:
 //   - A grant is ONE ordinary decision of `units` units on the key by the inner backend:

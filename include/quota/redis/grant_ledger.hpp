@@ -9,9 +9,9 @@
 // a bounded record. An operator lists a key's grants still outstanding with `outstanding(key)`, at
 // the server's time.
 //
-// The grant itself is one GatewayStore decision with the grant id as its attempt
-// (recorded in the same script call, so a retried grant is replayed, never taken twice);
-// the record is a second call, made once per grant: a grant whose record failed is still
+// A grant is three script calls: `revoked_below` (below), then one GatewayStore decision
+// with the grant id as its attempt (recorded in the same script call, so a retried grant
+// is replayed, never taken twice), then the record: a grant whose record failed is still
 // held and counted (LeaseCounters::record_failures). `replay` answers nothing: over
 // Redis idempotency is the attempt record's.
 //

@@ -37,8 +37,8 @@
 // Thread safety: none (a value type; the twin's atomicity is the server's).
 //
 //   quota::region::PoolModel m;
-//   auto id = m.claim(100, 0xeu, now);        // "e-1"
-//   m.deposit(id, 1'000'000, 4, now);         // 100 units for 1 s
+//   auto id = m.claim(100, 0xeu, now);        // id.id == "e-1"
+//   m.deposit(id.id, 1'000'000, 4, now);      // 100 units for 1 s
 //   auto r = m.spend(3, now);                 // r.code 1, r.total 97
 #pragma once
 

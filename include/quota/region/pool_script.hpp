@@ -21,7 +21,7 @@
 //
 //   quota::region::PoolScript pool(regional_connections, "pool:");
 //   auto id = pool.claim("{~global}read", 100, region_id);
-//   auto d = pool.deposit("{~global}read", id->id, 1s, 4);
+//   auto d = pool.deposit("{~global}read", id->id, 1'000'000, 4);   // 1 s, 4 grants
 //   auto s = pool.spend("{~global}read", 1);   // s->code 1: allowed
 #pragma once
 
