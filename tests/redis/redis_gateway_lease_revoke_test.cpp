@@ -24,85 +24,17 @@
 #include "support/lease_rules.hpp"
 #include "support/lossy_proxy.hpp"
 #include "support/redis_server.hpp"
+#include "support/revoke_fixtures.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
-using quota::TokenBucket;
-using quota::gateway::LeaseMetrics;
 using quota::gateway::LeaseRevoke;
-using quota::gateway::Level;
-using quota::redis::GatewayStore;
-using quota::redis::RedisGrantLedger;
-using quota::verify::AdmittedEvent;
 
-namespace {
+using quota::testing::kRevokeGlobal;
+using quota::testing::revoke_rules;
+using quota::testing::revoke_eventually;
+using quota::testing::RevokePair;
 
-const TokenBucket kRevokeGlobal{.rate = quota::testing::kSlow, .burst = 100};
-
-// v1: the global budget leased in grants of 20 (low water 5), v2: in grants of 10; each
-// grant lives a minute of the holder's clock.
-std::shared_ptr<const quota::gateway::RuleSet> revoke_rules(std::uint64_t version,
-                                                            LeaseRevoke revoke) {
-  quota::gateway::LeaseSpec lease =
-      version == 1 ? quota::testing::lease_on(20, 5, 1min) : quota::testing::lease_on(10, 2, 1min);
-  lease.revoke = revoke;
-  return quota::testing::build(quota::testing::lease_levels_spec(
-      version, {.rate = quota::testing::kSlow, .burst = 1000}, {}, kRevokeGlobal, lease));
-}
-
-// One gateway process: its own connections, store, ledger (and subscription) and holder.
-struct RevokeProcess {
-  RevokeProcess(const std::string& prefix, LeaseRevoke revoke, std::uint64_t incarnation,
-                quota::redis::RevocationFeed feed = {})
-      : store({.pool = quota::testing::redis_pool(2), .prefix = prefix}),
-        ledger(store, std::chrono::minutes(1), std::move(feed)),
-        holder(store, ledger, revoke_rules(1, revoke), incarnation, &metrics) {}
-  GatewayStore store;
-  RedisGrantLedger ledger;
-  LeaseMetrics metrics;
-  quota::testing::LeaseHolder<GatewayStore, RedisGrantLedger> holder;
-
-  const quota::gateway::LeaseCounters& global() const { return metrics.at(Level::kGlobal); }
-};
-
-// Polls `done` every 10 ms for at most 20 s (generous for sanitizer builds on a busy
-// machine): nothing is timed, only that it happens.
-template <class Fn>
-bool eventually(Fn done) {
-  for (int i = 0; i < 2000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
-}
-
-// A and B on v1, subscribed, each holding one grant (1 unit spent, 19 held).
-struct RevokePair {
-  RevokePair(const std::string& name, LeaseRevoke revoke, quota::redis::RevocationFeed b_feed = {})
-      : prefix(quota::testing::unique_prefix(name)),
-        a(prefix, revoke, 0xa),
-        b(prefix, revoke, 0xb, std::move(b_feed)) {
-    quota::gateway::revoke_on_publish(a.holder.registry, a.ledger);
-    REQUIRE(eventually([&] { return a.ledger.subscribed() && b.ledger.subscribed(); }));
-    REQUIRE(request(a, Nanos{0}));
-    REQUIRE(request(b, Nanos{0}));
-  }
-
-  bool request(RevokeProcess& p, Nanos t, std::uint64_t* version = nullptr) {
-    auto r =
-        p.holder.gateway.decide({.who = {.tenant = "acme", .plan = "free"}, .route = "read"}, t);
-    REQUIRE(r.ok());
-    if (r->decision.allowed) log.push_back({t.count(), 1});
-    if (version != nullptr) *version = r->decision.version;
-    return r->decision.allowed;
-  }
-
-  std::string prefix;
-  RevokeProcess a, b;
-  std::vector<AdmittedEvent> log;
-};
-
-}  // namespace
 
 TEST_CASE("over Redis, revoke: at_once stops a holder on the old rules within a bounded wait",
           "[redis][lease][revoke]") {
@@ -110,7 +42,7 @@ TEST_CASE("over Redis, revoke: at_once stops a holder on the old rules within a 
   REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());
   // The revocation was recorded and published by A's install; B hears it on its
   // subscription and drops the 19 units it holds.
-  REQUIRE(eventually([&] { return p.b.global().units_revoked.load() == 19; }));
+  REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
   CHECK(p.b.holder.backend.holdings(Nanos{1ms}).empty());
   CHECK(p.b.global().units_held.load() == 0);
   auto listed = p.a.ledger.outstanding("{~global}read");
@@ -189,7 +121,7 @@ TEST_CASE("over Redis, a holder whose subscription is cut off falls back to expi
   proxy.set_blocked(true);
   quota::redis::Connection admin(quota::testing::redis_config());
   REQUIRE(admin.command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
-  REQUIRE(eventually([&] { return !p.b.ledger.subscribed(); }));
+  REQUIRE(revoke_eventually([&] { return !p.b.ledger.subscribed(); }));
   REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());
   std::this_thread::sleep_for(200ms);  // what a notification would have had
   CHECK(p.b.global().units_revoked.load() == 0);
@@ -211,6 +143,6 @@ TEST_CASE("over Redis, a holder whose subscription is cut off falls back to expi
   CHECK(p.b.holder.backend.holdings(Nanos{1min}).empty());
   // The link back: B subscribes again by itself.
   proxy.set_blocked(false);
-  REQUIRE(eventually([&] { return p.b.ledger.subscribed(); }));
+  REQUIRE(revoke_eventually([&] { return p.b.ledger.subscribed(); }));
   CHECK(p.b.ledger.subscriptions() > before);
 }

@@ -25,8 +25,10 @@
 // after every (re)subscribe the whole hash is read and delivered, so a revocation
 // published while the subscription was down reaches the listeners when it is back. While
 // it is down (`subscribed()` false), holders learn of a revocation only when the
-// authority refuses their next grant: the change reaches them within one expiry. A store
-// on a Redis Cluster without a pool gets no subscription (the same fallback).
+// authority refuses their next grant: the change reaches them within one expiry. On a
+// Redis Cluster the subscription is at the cluster's seed node (its ConnectionConfig): a
+// PUBLISH on any node reaches the subscribers of every node; while the seed is down, the
+// same fallback.
 //
 // Thread safety: any thread (as GatewayStore).
 //
@@ -103,7 +105,8 @@ return redis.call('HGETALL', KEYS[1])
 // Where the ledger's revocation subscription connects, and how it watches the link
 // (transport/subscriber.hpp).
 struct RevocationFeed {
-  std::optional<ConnectionConfig> connection{};  // default: the store's pool's config
+  // Default: the store's pool's config, or its cluster's seed node.
+  std::optional<ConnectionConfig> connection{};
   std::chrono::milliseconds ping_every{1000};
   std::chrono::milliseconds backoff_min{10};
   std::chrono::milliseconds backoff_max{1000};
@@ -182,13 +185,16 @@ class RedisGrantLedger {
   std::uint64_t subscribe(gateway::RevocationListener fn) {
     std::lock_guard<std::mutex> lock(listeners_mu_);
     listeners_.emplace_back(++last_listener_, std::move(fn));
-    if (subscriber_ == nullptr && (feed_.connection || store_.options().pool != nullptr)) {
-      SubscriberOptions o{
-          .connection = feed_.connection ? *feed_.connection : store_.options().pool->config(),
-          .channels = {revocations_channel()},
-          .ping_every = feed_.ping_every,
-          .backoff_min = feed_.backoff_min,
-          .backoff_max = feed_.backoff_max};
+    const GatewayStoreOptions& so = store_.options();
+    if (subscriber_ == nullptr &&
+        (feed_.connection || so.pool != nullptr || so.cluster != nullptr)) {
+      SubscriberOptions o{.connection = feed_.connection     ? *feed_.connection
+                                        : so.pool != nullptr ? so.pool->config()
+                                                             : so.cluster->config(),
+                          .channels = {revocations_channel()},
+                          .ping_every = feed_.ping_every,
+                          .backoff_min = feed_.backoff_min,
+                          .backoff_max = feed_.backoff_max};
       subscriber_ = std::make_unique<Subscriber>(
           std::move(o), [this](std::string_view, std::string_view m) { heard(m); },
           [this] { caught_up(); });

@@ -1,0 +1,78 @@
+// Revocation at once on a Redis Cluster (3 masters, cmake/redis_cluster.sh): two holders
+// of the global key, each with its own ClusterPool whose seed is a node that does NOT own
+// the `{~lease}` slot, so the revocation's PUBLISH runs on another node than the one each
+// ledger subscribed at (RedisGrantLedger subscribes at the cluster's seed node). Holder A
+// installs a new rule set with `revoke: at_once`; holder B, which never reloads, hears it
+// through the cluster, drops what it holds and decides at the authority after; the ledger
+// lists the revoked grants and the envelope holds on the admissions.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "quota/redis/transport/cluster.hpp"
+#include "quota/verify/envelope.hpp"
+#include "support/redis_cluster.hpp"
+#include "support/revoke_fixtures.hpp"
+
+using quota::Nanos;
+using quota::gateway::LeaseRevoke;
+using quota::testing::kRevokeGlobal;
+using quota::testing::revoke_eventually;
+using quota::testing::revoke_rules;
+using quota::testing::RevokePair;
+
+TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at another node",
+          "[redis][cluster][lease][revoke]") {
+  const int lease_slot = quota::redis::key_slot("{~lease}revoked");
+  const int lease_owner = quota::testing::slot_owner(lease_slot);
+  REQUIRE(lease_owner != 0);
+  int seed = 0;
+  for (const int port : quota::testing::cluster_ports()) {
+    if (port != lease_owner) seed = port;
+  }
+  REQUIRE(seed != 0);
+  INFO("{~lease} slot " << lease_slot << " on node " << lease_owner << ", seed " << seed);
+  auto on_cluster = [seed](const std::string& prefix) {
+    return quota::redis::GatewayStoreOptions{
+        .pool = nullptr,
+        .cluster =
+            std::make_shared<quota::redis::ClusterPool>(quota::testing::node_config(seed), 2),
+        .prefix = prefix};
+  };
+
+  RevokePair p("gw-lease-revoke-cluster", LeaseRevoke::kAtOnce, on_cluster);
+  REQUIRE(p.b.ledger.subscriptions() >= 1);
+  REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());
+  // Published on the {~lease} node, heard at the seed: B drops the 19 units it holds.
+  REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
+  CHECK(p.b.holder.backend.holdings(Nanos{1'000'000}).empty());
+  auto listed = p.a.ledger.outstanding("{~global}read");
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  for (const auto& g : *listed) {
+    CHECK(g.revoked);
+    CHECK(g.asked_version == 1);
+  }
+  // B's later decisions go to the authority: no grant is asked for.
+  const std::int64_t b_grants = p.b.holder.backend.grant_requests();
+  for (int i = 0; i < 30; ++i) REQUIRE(p.request(p.b, Nanos{1'000'000}));
+  CHECK(p.b.holder.backend.grant_requests() == b_grants);
+  // Both spend the rest of the budget (nothing refills: 1 unit an hour): every unit was
+  // admitted, is held by A, or was dropped unspent with the revoked grants.
+  while (p.request(p.a, Nanos{2'000'000})) {
+  }
+  while (p.request(p.b, Nanos{2'000'000})) {
+  }
+  const auto& a = p.a.global();
+  CHECK(a.units_revoked.load() + a.units_dropped_on_rule_change.load() == 19);
+  CHECK(static_cast<std::int64_t>(p.log.size()) + a.units_held.load() + 19 + 19 ==
+        kRevokeGlobal.burst);
+  auto report =
+      quota::verify::verify_token_bucket(p.log, kRevokeGlobal.rate, kRevokeGlobal.burst, 0);
+  REQUIRE(report.ok());
+  std::printf("cluster, revoked at once: %s\n", quota::verify::to_string(*report).c_str());
+  CHECK(report->holds());
+}
