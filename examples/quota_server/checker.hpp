@@ -11,7 +11,8 @@
 // mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable),
 // and there, while the rule set in force has a leased rule (`lease:` on or auto), over
 // the leased backend of redis_leases.hpp (attempts are then this server's own; in
-// process `lease:` is ignored, with a note on stderr once):
+// process `lease:` is ignored, with a note on stderr once) — both Redis gateways divide
+// each fair-share budget among --fair-share-holders servers (fair_exchange.hpp). So:
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
@@ -58,6 +59,7 @@
 #include "counted_redis_store.hpp"
 #include "envoy_redis.hpp"
 #include "envoy_rules.hpp"
+#include "fair_exchange.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -89,6 +91,10 @@ struct CheckerOptions {
   // Budgets in Redis (quota/redis/gateway_store.hpp through counted_redis_store.hpp),
   // shared by every server on it; null: in process. Must outlive the Checker.
   CountedRedisStore* redis = nullptr;
+  // With Redis: the servers dividing each fair-share budget and this server's name among
+  // them (fair_exchange.hpp). In process only 1 (options.hpp refuses more).
+  std::int64_t fair_share_holders = 1;
+  std::string instance_id{};
 };
 
 // A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
@@ -146,14 +152,16 @@ class Checker {
         store_(StoreOptions{.max_keys = options_.max_keys}),
         registry_(std::move(rules)) {
     if (options_.redis != nullptr) {
+      const gateway::GatewayOptions fair = fair_share_options(
+          options_.redis->store(), options_.fair_share_holders, options_.instance_id);
       redis_gateway_ =
-          std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_);
+          std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_, fair);
       leases_ = std::make_unique<RedisLeases>(*options_.redis);
       // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
       // change to it is installed; every server's ledger hears of it through pub/sub.
       gateway::revoke_on_publish(registry_, leases_->ledger);
-      leased_gateway_ =
-          std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend, registry_);
+      leased_gateway_ = std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend,
+                                                                                 registry_, fair);
     } else {
       gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
     }

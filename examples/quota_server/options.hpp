@@ -3,15 +3,19 @@
 //
 // Options is what main() runs with: where to listen (gRPC and HTTP), the rule file, the
 // domain the server answers for, the defaults a descriptor or JSON request may leave out
-// (plan, route) and the cap on one request's cost; the --redis* flags are RedisOptions
-// (redis_flags.hpp). Every flag is described in --help (kUsageHead, kRedisUsage,
-// kUsageTail) and in docs/service.md.
+// (plan, route), the cap on one request's cost, this server's id (--instance-id, default
+// HOST:PID) and the servers dividing each fair-share budget (--fair-share-holders: above
+// 1 only with Redis, where they exchange their asks, fair_exchange.hpp); the --redis*
+// flags are RedisOptions (redis_flags.hpp). Every flag is described in --help (kUsageHead,
+// kRedisUsage, kUsageTail) and in docs/service.md.
 //
 // Thread safety: parse_options() sets abseil flags; call it once, from main, first.
 //
 //   const quota::server::Options o = quota::server::parse_options(argc, argv);
 //   // o.rules_path, o.grpc_port, o.http_port, o.domain, ...
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -29,7 +33,8 @@ ABSL_FLAG(std::string, rules, "", "the YAML rule file (required unless --rules-f
 ABSL_FLAG(bool, rules_from_redis, false,
           "decide with the rule set published in Redis (quota-server publish)");
 ABSL_FLAG(std::string, rules_key, "quota-rules", "the hash tag of the shared rules' keys");
-ABSL_FLAG(std::string, instance_id, "", "this server's id in its heartbeat (default HOST:PID)");
+ABSL_FLAG(std::string, instance_id, "",
+          "this server's id in its heartbeat and fair-share asks (default HOST:PID)");
 ABSL_FLAG(std::string, rules_format, "auto", "auto, quota or envoy (envoyproxy/ratelimit's YAML)");
 ABSL_FLAG(std::string, domain, "quota", "the RLS domain this server answers for");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (gRPC and HTTP)");
@@ -39,6 +44,8 @@ ABSL_FLAG(std::string, default_plan, "", "plan of a request that names none");
 ABSL_FLAG(std::string, default_route, "", "route class of a request that names none");
 ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
+ABSL_FLAG(std::int64_t, fair_share_holders, 1,
+          "quota-server processes dividing each fair_share budget (with --redis*)");
 
 namespace quota::server {
 
@@ -60,7 +67,9 @@ Flags (--flag VALUE or --flag=VALUE):
                         new versions (within about a second); a heartbeat (instance,
                         version applied) every second, listed by `quota-server instances`
   --rules-key NAME      the hash tag of the shared rules' keys (default quota-rules)
-  --instance-id ID      this server's id in its heartbeat (default HOST:PID)
+  --instance-id ID      this server's id in its heartbeat and, with
+                        --fair-share-holders above 1, in the fair-share asks it
+                        exchanges (no '|'; default HOST:PID)
   --rules-format F      quota (docs/gateway.md "Rule files"), envoy (envoyproxy/ratelimit's
                         YAML, docs/service.md) or auto: envoy when the file has a
                         top-level domain or descriptors (default auto)
@@ -75,6 +84,12 @@ Flags (--flag VALUE or --flag=VALUE):
   --max-cost N          the largest cost (hits_addend, "cost") one request may ask for;
                         more is INVALID_ARGUMENT / 400 (default 1000000)
   --max-keys N          the most budget keys kept in memory (default 10000000)
+  --fair-share-holders N  the quota-server processes dividing each fair_share budget
+                        (a global rule's `fair_share:`). Above 1 they exchange each
+                        tenant's asks through the Redis of --redis / --redis-cluster /
+                        --redis-sentinel, which it needs, and share the budget by them
+                        (a period whose exchange fails: budget / N here) (default 1:
+                        each server divides the budget among its own tenants only)
 )";
 
 inline constexpr const char* kUsageTail = R"(  --help                this text
@@ -125,7 +140,15 @@ struct Options : RedisOptions {
   std::string default_route;
   std::int64_t max_cost = 1'000'000;
   std::int64_t max_keys = 10'000'000;
+  std::int64_t fair_share_holders = 1;
 };
+
+// HOST:PID, the default of --instance-id.
+inline std::string default_instance_id() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return absl::StrCat(host, ":", getpid());
+}
 
 // The command line as Options; exits 0 after --help, 2 on a usage error (also when
 // --rules is missing). A first argument "publish" or "instances" names a subcommand.
@@ -159,6 +182,7 @@ inline Options parse_options(int argc, char** argv) {
       integer("http_port", 0, 65535),
       integer("max_cost", 1, kMaxUnits),
       integer("max_keys", 1, 1'000'000'000),
+      integer("fair_share_holders", 1, 100'000),
       non_empty("rules"),
       non_empty("rules_key"),
       non_empty("domain"),
@@ -175,6 +199,7 @@ inline Options parse_options(int argc, char** argv) {
   o.rules_from_redis = absl::GetFlag(FLAGS_rules_from_redis);
   o.rules_key = absl::GetFlag(FLAGS_rules_key);
   o.instance_id = absl::GetFlag(FLAGS_instance_id);
+  if (o.instance_id.empty()) o.instance_id = default_instance_id();
   o.rules_format = format == "quota"   ? RulesFormat::kQuota
                    : format == "envoy" ? RulesFormat::kEnvoy
                                        : RulesFormat::kAuto;
@@ -186,6 +211,7 @@ inline Options parse_options(int argc, char** argv) {
   o.default_route = absl::GetFlag(FLAGS_default_route);
   o.max_cost = absl::GetFlag(FLAGS_max_cost);
   o.max_keys = absl::GetFlag(FLAGS_max_keys);
+  o.fair_share_holders = absl::GetFlag(FLAGS_fair_share_holders);
   static_cast<RedisOptions&>(o) = read_redis_flags(name);
   if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
     quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");
@@ -204,6 +230,21 @@ inline Options parse_options(int argc, char** argv) {
         name, absl::StrCat(command == Command::kServe ? "--rules-from-redis" : "the subcommand",
                            " needs --redis, --redis-cluster or "
                            "--redis-sentinel"));
+  }
+  if (command == Command::kServe && o.fair_share_holders > 1) {
+    // In process each server's budgets are its own: nothing is divided between servers,
+    // and ⌊budget / N⌋ would only cut each server's allocator short of its own store.
+    if (o.redis_mode == RedisMode::kNone) {
+      quota::cli::usage_error(
+          name, absl::StrCat("--fair-share-holders ", o.fair_share_holders,
+                             " needs --redis, --redis-cluster or --redis-sentinel (in process "
+                             "each server's budgets are its own: nothing to divide)"));
+    }
+    if (o.instance_id.find('|') != std::string::npos) {
+      quota::cli::usage_error(name, absl::StrCat("--instance-id \"", o.instance_id,
+                                                 "\" names this server in the fair-share "
+                                                 "asks: it must not contain '|'"));
+    }
   }
   return o;
 }

@@ -12,8 +12,8 @@
 // rules_admin.hpp (the subcommands publish and instances), checker.hpp (one check on the
 // Gateway), descriptors.hpp and grpc_service.hpp (RLS v3), http_api.hpp (HTTP),
 // server_stats.hpp and decision_stats.hpp (its counters), redis_backend.hpp (--redis*;
-// in the Checker: redis_leases.hpp for leased rules, envoy_redis.hpp for
-// envoyproxy/ratelimit budgets).
+// in the Checker: redis_leases.hpp for leased rules, fair_exchange.hpp for fair-share
+// budgets divided among servers, envoy_redis.hpp for envoyproxy/ratelimit budgets).
 // It blocks SIGTERM and SIGINT before any thread starts and waits for one of them; then
 // stops accepting calls, lets in-flight calls finish (gRPC: at most 5 s) and exits 0. A rule file
 // that does not load, or a port that cannot be bound, exits 1 with the reason on stderr; a
@@ -131,7 +131,9 @@ int main(int argc, char** argv) {
                                           .default_route = o.default_route,
                                           .max_cost = o.max_cost,
                                           .max_keys = static_cast<std::size_t>(o.max_keys),
-                                          .redis = counted.get()});
+                                          .redis = counted.get(),
+                                          .fair_share_holders = o.fair_share_holders,
+                                          .instance_id = o.instance_id});
   stats.count_load(true, 0);
   std::unique_ptr<quota::server::RuleWatcher> watcher;
   if (!o.rules_from_redis) {
@@ -188,12 +190,6 @@ int main(int argc, char** argv) {
   ready.store(true, std::memory_order_release);
   std::unique_ptr<quota::server::RuleSubscriber> subscriber;
   if (shared != nullptr) {
-    std::string id = o.instance_id;
-    if (id.empty()) {
-      char host[256] = {};
-      gethostname(host, sizeof host - 1);
-      id = absl::StrCat(host, ":", getpid());
-    }
     subscriber = std::make_unique<quota::server::RuleSubscriber>(
         *shared, checker,
         [&metrics, &shared, &store_takes](
@@ -205,7 +201,7 @@ int main(int argc, char** argv) {
           return loaded;
         },
         stats,
-        quota::server::RuleSubscriber::Identity{.id = std::move(id),
+        quota::server::RuleSubscriber::Identity{.id = o.instance_id,
                                                 .address = absl::StrCat(o.host, ":", http_port)});
     subscriber->start();
   }
