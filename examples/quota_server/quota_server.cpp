@@ -25,7 +25,6 @@
 //       --rules examples/rules/shared-tenant-budget.yaml
 #include <httplib.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
