@@ -36,11 +36,10 @@ TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at an
   REQUIRE(seed != 0);
   INFO("{~lease} slot " << lease_slot << " on node " << lease_owner << ", seed " << seed);
   auto on_cluster = [seed](const std::string& prefix) {
-    return quota::redis::GatewayStoreOptions{
-        .pool = nullptr,
-        .cluster =
-            std::make_shared<quota::redis::ClusterPool>(quota::testing::node_config(seed), 2),
-        .prefix = prefix};
+    quota::redis::GatewayStoreOptions o;
+    o.cluster = std::make_shared<quota::redis::ClusterPool>(quota::testing::node_config(seed), 2);
+    o.prefix = prefix;
+    return o;
   };
 
   RevokePair p("gw-lease-revoke-cluster", LeaseRevoke::kAtOnce, on_cluster);
