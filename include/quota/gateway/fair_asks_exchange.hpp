@@ -15,6 +15,14 @@
 // one script call per holder, budget and period. When the exchange fails, FairLimits
 // falls back to the fixed part ⌊budget / holders⌋ for that period (fair_limits.hpp).
 //
+// Holders meet only if they number periods alike and start them together: a period is
+// ⌊(now + GatewayOptions::fair_share_clock_offset) / period⌋ of each holder's own clock.
+// Holders whose `now` is a per-host clock (SteadyClock: time since boot) set the offset to
+// steady_to_wall_offset(), so every period starts at a multiple of the period on the wall
+// clock, wherever the holder runs (within the hosts' clock agreement, which must be well
+// under a period: a holder whose first request of a period comes after the others sealed
+// its last one reports late).
+//
 // Thread safety: exchange() may be called from any thread (implementations must allow
 // it); FairLimits calls it under the budget's mutex, once per period.
 //
@@ -23,6 +31,7 @@
 //                                    .fair_share_exchange = std::make_shared<Mine>()};
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -53,5 +62,18 @@ class FairAsksExchange {
       std::string_view budget_key, Nanos period, std::int64_t reported,
       std::span<const std::pair<std::string, std::int64_t>> asks, std::int64_t read) = 0;
 };
+
+// The wall clock (system_clock) minus SteadyClock's time, now: the steady clock read
+// before and after the wall clock, their midpoint taken. Measure it once, at start, and
+// keep it (GatewayOptions::fair_share_clock_offset): both clocks advance alike, so it stays
+// right until the wall clock is stepped.
+inline Nanos steady_to_wall_offset() {
+  using std::chrono::duration_cast;
+  const auto before = std::chrono::steady_clock::now().time_since_epoch();
+  const auto wall = std::chrono::system_clock::now().time_since_epoch();
+  const auto after = std::chrono::steady_clock::now().time_since_epoch();
+  return duration_cast<Nanos>(wall) - duration_cast<Nanos>(before) -
+         duration_cast<Nanos>(after - before) / 2;
+}
 
 }  // namespace quota::gateway

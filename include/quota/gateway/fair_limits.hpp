@@ -12,7 +12,9 @@
 // release() gives them back at once otherwise (denied, error, fail mode, a replayed
 // attempt): all or nothing across the levels holds.
 //
-// Periods, on the gateway's clock (decide()'s `now`): the allocator allocates at every
+// Periods, on the gateway's clock (decide()'s `now` plus GatewayOptions::
+// fair_share_clock_offset, which aligns holders on several hosts): the allocator allocates
+// at every
 // multiple of the rule's period (the first request of a period runs the allocations of the
 // boundaries passed, at most kMaxCatchUp; older ones only halve estimates that are 0 by
 // then), and units admitted at t leave its use at t + period (expiries of each boundary

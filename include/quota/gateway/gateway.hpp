@@ -232,7 +232,8 @@ class Gateway {
     if (std::any_of(checks->begin(), checks->end(),
                     [](const Check& c) { return c.rule->fair_share.enabled; })) {
       fair.emplace();
-      if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(), now, *fair)) {
+      if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(),
+                                    now + options_.fair_share_clock_offset, *fair)) {
         if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
         return Result{.decision = denied->decision,
                       .rule = denied->rule->name,
@@ -245,7 +246,7 @@ class Gateway {
     auto r = run(rules.version(), *checks, now, deducted, attempt);
     if (fair.has_value()) {
       if (r.ok() && r->decision.allowed && !r->replayed) {
-        fair_.commit(*fair, now);
+        fair_.commit(*fair, now + options_.fair_share_clock_offset);
       } else {
         fair_.release(*fair);  // denied, an error (then the fail mode), a replayed attempt
       }

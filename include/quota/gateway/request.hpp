@@ -48,6 +48,12 @@ struct GatewayOptions {
   // exchange fails (fair_limits.hpp).
   std::int64_t fair_share_holders = 1;
   std::shared_ptr<FairAsksExchange> fair_share_exchange = nullptr;
+  // Added to decide()'s `now` to number the fair-share allocation periods (their
+  // boundaries and the exchange's period labels). Holders on several hosts must start
+  // each period together for their reports to meet: with a per-host clock such as
+  // SteadyClock, give each process the wall clock minus that clock, measured once at
+  // start (steady_to_wall_offset(), fair_asks_exchange.hpp).
+  Nanos fair_share_clock_offset{0};
 };
 
 struct Request {
