@@ -43,10 +43,13 @@ TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at an
   };
 
   RevokePair p("gw-lease-revoke-cluster", LeaseRevoke::kAtOnce, on_cluster);
-  REQUIRE(p.b.ledger.subscriptions() >= 1);
+  const std::uint64_t b_subscriptions = p.b.ledger.subscriptions();
+  REQUIRE(b_subscriptions >= 1);
   REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());
   // Published on the {~lease} node, heard at the seed: B drops the 19 units it holds.
   REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
+  // Heard as a message, not by the catch-up read of a new subscription.
+  CHECK(p.b.ledger.subscriptions() == b_subscriptions);
   CHECK(p.b.holder.backend.holdings(Nanos{1'000'000}).empty());
   auto listed = p.a.ledger.outstanding("{~global}read");
   REQUIRE(listed.ok());

@@ -74,7 +74,10 @@ TEST_CASE("a subscriber delivers messages, comes back after a cut, and stops cle
         std::lock_guard<std::mutex> lock(in.mu);
         in.messages.emplace_back(payload);
       },
-      [&] { ++in.subscribed; });
+      [&] {
+        ++in.subscribed;
+        return true;
+      });
   quota::redis::Connection admin(subscriber_config(server.port()));
   REQUIRE(eventually([&] { return sub.subscribed(); }));
   CHECK(sub.subscriptions() == 1);
@@ -127,5 +130,23 @@ TEST_CASE("a subscriber to a server that is not there keeps trying, and stops cl
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(sub.subscribed());
   CHECK(sub.subscriptions() == 0);
+  sub.stop();
+}
+
+TEST_CASE("a subscriber whose catch-up fails is not subscribed, and tries again",
+          "[redis][subscriber]") {
+  quota::testing::ConfiguredServer server("subscriber-catch-up", {});
+  REQUIRE(server.started());
+  std::atomic<int> attempts{0};
+  quota::redis::Subscriber sub(
+      {.connection = subscriber_config(server.port()),
+       .channels = {"events"},
+       .backoff_min = 5ms,
+       .backoff_max = 20ms},
+      [](std::string_view, std::string_view) {},
+      [&] { return ++attempts >= 3; });  // the first two catch-ups fail
+  REQUIRE(eventually([&] { return sub.subscribed(); }));
+  CHECK(attempts.load() == 3);
+  CHECK(sub.subscriptions() == 1);  // only the one whose catch-up succeeded
   sub.stop();
 }

@@ -197,7 +197,7 @@ class RedisGrantLedger {
                           .backoff_max = feed_.backoff_max};
       subscriber_ = std::make_unique<Subscriber>(
           std::move(o), [this](std::string_view, std::string_view m) { heard(m); },
-          [this] { caught_up(); });
+          [this] { return caught_up(); });
     }
     return last_listener_;
   }
@@ -317,11 +317,14 @@ class RedisGrantLedger {
     deliver(r);
   }
 
-  // After each (re)subscribe: what may have been published while it was down.
-  void caught_up() {
+  // After each (re)subscribe: what may have been published while it was down. A failed
+  // read fails the subscription (the Subscriber tries again after its backoff; meanwhile
+  // the authority refuses the next grant under an older version).
+  bool caught_up() {
     auto all = revocations();
-    if (!all.ok()) return;  // the authority refuses the next grant instead
+    if (!all.ok()) return false;
     for (const auto& r : *all) deliver(r);
+    return true;
   }
 
   void deliver(const gateway::Revocation& r) {

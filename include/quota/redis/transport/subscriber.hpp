@@ -7,13 +7,16 @@
 // in the order Redis delivered them. After each successful SUBSCRIBE (the first, and
 // every one after a reconnect) it calls `on_subscribed` before any message of that
 // subscription: messages published while it was not subscribed are not delivered, so
-// the caller reads there whatever state it must not miss.
+// the caller reads there whatever state it must not miss, and returns whether it could:
+// false drops the subscription and tries again after the backoff, so a subscription is up
+// only with its catch-up done.
 //
 // Liveness: a lost connection (reset, closed, a server restart) is found at once; a link
 // that goes silent is found by a PING sent every `ping_every` while no traffic comes,
 // answered within `ping_every`, else the connection is dropped. Then it reconnects with
 // backoff (doubling from backoff_min to backoff_max). `subscribed()` says whether a
-// subscription is up now; `subscriptions()` counts the SUBSCRIBEs that succeeded.
+// subscription is up now; `subscriptions()` counts the SUBSCRIBEs that succeeded, their
+// catch-up included.
 //
 // Stop: `stop()` (and the destructor) ends the thread and joins it; no callback runs after
 // it returns. While listening the thread notices it within `poll` (the longest wait on
@@ -62,7 +65,7 @@ struct SubscriberOptions {
 class Subscriber {
  public:
   using OnMessage = std::function<void(std::string_view channel, std::string_view payload)>;
-  using OnSubscribed = std::function<void()>;
+  using OnSubscribed = std::function<bool()>;  // false: the catch-up failed
 
   // Starts the thread. An empty channel list subscribes to nothing (the thread idles).
   Subscriber(SubscriberOptions options, OnMessage on_message, OnSubscribed on_subscribed = {})
@@ -116,10 +119,9 @@ class Subscriber {
         continue;
       }
       Connection c(options_.connection);
-      if (subscribe(c)) {
+      // The catch-up first: subscribed() and subscriptions() say so only once it ran.
+      if (subscribe(c) && (!on_subscribed_ || on_subscribed_())) {
         backoff = options_.backoff_min;
-        // The catch-up first: subscribed() and subscriptions() say so only once it ran.
-        if (on_subscribed_) on_subscribed_();
         subscriptions_.fetch_add(1, std::memory_order_acq_rel);
         subscribed_.store(true, std::memory_order_release);
         listen(c);
