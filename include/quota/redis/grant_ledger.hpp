@@ -26,9 +26,9 @@
 // published while the subscription was down reaches the listeners when it is back. While
 // it is down (`subscribed()` false), holders learn of a revocation only when the
 // authority refuses their next grant: the change reaches them within one expiry. On a
-// Redis Cluster the subscription is at the cluster's seed node (its ConnectionConfig): a
-// PUBLISH on any node reaches the subscribers of every node; while the seed is down, the
-// same fallback.
+// Redis Cluster the subscription is at one node (a PUBLISH on any node reaches the
+// subscribers of every node): the seed first, then at each reconnect the next node of the
+// cluster's map, so a node that fails over or leaves holds it down only until then.
 //
 // Thread safety: any thread (as GatewayStore).
 //
@@ -39,13 +39,17 @@
 //   auto grants = ledger.outstanding("{~global}read");   // StatusOr<vector<GrantRecord>>
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -191,10 +195,12 @@ class RedisGrantLedger {
       SubscriberOptions o{.connection = feed_.connection     ? *feed_.connection
                                         : so.pool != nullptr ? so.pool->config()
                                                              : so.cluster->config(),
+                          .connect_to = {},
                           .channels = {revocations_channel()},
                           .ping_every = feed_.ping_every,
                           .backoff_min = feed_.backoff_min,
                           .backoff_max = feed_.backoff_max};
+      if (!feed_.connection && so.pool == nullptr) o.connect_to = next_node(so.cluster);
       subscriber_ = std::make_unique<Subscriber>(
           std::move(o), [this](std::string_view, std::string_view m) { heard(m); },
           [this] { return caught_up(); });
@@ -315,6 +321,24 @@ class RedisGrantLedger {
     }
     r.rule = std::string(message.substr(space + 1));
     deliver(r);
+  }
+
+  // Where a subscription on a cluster connects: the node after the last one it connected
+  // to, by host and port, among those of the cluster's map (called on the subscriber's
+  // thread only), so a reconnect moves on from a node that failed or left.
+  static std::function<ConnectionConfig()> next_node(std::shared_ptr<ClusterPool> cluster) {
+    return [cluster = std::move(cluster), last = std::make_shared<std::pair<std::string, int>>()] {
+      std::vector<ConnectionConfig> nodes = cluster->node_configs();
+      const auto key = [](const ConnectionConfig& c) { return std::tie(c.host, c.port); };
+      std::sort(nodes.begin(), nodes.end(),
+                [&](const auto& a, const auto& b) { return key(a) < key(b); });
+      auto it = std::find_if(nodes.begin(), nodes.end(), [&](const ConnectionConfig& c) {
+        return key(c) > std::tie(last->first, last->second);
+      });
+      const ConnectionConfig next = it != nodes.end() ? *it : nodes.front();
+      *last = {next.host, next.port};
+      return next;
+    };
   }
 
   // After each (re)subscribe: what may have been published while it was down. A failed

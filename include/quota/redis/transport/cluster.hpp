@@ -278,6 +278,15 @@ class ClusterPool {
   }
 
   const ConnectionConfig& config() const { return base_; }
+
+  // The configs of the nodes serving slots in the last loaded map (the seed's before one).
+  std::vector<ConnectionConfig> node_configs() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<ConnectionConfig> out;
+    for (const ConnectionPool* p : masters_locked()) out.push_back(p->config());
+    if (out.empty()) out.push_back(base_);
+    return out;
+  }
   const TryAgainPolicy& tryagain_policy() const { return tryagain_; }
 
   // Every known node's breaker counters, summed (FailFastStats::breakers, open_nodes).

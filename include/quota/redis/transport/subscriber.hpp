@@ -53,6 +53,9 @@ namespace quota::redis {
 
 struct SubscriberOptions {
   ConnectionConfig connection{};
+  // When set, asked before each connect for where to subscribe (replacing `connection`):
+  // e.g. the next node of a cluster, so one node down does not hold the subscription.
+  std::function<ConnectionConfig()> connect_to{};
   std::vector<std::string> channels{};
   // The longest wait on the socket: how soon stop() is noticed.
   std::chrono::milliseconds poll{50};
@@ -72,11 +75,7 @@ class Subscriber {
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_subscribed_(std::move(on_subscribed)) {
-    // It holds no keys and decides nothing: no policy check, and its connects are not
-    // counted or watched with the pool's (a handshake of its own).
-    options_.connection.eviction_check = EvictionPolicyCheck::kSkip;
-    options_.connection.handshake_stats = nullptr;
-    options_.connection.node_watch = nullptr;
+    own(options_.connection);
     options_.poll = std::max(options_.poll, std::chrono::milliseconds(1));
     options_.backoff_min = std::max(options_.backoff_min, std::chrono::milliseconds(1));
     options_.backoff_max = std::max(options_.backoff_max, options_.backoff_min);
@@ -105,6 +104,14 @@ class Subscriber {
     return stopping_;
   }
 
+  // It holds no keys and decides nothing: no policy check, and its connects are not
+  // counted or watched with the pool's (a handshake of its own).
+  static void own(ConnectionConfig& c) {
+    c.eviction_check = EvictionPolicyCheck::kSkip;
+    c.handshake_stats = nullptr;
+    c.node_watch = nullptr;
+  }
+
   // Waits `d` or until stop(); true when stopping.
   bool pause(std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -117,6 +124,10 @@ class Subscriber {
       if (options_.channels.empty()) {
         pause(options_.poll);
         continue;
+      }
+      if (options_.connect_to) {
+        options_.connection = options_.connect_to();
+        own(options_.connection);
       }
       Connection c(options_.connection);
       // The catch-up first: subscribed() and subscriptions() say so only once it ran.
