@@ -77,18 +77,8 @@ struct HolderExchange final : quota::gateway::FairAsksExchange {
 };
 
 RuleSetSpec fair_spec() {
-  RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .plan = "free",
-                     .route = "call",
-                     .name = "tenant",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000}});
-  s.rules.push_back({.level = Level::kGlobal,
-                     .route = "call",
-                     .name = "global",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000},
-                     .fair_share = FairShareSpec{.enabled = true, .period = 1s, .budget = 1'000}});
-  return s;
+  return quota::testing::fair_share_spec(
+      "global", FairShareSpec{.enabled = true, .period = 1s, .budget = 1'000});
 }
 
 using Store = quota::LocalStore<quota::gateway::KeyPolicy>;

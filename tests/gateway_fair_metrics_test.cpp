@@ -30,18 +30,8 @@ namespace {
 // Route "call"; everyone shares rule "provider" (a bucket that never runs out here) with
 // fair shares of 1,000 units per 1 s period (defaults: reserve 10 %, 70 %, 90 %).
 RuleSetSpec metered_spec() {
-  RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .plan = "free",
-                     .route = "call",
-                     .name = "tenant",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000}});
-  s.rules.push_back({.level = Level::kGlobal,
-                     .route = "call",
-                     .name = "provider",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000},
-                     .fair_share = FairShareSpec{.enabled = true, .period = 1s, .budget = 1'000}});
-  return s;
+  return quota::testing::fair_share_spec(
+      "provider", FairShareSpec{.enabled = true, .period = 1s, .budget = 1'000});
 }
 
 // An exchange that never answers: every period falls back to the fixed part.

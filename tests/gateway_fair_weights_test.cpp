@@ -28,18 +28,7 @@ namespace {
 // Route "call" (the request's cost): plan "free" has no tenant limit to speak of;
 // everyone shares "global" (a bucket that never runs out here) with `fair`.
 RuleSetSpec weighted_spec(FairShareSpec fair) {
-  RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
-  s.rules.push_back({.level = Level::kTenant,
-                     .plan = "free",
-                     .route = "call",
-                     .name = "tenant",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000}});
-  s.rules.push_back({.level = Level::kGlobal,
-                     .route = "call",
-                     .name = "global",
-                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000},
-                     .fair_share = std::move(fair)});
-  return s;
+  return quota::testing::fair_share_spec("global", std::move(fair));
 }
 
 // 1,000 units per 1 s period (reserve 10 %: shares of 900); w1 weight 1, w3 weight 3, any

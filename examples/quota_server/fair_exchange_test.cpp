@@ -43,6 +43,7 @@
 #include "quota/verify/envelope.hpp"
 #include "redis/support/redis_server.hpp"
 #include "testing/load_clients.hpp"
+#include "testing/metrics_text.hpp"
 #include "testing/probes.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
@@ -50,6 +51,7 @@
 namespace {
 
 using quota::testing::Admission;
+using quota::testing::fair_sample;
 using quota::testing::http_get;
 using quota::testing::Log;
 using quota::testing::now_ns;
@@ -130,23 +132,6 @@ void heavy_client(int port, std::int64_t start, std::int64_t until, Log& log,
         return resp.overall_code() == rls::RateLimitResponse::OK ? 1 : 0;
       },
       0, kHeavyPace, start, until, log, denied_sent);
-}
-
-// The value of the sample of `family` for rule "provider" whose labels contain `extra`
-// (or that has no label but rule and budget, when `extra` is empty); -1 when absent.
-double fair_sample(const std::string& text, const std::string& family,
-                   const std::string& extra = "") {
-  const std::string prefix = "\n" + family + "{rule=\"provider\",budget=\"";
-  for (std::size_t at = text.find(prefix); at != std::string::npos;
-       at = text.find(prefix, at + 1)) {
-    const std::size_t close = text.find("} ", at);
-    if (close == std::string::npos) return -1;
-    const std::string labels = text.substr(at + prefix.size(), close - at - prefix.size());
-    if (!extra.empty() && labels.find(extra) == std::string::npos) continue;
-    if (extra.empty() && labels.find(',') != std::string::npos) continue;
-    return std::strtod(text.c_str() + close + 2, nullptr);
-  }
-  return -1;
 }
 
 // What Redis holds of the exchange: every `{~fair}` hash's period (the number after its

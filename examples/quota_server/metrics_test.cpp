@@ -22,6 +22,7 @@
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
+using quota::testing::fair_sample;
 using quota::testing::metric_value;
 
 using quota::testing::env;
@@ -118,27 +119,6 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   std::remove(rules.c_str());
   rmdir(dir_template);
 }
-
-namespace {
-
-// The value of the first sample of `family` for rule "provider" (its budget label is the
-// store key), or -1 when there is none.
-double fair_sample(const std::string& text, const std::string& family,
-                   const std::string& extra = "") {
-  const std::string prefix = "\n" + family + "{rule=\"provider\",budget=\"";
-  for (std::size_t at = text.find(prefix); at != std::string::npos;
-       at = text.find(prefix, at + 1)) {
-    const std::size_t close = text.find("} ", at);
-    if (close == std::string::npos) return -1;
-    const std::string labels = text.substr(at + prefix.size(), close - at - prefix.size());
-    if (!extra.empty() && labels.find(extra) == std::string::npos) continue;
-    if (extra.empty() && labels.find(',') != std::string::npos) continue;
-    return std::strtod(text.c_str() + close + 2, nullptr);
-  }
-  return -1;
-}
-
-}  // namespace
 
 TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its use moving") {
   char dir_template[] = "/tmp/quota_server_metrics_XXXXXX";

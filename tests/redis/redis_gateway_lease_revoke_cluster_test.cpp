@@ -22,7 +22,7 @@
 
 using quota::Nanos;
 using quota::gateway::LeaseRevoke;
-using quota::testing::kRevokeGlobal;
+using quota::testing::check_after_revocation;
 using quota::testing::revoke_eventually;
 using quota::testing::revoke_rules;
 using quota::testing::RevokePair;
@@ -53,33 +53,7 @@ TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at an
   REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
   // Heard as a message, not by the catch-up read of a new subscription.
   CHECK(p.b.ledger.subscriptions() == b_subscriptions);
-  CHECK(p.b.holder.backend.holdings(Nanos{1'000'000}).empty());
-  auto listed = p.a.ledger.outstanding("{~global}read");
-  REQUIRE(listed.ok());
-  REQUIRE(listed->size() == 2);
-  for (const auto& g : *listed) {
-    CHECK(g.revoked);
-    CHECK(g.asked_version == 1);
-  }
-  // B's later decisions go to the authority: no grant is asked for.
-  const std::int64_t b_grants = p.b.holder.backend.grant_requests();
-  for (int i = 0; i < 30; ++i) REQUIRE(p.request(p.b, Nanos{1'000'000}));
-  CHECK(p.b.holder.backend.grant_requests() == b_grants);
-  // Both spend the rest of the budget (nothing refills: 1 unit an hour): every unit was
-  // admitted, is held by A, or was dropped unspent with the revoked grants.
-  while (p.request(p.a, Nanos{2'000'000})) {
-  }
-  while (p.request(p.b, Nanos{2'000'000})) {
-  }
-  const auto& a = p.a.global();
-  CHECK(a.units_revoked.load() + a.units_dropped_on_rule_change.load() == 19);
-  CHECK(static_cast<std::int64_t>(p.log.size()) + a.units_held.load() + 19 + 19 ==
-        kRevokeGlobal.burst);
-  auto report =
-      quota::verify::verify_token_bucket(p.log, kRevokeGlobal.rate, kRevokeGlobal.burst, 0);
-  REQUIRE(report.ok());
-  std::printf("cluster, revoked at once: %s\n", quota::verify::to_string(*report).c_str());
-  CHECK(report->holds());
+  check_after_revocation(p, "cluster, revoked at once");
 }
 
 TEST_CASE("on a Redis Cluster, a revocation subscription cut at its node moves to the next",

@@ -30,11 +30,11 @@ using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::gateway::LeaseRevoke;
 
+using quota::testing::check_after_revocation;
 using quota::testing::kRevokeGlobal;
-using quota::testing::revoke_rules;
 using quota::testing::revoke_eventually;
+using quota::testing::revoke_rules;
 using quota::testing::RevokePair;
-
 
 TEST_CASE("over Redis, revoke: at_once stops a holder on the old rules within a bounded wait",
           "[redis][lease][revoke]") {
@@ -43,37 +43,7 @@ TEST_CASE("over Redis, revoke: at_once stops a holder on the old rules within a 
   // The revocation was recorded and published by A's install; B hears it on its
   // subscription and drops the 19 units it holds.
   REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
-  CHECK(p.b.holder.backend.holdings(Nanos{1ms}).empty());
-  CHECK(p.b.global().units_held.load() == 0);
-  auto listed = p.a.ledger.outstanding("{~global}read");
-  REQUIRE(listed.ok());
-  REQUIRE(listed->size() == 2);
-  for (const auto& g : *listed) {
-    CHECK(g.revoked);
-    CHECK(g.asked_version == 1);
-    CHECK_FALSE(g.rule.empty());
-  }
-  // B's later decisions go to the authority: no grant is asked for.
-  const std::int64_t b_grants = p.b.holder.backend.grant_requests();
-  for (int i = 0; i < 30; ++i) REQUIRE(p.request(p.b, Nanos{1ms}));
-  CHECK(p.b.holder.backend.grant_requests() == b_grants);
-  // A spends v2 grants, then both until the budget is gone (nothing refills: 1 unit an
-  // hour). Every unit of the budget was admitted, is held by A, or was dropped unspent
-  // with the revoked grants (A's own may be dropped by its first v2 decision before the
-  // notification comes).
-  while (p.request(p.a, Nanos{2ms})) {
-  }
-  while (p.request(p.b, Nanos{2ms})) {
-  }
-  const auto& a = p.a.global();
-  CHECK(a.units_revoked.load() + a.units_dropped_on_rule_change.load() == 19);
-  CHECK(static_cast<std::int64_t>(p.log.size()) + a.units_held.load() + 19 + 19 ==
-        kRevokeGlobal.burst);
-  auto report =
-      quota::verify::verify_token_bucket(p.log, kRevokeGlobal.rate, kRevokeGlobal.burst, 0);
-  REQUIRE(report.ok());
-  std::printf("over Redis, revoked at once: %s\n", quota::verify::to_string(*report).c_str());
-  CHECK(report->holds());
+  check_after_revocation(p, "over Redis, revoked at once");
 }
 
 TEST_CASE("over Redis, without revoke: at_once a holder on the old rules spends its grant",

@@ -7,7 +7,9 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -89,6 +91,25 @@ inline gateway::RuleSetSpec levels_spec(std::uint64_t version, gateway::RulePoli
   add(gateway::Level::kTenant, "tenant", tenant, false);
   if (user) add(gateway::Level::kUser, "user", *user, false);
   if (global) add(gateway::Level::kGlobal, "global", *global, global_shadow);
+  return s;
+}
+
+// Route "call" (cost 1, or the request's); plan "free"'s tenant limit and the global rule
+// `global_name` are buckets that never run out here (rate 0, burst 10^9); the global one
+// has fair shares `fair`: for the tests of fair shares, where only the allocator refuses.
+inline gateway::RuleSetSpec fair_share_spec(std::string global_name, gateway::FairShareSpec fair) {
+  using namespace std::chrono_literals;
+  gateway::RuleSetSpec s{.version = 1, .routes = {{.name = "call", .cost = 1}}, .rules = {}};
+  s.rules.push_back({.level = gateway::Level::kTenant,
+                     .plan = "free",
+                     .route = "call",
+                     .name = "tenant",
+                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000}});
+  s.rules.push_back({.level = gateway::Level::kGlobal,
+                     .route = "call",
+                     .name = std::move(global_name),
+                     .policy = TokenBucket{.rate = {0, 1s}, .burst = 1'000'000'000},
+                     .fair_share = std::move(fair)});
   return s;
 }
 
