@@ -76,6 +76,9 @@ struct Revocation {
   }
 };
 
+// Called for each revocation a ledger hears of (GrantLedger: on the revoking thread;
+// redis::RedisGrantLedger: on its subscription's). It runs under the ledger's lock of its
+// listeners: it must not subscribe, unsubscribe or ask the ledger whether it is subscribed.
 using RevocationListener = std::function<void(const Revocation&)>;
 
 // Where grants are recorded: `record` after a grant is taken (an error is counted by the
