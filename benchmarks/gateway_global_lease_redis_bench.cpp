@@ -14,8 +14,8 @@
 //
 // Counters (google-benchmark JSON): decisions_per_second, admitted_per_second,
 // round_trips_per_decision (the server's count of script calls, INFO commandstats: a
-// grant is three: the revocation check, its decision and its record), decisions_per_round_trip, excess_units (the
-// verifier's worst excess over r·T + B + H·(units + low_water): <= 0 means the bound
+// grant is three: the revocation check, its decision and its record),
+// decisions_per_round_trip, excess_units (the verifier's worst excess over r·T + B + H·(units + low_water): <= 0 means the bound
 // held), over_rT_B_units (the same over r·T + B alone: what the grants out added),
 // held_at_end_units (what the holders still held at the end, LeasedBackend::holdings:
 // at most H·(units + low_water)), listed_at_end_units (the grants the authority's ledger
