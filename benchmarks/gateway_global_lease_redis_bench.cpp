@@ -15,12 +15,12 @@
 // Counters (google-benchmark JSON): decisions_per_second, admitted_per_second,
 // round_trips_per_decision (the server's count of script calls, INFO commandstats: a
 // grant is three: the revocation check, its decision and its record),
-// decisions_per_round_trip, excess_units (the verifier's worst excess over r·T + B + H·(units + low_water): <= 0 means the bound
-// held), over_rT_B_units (the same over r·T + B alone: what the grants out added),
-// held_at_end_units (what the holders still held at the end, LeasedBackend::holdings:
-// at most H·(units + low_water)), listed_at_end_units (the grants the authority's ledger
-// lists as not expired at the end: whole grants, spent or not).
-// The benchmark's argument is the global rate, units/s (burst a tenth of it).
+// decisions_per_round_trip, excess_units (the verifier's worst excess over r·T + B + H·(units +
+// low_water): <= 0 means the bound held), over_rT_B_units (the same over r·T + B alone: what the
+// grants out added), held_at_end_units (what the holders still held at the end,
+// LeasedBackend::holdings: at most H·(units + low_water)), listed_at_end_units (the grants the
+// authority's ledger lists as not expired at the end: whole grants, spent or not). The benchmark's
+// argument is the global rate, units/s (burst a tenth of it).
 //
 //   build/release/benchmarks/gateway_global_lease_redis_bench --benchmark_format=json
 //
