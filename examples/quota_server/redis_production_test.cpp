@@ -83,7 +83,6 @@ grpc::StatusCode grpc_check(int port, const std::string& tenant) {
   return stub->ShouldRateLimit(&ctx, req, &resp).error_code();
 }
 
-// `replica` is an online replica of `primary`.
 // The value of `field` (e.g. "master_repl_offset:", "offset=") in INFO text, after `from`;
 // -1 if absent.
 long long info_number(const std::string& info, const std::string& from, const std::string& field) {

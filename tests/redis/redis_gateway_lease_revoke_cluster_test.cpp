@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,23 @@ using quota::testing::check_after_revocation;
 using quota::testing::revoke_eventually;
 using quota::testing::revoke_rules;
 using quota::testing::RevokePair;
+
+namespace {
+
+// PUBSUB NUMSUB of `channel` at each node of the cluster, in cluster_ports() order: how
+// many of the holders' subscriptions are at each node.
+std::vector<long long> listening(const std::string& channel) {
+  std::vector<long long> out;
+  for (const int port : quota::testing::cluster_ports()) {
+    quota::redis::Connection c(quota::testing::node_config(port));
+    auto r = c.command({"PUBSUB", "NUMSUB", channel});
+    const bool ok = r.ok() && (*r)->type == REDIS_REPLY_ARRAY && (*r)->elements == 2;
+    out.push_back(ok ? (*r)->element[1]->integer : -1);
+  }
+  return out;
+}
+
+}  // namespace
 
 TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at another node",
           "[redis][cluster][lease][revoke]") {
@@ -48,6 +66,13 @@ TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at an
   RevokePair p("gw-lease-revoke-cluster", LeaseRevoke::kAtOnce, on_cluster);
   const std::uint64_t b_subscriptions = p.b.ledger.subscriptions();
   REQUIRE(b_subscriptions >= 1);
+  // Both subscribed, neither at the {~lease} node (both at the seed, the first node tried).
+  const std::vector<int> ports = quota::testing::cluster_ports();
+  const std::vector<long long> at = listening(p.prefix + "lease:revoked");
+  CHECK(std::accumulate(at.begin(), at.end(), 0LL) == 2);
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i] == lease_owner) CHECK(at[i] == 0);
+  }
   REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());
   // Published on the {~lease} node, heard at the seed: B drops the 19 units it holds.
   REQUIRE(revoke_eventually([&] { return p.b.global().units_revoked.load() == 19; }));
@@ -59,8 +84,7 @@ TEST_CASE("on a Redis Cluster, revoke: at_once reaches a holder subscribed at an
 TEST_CASE("on a Redis Cluster, a revocation subscription cut at its node moves to the next",
           "[redis][cluster][lease][revoke]") {
   const std::vector<int> ports = quota::testing::cluster_ports();
-  const int seed = ports.front();
-  auto on_cluster = [seed](const std::string& prefix) {
+  auto on_cluster = [seed = ports.front()](const std::string& prefix) {
     quota::redis::GatewayStoreOptions o;
     o.cluster = std::make_shared<quota::redis::ClusterPool>(quota::testing::node_config(seed), 2);
     o.prefix = prefix;
@@ -68,30 +92,24 @@ TEST_CASE("on a Redis Cluster, a revocation subscription cut at its node moves t
   };
   RevokePair p("gw-lease-revoke-move", LeaseRevoke::kAtOnce, on_cluster);
   const std::string channel = p.prefix + "lease:revoked";
-  // PUBSUB NUMSUB of the ledgers' channel at one node: how many of A and B listen there.
-  const auto listening_at = [&](int port) -> long long {
-    quota::redis::Connection c(quota::testing::node_config(port));
-    auto r = c.command({"PUBSUB", "NUMSUB", channel});
-    REQUIRE(r.ok());
-    REQUIRE((*r)->type == REDIS_REPLY_ARRAY);
-    REQUIRE((*r)->elements == 2);
-    return (*r)->element[1]->integer;
-  };
-  // Both subscribed first at the seed (no slot map was loaded yet).
-  REQUIRE(listening_at(seed) == 2);
+  const std::vector<long long> before = listening(channel);
+  REQUIRE(std::accumulate(before.begin(), before.end(), 0LL) == 2);
   const std::uint64_t a_before = p.a.ledger.subscriptions();
   const std::uint64_t b_before = p.b.ledger.subscriptions();
-  quota::redis::Connection admin(quota::testing::node_config(seed));
-  REQUIRE(admin.command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
+  // Every subscription cut where it is: each comes back at the next node of the map.
+  for (const int port : ports) {
+    quota::redis::Connection admin(quota::testing::node_config(port));
+    REQUIRE(admin.command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
+  }
   REQUIRE(revoke_eventually([&] {
     return p.a.ledger.subscriptions() > a_before && p.b.ledger.subscriptions() > b_before &&
            p.a.ledger.subscribed() && p.b.ledger.subscribed();
   }));
-  // Both moved on to another node of the map.
-  CHECK(listening_at(seed) == 0);
-  long long elsewhere = 0;
-  for (const int port : ports) elsewhere += port == seed ? 0 : listening_at(port);
-  CHECK(elsewhere == 2);
+  const std::vector<long long> after = listening(channel);
+  INFO("NUMSUB by node, before " << before[0] << " " << before[1] << " " << before[2] << ", after "
+                                 << after[0] << " " << after[1] << " " << after[2]);
+  CHECK(std::accumulate(after.begin(), after.end(), 0LL) == 2);
+  CHECK(after != before);  // on the same nodes again only if neither moved on
   // And a revocation still reaches B there, as a message.
   const std::uint64_t b_subscriptions = p.b.ledger.subscriptions();
   REQUIRE(p.a.holder.registry.publish(revoke_rules(2, LeaseRevoke::kAtOnce)).ok());

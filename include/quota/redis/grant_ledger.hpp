@@ -27,8 +27,10 @@
 // it is down (`subscribed()` false), holders learn of a revocation only when the
 // authority refuses their next grant: the change reaches them within one expiry. On a
 // Redis Cluster the subscription is at one node (a PUBLISH on any node reaches the
-// subscribers of every node): the seed first, then at each reconnect the next node of the
-// cluster's map, so a node that fails over or leaves holds it down only until then.
+// subscribers of every node): at each connect the next node of the cluster's map (the
+// seed before a map is loaded), so a node that fails over or leaves holds it down only
+// until the next reconnect. A node cut off from the cluster bus but answering keeps the
+// subscription up and hears nothing: the same fallback.
 //
 // Thread safety: any thread (as GatewayStore).
 //
@@ -109,7 +111,8 @@ return redis.call('HGETALL', KEYS[1])
 // Where the ledger's revocation subscription connects, and how it watches the link
 // (transport/subscriber.hpp).
 struct RevocationFeed {
-  // Default: the store's pool's config, or its cluster's seed node.
+  // Default: the store's pool's config, or on a cluster each node of its map in turn;
+  // given, always this one.
   std::optional<ConnectionConfig> connection{};
   std::chrono::milliseconds ping_every{1000};
   std::chrono::milliseconds backoff_min{10};
