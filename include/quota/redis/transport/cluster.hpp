@@ -13,8 +13,7 @@
 //   -ASK <slot> <host:port>:   the slot is being migrated and this key has moved: send
 //                              ASKING + the command to that node, once, map unchanged.
 // Everything one call waits on (the map, the redirections, the backoffs) is bounded by the
-// call's one Deadline (deadline.hpp).
-// At most kMaxRedirects redirections per call; then kUnavailable.
+// call's one Deadline (deadline.hpp); at most kMaxRedirects redirections, then kUnavailable.
 // Failover: the map is also reloaded (RefreshPolicy) after a node fails a call (a
 // connection error, its deadline, its breaker), after -CLUSTERDOWN, and periodically;
 // the reload asks the nodes that have not failed first, replicas included, and is
@@ -27,9 +26,8 @@
 //                              ASKING — after a short backoff, a few times and within
 //                              the command deadline (TryAgainPolicy); then kUnavailable
 //                              naming TRYAGAIN. Retries do not count as redirections.
-// Batches
-// (RedisStore::apply_pipelined, apply_batch) group their calls by the node of each slot
-// and send each node's calls in ONE pipelined write (counted by `pipelines()`); the
+// Batches (RedisStore::apply_pipelined, apply_batch) group their calls by the node of each
+// slot and send each node's calls in ONE pipelined write (counted by `pipelines()`); the
 // replies that redirect are sent again, grouped the same way, after the map refresh.
 //
 // Thread safety: ClusterPool is thread-safe.
