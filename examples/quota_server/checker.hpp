@@ -252,6 +252,10 @@ class Checker {
   const gateway::LeaseMetrics* lease_metrics() const {
     return leases_ ? &leases_->metrics : nullptr;
   }
+  // Whether the revocation subscription is up (with Redis); nullopt in process.
+  std::optional<bool> revocations_subscribed() const {
+    return leases_ ? std::optional<bool>(leases_->ledger.subscribed()) : std::nullopt;
+  }
 
   // What each fair-share budget of the rules in force holds (quota_fair_share_* on
   // /metrics), from the gateway that decides now (one series per budget: the other

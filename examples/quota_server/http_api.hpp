@@ -255,6 +255,14 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     if (const auto* leases = api.checker->lease_metrics()) {
       text += gateway::render_prometheus(*leases);
     }
+    if (const auto up = api.checker->revocations_subscribed()) {
+      text +=
+          "# HELP quota_lease_revocations_subscribed 1 while the subscription to lease "
+          "revocations is up; 0: a revoke: at_once change reaches this server within one "
+          "lease expiry\n# TYPE quota_lease_revocations_subscribed gauge\n"
+          "quota_lease_revocations_subscribed ";
+      text += *up ? "1\n" : "0\n";
+    }
     text += gateway::render_prometheus(api.checker->fair_shares());
     res.set_content(std::move(text), "text/plain; version=0.0.4");
   });

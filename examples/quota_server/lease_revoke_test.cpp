@@ -106,6 +106,10 @@ void run(bool at_once) {
   }
   CHECK(tenant_lease(b, "quota_lease_units_held") == 8);
   CHECK(tenant_lease(b, "quota_lease_units_revoked_total") == 0);
+  for (auto* s : {&a, &b}) {
+    CHECK(eventually(
+        [&] { return metric_value(metrics_of(*s), "quota_lease_revocations_subscribed") == 1; }));
+  }
 
   // Only a's file changes: a installs version 2, b stays on version 1.
   write_file(files[0], generation(2, at_once));
