@@ -88,16 +88,9 @@ void paced_client(const std::function<int(std::string*)>& call, int server, std:
     if (sent >= until) return;
     std::string error;
     const int got = call(&error);
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (got < 0) {
-      log.error = error;
-      return;
-    }
-    if (got == 1) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
+    if (!log.record(got, error, sent, now_ns(), server)) return;
+    if (got == 0) {
+      std::lock_guard lock(log.mu);  // shared by the clients of one Log
       denied_sent.push_back(sent);
     }
   }

@@ -52,6 +52,23 @@ struct Log {
   std::vector<Admission> admitted;
   long long denied = 0;
   std::string error;
+
+  // One call's answer (`got`: 1 admitted, 0 denied, -1 no decision, `why`); false when
+  // the client must stop (no decision: `why` kept as the error).
+  bool record(int got, const std::string& why, std::int64_t sent, std::int64_t answered,
+              int server) {
+    std::lock_guard lock(mu);
+    if (got < 0) {
+      error = why;
+      return false;
+    }
+    if (got == 1) {
+      admitted.push_back({sent, answered, server});
+    } else {
+      ++denied;
+    }
+    return true;
+  }
 };
 
 // A ShouldRateLimit request of 1 unit for `tenant` in domain "quota".
@@ -96,16 +113,8 @@ inline void grpc_request_client(int port, int server, const rls::RateLimitReques
     const std::int64_t sent = now_ns();
     const grpc::Status s = stub->ShouldRateLimit(&ctx, req, &resp);
     const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (!s.ok()) {
-      log.error = "grpc: " + s.error_message();
-      return;
-    }
-    if (resp.overall_code() == rls::RateLimitResponse::OK) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
+    const int got = !s.ok() ? -1 : resp.overall_code() == rls::RateLimitResponse::OK ? 1 : 0;
+    if (!log.record(got, "grpc: " + s.error_message(), sent, answered, server)) return;
   }
 }
 
@@ -123,17 +132,7 @@ inline void http_tenant_client(int port, int server, const std::string& tenant, 
     const std::int64_t sent = now_ns();
     std::string error;
     const int got = http_check(c, tenant, &error);
-    const std::int64_t answered = now_ns();
-    std::lock_guard lock(log.mu);
-    if (got < 0) {
-      log.error = error;
-      return;
-    }
-    if (got == 1) {
-      log.admitted.push_back({sent, answered, server});
-    } else {
-      ++log.denied;
-    }
+    if (!log.record(got, error, sent, now_ns(), server)) return;
   }
 }
 

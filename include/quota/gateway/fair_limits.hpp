@@ -14,8 +14,7 @@
 //
 // Periods, on the gateway's clock (decide()'s `now` plus GatewayOptions::
 // fair_share_clock_offset, which aligns holders on several hosts): the allocator allocates
-// at every
-// multiple of the rule's period (the first request of a period runs the allocations of the
+// at every multiple of the rule's period (the first request of a period runs the allocations of the
 // boundaries passed, at most kMaxCatchUp; older ones only halve estimates that are 0 by
 // then), and units admitted at t leave its use at t + period (expiries of each boundary
 // before its allocation). Every allocation is checked (Σ shares ≤ budget − reserve) and

@@ -192,6 +192,9 @@ class Gateway {
   std::vector<FairLimitStats> fair_shares() const { return fair_.stats(); }
 
  private:
+  // The fair-share allocators' clock (GatewayOptions::fair_share_clock_offset).
+  Nanos fair_now(Nanos now) const { return now + options_.fair_share_clock_offset; }
+
   absl::StatusOr<Result> decide_with(const RuleSet& rules, const RouteClass& route,
                                      const Request& req, std::optional<std::int64_t> estimate,
                                      Nanos now, Deducted* deducted) {
@@ -232,8 +235,8 @@ class Gateway {
     if (std::any_of(checks->begin(), checks->end(),
                     [](const Check& c) { return c.rule->fair_share.enabled; })) {
       fair.emplace();
-      if (auto denied = fair_.admit(*checks, req.who.tenant, rules.version(),
-                                    now + options_.fair_share_clock_offset, *fair)) {
+      if (auto denied =
+              fair_.admit(*checks, req.who.tenant, rules.version(), fair_now(now), *fair)) {
         if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
         return Result{.decision = denied->decision,
                       .rule = denied->rule->name,
@@ -246,7 +249,7 @@ class Gateway {
     auto r = run(rules.version(), *checks, now, deducted, attempt);
     if (fair.has_value()) {
       if (r.ok() && r->decision.allowed && !r->replayed) {
-        fair_.commit(*fair, now + options_.fair_share_clock_offset);
+        fair_.commit(*fair, fair_now(now));
       } else {
         fair_.release(*fair);  // denied, an error (then the fail mode), a replayed attempt
       }
