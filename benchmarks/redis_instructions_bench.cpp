@@ -27,19 +27,24 @@
 //                  per decision (the tenant's slot with two levels, then the global key);
 //                  per_call is per decision (halve it for per script call)
 //   gateway 1lim   GatewayStore::decide, one limit of a tenant: tokens per minute
-//                  ("{tenant-i}#tpm", a token bucket of 1,000,000 per minute)
+//                  ("{tenant-i}#tpm", a token bucket of 1,000,000 per minute; the first
+//                  record of the tenant's scope key, beside 3lim's others)
 //   gateway 3lim   GatewayStore::decide, three limits of one tenant (token buckets per
 //                  minute, per day and per 30 days: "{tenant-i}#tpm", "#tpd", "#tp30d"),
-//                  one script call
+//                  one script call (the quick path: twin/gateway_quick.hpp)
 //   gateway 3lim-fw  the same with requests per minute (a fixed window) beside the per-
-//                  minute and per-day token buckets
+//                  minute and per-day token buckets, for other tenants ("{tenant-i-fw}":
+//                  the general path)
 //   sketch 1lim/3lim  the hot path of one key per scope, sketched (kScopeSketchLua: the
 //                  same three token buckets as compact records of one key; not a twin)
 //   floor ...      what any layout of the states must spend (kFloorLua): one or three
 //                  80-byte states read and written in place, without ("1key", "3keys")
 //                  and with ("+pack") the gateway's struct unpack and pack of each,
-//                  three states in one key ("1key/3rec+pack"), and one or three compact
-//                  4-field records in one key ("1key/1rec compact", "1key/3rec compact")
+//                  three states in one key ("1key/3rec+pack"), one or three compact
+//                  4-field records in one key ("1key/1rec compact", "1key/3rec compact"),
+//                  the same each with a 42-byte identity compared ("1key/1rec+id",
+//                  "1key/3rec+id"), and one hash with a field per limit ("hash/1field",
+//                  "hash/3fields": HMGET, HSET)
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
@@ -348,7 +353,8 @@ int main(int argc, char** argv) {
     return r.ok() && r->parts.size() == 1 && r->parts.back().allowed;
   };
   auto gw_limits = [&](std::uint64_t x, bool window) -> bool {
-    const std::string tenant = "{tenant-" + std::to_string(x % kKeys) + "}";
+    // (the fixed window's tenants are others: one scope holds one tenant's limits)
+    const std::string tenant = "{tenant-" + std::to_string(x % kKeys) + (window ? "-fw" : "") + "}";
     const std::string first = tenant + (window ? "#rpm" : "#tpm");
     const std::string tpd = tenant + "#tpd";
     const std::string third = tenant + (window ? "#tpm" : "#tp30d");
@@ -381,10 +387,14 @@ int main(int argc, char** argv) {
   const std::string compact3(7 + 3 * 23, 'x');
   // `records`: the states in one key (modes '2' and '3': key 9, 10 for 1 compact
   // record, 11 for 3).
+  auto hash_field = [](int j) { return "lim" + std::to_string(j) + "|" + std::string(35, 'p'); };
   auto floor_call = [&](std::uint64_t x, int keys, const char* mode, int records = 3) -> bool {
     const std::string nkeys = std::to_string(keys);
-    const bool one_key = mode[0] == '2' || mode[0] == '3';
-    const int shared = mode[0] == '3' ? (records == 1 ? 10 : 11) : 9;
+    const bool one_key = mode[0] == '2' || mode[0] == '3' || mode[0] == '4' || mode[0] == '5';
+    const int shared = mode[0] == '5'   ? (records == 1 ? 13 : 14)
+                       : mode[0] == '4' ? 12
+                       : mode[0] == '3' ? (records == 1 ? 10 : 11)
+                                        : 9;
     std::vector<std::string> names;
     for (int j = 0; j < keys; ++j)
       names.push_back(one_key ? floor_key(x, shared) : floor_key(x, j));
@@ -393,7 +403,14 @@ int main(int argc, char** argv) {
     argv.push_back(state80);
     argv.push_back(mode);
     const std::string nrecords = std::to_string(records);
-    if (one_key) argv.push_back(nrecords);
+    if (one_key || mode[0] == '4') argv.push_back(nrecords);
+    std::vector<std::string> fields;
+    if (mode[0] == '5') fields.push_back(std::string(42, 'i'));
+    if (mode[0] == '5') argv.push_back(fields.back());
+    if (mode[0] == '4') {
+      for (int j = 0; j < records; ++j) fields.push_back(hash_field(j));
+      for (const std::string& f : fields) argv.push_back(f);
+    }
     auto r = conn.command(argv);
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
@@ -441,6 +458,14 @@ int main(int argc, char** argv) {
     errors += !conn.command({"SET", floor_key(i, 9), state240}).ok();
     errors += !conn.command({"SET", floor_key(i, 10), compact1}).ok();
     errors += !conn.command({"SET", floor_key(i, 11), compact3}).ok();
+    errors +=
+        !conn.command({"SET", floor_key(i, 13), std::string(30, 'x') + std::string(42, 'i')}).ok();
+    errors +=
+        !conn.command({"SET", floor_key(i, 14), std::string(7 + 69, 'x') + std::string(126, 'i')})
+             .ok();
+    for (int j = 0; j < 3; ++j) {
+      errors += !conn.command({"HSET", floor_key(i, 12), hash_field(j), std::string(30, 'x')}).ok();
+    }
   }
   for (int pass = 0; pass < 3 && group_selected({"gateway"}); ++pass) {
     for (int i = 0; i < kKeys; ++i) {
@@ -519,6 +544,14 @@ int main(int argc, char** argv) {
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "2"); });
   measure("sketch 1lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 1); });
   measure("sketch 3lim", 1, calls, [&](std::mt19937_64& r) { return sketch_call(r(), 3); });
+  measure("floor hash/1field", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "4", 1); });
+  measure("floor hash/3fields", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "4", 3); });
+  measure("floor 1key/1rec+id", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "5", 1); });
+  measure("floor 1key/3rec+id", 1, calls,
+          [&](std::mt19937_64& r) { return floor_call(r(), 1, "5", 3); });
   measure("floor 1key/1rec compact", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 1); });
   measure("floor 1key/3rec compact", 1, calls,

@@ -34,9 +34,26 @@ inline constexpr const char* kNoopLua = "return 1";
 // '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one SETRANGE), each
 // unpacked and packed: what one key per scope would cost; '3' the same with a compact
 // record per limit (4 fields, 23 bytes '<i7I7I5I4': tokens, carry, last s, last ns) after
-// one 7-byte header (the rule-set version, '<I7'): the least a state per limit can be.
+// one 7-byte header (the rule-set version, '<I7'): the least a state per limit can be;
+// '5' as '3' with each record's 42-byte identity (ARGV[4]; after the records) unpacked
+// and compared: what naming the limit in its record costs; '4' ARGV[3] fields of a HASH
+// (names ARGV[4..]; HMGET, then one HSET), 5-field records: a hash per scope.
 inline constexpr const char* kFloorLua = R"lua(
 local n, mode, fmt = #KEYS, ARGV[2], '<I7i6I3I7i6I4I5I3I4c35'
+if mode == '4' then
+  local r, cf = ARGV[3] + 0, '<I7i7I7I5I4'
+  local fields = {}
+  for k = 1, r do fields[k] = ARGV[3 + k] end
+  local raws = redis.call('HMGET', KEYS[1], unpack(fields))
+  local args = {'HSET', KEYS[1]}
+  for k = 1, r do
+    local a, b, c, d, e = struct.unpack(cf, raws[k])
+    args[2 * k + 1] = fields[k]
+    args[2 * k + 2] = struct.pack(cf, a, b, c, d, e)
+  end
+  redis.call(unpack(args))
+  return n
+end
 local raws
 if n == 1 then raws = {redis.call('GET', KEYS[1])} else raws = redis.call('MGET', unpack(KEYS)) end
 local v = ARGV[1]
@@ -45,6 +62,18 @@ if mode == '2' then
   for r = 1, ARGV[3] + 0 do
     local a, b, c, d, e, f, g, h, k, id = struct.unpack(fmt, raw, 80 * r - 79)
     parts[r] = struct.pack(fmt, a, b, c, d, e, f, g, h, k, id)
+  end
+  redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
+  return n
+end
+if mode == '5' then
+  local raw, cf, R, want = raws[1], '<i7I7I5I4', ARGV[3] + 0, ARGV[4]
+  local parts = {struct.pack('<I7', (struct.unpack('<I7', raw)))}
+  for r = 1, R do
+    local a, b, c, d = struct.unpack(cf, raw, 23 * r - 15)
+    local id = struct.unpack('c42', raw, 8 + 23 * R + 42 * (r - 1))
+    if id ~= want then return redis.error_reply('id') end
+    parts[r + 1] = struct.pack(cf, a, b, c, d)
   end
   redis.call('SETRANGE', KEYS[1], '0', table.concat(parts))
   return n

@@ -133,9 +133,9 @@ TEST_CASE("redis gateway: a sliding log decides, refunds and charges like KeySta
   both.now = t0 + 30s;
   CHECK(both.decide(log, 1, "{acme}log", 1).allowed);
   // The events that left are trimmed from the list: only this decision's is there.
-  auto list = both.redis().redis_key("{acme}log");
+  auto list = both.redis().log_key("{acme}log");
   REQUIRE(list.ok());
-  CHECK(admin({"LLEN", *list + "}l"})->integer == 1);
+  CHECK(admin({"LLEN", *list})->integer == 1);
 }
 
 TEST_CASE("redis gateway: a window estimate decides, refunds and charges like KeyState") {
@@ -224,7 +224,7 @@ TEST_CASE("redis gateway: a log's list expires with its record, never before it"
   REQUIRE(d.ok());
   auto key = store.redis_key("{acme}ttl");
   REQUIRE(key.ok());
-  const std::string list = *key + "}l";
+  const std::string list = *store.log_key("{acme}ttl");
   // (the list first: read later, the record's TTL can only be lower)
   const long long events = admin({"PTTL", list})->integer;
   const long long record = admin({"PTTL", *key})->integer;
@@ -290,7 +290,7 @@ TEST_CASE("redis gateway: a corrupt log or estimate is DataLoss naming the key")
   auto ekey = store.redis_key("{acme}est");
   REQUIRE(key.ok());
   REQUIRE(ekey.ok());
-  const std::string list = *key + "}l";
+  const std::string list = *store.log_key("{acme}log");
   auto expect_corrupt = [&](const LevelCheck* level, const std::string& named) {
     const std::vector<LevelCheck> one(level, level + 1);
     auto d = store.decide(with_cost(one, 1), 1, Nanos{0});
@@ -313,9 +313,10 @@ TEST_CASE("redis gateway: a corrupt log or estimate is DataLoss naming the key")
   SECTION("an estimate whose previous window counts more than its limit") {
     auto v = admin({"GET", *ekey});
     std::string s(v->str, v->len);
-    REQUIRE(s.size() == quota::redis::kGatewayStateBytes);
-    // c (prev): 7 bytes after the version (7), units (6) and micro-units (3)
-    s[16] = 6;
+    REQUIRE(s.size() == quota::redis::kGatewayHeaderBytes + quota::redis::kGatewayRecordBytes +
+                            quota::redis::kGatewayEntryBytes);
+    // c (prev) of the one record: after the header (10), units (6) and micro-units (3)
+    s[19] = 6;
     admin({"SET", *ekey, s});
     expect_corrupt(es, *ekey);
   }

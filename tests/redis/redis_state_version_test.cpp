@@ -140,10 +140,10 @@ TEST_CASE("a sliding log meta of another format version is QUOTA_CORRUPT") {
   CHECK(again->remaining == 8);
 }
 
-TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing written") {
-  // '<I7i6I3I7i6I4I5I3I4c35': bits 30-31 of the nanoseconds field (bytes 29-32) are the
-  // format version (1: byte 32's 0x40); bits 53-55 of the rule-set version (byte 6's top
-  // three bits) must be zero.
+TEST_CASE("a gateway scope of another format or out of range is QUOTA_CORRUPT, nothing written") {
+  // A scope of one record named "" (twin/gateway.hpp): the header '<BBI2I6' (format 113,
+  // records, entries' bytes, expiry), the record '<i6I3I7i6I4I5I3' at byte 10, its entry
+  // at byte 44 (the name's length 0, the rule-set version '<I7' at 45, the policy at 52).
   quota::redis::GatewayStore store({.pool = quota::testing::redis_pool(),
                                     .prefix = quota::testing::unique_prefix("gw-version"),
                                     .time = quota::redis::TimeSource::kCaller});
@@ -161,17 +161,30 @@ TEST_CASE("a gateway state of another format version is QUOTA_CORRUPT, nothing w
     return std::move(*r);
   };
   const std::string v0 = value_of(cmd({"GET", *key}));
-  REQUIRE(v0.size() == quota::redis::kGatewayStateBytes);
-  CHECK((static_cast<unsigned char>(v0[6]) & 0xe0) == 0);
-  CHECK((static_cast<unsigned char>(v0[32]) & 0xc0) == 0x40);
-  for (int change = 0; change < 6; ++change) {
+  REQUIRE(v0.size() == quota::redis::kGatewayHeaderBytes + quota::redis::kGatewayRecordBytes +
+                           quota::redis::kGatewayEntryBytes);
+  REQUIRE(static_cast<unsigned char>(v0[0]) == 113);
+  REQUIRE(v0[1] == 1);
+  CHECK((static_cast<unsigned char>(v0[51]) & 0xe0) == 0);
+  const struct {
+    const char* what;
+    std::size_t at;
+    unsigned char byte;
+  } changes[] = {{"format 0", 0, 0},
+                 {"format 112", 0, 112},
+                 {"format 114", 0, 114},
+                 {"two records in the header", 1, 2},
+                 {"the entries' length", 2, 44},
+                 {"tokens' micro-units past 999999", 18, 0xff},
+                 {"nanoseconds past 999999999", 35, 0xff},
+                 {"a rule-set version past 2^53 - 1", 51, 0x20},
+                 {"the entry's name longer than the value", 44, 9}};
+  for (const auto& change : changes) {
+    INFO(change.what);
     std::string other = v0;
-    if (change < 3) {  // format versions 0, 2 and 3
-      const unsigned char bits = change == 0 ? 0x00 : change == 1 ? 0x80 : 0xc0;
-      other[32] = static_cast<char>((static_cast<unsigned char>(other[32]) & 0x3f) | bits);
-    } else {  // a rule-set version past 2^53 - 1
-      other[6] = static_cast<char>(static_cast<unsigned char>(other[6]) | (0x20 << (change - 3)));
-    }
+    // (the header's bytes set; the others' bits added)
+    other[change.at] = static_cast<char>(
+        change.at < 4 ? change.byte : static_cast<unsigned char>(other[change.at]) | change.byte);
     cmd({"SET", *key, other});
     auto d = store.decide(with_cost(level, 1), 1, Nanos{6s});
     CHECK(d.status().code() == absl::StatusCode::kDataLoss);

@@ -12,11 +12,13 @@
 // Guarantees. Each key's state lives in Redis with the parameters and rule-set version
 // that wrote it (the Lua twin of key_state.hpp: twin/gateway.hpp, its codec
 // twin/gateway_codec.hpp), so a rule change is converted on the server without a burst,
-// whichever process sees the new rules first. The user and tenant levels share the
-// tenant's hash slot and are decided by ONE script: all allow or nothing is deducted. The
-// global level ("{~global}route", its own slot) is decided by a second script; when it
-// denies or fails, the tenant's levels are given back by a third — never an admission
-// beyond any level's envelope, at worst a brief under-admission. Each level deducts (and
+// whichever process sees the new rules first. The limits of one scope are records of one
+// Redis key ("{acme}#tpm" and "{acme}#tpd" both in "<prefix>{acme}": keys.hpp's
+// scope_key), so a decision against several limits of a tenant reads and writes one key. The user
+// and tenant levels share the tenant's hash slot and are decided by ONE script: all allow or
+// nothing is deducted. The global level ("{~global}route", its own slot) is decided by a second
+// script; when it denies or fails, the tenant's levels are given back by a third — never an
+// admission beyond any level's envelope, at worst a brief under-admission. Each level deducts (and
 // gets back) its own cost. Time is the server's, nanoseconds (TIME has microseconds).
 // Failures are values: kUnavailable (the gateway's fail mode applies), kDataLoss for a
 // key that is not ours, kInvalidArgument for a rule outside the twin's range (`check`).
@@ -67,6 +69,8 @@ namespace quota::redis {
 
 // The most script calls one coalesced round trip takes (GatewayStoreOptions::coalesce).
 inline constexpr int kGatewayMaxCoalesce = 4096;
+// The most levels one script call decides (the script reads their count as one byte).
+inline constexpr std::size_t kGatewayMaxLevels = 255;
 
 class GatewayStore {
  public:
@@ -184,11 +188,19 @@ class GatewayStore {
     return one(level, 'c', version, now, std::nullopt);
   }
 
-  // The Redis key of a gateway key (tests and operators: TTL, MEMORY USAGE).
+  // The Redis key that holds a gateway key's record: its scope's (tests and operators:
+  // TTL, MEMORY USAGE).
   absl::StatusOr<std::string> redis_key(std::string_view key) const {
-    auto parts = split_key(key);
-    if (!parts.ok()) return parts.status();
-    return bucket_key(options_.prefix, *parts);
+    auto scope = scope_key(options_.prefix, key);
+    if (!scope.ok()) return scope.status();
+    return std::move(scope->first);
+  }
+
+  // The Redis key of a sliding log's events, beside its record (tests and operators).
+  absl::StatusOr<std::string> log_key(std::string_view key) const {
+    auto scope = scope_key(options_.prefix, key);
+    if (!scope.ok()) return scope.status();
+    return absl::StrCat(scope->first, "#", detail::av(scope->second), "}l");
   }
 
   const GatewayStoreOptions& options() const { return options_; }
@@ -240,10 +252,37 @@ class GatewayStore {
       return absl::InvalidArgumentError(absl::StrFormat(
           "rule-set version %d: the Redis gateway store keeps versions below 2^53", version));
     }
+    if (levels.size() > kGatewayMaxLevels) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%d levels in one call: the Redis gateway store decides at most %d",
+                          levels.size(), kGatewayMaxLevels));
+    }
     Call call;
-    call.keys.reserve(levels.size());
-    call.args.reserve(1 + levels.size());
-    // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4', then the shadow flags and the
+    // Each level's scope key (KEYS, distinct, in order of first use) and its place there;
+    // each key's layout: its levels' entries (name, rule-set version, policy) in order.
+    std::string kmap;
+    std::vector<std::string> layouts;
+    std::vector<std::string_view> names;
+    for (const gateway::LevelCheck& level : levels) {
+      if (options_.failover_safety && std::holds_alternative<SlidingLog>(*level.policy)) {
+        // (a log read as spent would need its one event at the failover time in its list)
+        return absl::InvalidArgumentError(
+            "GatewayStoreOptions: failover_safety does not take sliding_log rules; use a token "
+            "bucket, a fixed window or a window estimate");
+      }
+      auto scope = scope_key(options_.prefix, level.key);
+      if (!scope.ok()) return scope.status();
+      auto at = std::find(call.keys.begin(), call.keys.end(), scope->first);
+      if (at == call.keys.end()) {
+        call.keys.push_back(std::move(scope->first));
+        layouts.emplace_back();
+        at = call.keys.end() - 1;
+      }
+      kmap.push_back(static_cast<char>(at - call.keys.begin() + 1));
+      names.push_back(scope->second);
+    }
+    call.args.reserve(3 + 2 * levels.size());
+    // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4BB', then the shadow flags and the
     // units per level.
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
@@ -263,6 +302,8 @@ class GatewayStore {
     detail::pack_le(head, spent_at.has_value() ? 1 : 0, 1);
     detail::pack_le(head, spent_sec, 8);
     detail::pack_le(head, spent_ns, 4);
+    detail::pack_le(head, static_cast<std::int64_t>(levels.size()), 1);
+    detail::pack_le(head, static_cast<std::int64_t>(call.keys.size()), 1);
     if (op == 'd') {
       for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
     }
@@ -271,18 +312,16 @@ class GatewayStore {
                     [&](const gateway::LevelCheck& l) { return l.cost != levels.front().cost; })) {
       for (const gateway::LevelCheck& level : levels) detail::pack_le(head, units(level), 8);
     }
-    for (const gateway::LevelCheck& level : levels) {
-      if (options_.failover_safety && std::holds_alternative<SlidingLog>(*level.policy)) {
-        // (a log read as spent would need its one event at the failover time in its list)
-        return absl::InvalidArgumentError(
-            "GatewayStoreOptions: failover_safety does not take sliding_log rules; use a token "
-            "bucket, a fixed window or a window estimate");
-      }
-      auto parts = split_key(level.key);
-      if (!parts.ok()) return parts.status();
-      call.keys.push_back(bucket_key(options_.prefix, *parts));
-      if (auto s = policy_args_.append(*level.policy, call.args); !s.ok()) return s;
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      if (auto s = policy_args_.append(*levels[i].policy, call.args); !s.ok()) return s;
+      std::string& layout = layouts[static_cast<unsigned char>(kmap[i]) - 1];
+      layout.push_back(static_cast<char>(names[i].size()));
+      layout.append(names[i]);
+      detail::pack_le(layout, static_cast<std::int64_t>(version), 7);
+      layout.append(call.args.back());
     }
+    call.args.push_back(std::move(kmap));
+    for (std::string& layout : layouts) call.args.push_back(std::move(layout));
     return call;
   }
 
@@ -328,8 +367,9 @@ class GatewayStore {
       if (!call.ok()) return call.status();
       auto reply = run_script(*call);
       absl::StatusOr<GatewayTwin::Decided> decided =
-          reply.ok() ? GatewayTwin::parse_decide(**reply, end - begin)
-                     : absl::StatusOr<GatewayTwin::Decided>(reply.status());
+          reply.ok()
+              ? GatewayTwin::parse_decide(**reply, levels.subspan(begin, end - begin), version)
+              : absl::StatusOr<GatewayTwin::Decided>(reply.status());
       if (!decided.ok()) return decided.status();
       if (g == 0) out.time = decided->time;
       bool stopped = decided->parts.size() < end - begin;

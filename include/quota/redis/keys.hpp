@@ -13,7 +13,8 @@
 // part, a key over the bounds — is rejected with InvalidArgument, so a caller cannot
 // craft a key that lands in (or collides with) another tenant's slot. Attempt records
 // live at `<prefix>a{<tag>}<attempt id>`: never equal to a bucket key, whose prefix is
-// followed directly by `{`.
+// followed directly by `{`. The gateway store keeps a scope's limits in one key
+// (scope_key): "{tenant}route#limit/user" is record "limit" of "<prefix>{tenant}route/user".
 //
 // Thread safety: pure functions.
 //
@@ -24,12 +25,14 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/gateway/store_key.hpp"
 
 namespace quota::redis {
 
@@ -103,6 +106,30 @@ inline absl::StatusOr<KeyParts> split_key(std::string_view key) {
 inline std::string bucket_key(std::string_view prefix, const KeyParts& parts) {
   return absl::StrCat(std::string(prefix), "{", std::string(parts.tag), "}",
                       std::string(parts.rest));
+}
+
+// A gateway key's scope key and the name of its record there (twin/gateway.hpp): key
+// "{tag}part#limit/user" is record "limit" of "<prefix>{tag}part/user"; a key without
+// '#' is record "" of its own.
+inline absl::StatusOr<std::pair<std::string, std::string_view>> scope_key(std::string_view prefix,
+                                                                          std::string_view key) {
+  auto parts = split_key(key);
+  if (!parts.ok()) return parts.status();
+  const std::size_t hash = parts->rest.find('#');
+  if (hash == std::string_view::npos) {
+    return std::pair<std::string, std::string_view>{bucket_key(prefix, *parts), {}};
+  }
+  const std::size_t slash = parts->rest.find('/', hash);
+  const std::string_view name = parts->rest.substr(
+      hash + 1, slash == std::string_view::npos ? std::string_view::npos : slash - hash - 1);
+  if (name.size() > gateway::kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("limit name of key is %d bytes; at most %d",
+                                                      name.size(), gateway::kMaxNameBytes));
+  }
+  std::string rest(parts->rest.substr(0, hash));
+  if (slash != std::string_view::npos) rest.append(parts->rest.substr(slash));
+  return std::pair<std::string, std::string_view>{bucket_key(prefix, KeyParts{parts->tag, rest}),
+                                                  name};
 }
 
 // `<prefix>a{tag}id`: where an attempt's first result is kept.

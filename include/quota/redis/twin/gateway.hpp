@@ -1,26 +1,30 @@
 // quota/redis/twin/gateway.hpp — the Lua twin of the gateway's KeyState (key_state.hpp).
 //
-// kGatewayLua runs one of three operations over the keys of ONE tenant (one hash slot),
+// kGatewayLua runs one of three operations over the limits of ONE tenant (one hash slot),
 // bit-identical to the C++ of quota/gateway/key_state.hpp (tests compare them on random
 // operation sequences at arbitrary nanosecond times): 'd' decide (KeyPolicy::apply on
 // each level in order, each with its own cost, stopping at the first level that denies
 // and is not shadow; all or nothing), 'r' refund and 'c' charge (gateway::refund and
-// gateway::charge on each key, each with its own units); and 'a', 'd' with an attempt's
-// record read and written in the same call (twin/gateway_attempts.hpp). GatewayStore
-// (redis/gateway_store.hpp) sends it; twin/gateway_codec.hpp packs its arguments and
-// parses its replies; twin/gateway_write.hpp is the end of each level (TTL, write).
+// gateway::charge on one level, its own units); and 'a', 'd' with an attempt's record
+// read and written in the same call (twin/gateway_attempts.hpp). A scope's limits share
+// ONE key: gateway key "{acme}#tpm" is record "tpm" of key "quota:gw:{acme}"
+// (redis/keys.hpp's scope_key). GatewayStore (redis/gateway_store.hpp) sends it;
+// twin/gateway_codec.hpp packs its arguments and parses its replies; a call of narrow
+// token buckets takes twin/gateway_quick.hpp's quick path, any other this general one;
+// twin/gateway_write.hpp reads the keys, ends each level and writes them.
 //
 // Guarantees: for every rule GatewayStore::check admits (kGatewayRange), every value is
 // exact (an integer, as a decimal string past 2^53) and every duration exact nanoseconds,
-// so both sides decide identically; a key's state is 80 bytes (a sliding log's events
-// are a list beside it); its TTL is its idle time plus the margin (none while it holds
-// debt); a key that is not a gateway state of ours is QUOTA_CORRUPT, nothing written. Thread
-// safety: immutable text; Redis runs each call with nothing interleaved.
+// so both sides decide identically; a record is 34 bytes (a sliding log's events are a
+// list beside its key); a key's TTL is the longest idle time of its records plus the
+// margin (none while one holds debt); a key that is not a gateway scope of ours is
+// QUOTA_CORRUPT, nothing written. Thread safety: immutable text; Redis runs each call with
+// nothing interleaved.
 //
-//   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}read" <head: server time, 'd',
-//   //   margin, version 1, units 1, shadow "0"> <the level's 35-byte policy>
-//   // → {time s, time ns, 1, allowed, reason, remaining, retry_after ns, reset_after ns,
-//   //    version}
+//   // EVALSHA <sha of kGatewayLua> 1 "quota:gw:{acme}" <head: server time, 'd', margin,
+//   //   version 1, units 1, 1 level, 1 key, shadow "0"> <the level's 35-byte policy> "\1"
+//   //   <the key's layout: "\3tpm" version policy>
+//   // → {time s, time ns, -1, allowed, tokens (micro-units), carry}  (the quick path)
 #pragma once
 
 #include <string>
@@ -29,6 +33,7 @@
 
 #include "quota/redis/twin/common.hpp"
 #include "quota/redis/twin/gateway_attempts.hpp"
+#include "quota/redis/twin/gateway_quick.hpp"
 #include "quota/redis/twin/gateway_settle.hpp"
 #include "quota/redis/twin/gateway_windows.hpp"
 #include "quota/redis/twin/gateway_write.hpp"
@@ -39,25 +44,28 @@ namespace quota::redis {
 // The script's body (after kLuaMath and kLuaReach of twin/common.hpp and
 // gateway_attempt_prelude(); its macros expanded).
 //
-// KEYS[1..n]  the keys (one hash slot)
-// ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4' (51 bytes): the caller's time (1) or the
+// KEYS[1..nk] the scope keys (one hash slot), then 'a': the attempt key
+// ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4BB' (53 bytes): the caller's time (1) or the
 //             server's TIME (0), plus 2 with the node argument last (twin/common.hpp's
 //             kLuaNodeGuard); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c', 'a'); the
 //             TTL margin, ms (>= 1); the caller's rule-set version; units (the cost 'd',
 //             to give back 'r', to charge 'c'); 'r': whether the time the units were spent
-//             is given (1; 0: the key's own latest time) and that time (s, ns). Then 'd':
-//             one shadow flag per level ('1' shadow); then, when the keys' units differ,
-//             each key's units ('<i8' each).
+//             is given (1; 0: the record's own latest time) and that time (s, ns); n, the
+//             levels; nk, the keys. Then 'd': one shadow flag per level ('1' shadow);
+//             then, when the levels' units differ, each level's units ('<i8' each).
 // ARGV[1+i]   level i's policy, 35 bytes '<BI5I7I7I7I4I4': kind 1 token bucket (burst, m,
 //             p, g, the time to fill as s and ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1,
 //             g 1, fill 0) | kind 2 fixed window (limit, w, mode: LuaTwin<FixedWindow>'s
 //             grid, 0, W as s and ns) | kind 3 sliding log, kind 4 window estimate
 //             (twin/gateway_windows.hpp, which the loop calls where it says "windows")
+// ARGV[2+n]   n bytes: level i's key, KEYS[byte i]
+// ARGV[2+n+k] key k's layout: its levels' entries, in their order (below)
 // Reply 'd':  {time s, time ns, levels decided, then per level decided: allowed, reason,
-//             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version}
-// Reply 'r', 'c': {time s, time ns, then per key: micro-units given back | left as debt}
-// 'a': KEYS[n + 1] the attempt key, ARGV[n + 2 ..] its arguments; the reply is 'd's after
-//             two fields, or the record's (kGatewayAttemptHead, twin/gateway_attempts.hpp).
+//             remaining, retry_after ns (-1 never), reset_after ns (-1 never), version},
+//             or the quick path's compact form (twin/gateway_quick.hpp)
+// Reply 'r', 'c': {time s, time ns, micro-units given back | left as debt}
+// 'a': ARGV[3+n+nk ..] the attempt's arguments; the reply is 'd's after two fields, or
+//             the record's (kGatewayAttemptHead, twin/gateway_attempts.hpp).
 // A duration past 2^53 ns, or micro-units past 2^53, is answered as its decimal string.
 //
 // 'd' migrates each state (key_state.hpp: a NEWER rule-set version's is kept), pays debt,
@@ -69,21 +77,27 @@ namespace quota::redis {
 // Times are two limbs; a refill is the shared @refill_span up to twice the time to fill
 // (full past it), the time to reach and the window grid the shared @reach, @window_start,
 // @in_window and @to_next, all in limbs (twin/skeleton.hpp).
-// State: 80 bytes '<I7i6I3I7i6I4I5I3I4c35' (jemalloc's 96-byte class): the rule-set
-// version, tokens' units | the window's count, tokens' micro-units, the carry over p, the
-// last time (s, ns + 2^30), the debt's units and micro-units, the expiry as last set (ms
-// after the last time's ms; 0 unknown), the policy argument that wrote it (the caller's:
-// one string comparison); every field checked on reading. Format version
-// (twin/common.hpp): bits 30-31 of the nanoseconds field (< 10^9 < 2^30), version 1 =
-// bit 30 set; `lns >= 0 and lns <= 999999999` after subtracting 2^30 rejects any other
-// (bits 53-55 of the rule-set version are zero: `ver <= 2^53 - 1`).
-// TTL: idle time + margin; none with debt or for a rate-0 bucket not full (a one-off
-// budget must not come back). Kept (SETRANGE) while the expiry set last covers it with
-// 10 ms to spare; else set, one margin more for a busy key. Caller time: set every write.
+// A scope key's value: a header '<BBI2I6' (10 bytes: format 113, the records, the
+// entries' bytes, the expiry as last set in server ms, 0 none or unknown); the records,
+// 34 bytes each '<i6I3I7i6I4I5I3': tokens' units | the window's count, tokens'
+// micro-units, the carry over p, the last time (s, ns), the debt's units and micro-units;
+// then one entry per record: its name's length (1 byte), its name (the limit's, at most
+// 64 bytes), the rule-set version '<I7' and the policy argument that wrote it (35 bytes).
+// When the stored entries start with the call's layout (one string.find), the levels'
+// records are the first ones, under the caller's policy and version; else the entries
+// are parsed and each level's record found by name (a new one appended), and records no
+// level of the call has are kept as they are. Every field is checked on reading.
+// TTL: the longest of its records' idle times + margin; none with debt or for a rate-0
+// bucket not full (a one-off budget must not come back). Kept (SETRANGE, SET KEEPTTL)
+// while the expiry set last covers it with 10 ms to spare; else set, one margin more for a
+// busy key, never below the expiry as last set (it covers the records not decided now).
+// Caller time: set every write, over every record.
 inline constexpr const char* kGatewayLuaBody = R"lua(
 local M6 = 1000000
-local MAXOFF = 4294967295
 local sunpack, spack = struct.unpack, struct.pack
+-- A record: tokens' units | the count, tokens' micro-units, the carry, the last time (s,
+-- ns), the debt's units and micro-units (34 bytes).
+local RF = '<i6I3I7i6I4I5I3'
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
@@ -91,8 +105,8 @@ end
 -- The head (one struct.unpack where decimal arguments would each cost an argument and a
 -- conversion); op is a character code: 100 'd', 114 'r', 99 'c'.
 local head = ARGV[1]
-local caller, sec, ns, op, margin, version, units, has_spent, ssec, sns =
-  sunpack('<Bi8I4Bi8i8i8Bi8I4', head)
+local caller, sec, ns, op, margin, version, units, has_spent, ssec, sns, n, nk =
+  sunpack('<Bi8I4Bi8i8i8Bi8I4BB', head)
 local now_ms
 if caller % 2 == 0 then
   local now = redis.call('TIME')
@@ -104,93 +118,101 @@ end
 if op ~= 100 and op ~= 114 and op ~= 99 and op ~= 97 then
   return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
--- 'a' (97): 'd' with the attempt's record, KEYS[n + 1], in the same call (attempt_open)
-local n, att = #KEYS, nil
-if op == 97 then op, n = 100, #KEYS - 1; att = attempt_open(n, now_ms) end
+-- 'a' (97): 'd' with the attempt's record, KEYS[nk + 1], in the same call (attempt_open)
+local att
+if op == 97 then op = 100; att = attempt_open(nk, 3 + n + nk, now_ms) end
 if att and att.reply then return att.reply end
 local decide = op == 100
--- Each key's units, when they differ: after the head and ('d') the shadow flags.
-local cpos = 52
-if decide then cpos = 52 + n end
+-- Each level's units, when they differ: after the head and ('d') the shadow flags.
+local cpos = 54
+if decide then cpos = 54 + n end
 if #head < cpos then cpos = nil end
--- Several levels' states are read at once (MGET answers nil also for a key of another
--- type, so each nil is looked at again before anything is written).
+-- level i's scope key: KEYS[string.byte(kmap, i)]
+local kmap = ARGV[2 + n]
+
+
+-- The scope keys, read at once (MGET answers nil also for a key of another type, so each
+-- nil is looked at again). S[k]: key k's scope: its stored value (raw), records (cnt),
+-- the expiry as last set (exp: server ms; 0 none or unknown), where its entries start
+-- (toff); ents and map when the general path reads it; j the levels of it met so far,
+-- lv[r] the level of record r.
 local raws
-if decide and n > 1 then raws = redis.call('MGET', unpack(KEYS, 1, n)) end
+if nk > 1 then raws = redis.call('MGET', unpack(KEYS, 1, nk)) else raws = {redis.pcall('GET', KEYS[1])} end
 local res
 -- (sized for up to three levels: a table that grows is rehashed)
 if not decide then res = {sec, ns, 0}
 elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
 elseif n == 2 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
--- 'd' with several levels: the levels decided and not written yet, 4 values each (one
--- flat table, no table or closure per level): the packed state, its TTL (true: kept;
--- ms: set; false: none), the units it deducted and the expiry it had. All are written
--- once the last level is decided, without their deduction when it denied.
-local P, LG
+--@@ quick
+--@@ read
+
+-- P: each level decided, 9 values (one flat table): its scope, the packed record, the TTL
+-- it needs (ms from now; false: none), the units it deducted, its log (false: none), its
+-- rule-set version, its policy, its name (false: not known, the fast path), its record key.
+-- The records are written once the last level is decided, without their deduction when
+-- it denied (what the in-process give-back leaves).
+local P
+if n == 1 then P = {false, false, false, false, false, false, false, false, false}
+else
+  P = {false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false}
+end
+local last, denied = 0, false
 -- The caller's policy of the level, unpacked when it differs from the previous level's.
 local spol, pkind, pcap, pm, pp, pg, pfs, pfn
 for i = 1, n do
-  local key = KEYS[i]
+  local s = S[string.byte(kmap, i)]
+  local j = s.j + 1
+  s.j = j
   local pol = ARGV[1 + i]
   if cpos then units = sunpack('<i8', head, cpos + 8 * (i - 1)) end
   if pol ~= spol then
     spol = pol
     pkind, pcap, pm, pp, pg, pfs, pfn = sunpack('<BI5I7I7I7I4I4', pol)
   end
-  local raw
-  if raws then raw = raws[i] end
-  if not raw then raw = redis.pcall('GET', key) end
-  -- The level's state: the stored one, or a fresh one under the caller's policy. id: the
-  -- parameters that wrote it; same: they are the caller's. tu + tl: tokens (units and
-  -- micro-units in [0, 10^6)) | the window's count (tl 0); c: the carry over p; (lsec,
-  -- lns): the last time; du + dl: the debt; (fs, fn): the time to fill | the window;
-  -- expiry: the key's expiry (server ms) as last set, 0 unknown.
-  local ver, kind, cap, m, p, g, fs, fn, tu, tl, c, lsec, lns, du, dl, off, id
-  local expiry, same = 0, true
-  if not raw then
-    ver, kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl = version, pkind, pcap, pm, pp,
-      pg, pfs, pfn, 0, 0, sec, ns, 0, 0
-    id = pol
-    if kind == 1 then tu = cap else tu = 0 end
-  else
-    local len = #raw
-    if len == 80 then
-      ver, tu, tl, c, lsec, lns, du, dl, off, id = sunpack('<I7i6I3I7i6I4I5I3I4c35', raw)
-      -- format version 1: bit 30 of the nanoseconds field set, bit 31 clear
-      lns = lns - 1073741824
-      -- (strings are interned: a pointer comparison)
-      if id == pol then
-        kind, cap, m, p, g, fs, fn = pkind, pcap, pm, pp, pg, pfs, pfn
-      else
-        same = false
-        kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
-        local ok = cap >= 1 and cap <= 1000000000000 and m <= 9007199254740991 and
-          fs <= 100000000 and fn <= 999999999
-        if kind == 1 then
-          ok = ok and p >= 1 and p <= 9007199254740991 and g >= 1 and g <= 9007199254740991
-        elseif kind >= 3 then  -- windows
-          ok = ok and windows() and win_policy_ok(kind, m, p, g, fs, fn)
-        else
-          ok = ok and kind == 2 and m >= 1 and ((p == 1 and fs * 1000000000 + fn == m) or
-            (p == 2 and fs == m and fn == 0))
-        end
-        if not ok then return corrupt(key, 'field out of range') end
-      end
-      local ok = ver <= 9007199254740991 and lns >= 0 and lns <= 999999999 and tl <= 999999 and
-        dl <= 999999 and (du < cap or (du == cap and dl == 0)) and
-        ((kind == 1 and tu >= -cap and (tu < cap or (tu == cap and tl == 0)) and c < p) or
-          (kind == 2 and tu >= 0 and tu <= cap and tl == 0 and c == 0) or
-          (kind >= 3 and windows() and win_state_ok(kind, cap, tu, tl, c)))  -- windows
-      if not ok then return corrupt(key, 'field out of range') end
-      if off > 0 then expiry = lsec * 1000 + (lns - lns % M6) / M6 + off end
-    elseif type(raw) ~= 'string' then
-      return corrupt(key, 'wrong type')
+  -- The level's record: the stored one at place j when the stored entries start with the
+  -- call's (then its version and policy are the caller's); else found by name (ri nil:
+  -- none, a new record after the stored ones).
+  local key, ri, name, ver, id, raw = s.key, j, false, version, pol, true
+  if s.ents then
+    name = (s.cn or lay_names(s))[j]
+    ri = s.map[name]
+    if ri then
+      local e = s.ents[ri]
+      ver, id = e[2], e[3]
     else
-      return corrupt(key, len .. ' bytes, expected 80')
+      raw = false
+      s.ncnt = s.ncnt + 1
+      ri = s.ncnt
     end
   end
+  s.lv[ri] = i
+  -- The level's state: the stored one, or a fresh one under the caller's policy. same:
+  -- its parameters are the caller's. tu + tl: tokens (units and micro-units in [0, 10^6))
+  -- | the window's count (tl 0); c: the carry over p; (lsec, lns): the last time; du +
+  -- dl: the debt; (fs, fn): the time to fill | the window.
+  local kind, cap, m, p, g, fs, fn, tu, tl, c, lsec, lns, du, dl
+  local same = true
+  if not raw then
+    kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl = pkind, pcap, pm, pp, pg, pfs, pfn, 0,
+      0, sec, ns, 0, 0
+    if kind == 1 then tu = cap else tu = 0 end
+  else
+    tu, tl, c, lsec, lns, du, dl = sunpack(RF, s.raw, 11 + 34 * (ri - 1))
+    -- (strings are interned: a pointer comparison)
+    if id == pol then
+      kind, cap, m, p, g, fs, fn = pkind, pcap, pm, pp, pg, pfs, pfn
+    else
+      same = false
+      kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
+      --@@ policy_check
+    end
+    --@@ state_check
+  end
   if pkind >= 3 then windows() end  -- windows: the caller's rule is kind 3 or 4
+  -- a log's events: a list beside the scope key, named after the level's record
+  if kind == 3 or pkind == 3 then key = s.key .. '#' .. (name or (s.cn or lay_names(s))[j]) end
   -- failover safety (kLuaNodeGuard): KeyPolicy::exhausted(failover time), caller's policy
   @if_spent(raw, lsec, lns)
     ver, kind, cap, m, p, g, fs, fn, tl, c, lsec, lns, du, dl, id, same = version, pkind, pcap,
@@ -220,7 +242,7 @@ for i = 1, n do
   -- windows: a log's events (twin/gateway_windows.hpp)
   local lg
   if kind == 3 then lg, tu = log_load(key, lsec, lns, m, tu, not raw) end
-  local ok, took, denied = 0, 0, false
+  local ok, took = 0, 0
   if decide then
     -- migrate: a state of a newer version is kept; of the same parameters, versioned;
     -- else converted to the caller's policy (key_state.hpp).
@@ -310,28 +332,43 @@ for i = 1, n do
     res[3] = i
     res[k + 1] = ok; res[k + 2] = reason; res[k + 3] = rem; res[k + 4] = retry
     res[k + 6] = ver
-    denied = ok == 0 and string.byte(head, 51 + i) ~= 49
+    denied = ok == 0 and string.byte(head, 53 + i) ~= 49
   elseif op == 114 then
     --@@ refund
   else
     --@@ charge
   end
   --@@ write
+  if denied then break end
 end
+--@@ scopes
+if att then attempt_close(att, res, att.last == 1 or denied, now_ms) end
 return res
 )lua";
 
 namespace detail {
 
-// kGatewayLuaBody with twin/gateway_settle.hpp's refund and charge and
-// twin/gateway_write.hpp's writes in place, macros expanded.
+// kGatewayLuaBody with the Lua of twin/gateway_settle.hpp and twin/gateway_write.hpp in
+// place of its `--@@ name` lines (each line replaced, every one of a shared snippet),
+// macros expanded.
 inline std::string gateway_body() {
   std::string body = kGatewayLuaBody;
   for (const auto& [marker, text] :
-       {std::pair<std::string_view, std::string_view>{"    --@@ refund\n", kGatewayRefundLua},
-        {"    --@@ charge\n", kGatewayChargeLua},
-        {"  --@@ write\n", kGatewayWriteLua}}) {
+       {std::pair<std::string_view, std::string_view>{"--@@ refund\n", kGatewayRefundLua},
+        {"--@@ charge\n", kGatewayChargeLua},
+        {"--@@ write\n", kGatewayWriteLua},
+        {"--@@ scopes\n", kGatewayScopesLua},
+        {"--@@ quick\n", kGatewayQuickLua},
+        {"--@@ read\n", kGatewayReadLua}}) {
     body.replace(body.find(marker), marker.size(), text);
+  }
+  for (const auto& [marker, text] :
+       {std::pair<std::string_view, std::string_view>{"--@@ reset\n", kGatewayResetLua},
+        {"--@@ policy_check\n", kGatewayPolicyCheckLua},
+        {"--@@ state_check\n", kGatewayStateCheckLua}}) {
+    for (std::size_t at = body.find(marker); at != std::string::npos; at = body.find(marker)) {
+      body.replace(at, marker.size(), text.substr(1));
+    }
   }
   return expand_lua(body);
 }

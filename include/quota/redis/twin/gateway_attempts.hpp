@@ -53,9 +53,11 @@ namespace quota::redis {
 
 // The Lua the gateway script runs for op 'a' (with kLuaRecord of twin/common.hpp at
 // `@record`: gateway_attempt_prelude()).
-// KEYS[n + 1]: the attempt key; ARGV[n + 2]: '<i8i8B': the record's TTL (ms), the claim
-// (ms) and whether this call decides the request's last levels (1); ARGV[n + 3]: the
-// fingerprint (no control characters); ARGV[n + 4]: the deadline (caller's ns) or "-".
+// KEYS[nk + 1]: the attempt key, after the call's nk scope keys; ARGV[at] (after the
+// levels' and keys' arguments, twin/gateway.hpp): '<i8i8B': the record's TTL (ms), the
+// claim (ms) and whether this call decides the request's last levels (1); ARGV[at + 1]:
+// the fingerprint (no control characters); ARGV[at + 2]: the deadline (caller's ns) or "-".
+// A call with an attempt takes the general path (its reply is recorded as it is).
 // A record: 'D' (decided) or 'P' (pending), the fingerprint, the deadline, the server ms
 // until which a pending record is claimed (0 for 'D'), the reply (record_text), separated
 // by \31. attempt_open answers from the record (a.reply: {1, deadline, reply} replay,
@@ -75,9 +77,9 @@ end
 local function attempt_record(st, fp, dl, claim, text)
   return st .. '\31' .. fp .. '\31' .. dl .. '\31' .. string.format('%.0f', claim) .. '\31' .. text
 end
-attempt_open = function(n, now_ms)
-  local a = {key = KEYS[n + 1], fp = ARGV[n + 3], dl = ARGV[n + 4]}
-  a.ttl, a.claim, a.last = struct.unpack('<i8i8B', ARGV[n + 2])
+attempt_open = function(nk, at, now_ms)
+  local a = {key = KEYS[nk + 1], fp = ARGV[at + 1], dl = ARGV[at + 2]}
+  a.ttl, a.claim, a.last = struct.unpack('<i8i8B', ARGV[at])
   local prev = redis.call('GET', a.key)
   if not prev then return a end
   local st, fp, dl, claim, rest = string.match(prev, '^([PD])\31(.-)\31(.-)\31(%d+)\31(.*)$')
@@ -150,7 +152,7 @@ struct GatewayAttemptResult {
 };
 
 struct GatewayAttemptTwin {
-  // The attempt's arguments after the policies (ARGV[n + 2 ..]).
+  // The attempt's arguments, after the levels' and keys' (ARGV[at ..]).
   static void append_args(std::vector<std::string>& args, const GatewayAttempt& a,
                           std::int64_t claim_ms, bool last) {
     std::string& packed = args.emplace_back();

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,8 +64,11 @@ inline constexpr TwinRange kGatewayRange{
 static_assert((3 * kGatewayRange.narrow_capacity + 2) * kMicrosPerUnit < kLuaExact);
 static_assert(2 * kGatewayRange.narrow_span_ns <= kMaxFillNs);
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
-// The length of a key's state (twin/gateway.hpp).
-inline constexpr std::size_t kGatewayStateBytes = 80;
+// A scope key's value (twin/gateway.hpp): a 10-byte header, then 34 bytes per record,
+// then per record an entry of 43 bytes plus its name's.
+inline constexpr std::size_t kGatewayHeaderBytes = 10;
+inline constexpr std::size_t kGatewayRecordBytes = 34;
+inline constexpr std::size_t kGatewayEntryBytes = 43;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
 // and the replies decoded. Pure functions: thread-safe.
@@ -202,6 +207,85 @@ struct GatewayTwin {
                                    .reason = static_cast<Reason>(f[1])});
     }
     return out;
+  }
+
+  // A decide reply in either form (twin/gateway.hpp): the general one (parse_decide
+  // above), or the quick path's: the count negative, then per level decided its outcome,
+  // its tokens (micro-units) and carry over the policy's reduced period; the reason,
+  // remaining, retry_after and reset_after derived as TokenBucket::apply does (the
+  // gateway's KeyState arithmetic for a token bucket), the version the caller's.
+  static absl::StatusOr<Decided> parse_decide(const redisReply& r,
+                                              std::span<const gateway::LevelCheck> levels,
+                                              std::uint64_t version) {
+    if (r.type != REDIS_REPLY_ARRAY || r.elements < 3) return parse_decide(r, levels.size());
+    auto count = integer_at(r, 2);
+    if (!count.ok()) return count.status();
+    if (*count >= 0) return parse_decide(r, levels.size());
+    auto sec = integer_at(r, 0);
+    auto ns = integer_at(r, 1);
+    if (!sec.ok()) return sec.status();
+    if (!ns.ok()) return ns.status();
+    const std::size_t n = static_cast<std::size_t>(-*count);
+    if (n > levels.size() || r.elements != 3 + 3 * n || *ns < 0 || *ns >= kNanosPerSecond) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: %d elements for %d quick levels of %d",
+          r.elements, n, levels.size()));
+    }
+    Decided out{.time = Nanos{*sec * kNanosPerSecond + *ns}, .parts = {}};
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t f[3];
+      for (std::size_t k = 0; k < 3; ++k) {
+        auto x = integer_at(r, 3 + 3 * i + k);
+        if (!x.ok()) return x.status();
+        f[k] = *x;
+      }
+      const auto* tb = std::get_if<TokenBucket>(levels[i].policy);
+      if (tb == nullptr) {
+        return absl::UnavailableError(
+            "malformed reply from the gateway script: a quick level that is not a token bucket");
+      }
+      auto d = quick_decision(*tb, std::clamp<std::int64_t>(levels[i].cost, 0, kMaxUnits), f[0],
+                              f[1], f[2]);
+      if (!d.ok()) return d.status();
+      d->version = version;
+      out.parts.push_back(*d);
+    }
+    return out;
+  }
+
+  // One quick level's decision from its outcome `ok`, tokens (micro-units) and carry (over
+  // rate.per / g, g = gcd(rate.units·10^6, rate.per): the twin's reduced period).
+  static absl::StatusOr<Decision> quick_decision(const TokenBucket& tb, std::int64_t cost,
+                                                 std::int64_t ok, std::int64_t tokens,
+                                                 std::int64_t carry) {
+    const MicroUnits cap = to_micro(tb.burst);
+    const std::int64_t per = tb.rate.per.count();
+    const std::int64_t g = tb.rate.units == 0 ? per : std::gcd(to_micro(tb.rate.units), per);
+    const bool fits = cost >= 1 && cost <= tb.burst;
+    if ((ok != 0 && ok != 1) || tokens < gateway::detail::token_floor(cap) || tokens > cap ||
+        carry < 0 || carry >= per / g || (ok == 1 && !fits) ||
+        (ok == 0 && fits && tokens >= to_micro(cost))) {
+      return absl::UnavailableError(absl::StrFormat(
+          "malformed reply from the gateway script: allowed %d, tokens %d, carry %d for cost %d",
+          ok, tokens, carry, cost));
+    }
+    const TokenBucket::State st{.tokens = tokens, .carry = carry * g, .last = 0};
+    const Reason reason = ok == 1    ? Reason::kAllowed
+                          : cost < 1 ? Reason::kInvalidCost
+                          : !fits    ? Reason::kCostExceedsBurst
+                                     : Reason::kOverLimit;
+    Nanos retry{0};
+    if (reason == Reason::kOverLimit) {
+      retry = tb.time_to_reach(st, to_micro(cost));
+    } else if (reason != Reason::kAllowed) {
+      retry = kNever;
+    }
+    return Decision{.allowed = ok == 1,
+                    .remaining = tokens / kMicrosPerUnit,
+                    .retry_after = retry,
+                    .reset_after = tb.reset_after(st),
+                    .version = 0,
+                    .reason = reason};
   }
 
   // The reply of a refund or charge: the micro-units the key holds after it.

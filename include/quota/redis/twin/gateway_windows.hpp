@@ -14,13 +14,14 @@
 // (twin/sliding_window_estimate.hpp, twin/skeleton.hpp), the log's kLuaLogEvents
 // (twin/sliding_log.hpp). Immutable text: thread-safe.
 //
-// Fields, in the gateway state (80 bytes, twin/gateway.hpp) and policy argument (35):
+// Fields, in the gateway's record (34 bytes, twin/gateway.hpp) and policy argument (35):
 //   kind 4, the estimate: tu = cur, c = prev (both <= limit), tl = 0; the policy's m = w
 //     and p = mode of the window grid (twin/fixed_window.hpp's), g = windows per second
 //     (mode 1; 0 in mode 2), (fs, fn) = W, below 2^52 ns;
 //   kind 3, the log: tu = used (the units its events hold), tl = c = 0; m = W ns (at most
-//     9·10^15), p = g = 0, (fs, fn) = W. Its events are a LIST at the level's key ..
-//     '}l' (in the same slot; no valid key ends in '}'), 24-byte events '<ddd' oldest
+//     9·10^15), p = g = 0, (fs, fn) = W. Its events are a LIST at its scope key .. '#'
+//     .. its name .. '}l' (`key` below; in the same slot; no scope key holds '#'), 24-byte
+//     events '<ddd' oldest
 //     first, one per script call that counts units: what one call counts at its time (a
 //     rule change's units, paid debt, the cost) is one event, as events of one time
 //     decide, leave and are refunded alike however they are split.

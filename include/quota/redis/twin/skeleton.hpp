@@ -178,6 +178,15 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "rt\n  @mod(rl, rw, 1000000)\n  rh = m * ((rq - ql) / 1000000) + (rw - rl) / 1000000\nend\n"
      "rl = $3 + rl\nif rl >= 1000000 then rl = rl - 1000000; rh = rh + 1 end\nif $2 + rh >= $5 "
      "then $2 = $5; $3 = 0; $4 = 0 else $2 = $2 + rh; $3 = rl; $4 = rc end"},
+    // The narrow range's refill, on tokens as one number: $2 micro-units (below 2^53, of
+    // any sign) carrying $3 (over p) refilled by $1 ns, below twice the time to fill (so
+    // m·floor($1 / p) is at most twice the capacity's micro-units), at m/p micro-units per
+    // ns, capped at $4 micro-units (then $3 is 0): what @refill gives in limbs. Locals rr,
+    // ry, rc. $2, $3 must be names.
+    {"refill_narrow",
+     "@mod(local rr, $1, p)\nlocal ry = m * rr + $3\n@mod(local rc, ry, p)\n$2 = $2 + m * (($1 - "
+     "rr) "
+     "/ p) + (ry - rc) / p\nif $2 >= $4 then $2 = $4; $3 = 0 else $3 = rc end"},
     // Token bucket refill over an elapsed time of two limbs ($1 s + $2 ns, $2 in (−10^9,
     // 10^9), the sum above 0): tokens $3 units + $4 micro-units carrying $5, capped at $6
     // units; full at once when the time reaches $7 s + $8 ns (a time from which any state
