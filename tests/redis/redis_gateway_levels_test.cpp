@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -214,5 +215,45 @@ TEST_CASE("redis gateway: an attempt is replayed by another process, never charg
     auto r = b.acquire_estimate(req, 3, Nanos{0});  // cost 3, not 1
     CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(b.decide(plain, Nanos{0})->decision.remaining == 7);
+  }
+}
+
+TEST_CASE("redis gateway: an attempt decides shadow levels and levels' own costs as decide does") {
+  // A shadow level over its limit never stops the call, and each level pays its own cost,
+  // with an attempt as without one (the attempt's call carries the same shadow flags).
+  GatewayStore store = make_store("gw-attempt-shadow");
+  const quota::gateway::RulePolicy user = TokenBucket{.rate = kSlow, .burst = 1};
+  const quota::gateway::RulePolicy tenant = TokenBucket{.rate = kSlow, .burst = 10};
+  for (const bool with_attempt : {false, true}) {
+    INFO("with an attempt: " << with_attempt);
+    const char* tenant_id = with_attempt ? "with" : "without";
+    const std::pair<std::string, std::string> keys{std::string("{") + tenant_id + "}read/u-1",
+                                                   std::string("{") + tenant_id + "}read"};
+    const LevelCheck checks[] = {
+        {.policy = &user, .key = keys.first, .shadow = true, .cost = 1},
+        {.policy = &tenant, .key = keys.second, .shadow = false, .cost = 5}};
+    int step = 0;
+    auto run = [&]() -> quota::gateway::LevelsResult {
+      if (!with_attempt) {
+        auto r = store.decide(checks, 1, Nanos{0});
+        REQUIRE(r.ok());
+        return *r;
+      }
+      const std::string id = "a-" + std::to_string(++step);
+      const quota::redis::GatewayAttempt attempt{
+          .tenant_key = keys.second, .id = id, .fingerprint = id, .deadline = {}, .ttl = 60s};
+      auto r = store.decide_attempt(checks, 1, Nanos{0}, attempt);
+      REQUIRE(r.ok());
+      return r->levels;
+    };
+    const auto first = run();  // the user's one unit spent, 5 of the tenant's
+    REQUIRE(first.parts.size() == 2);
+    CHECK(first.parts[0].allowed);
+    CHECK(first.parts[1].remaining == 5);
+    const auto second = run();  // the shadow user level denies; the tenant still decides
+    REQUIRE(second.parts.size() == 2);
+    CHECK_FALSE(second.parts[0].allowed);
+    CHECK(second.parts[1].allowed);
+    CHECK(second.parts[1].remaining == 0);
   }
 }

@@ -304,7 +304,7 @@ class GatewayStore {
     detail::pack_le(head, spent_ns, 4);
     detail::pack_le(head, static_cast<std::int64_t>(levels.size()), 1);
     detail::pack_le(head, static_cast<std::int64_t>(call.keys.size()), 1);
-    if (op == 'd') {
+    if (op == 'd' || op == 'a') {
       for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
     }
     // Each level's own units, only when they differ (the script reads them per level).
