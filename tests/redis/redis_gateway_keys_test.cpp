@@ -215,8 +215,8 @@ TEST_CASE("redis gateway: a key takes fewer bytes than as doubles (MEMORY USAGE)
 
 TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time plus the margin") {
   // The twin keeps a key's TTL while the expiry it set last still covers the idle time +
-  // margin (the state overwritten in place: SETRANGE, the value a raw string of 80 bytes,
-  // MEMORY USAGE that of the same value written new), and sets one margin more when a
+  // margin (the state overwritten in place: SETRANGE, the value a raw string of its header, record
+  // and entry, MEMORY USAGE that of the same value written new), and sets one margin more when a
   // busy key's fell short.
   GatewayStore store = make_store("gw-ttl-kept");
   const quota::gateway::RulePolicy tb =
@@ -258,4 +258,32 @@ TEST_CASE("redis gateway: a busy key's TTL is kept, never below its idle time pl
     last_pttl = pttl;
   }
   CHECK(kept > 0);
+}
+
+TEST_CASE("redis gateway: a scope key holds at most 255 records, the bound named") {
+  GatewayStore store = make_store("gw-scope-full");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = kSlow, .burst = 10};
+  for (int i = 0; i < 255; ++i) {
+    const std::string key = "{acme}#l" + std::to_string(i);
+    const LevelCheck level[] = {{.policy = &tb, .key = key, .shadow = false}};
+    REQUIRE(store.decide(with_cost(level, 1), 1, Nanos{0}).ok());
+  }
+  auto scope = store.redis_key("{acme}#l0");
+  REQUIRE(scope.ok());
+  auto value = [&] {
+    auto r = admin({"GET", *scope});
+    return std::string(r->str, r->len);
+  };
+  const std::string before = value();
+  const LevelCheck one_more[] = {{.policy = &tb, .key = "{acme}#l255", .shadow = false}};
+  auto d = store.decide(with_cost(one_more, 1), 1, Nanos{0});
+  CHECK(d.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(d.status().message().find("QUOTA_SCOPE_FULL") != std::string::npos);
+  CHECK(d.status().message().find("at most 255") != std::string::npos);
+  // nothing written; the records there still decide
+  CHECK(value() == before);
+  const LevelCheck first[] = {{.policy = &tb, .key = "{acme}#l0", .shadow = false}};
+  auto again = store.decide(with_cost(first, 1), 1, Nanos{0});
+  REQUIRE(again.ok());
+  CHECK(again->parts[0].remaining == 8);
 }

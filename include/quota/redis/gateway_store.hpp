@@ -273,6 +273,14 @@ class GatewayStore {
       auto scope = scope_key(options_.prefix, level.key);
       if (!scope.ok()) return scope.status();
       auto at = std::find(call.keys.begin(), call.keys.end(), scope->first);
+      for (std::size_t j = 0; at != call.keys.end() && j < names.size(); ++j) {
+        if (static_cast<unsigned char>(kmap[j]) == at - call.keys.begin() + 1 &&
+            names[j] == scope->second) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("levels %d and %d of one call are one record (\"%s\" of %s)", j,
+                              names.size(), detail::av(scope->second), scope->first));
+        }
+      }
       if (at == call.keys.end()) {
         call.keys.push_back(std::move(scope->first));
         layouts.emplace_back();

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <iterator>
+#include <random>
 #include <vector>
 
 #include "quota/policy/fixed_window.hpp"
@@ -41,6 +44,18 @@ inline std::vector<SlidingWindowEstimate> policy_variants() {
 template <>
 inline std::vector<SlidingLog> policy_variants() {
   return window_policy_variants<SlidingLog>();
+}
+
+// A random token bucket for the twins' reply tests: up to 10^6 units per one of a few
+// periods (1 ns to a day, primes among them), a burst in [1, max_burst]; three draws of
+// `rng`. Not checked against any store's range (the caller does).
+inline TokenBucket random_token_bucket(std::mt19937_64& rng, std::int64_t max_burst) {
+  const std::int64_t periods[] = {1, 7, 1'000, 999'983, 1'000'000'007, 86'400'000'000'000};
+  TokenBucket tb{.rate = {.units = static_cast<std::int64_t>(rng() % 1'000'000), .per = {}},
+                 .burst = 0};
+  tb.rate.per = Nanos{periods[rng() % std::size(periods)]};
+  tb.burst = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(max_burst));
+  return tb;
 }
 
 }  // namespace quota::testing

@@ -130,12 +130,8 @@ if #head < cpos then cpos = nil end
 -- level i's scope key: KEYS[string.byte(kmap, i)]
 local kmap = ARGV[2 + n]
 
-
 -- The scope keys, read at once (MGET answers nil also for a key of another type, so each
--- nil is looked at again). S[k]: key k's scope: its stored value (raw), records (cnt),
--- the expiry as last set (exp: server ms; 0 none or unknown), where its entries start
--- (toff); ents and map when the general path reads it; j the levels of it met so far,
--- lv[r] the level of record r.
+-- nil is looked at again by the general path, kGatewayReadLua).
 local raws
 if nk > 1 then raws = redis.call('MGET', unpack(KEYS, 1, nk)) else raws = {redis.pcall('GET', KEYS[1])} end
 local res
@@ -185,6 +181,7 @@ for i = 1, n do
       raw = false
       s.ncnt = s.ncnt + 1
       ri = s.ncnt
+      s.map[name] = ri
     end
   end
   s.lv[ri] = i

@@ -101,14 +101,8 @@ if decide and not fsec and not att then
     local k = 3 * i
     res[3] = -i
     res[k + 1], res[k + 2], res[k + 3] = ok, t, c
-    -- the TTL it needs (ms from now; false: none): at most 2 ms past its time to full
-    local need = false
-    if t >= capm then
-      need = 0
-    elseif m > 0 then
-      local x = (lsec - sec) * 1000000000 + lns - ns + ((capm - t) * p - c) / m
-      need = (x - x % 1000000) / 1000000 + 2
-    end
+    -- the TTL it needs (ms from now; false: none)
+    @ttl_bound(local need, t, c, capm)
     @mod(tl, t, 1000000)
     tu = (t - tl) / M6
     R[i], R[n + i], R[2 * n + i] = spack(RF, tu, tl, c, lsec, lns, 0, 0), took, need
@@ -124,14 +118,8 @@ if decide and not fsec and not att then
         local _, cap, m, p = sunpack('<BI5I7I7', ARGV[1 + i])
         tu = tu + took
         R[i] = spack(RF, tu, tl, c, lsec, lns, 0, 0)
-        local t, capm, need = tu * M6 + tl, cap * M6, false
-        if t >= capm then
-          need = 0
-        elseif m > 0 then
-          local x = (lsec - sec) * 1000000000 + lns - ns + ((capm - t) * p - c) / m
-          need = (x - x % 1000000) / 1000000 + 2
-        end
-        R[2 * n + i] = need
+        local t, capm = tu * M6 + tl, cap * M6
+        @ttl_bound(R[2 * n + i], t, c, capm)
       end
     end
   end
@@ -199,7 +187,6 @@ if decide and not fsec and not att then
       end
     end
     for k = 3 * last + 4, 6 * n + 3 do res[k] = nil end
-    if att then attempt_close(att, res, att.last == 1 or denied, now_ms) end
     return res
   end
 end

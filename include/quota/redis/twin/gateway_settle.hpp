@@ -12,8 +12,8 @@
 // (detail::gateway_body), on the loop's locals (the state's fields, units, has_spent and
 // the spent time ssec, sns). Immutable text: thread-safe.
 //
-//   // EVALSHA <kGatewayLua> 1 "quota:gw:{acme}read" <head: op 'r', units 3, spent at t>
-//   //   <policy> → {time s, time ns, micro-units given back}
+//   // EVALSHA <kGatewayLua> 1 "quota:gw:{acme}read" <head: op 'r', units 3, spent at t,
+//   //   1 level, 1 key> <policy> "\1" <layout> → {time s, time ns, micro-units given back}
 #pragma once
 
 namespace quota::redis {

@@ -20,7 +20,7 @@
 //     (mode 1; 0 in mode 2), (fs, fn) = W, below 2^52 ns;
 //   kind 3, the log: tu = used (the units its events hold), tl = c = 0; m = W ns (at most
 //     9·10^15), p = g = 0, (fs, fn) = W. Its events are a LIST at its scope key .. '#'
-//     .. its name .. '}l' (`key` below; in the same slot; no scope key holds '#'), 24-byte
+//     .. its name .. '}l' (`key` below; in the same slot), 24-byte
 //     events '<ddd' oldest
 //     first, one per script call that counts units: what one call counts at its time (a
 //     rule change's units, paid debt, the cost) is one event, as events of one time

@@ -18,7 +18,8 @@
 // the header and the records, or SET KEEPTTL) while the expiry as last set covers it with
 // 10 ms to spare, else set, one margin more for a busy key, never below what it was;
 // with the caller's time it is set on every write. Nothing is written before every key
-// of the call is decided and checked: a record found out of range writes nothing. A
+// of the call is decided and checked (a record found out of range writes nothing), but
+// for a sliding log's refund, which rewrites its list at once (log_take_back). A
 // sliding log's list follows its key's TTL (its own plus 1 ms), also when another record
 // of the key sets it.
 #pragma once
@@ -60,6 +61,9 @@ local function lay_names(s)
   s.cn = cn
   return cn
 end
+-- S[k]: key k's scope: its stored value (raw), records (cnt), the expiry as last set (exp:
+-- server ms; 0 none or unknown), where its entries start (toff); ents and map when the
+-- general path reads it; j the levels of it met so far, lv[r] the level of record r.
 local S = {}
 for k = 1, nk do
   local key = KEYS[k]

@@ -187,6 +187,15 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "@mod(local rr, $1, p)\nlocal ry = m * rr + $3\n@mod(local rc, ry, p)\n$2 = $2 + m * (($1 - "
      "rr) "
      "/ p) + (ry - rc) / p\nif $2 >= $4 then $2 = $4; $3 = 0 else $3 = rc end"},
+    // The gateway quick path's TTL need, ms from now, of a narrow token bucket whose last
+    // time is (lsec, lns) holding $2 micro-units carrying $3 (over p), capacity $4
+    // micro-units, at m/p per ns: its time to full bounded from above with one floating
+    // division (its error a few ns; at most 2 ms past the exact ceil) plus the time from
+    // now (sec, ns) to its last time; false (no TTL) when it never fills (m 0). Local x.
+    {"ttl_bound",
+     "$1 = false\nif $2 >= $4 then\n  $1 = 0\nelseif m > 0 then\n  local x = (lsec - sec) * "
+     "1000000000 + lns - ns + ((($4) - ($2)) * p - $3) / m\n  $1 = (x - x % 1000000) / 1000000 + "
+     "2\nend"},
     // Token bucket refill over an elapsed time of two limbs ($1 s + $2 ns, $2 in (−10^9,
     // 10^9), the sum above 0): tokens $3 units + $4 micro-units carrying $5, capped at $6
     // units; full at once when the time reaches $7 s + $8 ns (a time from which any state
