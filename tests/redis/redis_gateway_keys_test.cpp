@@ -287,3 +287,21 @@ TEST_CASE("redis gateway: a scope key holds at most 255 records, the bound named
   REQUIRE(again.ok());
   CHECK(again->parts[0].remaining == 8);
 }
+
+TEST_CASE("redis gateway: two levels of one call that are one record are InvalidArgument") {
+  GatewayStore store = make_store("gw-one-record");
+  const quota::gateway::RulePolicy tb = TokenBucket{.rate = kSlow, .burst = 10};
+  // the same key twice, and two keys of one record ("{acme}read" is record "" of its
+  // scope, as "{acme}read#" is)
+  for (const char* second : {"{acme}read", "{acme}read#"}) {
+    const LevelCheck levels[] = {{.policy = &tb, .key = "{acme}read", .shadow = false},
+                                 {.policy = &tb, .key = second, .shadow = false}};
+    auto d = store.decide(with_cost(levels, 1), 1, Nanos{0});
+    CHECK(d.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(d.status().message().find("one record") != std::string::npos);
+  }
+  const LevelCheck one[] = {{.policy = &tb, .key = "{acme}read", .shadow = false}};
+  auto d = store.decide(with_cost(one, 1), 1, Nanos{0});
+  REQUIRE(d.ok());
+  CHECK(d->parts[0].remaining == 9);  // nothing was deducted before
+}
