@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "quota/decision.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"
@@ -57,5 +58,25 @@ inline TokenBucket random_token_bucket(std::mt19937_64& rng, std::int64_t max_bu
   tb.burst = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(max_burst));
   return tb;
 }
+
+// A random cost for a bucket of `burst`: in [1, burst], one time in 10 an invalid one (-1
+// to 1), one in 10 above the burst; three draws of `rng`.
+inline std::int64_t random_cost(std::mt19937_64& rng, std::int64_t burst) {
+  std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(burst));
+  if (rng() % 10 == 0) cost = static_cast<std::int64_t>(rng() % 3) - 1;
+  if (rng() % 10 == 0) cost = burst + 1 + static_cast<std::int64_t>(rng() % 5);
+  return cost;
+}
+
+// The outcomes a property test met: allowed, over the limit with a retry, never
+// retryable (each should be common, or the test proves little).
+struct OutcomeTally {
+  int allowed = 0, over = 0, never = 0;
+  void add(const Decision& d) {
+    allowed += d.reason == Reason::kAllowed;
+    over += d.reason == Reason::kOverLimit && d.retry_after != kNever;
+    never += d.retry_after == kNever;
+  }
+};
 
 }  // namespace quota::testing
