@@ -30,9 +30,9 @@ inline constexpr const char* kNoopLua = "return 1";
 // The floor of a script that keeps one fixed-size state per limit: reads the states and
 // writes ARGV[1] over each in place (SETRANGE, TTL kept). ARGV[2]: '0' one state per key
 // (GET, or MGET for several keys), I/O only; '1' the same with each state unpacked and
-// packed in an 80-byte format (the gateway's per-limit state before one key per scope), what struct
-// costs per state; '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one
-// SETRANGE), each unpacked and packed: what one key per scope would cost; '3' the same with a
+// packed as an 80-byte state of ten fields and a 35-byte policy, what struct costs per
+// state; '2' ARGV[3] states of that format in ONE key (KEYS[1], one GET and one SETRANGE),
+// each unpacked and packed: one key per scope with such states; '3' the same with a
 // compact record per limit (4 fields, 23 bytes '<i7I7I5I4': tokens, carry, last s, last ns) after
 // one 7-byte header (the rule-set version, '<I7'): the least a state per limit can be;
 // '5' as '3' with each record's 42-byte identity (ARGV[4]; after the records) unpacked
