@@ -37,14 +37,10 @@
 //                  the general path)
 //   sketch 1lim/3lim  the hot path of one key per scope, sketched (kScopeSketchLua: the
 //                  same three token buckets as compact records of one key; not a twin)
-//   floor ...      what any layout of the states must spend (kFloorLua): one or three
-//                  80-byte states read and written in place, without ("1key", "3keys")
-//                  and with ("+pack") the gateway's struct unpack and pack of each,
-//                  three states in one key ("1key/3rec+pack"), one or three compact
-//                  4-field records in one key ("1key/1rec compact", "1key/3rec compact"),
-//                  the same each with a 42-byte identity compared ("1key/1rec+id",
-//                  "1key/3rec+id"), and one hash with a field per limit ("hash/1field",
-//                  "hash/3fields": HMGET, HSET)
+//   floor ...      what a layout of the states must spend (kFloorLua, its modes): 80-byte
+//                  states, one per key, read and written ("1key", "3keys"), unpacked and
+//                  packed ("+pack"), three in one key ("1key/3rec+pack"); compact records
+//                  in one key ("1key/…compact"), each with its identity ("+id"); a hash
 // The target it checks is issue 5's "decisions per Redis core with batches of 16 ≥ 2×
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
@@ -385,32 +381,28 @@ int main(int argc, char** argv) {
   // Compact records (mode '3'): a 7-byte header and 23 bytes per limit.
   const std::string compact1(7 + 23, 'x');
   const std::string compact3(7 + 3 * 23, 'x');
-  // `records`: the states in one key (modes '2' and '3': key 9, 10 for 1 compact
-  // record, 11 for 3).
+  // Modes '2' to '5' keep `records` states in one key: 9 (80-byte), 10 and 11 (compact,
+  // 1 and 3), 12 (a hash), 13 and 14 (compact with identities, 1 and 3).
   auto hash_field = [](int j) { return "lim" + std::to_string(j) + "|" + std::string(35, 'p'); };
   auto floor_call = [&](std::uint64_t x, int keys, const char* mode, int records = 3) -> bool {
     const std::string nkeys = std::to_string(keys);
-    const bool one_key = mode[0] == '2' || mode[0] == '3' || mode[0] == '4' || mode[0] == '5';
+    const bool one_key = mode[0] >= '2';
     const int shared = mode[0] == '5'   ? (records == 1 ? 13 : 14)
                        : mode[0] == '4' ? 12
                        : mode[0] == '3' ? (records == 1 ? 10 : 11)
                                         : 9;
     std::vector<std::string> names;
-    for (int j = 0; j < keys; ++j)
-      names.push_back(one_key ? floor_key(x, shared) : floor_key(x, j));
+    for (int j = 0; j < keys; ++j) names.push_back(floor_key(x, one_key ? shared : j));
     std::vector<std::string_view> argv{"EVALSHA", floor_sha, nkeys};
     for (const std::string& k : names) argv.push_back(k);
     argv.push_back(state80);
     argv.push_back(mode);
     const std::string nrecords = std::to_string(records);
-    if (one_key || mode[0] == '4') argv.push_back(nrecords);
-    std::vector<std::string> fields;
+    if (one_key) argv.push_back(nrecords);
+    std::vector<std::string> fields;  // mode '5': the identity; '4': the hash's fields
     if (mode[0] == '5') fields.push_back(std::string(42, 'i'));
-    if (mode[0] == '5') argv.push_back(fields.back());
-    if (mode[0] == '4') {
-      for (int j = 0; j < records; ++j) fields.push_back(hash_field(j));
-      for (const std::string& f : fields) argv.push_back(f);
-    }
+    for (int j = 0; mode[0] == '4' && j < records; ++j) fields.push_back(hash_field(j));
+    for (const std::string& f : fields) argv.push_back(f);
     auto r = conn.command(argv);
     return r.ok() && (*r)->type == REDIS_REPLY_INTEGER;
   };
