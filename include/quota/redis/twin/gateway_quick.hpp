@@ -139,21 +139,7 @@ if decide and not fsec and not att then
     local b = 7 * k
     local exp, j, need = Q[b - 4], Q[b - 3], Q[b - 2]
     if j > 0 then
-      local put = false
-      if need then
-        need = need + margin
-        if now_ms then
-          if exp >= now_ms + need + 10 then
-            put = true
-          else
-            put = need
-            if exp >= now_ms + need - margin then put = need + margin end
-            if exp - now_ms > put then put = exp - now_ms end
-          end
-        else
-          put = need
-        end
-      end
+      @ttl_put(local put, need, exp, true)
       if put ~= true and j < Q[b - 5] then quick = false; break end
       Q[b] = put
     end

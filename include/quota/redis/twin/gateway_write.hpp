@@ -221,23 +221,7 @@ for k = 1, nk do
         end
       end
     end
-    local put = false
-    if need then
-      need = need + margin
-      if now_ms then
-        local e = s.exp
-        if e >= now_ms + need + 10 and not logs then
-          put = true
-        else
-          put = need
-          if e >= now_ms + need - margin then put = need + margin end
-          -- (never below what it was: it covers the records not decided now)
-          if e - now_ms > put then put = e - now_ms end
-        end
-      else
-        put = need
-      end
-    end
+    @ttl_put(local put, need, s.exp, not logs)
     local e = 0
     if put == true then e = s.exp elseif put and now_ms then e = now_ms + put end
     local recs, v = {}

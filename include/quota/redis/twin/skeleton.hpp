@@ -196,6 +196,17 @@ inline constexpr LuaMacro kLuaMacros[] = {
      "$1 = false\nif $2 >= $4 then\n  $1 = 0\nelseif m > 0 then\n  local x = (lsec - sec) * "
      "1000000000 + lns - ns + ((($4) - ($2)) * p - $3) / m\n  $1 = (x - x % 1000000) / 1000000 + "
      "2\nend"},
+    // The gateway's TTL to put on a scope key whose records need $2 ms from now (false:
+    // none) and whose expiry as last set is $3 (server ms; 0 none or unknown): $1 true to
+    // keep it (it covers the need plus the margin with 10 ms to spare, and $4), else the
+    // ms to set (one margin more for a busy key; never below what it was: it covers the
+    // records not decided now), false for none; with the caller's time (no now_ms) the
+    // need plus the margin. Reads margin, now_ms; adds the margin to $2.
+    {"ttl_put",
+     "$1 = false\nif $2 then\n  $2 = $2 + margin\n  if now_ms then\n    if $3 >= now_ms + $2 + 10 "
+     "and $4 then\n      $1 = true\n    else\n      $1 = $2\n      if $3 >= now_ms + $2 - margin "
+     "then $1 = $2 + margin end\n      if $3 - now_ms > $1 then $1 = $3 - now_ms end\n    "
+     "end\n  else\n    $1 = $2\n  end\nend"},
     // Token bucket refill over an elapsed time of two limbs ($1 s + $2 ns, $2 in (−10^9,
     // 10^9), the sum above 0): tokens $3 units + $4 micro-units carrying $5, capped at $6
     // units; full at once when the time reaches $7 s + $8 ns (a time from which any state
