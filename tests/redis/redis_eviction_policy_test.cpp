@@ -1,11 +1,17 @@
-// Eviction safety (handshake.hpp): every connect reads maxmemory-policy. Against servers
-// the test starts: allkeys-lru and volatile-lru are refused with kFailedPrecondition
-// naming the policy, and nothing is written; noeviction decides; EvictionPolicyCheck::
-// kAllow decides and counts; where CONFIG is renamed away or not permitted to the ACL
-// user, the store says so once (HandshakeStats) and decides.
+// Eviction safety (handshake.hpp): every connect reads maxmemory-policy, and a live pool
+// reads it again once per ConnectionConfig::eviction_recheck (1 s). Against servers the
+// test starts: allkeys-lru and volatile-lru are refused with kFailedPrecondition naming
+// the policy, and nothing is written; noeviction decides; a `CONFIG SET maxmemory-policy
+// volatile-lru` on a live server is refused within the recheck interval on every
+// connection and store of the pool, until noeviction is set again; EvictionPolicyCheck::
+// kAllow decides and counts, before and after such a change; where CONFIG is renamed
+// away or not permitted to the ACL user, the store says so once (HandshakeStats) and
+// decides.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -107,6 +113,104 @@ TEST_CASE("noeviction is accepted") {
   CHECK(pool->handshake_stats().connects.load() >= 1);
   CHECK(pool->handshake_stats().evicting.load() == 0);
   CHECK(pool->handshake_stats().policy_unread.load() == 0);
+}
+
+// Decisions over `store` (a drained bucket: each a deny) every 20 ms from the moment of
+// `changed` until one is refused, at most `limit` after it; the time of the refusal from
+// `changed`, or nullopt when none was refused. Every decision before it is a deny.
+template <typename Decide>
+std::optional<std::chrono::milliseconds> refused_after(
+    Decide decide, std::chrono::steady_clock::time_point changed, std::chrono::milliseconds limit) {
+  while (std::chrono::steady_clock::now() - changed < limit) {
+    absl::StatusOr<bool> allowed = decide();
+    if (!allowed.ok()) {
+      INFO(allowed.status().ToString());
+      CHECK(allowed.status().code() == absl::StatusCode::kFailedPrecondition);
+      CHECK(allowed.status().message().find("maxmemory-policy volatile-lru") !=
+            absl::string_view::npos);
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - changed);
+    }
+    CHECK_FALSE(*allowed);  // drained: a deny, never a fresh burst
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+TEST_CASE("a policy set to evict on a live server is refused within eviction_recheck") {
+  ConfiguredServer server("evict-live", {"maxmemory 64mb", "maxmemory-policy noeviction"});
+  REQUIRE(server.started());
+  auto pool = std::make_shared<ConnectionPool>(config(server.port()), 3);
+  REQUIRE(pool->config().eviction_recheck == std::chrono::seconds(1));
+  auto store = store_on(pool, "evict-live");
+  quota::redis::GatewayStore gw_store(
+      {.pool = pool, .prefix = quota::testing::unique_prefix("evict-live-gw")});
+  quota::gateway::RuleRegistry registry(
+      quota::testing::build(quota::testing::levels_spec(1, kPolicy)));
+  quota::gateway::Gateway gw(gw_store, registry);
+  auto decide_store = [&]() -> absl::StatusOr<bool> {
+    auto d = store.apply(kPolicy, "{acme}read", Nanos{0}, 1);
+    if (!d.ok()) return d.status();
+    return d->allowed;
+  };
+  auto decide_gateway = [&]() -> absl::StatusOr<bool> {
+    auto r = gw.decide({.who = {.tenant = "acme", .plan = "free"}, .route = "read"}, Nanos{0});
+    if (!r.ok()) return r.status();
+    return r->decision.allowed;
+  };
+  expect_decides(store);  // the bucket drained: 2 admitted, then denied
+  for (int i = 0; i < 3; ++i) {
+    auto r = decide_gateway();
+    REQUIRE(r.ok());
+    CHECK(*r == (i < 2));
+  }
+  quota::redis::Connection admin(config(server.port(), EvictionPolicyCheck::kSkip));
+  REQUIRE(admin.command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}).ok());
+  const auto changed = std::chrono::steady_clock::now();
+  // The bound: one recheck interval, plus the 20 ms between two decisions and slack for
+  // a loaded machine.
+  const auto bound = std::chrono::milliseconds(1000 + 20 + 300);
+  auto at = refused_after(decide_store, changed, bound);
+  REQUIRE(at.has_value());
+  INFO("refused " << at->count() << " ms after CONFIG SET");
+  CHECK(*at <= bound);
+  CHECK(pool->handshake_stats().recheck_refusals.load() >= 1);
+  // Every later call, on every connection and through either store, is refused.
+  for (int i = 0; i < 6; ++i) {
+    auto a = decide_store();
+    auto b = decide_gateway();
+    REQUIRE_FALSE(a.ok());
+    REQUIRE_FALSE(b.ok());
+    CHECK(a.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(b.status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  // Fixed on the server: the next calls decide again, the bucket still drained.
+  REQUIRE(admin.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}).ok());
+  auto d = decide_store();
+  INFO(d.status().ToString());
+  REQUIRE(d.ok());
+  CHECK_FALSE(*d);
+}
+
+TEST_CASE("kAllow: a policy set to evict on a live server is not re-read; decisions go on") {
+  ConfiguredServer server("evict-live-allow", {"maxmemory 64mb", "maxmemory-policy noeviction"});
+  REQUIRE(server.started());
+  auto pool =
+      std::make_shared<ConnectionPool>(config(server.port(), EvictionPolicyCheck::kAllow), 2);
+  auto store = store_on(pool, "evict-live-allow");
+  expect_decides(store);
+  quota::redis::Connection admin(config(server.port(), EvictionPolicyCheck::kSkip));
+  REQUIRE(admin.command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}).ok());
+  const auto changed = std::chrono::steady_clock::now();
+  auto at = refused_after(
+      [&]() -> absl::StatusOr<bool> {
+        auto d = store.apply(kPolicy, "{acme}read", Nanos{0}, 1);
+        if (!d.ok()) return d.status();
+        return d->allowed;
+      },
+      changed, 2000ms);
+  CHECK_FALSE(at.has_value());
+  CHECK(pool->handshake_stats().rechecks.load() == 0);
 }
 
 TEST_CASE("EvictionPolicyCheck::kAllow decides over an evicting policy, counted and warned once") {

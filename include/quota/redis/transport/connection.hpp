@@ -16,6 +16,9 @@
 // After each connect, one pipelined handshake authenticates (AUTH), confirms the primary
 // (ROLE, with an AddressResolver) and reads maxmemory-policy (handshake.hpp); its
 // failures are kUnauthenticated, kFailedPrecondition (an evicting policy) or kUnavailable.
+// On a live connection the policy is read again before a call once every
+// ConnectionConfig::eviction_recheck per pool (handshake.hpp): an evicting one is the
+// same kFailedPrecondition.
 //
 // Error replies (`-BUSY ...`, `-LOADING ...`, `-NOSCRIPT ...`) are replies, not
 // transport failures: `command` returns them and `error_status(reply)` (reply.hpp) maps
@@ -71,6 +74,9 @@ class Connection {
   explicit Connection(ConnectionConfig config) : config_(std::move(config)) {
     if (config_.handshake_stats == nullptr) {
       config_.handshake_stats = std::make_shared<HandshakeStats>();
+    }
+    if (config_.policy_recheck == nullptr) {
+      config_.policy_recheck = std::make_shared<PolicyRecheck>();
     }
   }
 
@@ -215,7 +221,13 @@ class Connection {
   // Connects unless connected, within the time left. A deadline that passed before
   // the connect is an error of this call only: the connection state is unchanged.
   absl::Status ensure_connected(const Deadline& deadline) {
-    if (ctx_ != nullptr) return absl::OkStatus();
+    if (ctx_ != nullptr) {
+      if (config_.eviction_check != EvictionPolicyCheck::kRefuse) return absl::OkStatus();
+      if (config_.policy_recheck->epoch.load(std::memory_order_acquire) == epoch_) {
+        return recheck_policy(deadline);
+      }
+      ctx_.reset();  // another connection found an evicting policy: the handshake reads it
+    }
     if (deadline.expired()) return deadline.error("connect", where(), "no time left to connect");
     at_ = Endpoint{config_.host, config_.port};
     if (config_.resolver != nullptr) {
@@ -260,7 +272,11 @@ class Connection {
     const bool role = config_.resolver != nullptr;
     if (role) cmds.push_back({"ROLE"});
     const bool policy = config_.eviction_check != EvictionPolicyCheck::kSkip;
-    if (policy) cmds.push_back({"CONFIG", "GET", "maxmemory-policy"});
+    if (policy) {
+      cmds.push_back({"CONFIG", "GET", "maxmemory-policy"});
+      epoch_ = config_.policy_recheck->epoch.load(std::memory_order_acquire);
+      config_.policy_recheck->read_at.store(steady_ns(), std::memory_order_relaxed);
+    }
     const bool watch = config_.node_watch != nullptr;
     if (watch) {
       cmds.push_back({"INFO", "server", "replication"});
@@ -318,16 +334,60 @@ class Connection {
     return absl::OkStatus();
   }
 
-  // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check.
+  // The reply to CONFIG GET maxmemory-policy, against config_.eviction_check. An evicting
+  // policy refused drops this connection and raises the pool's epoch (every other
+  // connection connects again); a policy that cannot be read is not read again on this
+  // connection.
   absl::Status check_policy(const redisReply& r) {
     const bool read =
         r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[1]->type == REDIS_REPLY_STRING;
+    policy_readable_ = read;
     absl::Status s = detail::eviction_policy_status(
         read ? std::optional<std::string_view>(reply_string(*r.element[1])) : std::nullopt,
         r.type == REDIS_REPLY_ERROR ? reply_string(r) : std::string_view("no value"),
         config_.eviction_check, *config_.handshake_stats, where());
-    if (!s.ok()) ctx_.reset();
+    if (!s.ok()) {
+      ctx_.reset();
+      config_.policy_recheck->epoch.fetch_add(1, std::memory_order_acq_rel);
+    }
     return s;
+  }
+
+  // On a live connection, with kRefuse: reads maxmemory-policy again, in a round trip of
+  // its own within `deadline`, when ConnectionConfig::eviction_recheck has passed since
+  // the pool's last read and no other connection of the pool has claimed this read
+  // (handshake.hpp). OK when not due, or when the policy does not evict.
+  absl::Status recheck_policy(const Deadline& deadline) {
+    const std::int64_t every =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(config_.eviction_recheck).count();
+    if (every <= 0 || !policy_readable_) return absl::OkStatus();
+    PolicyRecheck& recheck = *config_.policy_recheck;
+    const std::int64_t now = steady_ns();
+    std::int64_t last = recheck.read_at.load(std::memory_order_relaxed);
+    if (now - last < every) return absl::OkStatus();
+    if (!recheck.read_at.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+      return absl::OkStatus();  // another connection reads it now
+    }
+    config_.handshake_stats->rechecks.fetch_add(1, std::memory_order_relaxed);
+    if (deadline.expired()) return deadline.error("send", where(), "no time left to send");
+    static constexpr std::string_view kGet[] = {"CONFIG", "GET", "maxmemory-policy"};
+    const char* argv[] = {kGet[0].data(), kGet[1].data(), kGet[2].data()};
+    const std::size_t lens[] = {kGet[0].size(), kGet[1].size(), kGet[2].size()};
+    if (redisAppendCommandArgv(ctx_.get(), 3, argv, lens) != REDIS_OK) {
+      return fail("command", deadline);
+    }
+    if (auto s = flush(deadline); !s.ok()) return s;
+    auto reply = read_reply(deadline);
+    if (!reply.ok()) return reply.status();
+    absl::Status s = check_policy(**reply);
+    if (!s.ok()) config_.handshake_stats->recheck_refusals.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+
+  static std::int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
 
   // With a resolver: a READONLY reply says the server was demoted to a replica.
@@ -401,6 +461,8 @@ class Connection {
   Endpoint at_{config_.host, config_.port};  // where ctx_ is (or was last) connected
   std::unique_ptr<redisContext, ContextDeleter> ctx_;
   Outcome outcome_ = Outcome::kNone;
+  std::uint64_t epoch_ = 0;       // the pool's PolicyRecheck::epoch at this connect
+  bool policy_readable_ = false;  // maxmemory-policy was read at this connect
 };
 
 }  // namespace quota::redis

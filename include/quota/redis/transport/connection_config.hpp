@@ -6,8 +6,8 @@
 // identity and TIME (node_watch.hpp).
 //
 // A plain value. The shared parts (handshake_stats, node_watch) are filled in by the
-// ConnectionPool when null, so that the connections of one pool count and watch
-// together. Thread safety: a value; what its shared pointers point to is thread-safe.
+// ConnectionPool when null (policy_recheck always), so that the connections of one pool count and
+// watch together. Thread safety: a value; what its shared pointers point to is thread-safe.
 //
 //   quota::redis::ConnectionConfig config{.host = "10.0.0.5", .port = 6380};
 //   config.password = "secret";  // AUTH on every connect
@@ -44,6 +44,10 @@ struct ConnectionConfig {
   // What to do when the server's maxmemory-policy evicts keys (anything but
   // `noeviction`): see EvictionPolicyCheck.
   EvictionPolicyCheck eviction_check = EvictionPolicyCheck::kRefuse;
+  // With kRefuse, how long a live pool goes without reading maxmemory-policy again
+  // (handshake.hpp): one CONFIG GET per pool per interval, on the connection whose call
+  // finds it due, before that call. 0: read at connect only.
+  std::chrono::microseconds eviction_recheck = std::chrono::seconds(1);
   // When set, the address is asked of it on every connect instead of host/port, the
   // server must say ROLE master, and a failed connection, a timeout or a READONLY reply
   // tells it that the address is stale (sentinel.hpp). host/port then only name the
@@ -56,6 +60,9 @@ struct ConnectionConfig {
   // one ConnectionPool (the pool creates it when null): with it, the handshake also reads
   // `INFO server replication` and TIME. Null: not read.
   std::shared_ptr<NodeWatch> node_watch = nullptr;
+  // When the node's maxmemory-policy was last read (eviction_recheck), shared by the
+  // connections of one ConnectionPool: the pool always gives them its own.
+  std::shared_ptr<PolicyRecheck> policy_recheck = nullptr;
 };
 
 }  // namespace quota::redis

@@ -122,10 +122,12 @@ class ConnectionPool {
   NodeWatch& node_watch() const { return *config_.node_watch; }
 
  private:
-  // Shares one HandshakeStats and one NodeWatch among the pool's connections.
+  // Shares one HandshakeStats, one NodeWatch and one PolicyRecheck among the pool's
+  // connections.
   static ConnectionConfig with_handshake_stats(ConnectionConfig c) {
     if (c.handshake_stats == nullptr) c.handshake_stats = std::make_shared<HandshakeStats>();
     if (c.node_watch == nullptr) c.node_watch = std::make_shared<NodeWatch>();
+    c.policy_recheck = std::make_shared<PolicyRecheck>();  // one node's, whoever shares stats
     return c;
   }
 

@@ -17,6 +17,16 @@
 //      warns once; where CONFIG cannot be read (renamed away, as managed services do, or
 //      not permitted to the ACL user) the handshake warns once and goes on: refusing
 //      would make such servers unusable, and their operators choose the policy.
+//      A policy can change on a live server (`CONFIG SET maxmemory-policy`), so with
+//      kRefuse a connection reads it again before a call once
+//      ConnectionConfig::eviction_recheck (1 s) has passed since the pool's last read, one
+//      connection for the pool, in one round trip of its own before the call. An evicting
+//      policy found then refuses that call and makes every connection of the pool connect
+//      again, so each call after it is refused by its handshake until the policy is
+//      `noeviction` again: no call that starts later than eviction_recheck after the
+//      change is decided over the evicting server, except those already past their check
+//      while the reading connection's round trip is in flight (at most one call's
+//      deadline).
 // Any failure drops the connection, so nothing is sent over a connection that did not
 // pass. Warnings go to stderr, once per pool (HandshakeStats).
 //
@@ -85,6 +95,21 @@ struct HandshakeStats {
   std::atomic<std::uint64_t> policy_unread{0};
   std::atomic<bool> warned_evicting{false};
   std::atomic<bool> warned_unread{false};
+  // The policy read again on a live connection (ConnectionConfig::eviction_recheck), and
+  // how many of those reads found an evicting policy (kRefuse).
+  std::atomic<std::uint64_t> rechecks{0};
+  std::atomic<std::uint64_t> recheck_refusals{0};
+};
+
+// When one node's maxmemory-policy was last read, shared by the connections of its pool
+// (ConnectionPool gives each pool its own, also on a Cluster).
+struct PolicyRecheck {
+  // The last read (steady clock, ns since its epoch): a live connection reads the policy
+  // again once ConnectionConfig::eviction_recheck has passed since, one for the pool.
+  std::atomic<std::int64_t> read_at{0};
+  // Raised when a read finds an evicting policy (kRefuse): a connection opened under an
+  // older epoch connects again, so its handshake reads the policy (and refuses).
+  std::atomic<std::uint64_t> epoch{0};
 };
 
 namespace detail {
