@@ -50,7 +50,8 @@ inline absl::Status check_failover_safety_rules(const LoadedRules& rules, std::s
       absl::StrCat("rule \"", refused->name,
                    "\" is a sliding_log, which --redis-failover-safety does not take (after a "
                    "failover its log cannot be read as spent); use a token_bucket, "
-                   "fixed_window or sliding_window_estimate, or run without the option");
+                   "fixed_window or sliding_window_estimate, or turn failover safety off "
+                   "(on by default) with --redis-failover-safety=false");
   auto parsed = quota::rules::detail::parse_with_source(text, origin);
   if (parsed.ok()) {
     for (std::size_t i = 0; i < parsed->spec.rules.size(); ++i) {

@@ -5,7 +5,8 @@
 //
 //   - at start, from a rule file or from rules published in Redis: exit 2, the message
 //     names the rule, its place (file:line:column: rules[i].sliding_log, or the published
-//     version) and the option; the same rules start without the option;
+//     version) and the option; failover safety is on by default, and the same rules
+//     start with --redis-failover-safety=false;
 //   - on a hot reload of the file and on a version published in Redis: the new set is
 //     refused like any invalid one (stderr, quota_config_loads_total{outcome="error"}),
 //     the rules in force stay and keep deciding; the next valid set is applied.
@@ -69,11 +70,12 @@ std::pair<int, std::string> run(const std::string& args) {
 void check_names_rule_and_option(const std::string& out) {
   CHECK(out.find("rule \"audit-log\" is a sliding_log") != std::string::npos);
   CHECK(out.find("--redis-failover-safety does not take") != std::string::npos);
+  CHECK(out.find("--redis-failover-safety=false") != std::string::npos);
 }
 
 }  // namespace
 
-TEST_CASE("a sliding_log rule under --redis-failover-safety is refused at start") {
+TEST_CASE("a sliding_log rule under failover safety (the default) is refused at start") {
   ConfiguredServer redis("server-fs-start", {});
   REQUIRE(redis.started());
   TempDir dir("fs_start");
@@ -82,8 +84,8 @@ TEST_CASE("a sliding_log rule under --redis-failover-safety is refused at start"
   const std::string common =
       " --default-plan free --default-route read --grpc-port 0 --http-port 0 " + where;
 
-  SECTION("from the rule file: exit 2 with file:line:column, the rule and the option") {
-    const auto [code, out] = run("--rules " + file + common + " --redis-failover-safety");
+  SECTION("from the rule file, default flags: exit 2 with file:line:column, the rule, the option") {
+    const auto [code, out] = run("--rules " + file + common);
     INFO(out);
     CHECK(code == 2);
     CHECK(out.find(file + ":14:18: rules[1].sliding_log: ") != std::string::npos);
@@ -102,12 +104,12 @@ TEST_CASE("a sliding_log rule under --redis-failover-safety is refused at start"
     CHECK(out.find(" version 1:14:18: rules[1].sliding_log: ") != std::string::npos);
     check_names_rule_and_option(out);
   }
-  SECTION("without the option the same rules start and decide") {
+  SECTION("with --redis-failover-safety=false the same rules start and decide") {
     ServerProcess s;
-    REQUIRE(s.start(
-        {env("QUOTA_SERVER"), "--rules", file, "--default-plan", "free", "--default-route", "read",
-         "--grpc-port", "0", "--http-port", "0", where, "--redis-deadline-ms", "2000"},
-        {"grpc", "http"}));
+    REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", file, "--default-plan", "free",
+                     "--default-route", "read", "--grpc-port", "0", "--http-port", "0", where,
+                     "--redis-deadline-ms", "2000", "--redis-failover-safety=false"},
+                    {"grpc", "http"}));
     const std::string body = check_body(s.port("http"), "fs-" + std::to_string(::getpid()));
     INFO(body);
     CHECK(body.find("\"allowed\":true") != std::string::npos);

@@ -202,7 +202,7 @@ TEST_CASE("Redis flags: bad combinations and a missing password file exit 2") {
       {"--redis 127.0.0.1:1 --redis-user u", "--redis-user needs --redis-password-file"},
       {"--redis-max-in-flight 4", "--redis-max-in-flight needs --redis"},
       {"--redis 127.0.0.1:1 --redis-breaker-failures -1", "--redis-breaker-failures"},
-      {"--redis-failover-safety", "--redis-failover-safety needs --redis"},
+      {"--redis-failover-safety=false", "--redis-failover-safety needs --redis"},
       {"--redis-allow-evicting", "--redis-allow-evicting needs --redis"},
       {"--redis-clock-guard-ms 500", "--redis-clock-guard-ms needs --redis"},
       {"--redis 127.0.0.1:1 --redis-clock-guard-ms -1", "--redis-clock-guard-ms expects"},

@@ -13,6 +13,10 @@
 // Thread safety: read_redis_flags() reads abseil flags; call it once, from main, after
 // quota::cli::parse.
 //
+// Safe by default: failover safety, the clock-step guard (1 s), the circuit breaker (5
+// failures, 250 ms) and the in-flight guard (4 calls per connection) are on, and each
+// flag's off value turns its guard off by name (kRedisUsage).
+//
 //   quota::cli::parse({.name = name, .usage = usage, .checks = redis_flag_checks()}, argc, argv);
 //   const quota::server::RedisOptions r = quota::server::read_redis_flags(name);
 //   // r.redis_mode, r.redis_failover_safety, r.redis_replicas, ...
@@ -23,6 +27,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +35,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli.hpp"
 #include "quota/redis/gateway_store.hpp"
@@ -47,14 +53,15 @@ ABSL_FLAG(std::string, redis_user, "", "ACL user for Redis AUTH (with --redis-pa
 ABSL_FLAG(std::string, redis_password_file, "", "file holding the Redis password (AUTH)");
 ABSL_FLAG(std::string, redis_sentinel_password_file, "",
           "file holding the sentinels' password (their requirepass)");
-ABSL_FLAG(std::int64_t, redis_breaker_failures, 0,
+ABSL_FLAG(std::int64_t, redis_breaker_failures, 5,
           "consecutive failures that open a Redis node's circuit breaker; 0: none");
 ABSL_FLAG(std::int64_t, redis_breaker_cooldown_ms, 250,
           "how long an open breaker fails calls at once before one probe");
-ABSL_FLAG(std::int64_t, redis_max_in_flight, 0, "the most calls to Redis at once; 0: no limit");
-ABSL_FLAG(bool, redis_failover_safety, false,
-          "read every bucket as spent at a detected failover (no fresh burst)");
-ABSL_FLAG(std::int64_t, redis_clock_guard_ms, 0,
+ABSL_FLAG(std::string, redis_max_in_flight, "auto",
+          "the most calls to Redis at once; auto: 4 x --redis-connections; 0: no limit");
+ABSL_FLAG(bool, redis_failover_safety, true,
+          "read every bucket as spent at a detected failover (no fresh burst); =false: off");
+ABSL_FLAG(std::int64_t, redis_clock_guard_ms, 1000,
           "refuse a node whose TIME runs ahead of this host's clock by more; 0: off");
 ABSL_FLAG(std::int64_t, redis_replicas, 0,
           "replicas that must acknowledge every write (WAIT); 0: none");
@@ -88,18 +95,20 @@ inline constexpr const char* kRedisUsage =
   --redis-sentinel-password-file PATH  AUTH on the sentinels (their requirepass) with
                         the password in this file (default: none)
   --redis-breaker-failures N  consecutive failures that open a node's circuit breaker:
-                        calls fail at once (the route's fail mode) (default 0: none)
+                        calls fail at once (the route's fail mode) (default 5; 0: no
+                        breaker)
   --redis-breaker-cooldown-ms N  how long an open breaker fails calls before it lets
                         one probe through (default 250)
-  --redis-max-in-flight N  the most calls to Redis at once; more fail at once
-                        (default 0: no limit)
-  --redis-failover-safety  after a detected failover (a replica promoted, a restart),
-                        read every bucket older than it as spent then: no key admits a
-                        fresh burst; costs false denials for one time to full (rules
-                        with a sliding_log are refused: exit 2) (default off)
+  --redis-max-in-flight auto|N  the most calls to Redis at once; more fail at once
+                        (default auto: 4 x --redis-connections; 0: no limit)
+  --redis-failover-safety[=false]  after a detected failover (a replica promoted, a
+                        restart), read every bucket older than it as spent then: no key
+                        admits a fresh burst; costs false denials for one time to full
+                        (rules with a sliding_log are refused: exit 2) (default on;
+                        --redis-failover-safety=false: off)
   --redis-clock-guard-ms N  refuse a node whose TIME runs more than N ms ahead of this
                         host's monotonic clock (UNAVAILABLE / 503, nothing written)
-                        until they agree (default 0: off)
+                        until they agree (default 1000; 0: off)
   --redis-replicas N    every write waits (WAIT) for N replicas; fewer acknowledging in
                         --redis-replica-timeout-ms answers UNAVAILABLE / 503 (default 0)
   --redis-replica-timeout-ms N  WAIT's timeout, below --redis-deadline-ms (default 2)
@@ -110,10 +119,29 @@ inline constexpr const char* kRedisUsage =
                         --redis-connections (default 2)
   --redis-allow-evicting  accept a Redis whose maxmemory-policy evicts keys (warned
                         once on stderr); without it such a Redis answers every call
-                        UNAVAILABLE / 503 (an evicted bucket comes back full)
+                        UNAVAILABLE / 503 (an evicted bucket comes back full), also
+                        when the policy is changed on a live server: it is read again
+                        every second
+  Every guard is on by default; its flag's off value turns it off, by name:
+  --redis-failover-safety=false, --redis-clock-guard-ms=0, --redis-breaker-failures=0,
+  --redis-max-in-flight=0.
 )";
 
 enum class RedisMode { kNone, kSingle, kCluster, kSentinel };
+
+// The guards' defaults (docs/service.md "Production options" says why each).
+// Breaker: a healthy Redis does not fail 5 calls in a row (a lost packet or one slow reply
+// fails one); while it is down each call would wait its whole deadline, so after 5 the
+// node's calls fail at once, and a probe every 250 ms (5 default deadlines) finds it back.
+inline constexpr std::int64_t kRedisBreakerFailures = 5;
+// Clock guard: hosts kept by NTP agree within milliseconds, and a call's round trip is
+// below its deadline (50 ms), so 1 s refuses no honest clock; a step it lets through
+// refills a bucket by at most 1 s of its rate.
+inline constexpr std::int64_t kRedisClockGuardMs = 1000;
+// In-flight guard: 4 calls per connection. The pool serves --redis-connections calls at
+// once; beyond 4 per connection a call would queue behind three full rounds of the pool,
+// and while Redis stalls every one of them waits out its deadline, holding a thread.
+inline constexpr std::int64_t kRedisInFlightPerConnection = 4;
 
 // What the --redis* flags ask for.
 struct RedisOptions {
@@ -127,11 +155,11 @@ struct RedisOptions {
   std::string redis_sentinel_password;  // read from --redis-sentinel-password-file
   std::int64_t redis_deadline_ms = 50;
   std::int64_t redis_connections = 8;
-  std::int64_t redis_breaker_failures = 0;
+  std::int64_t redis_breaker_failures = kRedisBreakerFailures;  // 0: no breaker
   std::int64_t redis_breaker_cooldown_ms = 250;
-  std::int64_t redis_max_in_flight = 0;
-  bool redis_failover_safety = false;
-  std::int64_t redis_clock_guard_ms = 0;  // 0: no clock-step guard
+  std::int64_t redis_max_in_flight = kRedisInFlightPerConnection * 8;  // 8: the connections
+  bool redis_failover_safety = true;
+  std::int64_t redis_clock_guard_ms = kRedisClockGuardMs;  // 0: no clock-step guard
   std::int64_t redis_replicas = 0;
   std::int64_t redis_replica_timeout_ms = 2;
   std::int64_t redis_coalesce = 0;
@@ -195,6 +223,17 @@ inline absl::StatusOr<std::string> read_password_file(const std::string& path) {
   return text;
 }
 
+// The value of --redis-max-in-flight: "auto" (-1) or N in [0, 1000000]; nullopt when it
+// is neither.
+inline std::optional<std::int64_t> max_in_flight_value(std::string_view v) {
+  if (v == "auto") return -1;
+  std::int64_t n = 0;
+  if (!absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &n) || n < 0 || n > 1'000'000) {
+    return std::nullopt;
+  }
+  return n;
+}
+
 // The checks of each --redis* value on its own (quota::cli::parse).
 inline std::vector<quota::cli::Check> redis_flag_checks() {
   using quota::cli::integer;
@@ -211,7 +250,8 @@ inline std::vector<quota::cli::Check> redis_flag_checks() {
                              [](std::string_view v) { return split_host_ports(v, nullptr); }),
           integer("redis_breaker_failures", 0, 1'000'000),
           integer("redis_breaker_cooldown_ms", 1, 3'600'000),
-          integer("redis_max_in_flight", 0, 1'000'000),
+          quota::cli::custom("redis_max_in_flight", "auto or an integer in [0, 1000000]",
+                             [](std::string_view v) { return max_in_flight_value(v).has_value(); }),
           integer("redis_clock_guard_ms", 0, 3'600'000),
           integer("redis_replicas", 0, 64),
           integer("redis_replica_timeout_ms", 1, 60'000),
@@ -227,7 +267,10 @@ inline RedisOptions read_redis_flags(const char* name) {
   o.redis_connections = absl::GetFlag(FLAGS_redis_connections);
   o.redis_breaker_failures = absl::GetFlag(FLAGS_redis_breaker_failures);
   o.redis_breaker_cooldown_ms = absl::GetFlag(FLAGS_redis_breaker_cooldown_ms);
-  o.redis_max_in_flight = absl::GetFlag(FLAGS_redis_max_in_flight);
+  const std::int64_t in_flight =
+      max_in_flight_value(absl::GetFlag(FLAGS_redis_max_in_flight)).value_or(-1);
+  o.redis_max_in_flight =
+      in_flight < 0 ? kRedisInFlightPerConnection * o.redis_connections : in_flight;
   o.redis_failover_safety = absl::GetFlag(FLAGS_redis_failover_safety);
   o.redis_clock_guard_ms = absl::GetFlag(FLAGS_redis_clock_guard_ms);
   o.redis_replicas = absl::GetFlag(FLAGS_redis_replicas);
@@ -260,13 +303,14 @@ inline RedisOptions read_redis_flags(const char* name) {
     quota::cli::usage_error(name, "--redis-sentinel-password-file needs --redis-sentinel");
   }
   if (stores == 0) {
+    // A guard on by default is an error here when set to anything but its default.
     const std::pair<const char*, bool> needs_redis[] = {
         {"--redis-user", !user.empty()},
         {"--redis-password-file", !password_file.empty()},
-        {"--redis-breaker-failures", o.redis_breaker_failures > 0},
-        {"--redis-max-in-flight", o.redis_max_in_flight > 0},
-        {"--redis-failover-safety", o.redis_failover_safety},
-        {"--redis-clock-guard-ms", o.redis_clock_guard_ms > 0},
+        {"--redis-breaker-failures", o.redis_breaker_failures != kRedisBreakerFailures},
+        {"--redis-max-in-flight", in_flight >= 0},
+        {"--redis-failover-safety", !o.redis_failover_safety},
+        {"--redis-clock-guard-ms", o.redis_clock_guard_ms != kRedisClockGuardMs},
         {"--redis-replicas", o.redis_replicas > 0},
         {"--redis-coalesce", o.redis_coalesce > 0},
         {"--redis-allow-evicting", o.redis_allow_evicting}};

@@ -10,11 +10,13 @@
 //   - --redis-coalesce with --redis-clock-guard-ms: 4 client threads admit exactly the
 //     burst;
 //   - a failover under the server: a primary, its replica and one redis-sentinel (quorum
-//     1); quota-server --redis-sentinel --redis-failover-safety spends a tenant's budget,
-//     the primary is SIGKILLed, every answer is 503 / UNAVAILABLE until the sentinel has
-//     promoted the replica, then the same process decides on the new primary: the spent
-//     tenant stays denied (its admissions pass the token-bucket verifier) and a tenant
-//     never seen gets no fresh burst, while a server without the flag gives one.
+//     1); quota-server --redis-sentinel with default flags (failover safety, the clock
+//     guard, the breaker and the in-flight guard on; the 50 ms deadline) spends a
+//     tenant's budget, the primary is SIGKILLed, every answer is 503 / UNAVAILABLE until
+//     the sentinel has promoted the replica, then the same process decides on the new
+//     primary: the spent tenant stays denied (its admissions pass the token-bucket
+//     verifier for r·T + B) and a tenant never seen gets no fresh burst, while a server
+//     with --redis-failover-safety=false gives one.
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -226,7 +228,7 @@ TEST_CASE("--redis-coalesce with --redis-clock-guard-ms: 4 threads admit exactly
 
 TEST_CASE(
     "a failover under the server: 503 while no primary, then decisions on the promoted "
-    "replica; with --redis-failover-safety no fresh burst") {
+    "replica; with default flags no fresh burst") {
   // A primary, its replica and one sentinel (quorum 1), all up and known to each other.
   SentinelDeployment d("server-fo", {.replicas = 1, .sentinels = 1, .quorum = 1});
   ConfiguredServer& primary = *d.primary;
@@ -235,17 +237,18 @@ TEST_CASE(
 
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
-  const std::vector<std::string> via = {
-      "--redis-sentinel",        "127.0.0.1:" + std::to_string(sentinel.port()),
-      "--redis-sentinel-master", quota::testing::kSentinelMaster,
-      "--redis-deadline-ms",     "1000"};
-  auto with = via;
-  with.push_back("--redis-failover-safety");
+  // `safe`: nothing but where the budgets are (every guard at its default);
+  // `plain`: failover safety turned off, by name.
+  const std::vector<std::string> defaults = {
+      "--redis-sentinel", "127.0.0.1:" + std::to_string(sentinel.port()), "--redis-sentinel-master",
+      quota::testing::kSentinelMaster};
+  auto without = defaults;
+  without.push_back("--redis-failover-safety=false");
   ServerProcess safe, plain;
-  REQUIRE(safe.start(server_args(rules, with), {"grpc", "http"}));
-  REQUIRE(plain.start(server_args(rules, via), {"grpc", "http"}));
+  REQUIRE(safe.start(server_args(rules, defaults), {"grpc", "http"}));
+  REQUIRE(plain.start(server_args(rules, without), {"grpc", "http"}));
 
-  // Before: the budget of `spent` spent on the server with failover safety; the plain one
+  // Before: the budget of `spent` spent on the server with default flags; the plain one
   // decides too (its connections are to the first primary).
   const std::string spent = tenant("fo-spent");
   std::vector<quota::verify::AdmittedEvent> admitted;  // `spent`'s, client time
@@ -304,8 +307,8 @@ TEST_CASE(
   INFO(fresh.second);
   CHECK(denied(fresh));
   CHECK(grpc_check(safe.port("grpc"), tenant("fo-fresh-safe")) == grpc::StatusCode::OK);
-  // Without the flag the plain server follows the failover too, and a key with no state
-  // starts full.
+  // With failover safety off the plain server follows the failover too, and a key with no
+  // state starts full.
   CHECK(eventually(
       [&] { return allowed(post_check(plain.port("http"), tenant("fo-fresh-plain"))); }, 30s));
 
