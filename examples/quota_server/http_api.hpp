@@ -7,21 +7,27 @@
 //                    and the route fails closed; 400 {error, message} for a body over
 //                    kMaxJsonBytes, malformed JSON (json.hpp), an unknown member, a member
 //                    of the wrong type, or a request checker.hpp refuses; 404 when no
-//                    tenant rule applies. An error deducts nothing.
-//   GET  /v1/auth    nginx auth_request: X-Quota-Tenant, X-Quota-Route, X-Quota-Plan,
-//                    X-Quota-User, X-Quota-Cost, X-Quota-Attempt-Id request headers →
-//                    204 admitted (RateLimit-Policy, RateLimit), 403 denied (Retry-After,
-//                    RateLimit-Policy, RateLimit: quota/http.hpp), 400 bad input, 404 no
-//                    tenant rule, 503 the store cannot decide. nginx turns 403 into 429
-//                    and anything else but 2xx into 503 (docs/service.md).
+//                    tenant rule applies. An error deducts nothing. The caller of this
+//                    API is trusted: every member is taken as sent.
+//   GET  /v1/auth    nginx auth_request: the X-Quota-* request headers --auth-headers
+//                    names (auth_headers.hpp; by default X-Quota-Tenant and
+//                    X-Quota-Route; others are ignored) → 204 admitted
+//                    (RateLimit-Policy, RateLimit); 403 otherwise, with X-Quota-Status
+//                    naming the answer the gateway should give its client: 429 over the
+//                    limit (Retry-After, RateLimit-Policy, RateLimit: quota/http.hpp),
+//                    400 bad input, 403 no tenant rule for the identity — auth_request
+//                    passes 401 and 403 on and turns any other status into 500, so a
+//                    client's error must travel in a 403 to reach its client as one.
+//                    503 when the store cannot decide (nginx: 500, answered 503).
 //   GET  /healthz    200 while the process serves HTTP
 //   GET  /readyz     200 once every listener is up, 503 before and while draining
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
 //                    with Redis quota_lease_*{level} (quota/gateway/lease_metrics.hpp),
 //                    quota_rule_version, the decision-latency histogram, near-limit,
-//                    Redis errors by kind (decision_stats.hpp) — labels from configuration
-//                    only, except the top-K tenants (at most 20 series).
+//                    Redis errors by kind (decision_stats.hpp), what the HTTP listener
+//                    refused (http_listener.hpp) — labels from configuration only, except
+//                    the top-K tenants (at most 20 series).
 //
 // `rule_version` in a check is the version the caller expects; the decision is made with
 // the rules in force, and applied_rule_version says which (a caller ahead of the server
@@ -29,10 +35,10 @@
 // when admitted and -1 when waiting never helps (a budget that never refills, a request
 // over a per-request cap).
 //
-// Thread safety: httplib calls the handlers from its thread pool; Checker, ServerStats
+// Thread safety: the listener calls the handlers from its workers; Checker, ServerStats
 // and Metrics are thread-safe, `ready` is atomic.
 //
-//   httplib::Server http;
+//   quota::server::HttpListener http({});
 //   quota::server::add_http_api(http, {.checker = &checker, .stats = &stats,
 //                                      .metrics = &metrics, .ready = &ready});
 #pragma once
@@ -42,6 +48,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -49,7 +56,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "auth_headers.hpp"
 #include "checker.hpp"
+#include "http_listener.hpp"
 #include "json.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/fair_metrics.hpp"
@@ -66,6 +75,8 @@ struct HttpApi {
   ServerStats* stats = nullptr;
   const gateway::Metrics* metrics = nullptr;
   const std::atomic<bool>* ready = nullptr;
+  AuthHeaders auth{};                      // what GET /v1/auth reads
+  const HttpListener* listener = nullptr;  // its refusals on /metrics; may be null
 };
 
 // The CheckRequest of a /v1/check body (see the top of this file); InvalidArgument
@@ -160,16 +171,39 @@ inline std::string decision_body(const Checked& c) {
                       ",\"reason\":", json_quote(to_string(d.reason)), "}\n");
 }
 
-// The X-Quota-* headers of an auth subrequest as a CheckRequest.
-inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req) {
+// A header --auth-headers does not name, present in an auth subrequest: ignored, and
+// noted once per header on stderr (the gateway passes its client's headers on, or sets
+// one the operator forgot to name).
+inline void note_ignored(const httplib::Request& req, const char* header, bool read) {
+  static std::atomic<unsigned> noted{0};
+  static constexpr const char* kNames[] = {"X-Quota-Route", "X-Quota-Plan", "X-Quota-User",
+                                           "X-Quota-Cost", "X-Quota-Attempt-Id"};
+  if (read || !req.has_header(header)) return;
+  unsigned bit = 0;
+  while (bit < 5 && std::string_view(kNames[bit]) != header) ++bit;
+  if ((noted.fetch_or(1u << bit) & (1u << bit)) != 0) return;
+  std::fprintf(stderr,
+               "quota-server: note: GET /v1/auth ignores header %s: --auth-headers does not "
+               "name it (docs/deploying.md)\n",
+               header);
+}
+
+// The X-Quota-* headers of an auth subrequest that `auth` names, as a CheckRequest.
+inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req,
+                                                    const AuthHeaders& auth) {
+  const auto read = [&](const char* header, bool named) {
+    note_ignored(req, header, named);
+    return named ? req.get_header_value(header) : std::string();
+  };
   CheckRequest c{.tenant = req.get_header_value("X-Quota-Tenant"),
-                 .plan = req.get_header_value("X-Quota-Plan"),
-                 .user = req.get_header_value("X-Quota-User"),
-                 .route = req.get_header_value("X-Quota-Route"),
+                 .plan = read("X-Quota-Plan", auth.plan),
+                 .user = read("X-Quota-User", auth.user),
+                 .route = read("X-Quota-Route", auth.route),
                  .cost = std::nullopt,
-                 .attempt_id = req.get_header_value("X-Quota-Attempt-Id")};
+                 .attempt_id = read("X-Quota-Attempt-Id", auth.attempt_id)};
   if (c.tenant.empty()) return absl::InvalidArgumentError("header X-Quota-Tenant is missing");
-  if (req.has_header("X-Quota-Cost")) {
+  note_ignored(req, "X-Quota-Cost", auth.cost);
+  if (auth.cost && req.has_header("X-Quota-Cost")) {
     std::int64_t cost = 0;
     const std::string v = req.get_header_value("X-Quota-Cost");
     if (!absl::SimpleAtoi(v, &cost)) {
@@ -181,7 +215,40 @@ inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req)
   return c;
 }
 
+// An auth subrequest's answer that is not "admitted" nor "cannot decide": 403, with the
+// status the gateway should answer its client in X-Quota-Status (see the top of this
+// file). Errors keep their JSON body.
+inline void set_auth_refusal(httplib::Response& res, int client_status) {
+  res.status = 403;
+  res.set_header("X-Quota-Status", std::to_string(client_status));
+}
+
+inline void set_auth_error(httplib::Response& res, const absl::Status& s) {
+  const int status = http_status_of(s);
+  if (status == 400 || status == 404) {
+    res.set_content(error_body(s), "application/json");
+    return set_auth_refusal(res, status == 400 ? 400 : 403);
+  }
+  set_error(res, s);
+}
+
 }  // namespace detail
+
+// What the HTTP listener refused, as Prometheus counters.
+inline std::string render_listener(const HttpListener& l) {
+  const HttpListener::Counters c = l.counters();
+  return absl::StrFormat(
+      "# HELP quota_server_http_refused_total HTTP connections and requests the listener "
+      "refused, by reason\n# TYPE quota_server_http_refused_total counter\n"
+      "quota_server_http_refused_total{reason=\"connections\"} %d\n"
+      "quota_server_http_refused_total{reason=\"body_size\"} %d\n"
+      "quota_server_http_refused_total{reason=\"request_timeout\"} %d\n"
+      "quota_server_http_refused_total{reason=\"idle\"} %d\n"
+      "# HELP quota_server_http_connections open HTTP connections\n"
+      "# TYPE quota_server_http_connections gauge\nquota_server_http_connections %d\n",
+      c.connections_refused, c.bodies_refused, c.requests_timed_out, c.idle_closed,
+      l.open_connections());
+}
 
 // Registers the endpoints (see the top of this file) on `server`.
 inline void add_http_api(httplib::Server& server, HttpApi api) {
@@ -212,17 +279,17 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
 
   server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
     const TimedCall timed(*api.stats);
-    auto parsed = detail::auth_request_of(req);
+    auto parsed = detail::auth_request_of(req, api.auth);
     const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
     if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
     if (!parsed.ok()) {
       api.stats->count(Api::kAuth, answer_of(parsed.status()));
-      return detail::set_error(res, parsed.status());
+      return detail::set_auth_error(res, parsed.status());
     }
     auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
     if (!c.ok()) {
       api.stats->count(Api::kAuth, answer_of(c.status()));
-      return detail::set_error(res, c.status());
+      return detail::set_auth_error(res, c.status());
     }
     api.stats->observe(*parsed, *c);
     const Decision& d = c->result.decision;
@@ -232,7 +299,11 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       return;
     }
     api.stats->count(Api::kAuth, d.allowed ? Answer::kOk : Answer::kOverLimit);
-    res.status = d.allowed ? 204 : 403;
+    if (d.allowed) {
+      res.status = 204;
+    } else {
+      detail::set_auth_refusal(res, 429);
+    }
     if (c->policy) {
       for (const http::Header& h : http::answer(d, *c->policy).headers) {
         res.set_header(h.name, h.value);
@@ -264,6 +335,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       text += *up ? "1\n" : "0\n";
     }
     text += gateway::render_prometheus(api.checker->fair_shares());
+    if (api.listener != nullptr) text += render_listener(*api.listener);
     res.set_content(std::move(text), "text/plain; version=0.0.4");
   });
 }

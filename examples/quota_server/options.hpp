@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,7 +26,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "auth_headers.hpp"
 #include "common/cli.hpp"
+#include "http_listener.hpp"
 #include "quota/units.hpp"
 #include "redis_flags.hpp"
 
@@ -46,6 +49,15 @@ ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may a
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
 ABSL_FLAG(std::int64_t, fair_share_holders, 1,
           "quota-server processes dividing each fair_share budget (with --redis*)");
+ABSL_FLAG(std::string, auth_headers, "tenant,route",
+          "the X-Quota-* headers GET /v1/auth reads: tenant, route, plan, user, cost, attempt-id");
+ABSL_FLAG(bool, fresh_budgets_at_start, false,
+          "in process: start every budget full (a restart then hands out a fresh burst)");
+ABSL_FLAG(std::int64_t, http_workers, 16, "threads that run HTTP requests");
+ABSL_FLAG(std::int64_t, http_max_connections, 512, "open HTTP connections at most");
+ABSL_FLAG(std::int64_t, http_request_timeout_ms, 1000,
+          "an HTTP request must arrive whole within this time of its first byte");
+ABSL_FLAG(std::int64_t, http_idle_timeout_s, 60, "an idle keep-alive HTTP connection is closed");
 
 namespace quota::server {
 
@@ -90,6 +102,23 @@ Flags (--flag VALUE or --flag=VALUE):
                         --redis-sentinel, which it needs, and share the budget by them
                         (a period whose exchange fails: budget / N here) (default 1:
                         each server divides the budget among its own tenants only)
+  --auth-headers LIST   the X-Quota-* request headers GET /v1/auth reads, of tenant,
+                        route, plan, user, cost, attempt-id (X-Quota-Attempt-Id); the
+                        others are ignored: a header the gateway does not set itself
+                        is the client's, and a client must not pick its own plan, cost
+                        or attempt (docs/deploying.md) (default tenant,route)
+  --fresh-budgets-at-start  in process: start every budget full. Without it a budget
+                        first used after the start begins spent at the start and refills
+                        from there, so a restart admits nothing the contract would not
+                        have admitted over both lives (default off)
+  --http-workers N      threads that run HTTP requests; an idle connection holds none
+                        (default 16)
+  --http-max-connections N  open HTTP connections at most; one more is closed at once
+                        (default 512)
+  --http-request-timeout-ms N  a request (head and body) must arrive whole within N ms
+                        of its first byte, else its connection is closed; a body declared
+                        over 64 KiB is answered 413 unread (default 1000)
+  --http-idle-timeout-s N  a keep-alive connection idle this long is closed (default 60)
 )";
 
 inline constexpr const char* kUsageTail = R"(  --help                this text
@@ -141,6 +170,9 @@ struct Options : RedisOptions {
   std::int64_t max_cost = 1'000'000;
   std::int64_t max_keys = 10'000'000;
   std::int64_t fair_share_holders = 1;
+  AuthHeaders auth_headers{};
+  bool fresh_budgets_at_start = false;
+  HttpLimits http{};
 };
 
 // HOST:PID, the default of --instance-id.
@@ -183,6 +215,14 @@ inline Options parse_options(int argc, char** argv) {
       integer("max_cost", 1, kMaxUnits),
       integer("max_keys", 1, 1'000'000'000),
       integer("fair_share_holders", 1, 100'000),
+      integer("http_workers", 1, 4096),
+      integer("http_max_connections", 1, 1'000'000),
+      integer("http_request_timeout_ms", 1, 3'600'000),
+      integer("http_idle_timeout_s", 1, 86'400),
+      quota::cli::custom("auth_headers",
+                         "a comma-separated list of tenant, route, plan, user, cost, "
+                         "attempt-id that names tenant",
+                         [](std::string_view v) { return auth_headers_of(v).ok(); }),
       non_empty("rules"),
       non_empty("rules_key"),
       non_empty("domain"),
@@ -212,6 +252,12 @@ inline Options parse_options(int argc, char** argv) {
   o.max_cost = absl::GetFlag(FLAGS_max_cost);
   o.max_keys = absl::GetFlag(FLAGS_max_keys);
   o.fair_share_holders = absl::GetFlag(FLAGS_fair_share_holders);
+  o.auth_headers = *auth_headers_of(absl::GetFlag(FLAGS_auth_headers));
+  o.fresh_budgets_at_start = absl::GetFlag(FLAGS_fresh_budgets_at_start);
+  o.http.workers = static_cast<int>(absl::GetFlag(FLAGS_http_workers));
+  o.http.max_connections = static_cast<int>(absl::GetFlag(FLAGS_http_max_connections));
+  o.http.request_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_http_request_timeout_ms));
+  o.http.idle_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_http_idle_timeout_s));
   static_cast<RedisOptions&>(o) = read_redis_flags(name);
   if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
     quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");

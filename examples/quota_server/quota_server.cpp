@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // In process, a budget first used from now on starts spent now (restart safety,
+  // --fresh-budgets-at-start opts out); with Redis the store's failover safety does this.
+  const std::optional<quota::Nanos> start =
+      o.fresh_budgets_at_start ? std::nullopt
+                               : std::optional<quota::Nanos>(quota::SteadyClock{}.now());
   quota::gateway::Metrics metrics;
   // The rules: the file (hot reloaded) or, with --rules-from-redis, the version
   // published in Redis (followed).
@@ -132,7 +138,8 @@ int main(int argc, char** argv) {
                                           .max_keys = static_cast<std::size_t>(o.max_keys),
                                           .redis = counted.get(),
                                           .fair_share_holders = o.fair_share_holders,
-                                          .instance_id = o.instance_id});
+                                          .instance_id = o.instance_id,
+                                          .budgets_spent_at = start});
   stats.count_load(true, 0);
   std::unique_ptr<quota::server::RuleWatcher> watcher;
   if (!o.rules_from_redis) {
@@ -167,13 +174,18 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::atomic<bool> ready{false};
-  httplib::Server http;
-  http.set_payload_max_length(64 * 1024);  // larger bodies: 413 from httplib, unread
+  // No client can stall the others: idle connections hold no thread, slow requests are
+  // cut off, large bodies refused unread (http_listener.hpp).
+  quota::server::HttpListener http(o.http);
   // An answer goes out at once (headers and body are separate writes: with Nagle, the
   // body waits for the client's delayed ACK, ~40 ms).
   http.set_tcp_nodelay(true);
-  quota::server::add_http_api(
-      http, {.checker = &checker, .stats = &stats, .metrics = &metrics, .ready = &ready});
+  quota::server::add_http_api(http, {.checker = &checker,
+                                     .stats = &stats,
+                                     .metrics = &metrics,
+                                     .ready = &ready,
+                                     .auth = o.auth_headers,
+                                     .listener = &http});
   const int http_port = o.http_port == 0                         ? http.bind_to_any_port(o.host)
                         : http.bind_to_port(o.host, o.http_port) ? o.http_port
                                                                  : -1;

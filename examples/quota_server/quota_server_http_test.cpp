@@ -24,7 +24,8 @@ quota::testing::ServerProcess& server() {
   if (!s.running()) {
     REQUIRE(!env("QUOTA_SERVER").empty());
     REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", env("QUOTA_SERVER_RULES"), "--default-plan",
-                     "free", "--grpc-port", "0", "--http-port", "0", "--max-cost", "1000"},
+                     "free", "--grpc-port", "0", "--http-port", "0", "--max-cost", "1000",
+                     "--fresh-budgets-at-start", "--auth-headers", "tenant,route,cost"},
                     {"grpc", "http"}));
   }
   return s;
@@ -121,7 +122,9 @@ TEST_CASE("bad, malformed and oversized JSON is 400 with a clear error, nothing 
   CHECK_THAT(r->body, Catch::Matchers::Contains("no tenant rule"));
 }
 
-TEST_CASE("GET /v1/auth: 204 within budget, 403 with Retry-After and RateLimit over it") {
+TEST_CASE(
+    "GET /v1/auth: 204 within budget, 403 with Retry-After and RateLimit over it, "
+    "X-Quota-Status the client's answer") {
   const httplib::Headers h = {
       {"X-Quota-Tenant", "http-auth"}, {"X-Quota-Route", "read"}, {"X-Quota-Cost", "6"}};
   auto r = auth(h);
@@ -133,27 +136,38 @@ TEST_CASE("GET /v1/auth: 204 within budget, 403 with Retry-After and RateLimit o
   r = auth(h);
   REQUIRE(r);
   CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Quota-Status") == "429");
   // Whole seconds rounded up: exact unless a second passed since the first call.
   CHECK_THAT(r->get_header_value("Retry-After"), Catch::Matchers::Matches("200|199"));
   CHECK_THAT(r->get_header_value("RateLimit"),
              Catch::Matchers::Matches("\"free-read\";r=4;t=(600|599)"));
-  // Bad input: 400, nothing deducted.
+  // Bad input: 403 with X-Quota-Status 400 (auth_request passes only 401 and 403 on to
+  // the client), nothing deducted.
   r = auth({{"X-Quota-Route", "read"}});
   REQUIRE(r);
-  CHECK(r->status == 400);
+  CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Quota-Status") == "400");
   CHECK_THAT(body_of(r), Catch::Matchers::Contains("X-Quota-Tenant is missing"));
   r = auth({{"X-Quota-Tenant", "http-auth"}, {"X-Quota-Route", "read"}, {"X-Quota-Cost", "x"}});
   REQUIRE(r);
-  CHECK(r->status == 400);
+  CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Quota-Status") == "400");
   CHECK_THAT(body_of(r), Catch::Matchers::Contains("X-Quota-Cost: expected an integer"));
   r = auth({{"X-Quota-Tenant", "http-auth"}, {"X-Quota-Route", "nope"}});
   REQUIRE(r);
-  CHECK(r->status == 400);
+  CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Quota-Status") == "400");
   r = auth({{"X-Quota-Tenant", "http-auth"}, {"X-Quota-Route", "read"}});
   REQUIRE(r);
   CHECK(r->status == 204);
   CHECK_THAT(r->get_header_value("RateLimit"),
              Catch::Matchers::Matches("\"free-read\";r=3;t=(700|699|698)"));
+  // X-Quota-Plan is not read (--auth-headers does not name it): plan "x", which has no
+  // rule, is not the plan decided with; the default plan's budget pays.
+  r = auth({{"X-Quota-Tenant", "http-auth"}, {"X-Quota-Route", "read"}, {"X-Quota-Plan", "x"}});
+  REQUIRE(r);
+  CHECK(r->status == 204);
+  CHECK_THAT(r->get_header_value("RateLimit"), Catch::Matchers::StartsWith("\"free-read\";r=2;"));
 }
 
 TEST_CASE("health, readiness and metrics") {
