@@ -95,6 +95,10 @@ struct CheckerOptions {
   // them (fair_exchange.hpp). In process only 1 (options.hpp refuses more).
   std::int64_t fair_share_holders = 1;
   std::string instance_id{};
+  // In process: a budget the store creates starts with its whole budget spent at this
+  // time (StoreOptions::assume_spent_at), so that a restarted server admits nothing the
+  // contract would not have admitted over both lives. nullopt: budgets start full.
+  std::optional<Nanos> budgets_spent_at = std::nullopt;
 };
 
 // A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
@@ -149,7 +153,8 @@ class Checker {
   // `rules` were built counting into `metrics`; both must outlive the Checker.
   Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
       : options_(std::move(options)),
-        store_(StoreOptions{.max_keys = options_.max_keys}),
+        store_(StoreOptions{.max_keys = options_.max_keys,
+                            .assume_spent_at = options_.budgets_spent_at.value_or(Nanos::min())}),
         registry_(std::move(rules)) {
     if (options_.redis != nullptr) {
       const gateway::GatewayOptions fair = fair_share_options(

@@ -39,7 +39,7 @@ struct Server {
   explicit Server(const std::string& rules) {
     REQUIRE(!env("QUOTA_SERVER").empty());
     REQUIRE(process.start({env("QUOTA_SERVER"), "--rules", rules, "--grpc-port", "0", "--http-port",
-                           "0", "--max-cost", "1000"},
+                           "0", "--max-cost", "1000", "--fresh-budgets-at-start"},
                           {"grpc"}));
     stub = rls::RateLimitService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(process.port("grpc")), grpc::InsecureChannelCredentials()));

@@ -196,9 +196,10 @@ TEST_CASE("in process a lease has nothing to lease from: ignored, with a note", 
   const std::string log_path = std::string(dir_template) + "/stderr.log";
   quota::testing::ServerProcess s;
   s.set_stderr(log_path);
-  REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
-                   "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
-                  {"grpc", "http"}));
+  REQUIRE(
+      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
+               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
+              {"grpc", "http"}));
   httplib::Client c("127.0.0.1", s.port("http"));
   c.set_read_timeout(10);
   // Decided (the burst is there), with no lease counters served.

@@ -58,9 +58,10 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
          "    plan: free\n    route: read\n"
          "    token_bucket: {rate: 1/100s, burst: 10}\n";
   quota::testing::ServerProcess s;
-  REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
-                   "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
-                  {"grpc", "http"}));
+  REQUIRE(
+      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
+               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
+              {"grpc", "http"}));
   const int http = s.port("http");
 
   const std::string before = metrics(http);
@@ -133,9 +134,10 @@ TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its us
          "    fair_share: {reserve: 10%, shares_above: 70%, pause_above: 90%, period: 10s,\n"
          "                 budget: 100}\n";
   quota::testing::ServerProcess s;
-  REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
-                   "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
-                  {"grpc", "http"}));
+  REQUIRE(
+      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
+               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
+              {"grpc", "http"}));
   const int http = s.port("http");
   // Three tenants spend 30 of the 100 units: below the 70 % threshold, all admitted.
   for (int i = 0; i < 30; ++i) CHECK(check(http, "t" + std::to_string(i % 3), 1));

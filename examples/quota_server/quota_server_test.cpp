@@ -31,10 +31,10 @@ quota::testing::ServerProcess& server() {
   static quota::testing::ServerProcess s;
   if (!s.running()) {
     REQUIRE(!env("QUOTA_SERVER").empty());
-    REQUIRE(s.start(
-        {env("QUOTA_SERVER"), "--rules", env("QUOTA_SERVER_RULES"), "--domain", "api",
-         "--default-plan", "free", "--grpc-port", "0", "--http-port", "0", "--max-cost", "1000"},
-        {"grpc"}));
+    REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", env("QUOTA_SERVER_RULES"), "--domain", "api",
+                     "--default-plan", "free", "--grpc-port", "0", "--http-port", "0", "--max-cost",
+                     "1000", "--fresh-budgets-at-start"},
+                    {"grpc"}));
   }
   return s;
 }

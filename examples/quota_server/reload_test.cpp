@@ -163,9 +163,10 @@ TEST_CASE(
 
   quota::testing::ServerProcess server;
   REQUIRE(!env("QUOTA_SERVER").empty());
-  REQUIRE(server.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
-                        "--default-route", "read", "--grpc-port", "0", "--http-port", "0"},
-                       {"grpc", "http"}));
+  REQUIRE(server.start(
+      {env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route", "read",
+       "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
+      {"grpc", "http"}));
   httplib::Client admin("127.0.0.1", server.port("http"));
   admin.set_read_timeout(30);
   REQUIRE(metric(admin, "quota_rule_version") == 1);

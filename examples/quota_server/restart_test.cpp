@@ -1,0 +1,87 @@
+// restart_test — quota-server in process, SIGKILLed and started again: with the default
+// flags the union of both lives' admissions passes verify_token_bucket for r·T + B (a
+// budget first used after a start begins spent then: checker.hpp, budgets_spent_at);
+// with --fresh-budgets-at-start (the opt-out) the restart hands out a second burst and the
+// same check fails, which shows the check can fail.
+//
+// One HTTP client spends tenant "restart" (10/s, burst 10) for 1 s per life. Admissions
+// are logged with the time their call was answered; `extra` allows for the time a call
+// takes (⌈longest call · r⌉ + 1 units), as the other envelope tests do.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quota/verify/envelope.hpp"
+#include "testing/load_clients.hpp"
+#include "testing/scratch.hpp"
+#include "testing/server_process.hpp"
+
+namespace {
+
+using quota::testing::Admission;
+using quota::testing::env;
+using quota::testing::Log;
+using quota::testing::now_ns;
+
+// Two lives of quota-server with `flags`, 1 s of checks each: the verdict for 10/s burst 10.
+quota::verify::TokenBucketReport two_lives(const std::vector<std::string>& flags) {
+  quota::testing::TempDir dir("restart");
+  const std::string rules =
+      dir.write("rules.yaml",
+                "routes:\n  - name: read\nrules:\n  - name: restart\n    level: tenant\n"
+                "    plan: free\n    route: read\n    token_bucket: {rate: 10/1s, burst: 10}\n");
+  Log log;
+  for (int life = 0; life < 2; ++life) {
+    quota::testing::ServerProcess s;
+    std::vector<std::string> args = {env("QUOTA_SERVER"),
+                                     "--rules",
+                                     rules,
+                                     "--default-plan",
+                                     "free",
+                                     "--default-route",
+                                     "read",
+                                     "--grpc-port",
+                                     "0",
+                                     "--http-port",
+                                     "0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    REQUIRE(s.start(args, {"grpc", "http"}));
+    quota::testing::http_tenant_client(s.port("http"), life, "restart", now_ns() + 1'000'000'000,
+                                       log);
+    s.kill();
+  }
+  INFO(log.error);
+  REQUIRE(log.error.empty());
+  std::int64_t longest = 0;
+  std::vector<quota::verify::AdmittedEvent> events;
+  for (const Admission& x : log.admitted) {
+    longest = std::max(longest, x.answered - x.sent);
+    events.push_back({.time_ns = x.answered, .cost = 1});
+  }
+  std::sort(events.begin(), events.end(),
+            [](const auto& l, const auto& r) { return l.time_ns < r.time_ns; });
+  const std::int64_t extra = (longest * 10 + 999'999'999) / 1'000'000'000 + 1;
+  auto report = quota::verify::verify_token_bucket(
+      events, quota::Rate{.units = 10, .per = std::chrono::seconds(1)}, 10, extra);
+  REQUIRE(report.ok());
+  INFO("admitted " << events.size() << ", denied " << log.denied << ", extra " << extra);
+  CHECK(log.denied > 0);
+  return *report;
+}
+
+}  // namespace
+
+TEST_CASE("a restarted quota-server admits nothing beyond r*T + B over both lives") {
+  const auto report = two_lives({});
+  INFO("required burst " << report.required_burst());
+  CHECK(report.holds());
+}
+
+TEST_CASE("--fresh-budgets-at-start: the restart hands out a second burst") {
+  const auto report = two_lives({"--fresh-budgets-at-start"});
+  INFO("required burst " << report.required_burst());
+  CHECK_FALSE(report.holds());
+  CHECK(report.required_burst() >= 18);
+}
