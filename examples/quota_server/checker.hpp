@@ -10,7 +10,8 @@
 // shared by every server on that Redis; a Redis that cannot answer gives the route's fail
 // mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable),
 // and there, while the rule set in force has a leased rule (`lease:` on or auto), over
-// the leased backend of redis_leases.hpp (attempts are then this server's own; in
+// the leased backend of redis_leases.hpp — except a request with an attempt id, decided
+// on Redis directly so that its record is shared by every server and every rule set (in
 // process `lease:` is ignored, with a note on stderr once) — both Redis gateways divide
 // each fair-share budget among --fair-share-holders servers (fair_exchange.hpp). So:
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
@@ -222,9 +223,14 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    auto decided = leased_.load(std::memory_order_relaxed) ? leased_gateway_->decide(r, now)
-                   : redis_gateway_                        ? redis_gateway_->decide(r, now)
-                                                           : gateway_->decide(r, now);
+    // A request with an attempt id is decided on Redis directly, leased rules or not: its
+    // record lives there beside its budget, so a retry finds it on any server and across
+    // a reload that adds or removes a lease (a leased gateway keeps attempts in process).
+    // Deciding it directly is exact: grants held elsewhere are already spent there.
+    const bool leased = leased_.load(std::memory_order_relaxed) && req.attempt_id.empty();
+    auto decided = leased           ? leased_gateway_->decide(r, now)
+                   : redis_gateway_ ? redis_gateway_->decide(r, now)
+                                    : gateway_->decide(r, now);
     if (!decided.ok()) {
       // Redis refused our credentials, or is a server no decision may be made on (an
       // evicting maxmemory-policy): the server cannot decide (never the fail-open

@@ -14,8 +14,8 @@
 // RedisLeases bundles the three parts (metrics, record, backend) with the lifetimes the
 // backend needs. has_leases() says whether a rule file asks for any lease: the Checker
 // (checker.hpp) decides through the leased backend only while the rule set in force
-// does, since with it the attempts (`attempt_id`) are each server's own (the gateway's
-// AttemptCache) rather than shared through Redis.
+// does, and never a request with an attempt id (the leased backend would keep its record
+// in this process; on Redis directly it is shared by every server and rule set).
 //
 // In process (no --redis*) a lease has nothing to lease from — the server's own store is
 // the authority — so `lease:` options are ignored there (the Checker logs a note once).
