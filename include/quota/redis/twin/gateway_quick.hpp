@@ -2,8 +2,9 @@
 // levels are all token buckets in the narrow range, in few instructions.
 //
 // Most decisions are that: every level a token bucket within kGatewayRange's narrow
-// bounds, its record under the caller's policy and rule-set version, without debt, no
-// failover guard, no attempt. kGatewayQuickLua decides such a call before twin/gateway.hpp's
+// bounds, its record under the caller's policy and rule-set version, without debt, not
+// older than the node's failover time (failover safety), no attempt. kGatewayQuickLua
+// decides such a call before twin/gateway.hpp's
 // general path, with that path's steps that apply (no conversion, no debt, one kind), on
 // the tokens as one number of micro-units (below 2^53 in the narrow range: the refill is
 // the shared @refill_narrow, the time to reach kLuaReach), and allocates little (every
@@ -15,9 +16,9 @@
 // after the header) while its TTL is kept; when the TTL must be set, with its whole
 // value, which takes every record of the key decided now. Whenever any of this does not
 // hold (a key that is not in the call's layout, a record out of range or with debt, a
-// wide policy, another kind, a TTL to set over records not decided), nothing is written
-// and the general path decides the call from the start: the same decision, more
-// instructions. tests/redis/redis_gateway_differential_test.cpp and the rule-sets
+// wide policy, another kind, a TTL to set over records not decided, a record older than
+// the node's failover time under failover safety), nothing is written and the general
+// path decides the call from the start: the same decision, more instructions. tests/redis/redis_gateway_differential_test.cpp and the rule-sets
 // differential test run both paths against the in-process gateway. Spliced at
 // `--@@ quick` (detail::gateway_body), after the keys are read (`raws`), on the head's
 // locals. Immutable text: thread-safe.
@@ -30,7 +31,7 @@
 namespace quota::redis {
 
 inline constexpr const char* kGatewayQuickLua = R"lua(
-if decide and not fsec and not att then
+if decide and not att then
   -- Q: per key, 7 values (one flat table; every table and string a call makes is work for
   -- the server's Lua collector): its value, records, expiry as last set, the levels of it
   -- met, the TTL its levels need (ms from now; false: none), its first level, its TTL to
@@ -78,8 +79,10 @@ if decide and not fsec and not att then
     Q[b - 3] = j
     if j == 1 then Q[b - 1] = i end
     local tu, tl, c, lsec, lns, du, dl = sunpack(RF, Q[b - 6], 11 + 34 * (j - 1))
+    -- (a record older than the failover time is read as spent: the general path's)
     if du ~= 0 or dl ~= 0 or lns > 999999999 or tl > 999999 or tu < -cap or tu > cap or
-        (tu == cap and tl > 0) or c >= p then
+        (tu == cap and tl > 0) or c >= p or
+        (fsec and (lsec < fsec or (lsec == fsec and lns < fns))) then
       quick = false
       break
     end
