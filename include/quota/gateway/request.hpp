@@ -31,9 +31,16 @@
 namespace quota::gateway {
 
 struct GatewayOptions {
-  // How long an attempt's first decision is replayed, and how many attempts are kept
-  // (in this process; over Redis the attempts live in Redis).
-  Nanos attempt_ttl{std::chrono::minutes(10)};
+  // How long an attempt's first decision is kept and replayed (in this process's
+  // AttemptCache, and over Redis as the record's TTL), and how many attempts this process
+  // keeps. A retry of an attempt comes while its caller still waits, so the window to
+  // cover is the longest a caller waits for one request: 60 s is the longest of the
+  // common proxy timeouts (nginx's proxy_read_timeout; Envoy's route timeout is 15 s).
+  // A longer ttl only holds memory: records live ttl each, so a steady rate R of
+  // attempts keeps R × ttl of them, at most max_attempts (about 230 bytes each in
+  // process with a 24-byte id, benchmarks/gateway_attempts_bench.cpp); past that a new
+  // id gets ResourceExhausted.
+  Nanos attempt_ttl{std::chrono::seconds(60)};
   std::size_t max_attempts = 1'000'000;
   Nanos ticket_ttl{std::chrono::minutes(10)};
   std::size_t max_tickets = 1'000'000;
