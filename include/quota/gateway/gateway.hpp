@@ -212,6 +212,9 @@ class Gateway {
 
     std::string fingerprint;
     bool attempt_open = false;
+    // Attempt ids are the tenant's: another tenant's same id is another attempt (over
+    // Redis the record lives in the tenant's slot, `{tenant}`, likewise).
+    const AttemptKey attempt_key{.scope = req.who.tenant, .id = req.attempt_id};
     if (!req.attempt_id.empty()) {
       // "cost|key" of every budget, joined by '|': the same id with another cost or key
       // is another request.
@@ -220,7 +223,7 @@ class Gateway {
                         quota::detail::to_absl(c.key));
       }
       if constexpr (!kSharedAttempts) {
-        auto begin = attempts_.begin(req.attempt_id, fingerprint, now);
+        auto begin = attempts_.begin(attempt_key, fingerprint, now);
         if (!begin.ok()) return begin.status();
         if (begin->replay.has_value()) {
           return replay_attempt(*begin->replay, begin->deadline, tenant.rule->name, now);
@@ -237,7 +240,7 @@ class Gateway {
       fair.emplace();
       if (auto denied =
               fair_.admit(*checks, req.who.tenant, rules.version(), fair_now(now), *fair)) {
-        if (attempt_open) attempts_.finish(req.attempt_id, denied->decision, req.deadline);
+        if (attempt_open) attempts_.finish(attempt_key, denied->decision, req.deadline);
         return Result{.decision = denied->decision,
                       .rule = denied->rule->name,
                       .replayed = false,
@@ -268,9 +271,9 @@ class Gateway {
     // records nothing.)
     if (attempt_open) {
       if (decided) {
-        attempts_.finish(req.attempt_id, r->decision, req.deadline);
+        attempts_.finish(attempt_key, r->decision, req.deadline);
       } else {
-        attempts_.abandon(req.attempt_id);
+        attempts_.abandon(attempt_key);
       }
     }
     if (!r.ok()) return r.status();

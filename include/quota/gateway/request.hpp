@@ -75,8 +75,9 @@ struct Request {
   std::optional<std::int64_t> cost = std::nullopt;
   // Optional: idempotent retries (attempts.hpp). With an attempt id the first decision
   // is replayed for GatewayOptions::attempt_ttl; the same id with another key or cost is
-  // InvalidArgument. Kept in this process's AttemptCache, or — over Redis — in Redis,
-  // shared by every gateway process (redis/gateway_store.hpp).
+  // InvalidArgument; another tenant's same id is another attempt. Kept in this process's
+  // AttemptCache, or — over Redis — in Redis, shared by every gateway process
+  // (redis/gateway_store.hpp).
   std::string_view attempt_id = {};
   // Optional: the caller's deadline, a time of the Clock that gives `now` (the gateway
   // processes sharing attempts need one clock, e.g. the system clock). A call after it
