@@ -225,3 +225,65 @@ TEST_CASE("settles racing new acquires on 8 threads: each ticket once, exact acc
   CHECK(tokens(store, registry, Nanos{0}) ==
         quota::to_micro(kBurst - expected_spent - spent_new.load()));
 }
+
+namespace {
+
+using quota::gateway::TicketBook;
+
+// A ticket issued at `at` that expires ttl (10 s) later, as the Gateway issues them.
+TicketBook::Ticket ticket_at(Nanos at) {
+  return {.levels = {}, .estimate = 1, .acquired_at = at, .spent_at = at, .expires_at = at + 10s};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the ticket book: full of tickets still kept it refuses; the oldest forgettable one "
+    "makes room") {
+  TicketBook book(10s, 3);
+  for (Nanos t : {Nanos{0}, Nanos{1s}, Nanos{2s}}) {
+    auto id = book.issue(ticket_at(t), t);
+    REQUIRE(id.ok());
+    CHECK(*id == static_cast<quota::gateway::TicketId>(t / 1s + 1));  // 1, 2, 3
+  }
+  // Ticket 1 expires at 10 s and is kept as a tombstone until one ttl later.
+  CHECK(book.issue(ticket_at(15s), 15s).status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(book.issue(ticket_at(20s), 20s).status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(book.take(1, 20s).status().code() == absl::StatusCode::kDeadlineExceeded);
+  auto next = book.issue(ticket_at(20s + 1ns), 20s + 1ns);
+  REQUIRE(next.ok());
+  CHECK(*next == 4);  // ids keep counting past the forgotten ones
+  CHECK(book.size() == 3);
+  CHECK(book.take(1, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take(2, 20s + 1ns).status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(book.take(0, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take(5, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  auto open = book.take(4, 21s);
+  REQUIRE(open.ok());
+  CHECK(open->acquired_at == 20s + 1ns);
+}
+
+TEST_CASE("the ticket book: a ticket being settled is kept, and holds the ones behind it") {
+  TicketBook book(10s, 3);
+  for (Nanos t : {Nanos{0}, Nanos{1s}, Nanos{2s}}) REQUIRE(book.issue(ticket_at(t), t).ok());
+  REQUIRE(book.take(1, 5s).ok());  // a settle in flight
+  // An hour on, every ticket is forgettable but the first is still being settled.
+  CHECK(book.issue(ticket_at(1h), 1h).status().code() == absl::StatusCode::kResourceExhausted);
+  book.done(1);
+  REQUIRE(book.issue(ticket_at(1h), 1h).ok());  // forgets tickets 1 and 2
+  CHECK(book.size() == 2);
+  CHECK(book.take(1, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take(2, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take(3, 1h).status().code() == absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("the ticket book: tickets left by a quiet spell drain as new ones are issued") {
+  TicketBook book(10s, 100);
+  for (int i = 0; i < 100; ++i) REQUIRE(book.issue(ticket_at(Nanos{0}), Nanos{0}).ok());
+  CHECK(book.issue(ticket_at(1s), 1s).status().code() == absl::StatusCode::kResourceExhausted);
+  // An hour later each issue forgets two old tickets and adds one.
+  for (int i = 0; i < 50; ++i) REQUIRE(book.issue(ticket_at(1h), 1h).ok());
+  CHECK(book.size() == 50);
+  CHECK(book.take(100, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take(101, 1h).ok());
+}

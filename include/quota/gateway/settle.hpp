@@ -21,19 +21,27 @@
 //
 // TicketBook is the bookkeeping: tickets kept until `ttl` after issue, then kept as
 // "expired" tombstones for another ttl (so a late settle gets a clear DeadlineExceeded
-// rather than NotFound), then forgotten. At most `max_tickets`; when full, forgotten
-// tickets are swept, and if none can be, acquire_estimate gets ResourceExhausted.
+// rather than NotFound), then forgotten. At most `max_tickets`, without scans: tickets
+// are numbered in issue order and kept in that order, and each issue() forgets at most
+// two tickets from the oldest end that are forgettable (one ttl past their expiry, not
+// being settled), so an issue costs O(1) whatever the book holds; when none can be,
+// acquire_estimate gets ResourceExhausted. The Gateway gives every ticket the same ttl,
+// so the oldest ticket is also the first to expire; a ticket being settled (a store call
+// in flight) holds the ones behind it until its settle ends.
 //
-// Thread-safe.
+// Thread-safe (one mutex, never held during a store call).
+//
+//   auto est = gw.acquire_estimate(req, /*estimate=*/4096, now);  // est->ticket
+//   auto s = gw.settle(*est->ticket, /*actual=*/1234, later);      // s->refunded, per level
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -79,25 +87,24 @@ class TicketBook {
 
   absl::StatusOr<TicketId> issue(Ticket t, Nanos now) {
     quota::detail::MutexLock lock(mu_);
-    if (map_.size() >= max_tickets_) sweep(now);
-    if (map_.size() >= max_tickets_) {
+    forget_old(now);
+    if (tickets_.size() >= max_tickets_) {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("ticket book full: %d tickets open or recently closed", map_.size()));
+          absl::StrFormat("ticket book full: %d tickets open or recently closed", tickets_.size()));
     }
-    const TicketId id = ++last_id_;
-    map_.emplace(id, Entry{.ticket = std::move(t), .status = Status::kOpen});
-    return id;
+    tickets_.push_back(Entry{.ticket = std::move(t), .status = Status::kOpen});
+    return first_id_ + tickets_.size() - 1;
   }
 
   // Takes the ticket for settling: exactly one caller gets it. The caller must then
   // call done() (applied) or put_back() (store failed).
   absl::StatusOr<Ticket> take(TicketId id, Nanos now) {
     quota::detail::MutexLock lock(mu_);
-    auto it = map_.find(id);
-    if (it == map_.end()) {
+    Entry* found = find(id);
+    if (found == nullptr) {
       return absl::NotFoundError(absl::StrFormat("ticket %d: unknown (or long expired)", id));
     }
-    Entry& e = it->second;
+    Entry& e = *found;
     if (e.status == Status::kOpen && now > e.ticket.expires_at) e.status = Status::kExpired;
     switch (e.status) {
       case Status::kSettled:
@@ -117,41 +124,51 @@ class TicketBook {
   void done(TicketId id) { set(id, Status::kSettled); }
   void put_back(TicketId id) { set(id, Status::kOpen); }
 
+  // Tickets kept: open, being settled, settled or expired but not yet forgotten.
   std::size_t size() const {
     quota::detail::MutexLock lock(mu_);
-    return map_.size();
+    return tickets_.size();
   }
 
  private:
+  // Forgotten per issue(): more than the one ticket it adds, so tickets left behind by a
+  // quiet spell drain while new ones arrive, and few enough that an issue stays O(1).
+  static constexpr int kForgottenPerIssue = 2;
+
   enum class Status : std::uint8_t { kOpen, kSettling, kSettled, kExpired };
   struct Entry {
     Ticket ticket;
     Status status = Status::kOpen;
   };
 
-  void set(TicketId id, Status s) {
-    quota::detail::MutexLock lock(mu_);
-    if (auto it = map_.find(id); it != map_.end()) it->second.status = s;
+  // The ticket numbered `id`, or null (never issued, or forgotten).
+  Entry* find(TicketId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (id < first_id_ || id - first_id_ >= tickets_.size()) return nullptr;
+    return &tickets_[id - first_id_];
   }
 
-  // Forgets tickets more than one ttl past their expiry (tombstones included).
-  void sweep(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = map_.begin(); it != map_.end();) {
-      const Entry& e = it->second;
-      const bool forgettable = e.status != Status::kSettling && now - e.ticket.expires_at > ttl_;
-      if (forgettable) {
-        map_.erase(it++);
-      } else {
-        ++it;
-      }
+  void set(TicketId id, Status s) {
+    quota::detail::MutexLock lock(mu_);
+    if (Entry* e = find(id)) e->status = s;
+  }
+
+  // Forgets, from the oldest, tickets more than one ttl past their expiry (tombstones
+  // included), up to kForgottenPerIssue.
+  void forget_old(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int i = 0; i < kForgottenPerIssue && !tickets_.empty(); ++i) {
+      const Entry& oldest = tickets_.front();
+      if (oldest.status == Status::kSettling || now - oldest.ticket.expires_at <= ttl_) return;
+      tickets_.pop_front();
+      ++first_id_;
     }
   }
 
   Nanos ttl_;
   std::size_t max_tickets_;
   mutable quota::detail::Mutex mu_;
-  TicketId last_id_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<TicketId, Entry> map_ ABSL_GUARDED_BY(mu_);
+  // The tickets kept, in issue order: tickets_[i] is ticket first_id_ + i. Ids start at 1.
+  std::deque<Entry> tickets_ ABSL_GUARDED_BY(mu_);
+  TicketId first_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace quota::gateway
