@@ -85,10 +85,11 @@ class AttemptCache {
   // is being made; ResourceExhausted when the cache is full of live records.
   absl::StatusOr<Begin> begin(AttemptKey key, std::string_view fingerprint, Nanos now) {
     if (auto bad = malformed(key.id); !bad.ok()) return bad;
+    const Hashed hashed{.key = key, .hash = hash_of(key)};
     quota::detail::MutexLock lock(mu_);
-    index_.prefetch(key);
+    index_.prefetch(hashed);
     prefetch_oldest();
-    auto found = index_.find(key);
+    auto found = index_.find(hashed);
     if (found != index_.end() && (*found)->expires_at <= now) {
       erase(found);
       found = index_.end();
@@ -112,7 +113,7 @@ class AttemptCache {
       return absl::ResourceExhaustedError(
           absl::StrFormat("attempt cache full: %d attempts kept, none expired", index_.size()));
     }
-    by_age_.emplace_back(key, hash_of(key), fingerprint, quota::detail::saturating_add(now, ttl_));
+    by_age_.emplace_back(key, hashed.hash, fingerprint, quota::detail::saturating_add(now, ttl_));
     index_.insert(std::prev(by_age_.end()));
     prefetch_oldest();
     return Begin{.replay = std::nullopt, .deadline = std::nullopt};
@@ -193,17 +194,30 @@ class AttemptCache {
   // references are equal when they are the same record: the index never holds two
   // records of one key (begin() looks the key up before it adds one), so that is equality
   // of keys, found without reading either key.
+  // A key with its hash, so that begin() hashes it once for its prefetch, lookup and insert.
+  struct Hashed {
+    AttemptKey key;
+    std::size_t hash;
+  };
   struct KeyHash {
     using is_transparent = void;
     std::size_t operator()(const AttemptKey& k) const { return hash_of(k); }
+    std::size_t operator()(const Hashed& k) const { return k.hash; }
     std::size_t operator()(const RecordRef& r) const { return r->hash; }
   };
   struct KeyEq {
     using is_transparent = void;
     bool operator()(const RecordRef& a, const RecordRef& b) const { return a == b; }
-    bool operator()(const AttemptKey& a, const RecordRef& b) const { return same(a, b->key()); }
-    bool operator()(const RecordRef& a, const AttemptKey& b) const { return same(a->key(), b); }
-    bool operator()(const AttemptKey& a, const AttemptKey& b) const { return same(a, b); }
+    template <class K>
+    bool operator()(const K& a, const RecordRef& b) const {
+      return same(key(a), b->key());
+    }
+    template <class K>
+    bool operator()(const RecordRef& a, const K& b) const {
+      return same(a->key(), key(b));
+    }
+    static AttemptKey key(const AttemptKey& k) { return k; }
+    static AttemptKey key(const Hashed& k) { return k.key; }
     static bool same(AttemptKey a, AttemptKey b) { return a.scope == b.scope && a.id == b.id; }
   };
   using Index = absl::flat_hash_set<RecordRef, KeyHash, KeyEq>;
