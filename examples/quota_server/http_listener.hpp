@@ -33,6 +33,7 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -102,6 +103,19 @@ class HttpListener : public httplib::Server {
       parked_.clear();
     }
     httplib::Server::stop();
+  }
+
+  // httplib's bind with the kernel's largest accept backlog (httplib asks for 5: a burst
+  // of connects beyond that waits a SYN retransmission, a second).
+  int bind_to_any_port(const std::string& host) {
+    const int port = httplib::Server::bind_to_any_port(host);
+    if (port > 0) ::listen(svr_sock_, SOMAXCONN);
+    return port;
+  }
+  bool bind_to_port(const std::string& host, int port) {
+    if (!httplib::Server::bind_to_port(host, port)) return false;
+    ::listen(svr_sock_, SOMAXCONN);
+    return true;
   }
 
   Counters counters() const {
@@ -258,6 +272,10 @@ class HttpListener : public httplib::Server {
       close_connection(sock);
       return false;
     }
+    // An answer goes out at once: httplib writes its head and body separately, and with
+    // Nagle the body would wait for the client's delayed ACK (~40 ms).
+    const int one = 1;
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     serve(std::make_unique<Connection>(sock, limits_));
     return true;
   }

@@ -177,9 +177,6 @@ int main(int argc, char** argv) {
   // No client can stall the others: idle connections hold no thread, slow requests are
   // cut off, large bodies refused unread (http_listener.hpp).
   quota::server::HttpListener http(o.http);
-  // An answer goes out at once (headers and body are separate writes: with Nagle, the
-  // body waits for the client's delayed ACK, ~40 ms).
-  http.set_tcp_nodelay(true);
   quota::server::add_http_api(http, {.checker = &checker,
                                      .stats = &stats,
                                      .metrics = &metrics,
