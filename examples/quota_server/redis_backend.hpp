@@ -9,11 +9,13 @@
 // --redis-sentinel-password-file), one deadline per call (--redis-deadline-ms), the
 // circuit breaker per node (--redis-breaker-failures, --redis-breaker-cooldown-ms) and the
 // in-flight guard (--redis-max-in-flight). An evicting server (maxmemory-policy other than
-// noeviction) is refused (redis::EvictionPolicyCheck::kRefuse) unless
-// --redis-allow-evicting (kAllow: warned once). The store's production options come from
-// redis_flags.hpp too: failover safety (--redis-failover-safety), the clock-step guard
-// (--redis-clock-guard-ms), WAIT (--redis-replicas, --redis-replica-timeout-ms) and
-// coalescing (--redis-coalesce, --redis-coalesce-calls).
+// noeviction, read at connect and once a second after) is refused
+// (redis::EvictionPolicyCheck::kRefuse) unless --redis-allow-evicting (kAllow: warned
+// once). The store's production options come from redis_flags.hpp too: failover safety
+// (--redis-failover-safety), the clock-step guard (--redis-clock-guard-ms), WAIT
+// (--redis-replicas, --redis-replica-timeout-ms) and coalescing (--redis-coalesce,
+// --redis-coalesce-calls). Failover safety, the clock guard, the breaker and the in-flight
+// guard are on unless their flags turn them off (redis_flags.hpp).
 //
 // The Checker decides over it through a CountedRedisStore (counted_redis_store.hpp),
 // which counts Redis errors by kind.
