@@ -350,3 +350,36 @@ TEST_CASE("leased global budget with fair shares at four holders: r*T + B + sum 
   CHECK(capacities <= 400 - 40);  // Σ over the holders ≤ budget − reserve
   CHECK(reasons[Reason::kPaused] + reasons[Reason::kOverShare] > 0);
 }
+
+TEST_CASE("two gateways given one FairLimits hold a tenant to one share, wherever it calls") {
+  // A process that switches between gateways (quota-server: leased or not) passes both the
+  // same GatewayOptions::fair_limits; each gateway alone would grant the whole budget.
+  Metrics metrics;
+  RuleRegistry registry(build(fair_spec(kFair, {.rate = {0, 1s}, .burst = 1'000'000}), &metrics));
+  quota::LocalStore<KeyPolicy> store;
+  quota::gateway::GatewayOptions shared;
+  shared.fair_limits = std::make_shared<quota::gateway::FairLimits>();
+  Gateway<quota::LocalStore<KeyPolicy>> one(store, registry, shared), two(store, registry, shared);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto& gw = i % 2 == 0 ? one : two;
+    auto r = gw.decide(call("solo", 100), Nanos{i * 1ms});
+    REQUIRE(r.ok());
+    admitted += r->decision.allowed ? 100 : 0;
+  }
+  CHECK(admitted == 1'000);  // one budget across both, as through one gateway
+  REQUIRE(one.fair_shares().size() == 1);
+  CHECK(two.fair_shares().size() == 1);
+  CHECK(one.fair_shares()[0].key == two.fair_shares()[0].key);
+
+  // Without it, each gateway's own allocator grants the whole budget again.
+  Gateway<quota::LocalStore<KeyPolicy>> three(store, registry), four(store, registry);
+  admitted = 0;
+  for (int i = 0; i < 24; ++i) {
+    auto& gw = i % 2 == 0 ? three : four;
+    auto r = gw.decide(call("other", 100), 2s + Nanos{i * 1ms});
+    REQUIRE(r.ok());
+    admitted += r->decision.allowed ? 100 : 0;
+  }
+  CHECK(admitted == 2'000);
+}

@@ -158,8 +158,12 @@ class Checker {
                             .assume_spent_at = options_.budgets_spent_at.value_or(Nanos::min())}),
         registry_(std::move(rules)) {
     if (options_.redis != nullptr) {
-      const gateway::GatewayOptions fair = fair_share_options(
+      gateway::GatewayOptions fair = fair_share_options(
           options_.redis->store(), options_.fair_share_holders, options_.instance_id);
+      // One fair-share state for both Redis gateways: a tenant's share is one, whichever
+      // gateway decides its request (leased rules or not, an attempt or not).
+      fair.fair_limits =
+          std::make_shared<gateway::FairLimits>(fair.fair_share_holders, fair.fair_share_exchange);
       redis_gateway_ =
           std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_, fair);
       leases_ = std::make_unique<RedisLeases>(*options_.redis);
@@ -269,12 +273,9 @@ class Checker {
   }
 
   // What each fair-share budget of the rules in force holds (quota_fair_share_* on
-  // /metrics), from the gateway that decides now (one series per budget: the other
-  // gateway's allocators, idle since a reload switched, are not reported).
+  // /metrics); one state whichever gateway decides.
   std::vector<gateway::FairLimitStats> fair_shares() const {
-    if (gateway_) return gateway_->fair_shares();
-    if (leased_.load(std::memory_order_relaxed)) return leased_gateway_->fair_shares();
-    return redis_gateway_ ? redis_gateway_->fair_shares() : std::vector<gateway::FairLimitStats>{};
+    return gateway_ ? gateway_->fair_shares() : redis_gateway_->fair_shares();
   }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).

@@ -68,7 +68,10 @@ class Gateway {
         attempts_(options.attempt_ttl, options.max_attempts),
         tickets_(options.ticket_ttl, options.max_tickets),
         outage_(options.emergency_store),
-        fair_(options.fair_share_holders, options.fair_share_exchange) {}
+        fair_(options.fair_limits != nullptr
+                  ? options.fair_limits
+                  : std::make_shared<FairLimits>(options.fair_share_holders,
+                                                 options.fair_share_exchange)) {}
 
   // Decides `req` against every level the rules give it, in order user → tenant →
   // global; if a level denies, no level keeps a deduction (how, per backend:
@@ -189,7 +192,7 @@ class Gateway {
   const AttemptCache& attempts() const { return attempts_; }
   const TicketBook& tickets() const { return tickets_; }
   // The fair-share allocators of this gateway's global budgets (fair_limits.hpp).
-  std::vector<FairLimitStats> fair_shares() const { return fair_.stats(); }
+  std::vector<FairLimitStats> fair_shares() const { return fair_->stats(); }
 
  private:
   // The fair-share allocators' clock (GatewayOptions::fair_share_clock_offset).
@@ -239,7 +242,7 @@ class Gateway {
                     [](const Check& c) { return c.rule->fair_share.enabled; })) {
       fair.emplace();
       if (auto denied =
-              fair_.admit(*checks, req.who.tenant, rules.version(), fair_now(now), *fair)) {
+              fair_->admit(*checks, req.who.tenant, rules.version(), fair_now(now), *fair)) {
         if (attempt_open) attempts_.finish(attempt_key, denied->decision, req.deadline);
         return Result{.decision = denied->decision,
                       .rule = denied->rule->name,
@@ -252,9 +255,9 @@ class Gateway {
     auto r = run(rules.version(), *checks, now, deducted, attempt);
     if (fair.has_value()) {
       if (r.ok() && r->decision.allowed && !r->replayed) {
-        fair_.commit(*fair, fair_now(now));
+        fair_->commit(*fair, fair_now(now));
       } else {
-        fair_.release(*fair);  // denied, an error (then the fail mode), a replayed attempt
+        fair_->release(*fair);  // denied, an error (then the fail mode), a replayed attempt
       }
     }
     const bool decided = r.ok();
@@ -351,7 +354,7 @@ class Gateway {
   AttemptCache attempts_;
   TicketBook tickets_;
   Outage outage_;
-  FairLimits fair_;
+  std::shared_ptr<FairLimits> fair_;  // GatewayOptions::fair_limits, or the Gateway's own
 };
 
 }  // namespace quota::gateway

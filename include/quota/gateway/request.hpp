@@ -30,6 +30,8 @@
 
 namespace quota::gateway {
 
+class FairLimits;  // fair_limits.hpp
+
 struct GatewayOptions {
   // How long an attempt's first decision is kept and replayed (in this process's
   // AttemptCache, and over Redis as the record's TTL), and how many attempts this process
@@ -61,6 +63,11 @@ struct GatewayOptions {
   // SteadyClock, give each process the wall clock minus that clock, measured once at
   // start (steady_to_wall_offset(), fair_asks_exchange.hpp).
   Nanos fair_share_clock_offset{0};
+  // The fair-share allocators to use, shared with other Gateways of this process that
+  // decide the same budgets (a service that switches backends with its rule set keeps
+  // one fair-share state); null: the Gateway's own, made from fair_share_holders and
+  // fair_share_exchange (which are then ignored when this is set).
+  std::shared_ptr<FairLimits> fair_limits = nullptr;
 };
 
 struct Request {
