@@ -39,8 +39,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
-#include <list>
+#include <cstring>
+#include <initializer_list>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,12 @@ struct AttemptKey {
 class AttemptCache {
  public:
   AttemptCache(Nanos ttl, std::size_t max_entries) : ttl_(ttl), max_entries_(max_entries) {}
+  AttemptCache(const AttemptCache&) = delete;
+  AttemptCache& operator=(const AttemptCache&) = delete;
+  ~AttemptCache() {
+    quota::detail::MutexLock lock(mu_);
+    while (oldest_ != nullptr) unlink_and_free(oldest_);
+  }
 
   // The outcome of begin(): either a stored decision to replay, or a fresh attempt the
   // caller must decide and then finish() or abandon().
@@ -113,8 +120,8 @@ class AttemptCache {
       return absl::ResourceExhaustedError(
           absl::StrFormat("attempt cache full: %d attempts kept, none expired", index_.size()));
     }
-    by_age_.emplace_back(key, hashed.hash, fingerprint, quota::detail::saturating_add(now, ttl_));
-    index_.insert(std::prev(by_age_.end()));
+    index_.insert(
+        append(make_record(hashed, fingerprint, quota::detail::saturating_add(now, ttl_))));
     prefetch_oldest();
     return Begin{.replay = std::nullopt, .deadline = std::nullopt};
   }
@@ -157,70 +164,61 @@ class AttemptCache {
   // begin stays O(1).
   static constexpr int kExpiredPerBegin = 2;
 
+  // One attempt: its place in the age list, its decision, and in the same allocation,
+  // just after it, its text: scope, id and fingerprint, one after the other.
+  struct Record {
+    Record* older = nullptr;
+    Record* newer = nullptr;
+    Decision decision{};
+    std::optional<Nanos> deadline{};
+    Nanos expires_at{0};
+    // hash_of(key()), kept so that forgetting the oldest record reads only its first bytes.
+    std::size_t hash = 0;
+    std::uint32_t scope_bytes = 0;  // the Gateway's scope is a tenant id: at most 128 bytes
+    std::uint32_t fingerprint_bytes = 0;
+    std::uint8_t id_bytes = 0;  // at most kMaxAttemptIdBytes
+    bool done = false;
+
+    const char* text() const { return reinterpret_cast<const char*>(this + 1); }
+    std::size_t text_bytes() const { return scope_bytes + id_bytes + fingerprint_bytes; }
+    AttemptKey key() const {
+      return {.scope = {text(), scope_bytes}, .id = {text() + scope_bytes, id_bytes}};
+    }
+    std::string_view fingerprint() const {
+      return {text() + scope_bytes + id_bytes, fingerprint_bytes};
+    }
+  };
+
   static std::size_t hash_of(AttemptKey k) {
     return absl::HashOf(quota::detail::to_absl(k.scope), quota::detail::to_absl(k.id));
   }
 
-  struct Record {
-    Record(AttemptKey key, std::size_t key_hash, std::string_view fingerprint, Nanos expires)
-        : expires_at(expires),
-          hash(key_hash),
-          scope_bytes(static_cast<std::uint32_t>(key.scope.size())),
-          id_bytes(static_cast<std::uint8_t>(key.id.size())) {
-      text.reserve(key.scope.size() + key.id.size() + fingerprint.size());
-      text.append(key.scope).append(key.id).append(fingerprint);
-    }
-    AttemptKey key() const {
-      const std::string_view t = text;
-      return {.scope = t.substr(0, scope_bytes), .id = t.substr(scope_bytes, id_bytes)};
-    }
-    std::string_view fingerprint() const {
-      return std::string_view(text).substr(scope_bytes + id_bytes);
-    }
-
-    std::string text;  // scope, id and fingerprint, one after the other
-    Decision decision{};
-    std::optional<Nanos> deadline{};
-    Nanos expires_at;
-    // hash_of(key()), kept so that forgetting the oldest record reads only its node.
-    std::size_t hash;
-    std::uint32_t scope_bytes;  // a tenant id (the Gateway's scope) is at most 128 bytes
-    std::uint8_t id_bytes;      // at most kMaxAttemptIdBytes
-    bool done = false;
-  };
-  using RecordRef = std::list<Record>::iterator;
-
-  // The index holds a reference to each record and finds it by its AttemptKey. Two
-  // references are equal when they are the same record: the index never holds two
-  // records of one key (begin() looks the key up before it adds one), so that is equality
-  // of keys, found without reading either key.
   // A key with its hash, so that begin() hashes it once for its prefetch, lookup and insert.
   struct Hashed {
     AttemptKey key;
     std::size_t hash;
   };
+
+  // The index holds each record's address and finds it by its AttemptKey. Two addresses
+  // are equal when they are the same record: the index never holds two records of one
+  // key (begin() looks the key up before it adds one), so that is equality of keys,
+  // found without reading either key.
   struct KeyHash {
     using is_transparent = void;
     std::size_t operator()(const AttemptKey& k) const { return hash_of(k); }
     std::size_t operator()(const Hashed& k) const { return k.hash; }
-    std::size_t operator()(const RecordRef& r) const { return r->hash; }
+    std::size_t operator()(const Record* r) const { return r->hash; }
   };
   struct KeyEq {
     using is_transparent = void;
-    bool operator()(const RecordRef& a, const RecordRef& b) const { return a == b; }
-    template <class K>
-    bool operator()(const K& a, const RecordRef& b) const {
-      return same(key(a), b->key());
-    }
-    template <class K>
-    bool operator()(const RecordRef& a, const K& b) const {
-      return same(a->key(), key(b));
-    }
-    static AttemptKey key(const AttemptKey& k) { return k; }
-    static AttemptKey key(const Hashed& k) { return k.key; }
+    bool operator()(const Record* a, const Record* b) const { return a == b; }
+    bool operator()(const AttemptKey& a, const Record* b) const { return same(a, b->key()); }
+    bool operator()(const Record* a, const AttemptKey& b) const { return same(a->key(), b); }
+    bool operator()(const Hashed& a, const Record* b) const { return same(a.key, b->key()); }
+    bool operator()(const Record* a, const Hashed& b) const { return same(a->key(), b.key); }
     static bool same(AttemptKey a, AttemptKey b) { return a.scope == b.scope && a.id == b.id; }
   };
-  using Index = absl::flat_hash_set<RecordRef, KeyHash, KeyEq>;
+  using Index = absl::flat_hash_set<Record*, KeyHash, KeyEq>;
 
   static absl::Status malformed(std::string_view id) {
     if (id.empty() || id.size() > kMaxAttemptIdBytes) {
@@ -237,39 +235,79 @@ class AttemptCache {
     return absl::OkStatus();
   }
 
+  // A record and its text in one allocation (Record's size is a multiple of its
+  // alignment, so the text starts right after it).
+  static Record* make_record(const Hashed& k, std::string_view fingerprint, Nanos expires) {
+    const std::size_t text = k.key.scope.size() + k.key.id.size() + fingerprint.size();
+    auto* r = new (::operator new(sizeof(Record) + text))
+        Record{.older = nullptr,
+               .newer = nullptr,
+               .decision = {},
+               .deadline = std::nullopt,
+               .expires_at = expires,
+               .hash = k.hash,
+               .scope_bytes = static_cast<std::uint32_t>(k.key.scope.size()),
+               .fingerprint_bytes = static_cast<std::uint32_t>(fingerprint.size()),
+               .id_bytes = static_cast<std::uint8_t>(k.key.id.size()),
+               .done = false};
+    char* out = reinterpret_cast<char*>(r + 1);
+    for (std::string_view part : {k.key.scope, k.key.id, fingerprint}) {
+      if (!part.empty()) std::memcpy(out, part.data(), part.size());  // data() may be null
+      out += part.size();
+    }
+    return r;
+  }
+
+  // Puts `r` at the newest end of the age list.
+  Record* append(Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    r->older = newest_;
+    (newest_ != nullptr ? newest_->newer : oldest_) = r;
+    newest_ = r;
+    return r;
+  }
+
+  // Takes `r` out of the age list and frees it (the index no longer holds it).
+  void unlink_and_free(Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    (r->older != nullptr ? r->older->newer : oldest_) = r->newer;
+    (r->newer != nullptr ? r->newer->older : newest_) = r->older;
+    const std::size_t bytes = sizeof(Record) + r->text_bytes();
+    r->~Record();
+    ::operator delete(static_cast<void*>(r), bytes);
+  }
+
   void erase(Index::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const RecordRef r = *it;
+    Record* r = *it;
     index_.erase(it);
-    by_age_.erase(r);
+    unlink_and_free(r);
   }
 
   // In a large cache the new key's place in the index, the oldest record, the oldest's
-  // place in the index, its text and the record after it are each a cache miss.
-  // begin() asks for them all at its start, and at its end for the oldest record then
-  // (the next begin's), so that they arrive together rather than one after the other in
-  // find(), forget_expired() and the insert (benchmarks/gateway_attempts_bench.cpp
-  // measures a decision with 10^6 records against one with none).
+  // place in the index and the record after it are each a cache miss. begin() asks for
+  // them all at its start, and at its end for the oldest record then (the next begin's),
+  // so that they arrive together rather than one after the other in find(),
+  // forget_expired() and the insert (benchmarks/gateway_attempts_bench.cpp measures a
+  // decision with 10^6 records against one with none).
   void prefetch_oldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (by_age_.empty()) return;
-    const RecordRef oldest = by_age_.begin();
-    index_.prefetch(oldest);
-    __builtin_prefetch(oldest->text.data());
-    if (by_age_.size() > 1) __builtin_prefetch(&*std::next(oldest));
+    if (oldest_ == nullptr) return;
+    index_.prefetch(oldest_);
+    if (oldest_->newer != nullptr) __builtin_prefetch(oldest_->newer);
   }
 
   void forget_expired(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (int i = 0; i < kExpiredPerBegin && !by_age_.empty(); ++i) {
-      const RecordRef oldest = by_age_.begin();
-      if (oldest->expires_at > now) return;
-      index_.erase(oldest);
-      by_age_.erase(oldest);
+    for (int i = 0; i < kExpiredPerBegin && oldest_ != nullptr; ++i) {
+      Record* r = oldest_;
+      if (r->expires_at > now) return;
+      index_.erase(r);
+      unlink_and_free(r);
     }
   }
 
   Nanos ttl_;
   std::size_t max_entries_;
   mutable quota::detail::Mutex mu_;
-  std::list<Record> by_age_ ABSL_GUARDED_BY(mu_);  // in the order they began, oldest first
+  // The records in the order they began: oldest_ first, each one's `newer` the next.
+  Record* oldest_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Record* newest_ ABSL_GUARDED_BY(mu_) = nullptr;
   Index index_ ABSL_GUARDED_BY(mu_);
 };
 

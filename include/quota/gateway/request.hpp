@@ -39,7 +39,7 @@ struct GatewayOptions {
   // cover is the longest a caller waits for one request: 60 s is the longest of the
   // common proxy timeouts (nginx's proxy_read_timeout; Envoy's route timeout is 15 s).
   // A longer ttl only holds memory: records live ttl each, so a steady rate R of
-  // attempts keeps R × ttl of them, at most max_attempts (about 230 bytes each in
+  // attempts keeps R × ttl of them, at most max_attempts (about 180 bytes each in
   // process with a 24-byte id, benchmarks/gateway_attempts_bench.cpp); past that a new
   // id gets ResourceExhausted.
   Nanos attempt_ttl{std::chrono::seconds(60)};
