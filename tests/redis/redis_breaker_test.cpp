@@ -42,7 +42,7 @@ constexpr const char* kKey = "{acme}read";
 
 std::shared_ptr<ConnectionPool> pool_for(const PausedServer& s, std::size_t size,
                                          std::chrono::microseconds deadline,
-                                         quota::redis::BreakerConfig breaker = {}) {
+                                         quota::redis::BreakerConfig breaker = {.failures = 0}) {
   return std::make_shared<ConnectionPool>(
       ConnectionConfig{
           .host = "127.0.0.1", .port = s.port(), .deadline = deadline, .breaker = breaker},

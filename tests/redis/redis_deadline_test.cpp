@@ -33,10 +33,13 @@ namespace {
 constexpr auto kMargin = 50ms;  // scheduling noise on a shared 2-core machine
 const TokenBucket kPolicy{.rate = {.units = 1000, .per = 1s}, .burst = 1000};
 
+// No breaker: every call waits out its deadline (failing at once is redis_breaker_test's).
 std::shared_ptr<ConnectionPool> pool_for(const PausedServer& s, std::size_t size,
                                          std::chrono::microseconds deadline = 3ms) {
   return std::make_shared<ConnectionPool>(
-      ConnectionConfig{.host = "127.0.0.1", .port = s.port(), .deadline = deadline}, size);
+      ConnectionConfig{
+          .host = "127.0.0.1", .port = s.port(), .deadline = deadline, .breaker = {.failures = 0}},
+      size);
 }
 
 // A first decision with a generous deadline, so that the script is loaded before the

@@ -53,8 +53,11 @@ using quota::testing::signal_redis;
 
 TEST_CASE("redis gateway fail_open: a paused Redis costs at most the documented allowance") {
   // The caller's clock for Redis too (test mode), so that Redis admissions and emergency
-  // admissions are on one timeline for the verifier.
-  GatewayStore store({.pool = quota::testing::redis_pool(2, kDeadline),
+  // admissions are on one timeline for the verifier. No breaker: the decisions right after
+  // each resume come from Redis, not from a cool-down (the breaker: redis_breaker_test).
+  quota::redis::ConnectionConfig config = quota::testing::redis_config(kDeadline);
+  config.breaker.failures = 0;
+  GatewayStore store({.pool = std::make_shared<quota::redis::ConnectionPool>(config, 2),
                       .prefix = quota::testing::unique_prefix("gw-pause"),
                       .time = quota::redis::TimeSource::kCaller});
   RuleRegistry registry(build(spec()));

@@ -5,11 +5,11 @@
 // gateway with many threads would keep that many calls parked on a struggling server.
 //
 // `Breaker` (one per node: each ConnectionPool has one, configured by
-// ConnectionConfig::breaker). Closed, it lets every call through and counts consecutive
-// failed exchanges (a transport error or a deadline passed while talking to the node);
-// after `failures` of them it opens: every call fails at once for `cool_down`. Then it
-// lets exactly ONE call through as a probe (the others still fail at once): when the
-// probe succeeds the breaker closes, when it fails the breaker opens for another
+// ConnectionConfig::breaker; on by default, 5 failures and 250 ms). Closed, it lets every call
+// through and counts consecutive failed exchanges (a transport error or a deadline passed while
+// talking to the node); after `failures` of them it opens: every call fails at once for
+// `cool_down`. Then it lets exactly ONE call through as a probe (the others still fail at once):
+// when the probe succeeds the breaker closes, when it fails the breaker opens for another
 // cool-down, and when the probe never reached the node (its own deadline passed first)
 // the next call becomes the probe. An error REPLY (BUSY, NOSCRIPT, ...) is an answer
 // from a live node and counts as a success.
@@ -47,8 +47,10 @@
 namespace quota::redis {
 
 struct BreakerConfig {
-  // Consecutive failed exchanges with a node that open its breaker; 0: no breaker.
-  int failures = 0;
+  // Consecutive failed exchanges with a node that open its breaker; 0: no breaker. On by
+  // default: a healthy node does not fail 5 exchanges in a row (a lost packet or one slow
+  // reply fails one), and a node that does would otherwise cost each call its deadline.
+  int failures = 5;
   // How long an open breaker fails every call at once before it lets one probe through.
   std::chrono::microseconds cool_down{std::chrono::milliseconds(250)};
 };

@@ -31,7 +31,8 @@ struct ConnectionConfig {
   // The budget of a call made without a Deadline: the pool wait, the connect, the write
   // and the reads, together. The stores use it unless their options set their own.
   std::chrono::microseconds deadline = kDefaultDeadline;
-  // The node's circuit breaker (breaker.hpp); off unless `breaker.failures` > 0.
+  // The node's circuit breaker (breaker.hpp): 5 consecutive failures open it for 250 ms;
+  // `breaker.failures` 0 turns it off.
   BreakerConfig breaker{};
 
   // -- The connect handshake (one pipelined round trip after every connect). --
