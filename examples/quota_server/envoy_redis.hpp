@@ -8,8 +8,9 @@
 //     bytes and, without a tenant tag, is its own hash tag; '%', '{', '}' and bytes below
 //     0x20 or equal to 0x7f are percent-encoded ("%7B"), so distinct budget keys stay
 //     distinct Redis keys. A key over the store's bound is the store's InvalidArgument.
-//   - check_envoy_for_redis(): every limit of a file must be one the Redis twin can keep
-//     (GatewayStore::check); the error names the limit. Checked at start, on a reload and
+//   - check_envoy_for_redis(): every limit of a file that keeps a budget (not unlimited,
+//     requests_per_unit above 0) must be one the Redis twin can keep (GatewayStore::check);
+//     the error names the limit. Checked at start, on a reload and
 //     before `quota-server publish` stores a file.
 //
 // Thread safety: pure functions.
@@ -49,7 +50,7 @@ inline absl::Status check_envoy_for_redis(const EnvoyRules& rules) {
   const auto walk = [&out](const auto& self, const std::vector<EnvoyNode>& nodes) -> void {
     for (const EnvoyNode& n : nodes) {
       if (!out.ok()) return;
-      if (n.limit != nullptr && !n.limit->unlimited) {
+      if (n.limit != nullptr && !n.limit->unlimited && !n.limit->blocks()) {
         if (auto s = CountedRedisStore::check(n.limit->policy); !s.ok()) {
           out = absl::InvalidArgumentError(
               absl::StrCat("limit \"", n.limit->name, "\" cannot be kept in redis: ", s.message()));
