@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checker.hpp"
+#include "envoy_json.hpp"
 #include "failover_safety_rules.hpp"
 #include "grpc_service.hpp"
 #include "http_api.hpp"
@@ -183,6 +184,7 @@ int main(int argc, char** argv) {
                                      .ready = &ready,
                                      .auth = o.auth_headers,
                                      .listener = &http});
+  quota::server::add_envoy_json_api(http, service);  // POST /json, envoyproxy/ratelimit's
   const int http_port = o.http_port == 0                         ? http.bind_to_any_port(o.host)
                         : http.bind_to_port(o.host, o.http_port) ? o.http_port
                                                                  : -1;
