@@ -8,6 +8,7 @@
 // away or not permitted to the ACL user, the store says so once (HandshakeStats) and
 // decides.
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -172,7 +173,8 @@ TEST_CASE("a policy set to evict on a live server is refused within eviction_rec
   const auto bound = std::chrono::milliseconds(1000 + 20 + 300);
   auto at = refused_after(decide_store, changed, bound);
   REQUIRE(at.has_value());
-  INFO("refused " << at->count() << " ms after CONFIG SET");
+  std::printf("maxmemory-policy volatile-lru set on a live server: refused %lld ms after it\n",
+              static_cast<long long>(at->count()));
   CHECK(*at <= bound);
   CHECK(pool->handshake_stats().recheck_refusals.load() >= 1);
   // Every later call, on every connection and through either store, is refused.
