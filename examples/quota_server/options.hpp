@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +37,8 @@ ABSL_FLAG(std::string, rules, "", "the YAML rule file (required unless --rules-f
 ABSL_FLAG(bool, rules_from_redis, false,
           "decide with the rule set published in Redis (quota-server publish)");
 ABSL_FLAG(std::string, rules_key, "quota-rules", "the hash tag of the shared rules' keys");
+ABSL_FLAG(std::int64_t, force_version, 0,
+          "publish: store the rule set as version N, above every server's (0: the next)");
 ABSL_FLAG(std::string, instance_id, "",
           "this server's id in its heartbeat and fair-share asks (default HOST:PID)");
 ABSL_FLAG(std::string, rules_format, "auto", "auto, quota or envoy (envoyproxy/ratelimit's YAML)");
@@ -133,18 +136,23 @@ inline constexpr const char* kPublishUsage =
 Validates the rule file whole (the server's parser: an error names file:line:column and
 the field, exit 1, nothing published) and stores it in Redis as the next version, which
 every quota-server started with --rules-from-redis on that Redis applies within about a
-second. Prints "published version N". Flags: --rules, --rules-format, --rules-key and
-the server's --redis* flags (--redis, --redis-cluster or --redis-sentinel with
---redis-sentinel-master; AUTH; --redis-deadline-ms). Exit 0 published, 1 refused or
-Redis cannot answer, 2 usage error.
+second. Prints "published version N (FORMAT) digest D to KEY". A server refuses a
+version at or below the one it applied with another digest (Redis lost its data);
+--force-version N publishes as version N, which must be above the published version and
+every server's applied one (docs/service.md). Flags: --rules, --rules-format,
+--rules-key, --force-version and the server's --redis* flags (--redis, --redis-cluster
+or --redis-sentinel with --redis-sentinel-master; AUTH; --redis-deadline-ms). Exit 0
+published, 1 refused or Redis cannot answer, 2 usage error.
 )";
 
 inline constexpr const char* kInstancesUsage =
     R"(usage: quota-server instances --redis HOST:PORT [flags]
 
 Lists the servers that follow the shared rules (--rules-from-redis) on this Redis: one
-line per heartbeat, "INSTANCE version V age MS ms ADDRESS" after a line "published
-version N". A heartbeat is written every second; one older than 60 s is forgotten.
+line per heartbeat, "INSTANCE version V age MS ms ADDRESS digest D" (and "refused
+version P digest D" while it refuses the published version) after a line "published
+version N digest D", then how many instances applied the published rules. A heartbeat
+is written every second; one older than 60 s is forgotten.
 Flags: --rules-key and the server's --redis* flags. Exit 0, 1 when Redis cannot answer,
 2 usage error.
 )";
@@ -159,6 +167,7 @@ struct Options : RedisOptions {
   std::string rules_path;
   bool rules_from_redis = false;
   std::string rules_key = "quota-rules";
+  std::uint64_t force_version = 0;  // publish --force-version (0: the next version)
   std::string instance_id;
   RulesFormat rules_format = RulesFormat::kAuto;
   std::string domain = "quota";
@@ -215,6 +224,7 @@ inline Options parse_options(int argc, char** argv) {
       integer("max_cost", 1, kMaxUnits),
       integer("max_keys", 1, 1'000'000'000),
       integer("fair_share_holders", 1, 100'000),
+      integer("force_version", 0, std::numeric_limits<std::int64_t>::max()),
       integer("http_workers", 1, 4096),
       integer("http_max_connections", 1, 1'000'000),
       integer("http_request_timeout_ms", 1, 3'600'000),
@@ -238,6 +248,7 @@ inline Options parse_options(int argc, char** argv) {
   o.rules_path = absl::GetFlag(FLAGS_rules);
   o.rules_from_redis = absl::GetFlag(FLAGS_rules_from_redis);
   o.rules_key = absl::GetFlag(FLAGS_rules_key);
+  o.force_version = static_cast<std::uint64_t>(absl::GetFlag(FLAGS_force_version));
   o.instance_id = absl::GetFlag(FLAGS_instance_id);
   if (o.instance_id.empty()) o.instance_id = default_instance_id();
   o.rules_format = format == "quota"   ? RulesFormat::kQuota
@@ -259,6 +270,9 @@ inline Options parse_options(int argc, char** argv) {
   o.http.request_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_http_request_timeout_ms));
   o.http.idle_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_http_idle_timeout_s));
   static_cast<RedisOptions&>(o) = read_redis_flags(name);
+  if (command != Command::kPublish && o.force_version != 0) {
+    quota::cli::usage_error(name, "--force-version is a flag of quota-server publish");
+  }
   if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
     quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");
   }
