@@ -5,12 +5,13 @@
 // and replayed, so the retry spends nothing. The semantics match the Redis store's
 // attempts: ids are 1..128 bytes without control characters or braces, and belong to a
 // scope (the Gateway's is the tenant id; over Redis the record lives in the tenant's
-// slot), so two tenants may use the same id; the same scope and id with another request (key or
-// cost) is InvalidArgument and changes nothing; a replay is marked `replayed`. The decision is kept
-// with the attempt's deadline (Request::deadline of the call that decided it): the Gateway answers
-// a replay past it as Reason::kAttemptExpired, the units it spent staying spent. A record
-// lives `ttl` from its begin whatever its deadline: a retry that carries a later deadline
-// (or none) must still find it and be told kAttemptExpired, not decide and spend again.
+// slot), so two tenants may use the same id; the same scope and id with another request
+// (key or cost) is InvalidArgument and changes nothing; a replay is marked `replayed`.
+// The decision is kept with the attempt's deadline (Request::deadline of the call that
+// decided it): the Gateway answers a replay past it as Reason::kAttemptExpired, the
+// units it spent staying spent. A record lives `ttl` from its begin whatever its
+// deadline: a retry that carries a later deadline (or none) must still find it and be
+// told kAttemptExpired, not decide and spend again.
 //
 // In process only: two gateway processes do not share this cache (use the Redis store's
 // attempts for that). While the first decision for an id is still being made, a
@@ -24,17 +25,21 @@
 // Each begin() of a new id forgets at most two expired records from the front, so a
 // begin costs O(1) whatever the cache holds (amortized over the hash index's own growth
 // and clean-up of erased slots, as any absl::flat_hash_set); a full cache whose oldest
-// record expired admits a new id, and one full of live records answers ResourceExhausted
-// (nothing decided). A record abandoned or found expired by its own id leaves at once. Times that
-// go backwards across threads can put a record behind a younger one in that order; it
-// then leaves with the older one's expiry, up to that skew late.
+// record expired admits a new id, and one full of live records answers
+// ResourceExhausted (nothing decided). A record abandoned or found expired by its own id
+// leaves at once. Times that go backwards across threads can put a record behind a
+// younger one in that order; it then leaves with the older one's expiry, up to that
+// skew late. A record and its text are one allocation (about 180 bytes with a 24-byte
+// id, benchmarks/gateway_attempts_bench.cpp).
 //
 // Thread-safe (one mutex around the records and their index; held for lookups, never
 // during a decision).
 //
 //   AttemptCache cache(/*ttl=*/60s, /*max_entries=*/1'000'000);
 //   auto b = cache.begin({.scope = "acme", .id = "req-7f3a"}, fingerprint, now);
-//   if (b.ok() && !b->replay) { /* decide d */ cache.finish({"acme", "req-7f3a"}, d, deadline); }
+//   if (b.ok() && !b->replay) {
+//     /* decide d */ cache.finish({.scope = "acme", .id = "req-7f3a"}, d, deadline);
+//   }
 #pragma once
 
 #include <cstddef>
