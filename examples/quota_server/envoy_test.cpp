@@ -4,7 +4,9 @@
 // before key alone, nesting depth = number of entries, each value its own budget, token
 // buckets with burst = requests_per_unit and nothing spent by a denial, unlimited, no
 // limit, shadow_mode, replaces, the file's domain, the fixed-window opt-in, and a hot
-// reload of such a file (a copy in a temporary directory).
+// reload of such a file (a copy in a temporary directory); and POST /json, envoyproxy/
+// ratelimit's JSON call, over real HTTP on the same budgets.
+#include <httplib.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -40,7 +42,7 @@ struct Server {
     REQUIRE(!env("QUOTA_SERVER").empty());
     REQUIRE(process.start({env("QUOTA_SERVER"), "--rules", rules, "--grpc-port", "0", "--http-port",
                            "0", "--max-cost", "1000", "--fresh-budgets-at-start"},
-                          {"grpc"}));
+                          {"grpc", "http"}));
     stub = rls::RateLimitService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(process.port("grpc")), grpc::InsecureChannelCredentials()));
   }
@@ -271,4 +273,52 @@ TEST_CASE(
   CHECK(s.process.stop() == 0);
   std::remove(path.c_str());
   rmdir(dir_template);
+}
+
+TEST_CASE("envoy rules: POST /json takes envoyproxy/ratelimit's request and answers its shape") {
+  Server& s = imported();
+  httplib::Client http("127.0.0.1", s.process.port("http"));
+  http.set_read_timeout(30, 0);
+  const auto post = [&](const std::string& body) {
+    auto r = http.Post("/json", body, "application/json");
+    REQUIRE(r);
+    return *r;
+  };
+  const std::string request =
+      R"({"domain": "edge", "descriptors": [{"entries": [{"key": "tenant", "value": "env-json"}]}],)";
+  auto r = post(request + R"( "hits_addend": 2})");
+  CHECK(r.status == 200);
+  CHECK(r.get_header_value("Content-Type") == "application/json");
+  CHECK(r.body.find(R"("overallCode":"OK")") != std::string::npos);
+  CHECK(
+      r.body.find(
+          R"("statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":3,"unit":"HOUR","name":"tenant"},"limitRemaining":1,)") !=
+      std::string::npos);
+  // protobuf's JSON mapping takes either spelling: the last unit, then over the limit.
+  CHECK(post(request + R"( "hitsAddend": 1})").status == 200);
+  r = post(request + "}");
+  CHECK(r.status == 429);
+  CHECK(r.body.find(R"("overallCode":"OVER_LIMIT")") != std::string::npos);
+  CHECK(r.body.find(R"("code":"OVER_LIMIT")") != std::string::npos);
+  CHECK(r.has_header("Retry-After"));
+  CHECK(r.has_header("RateLimit-Policy"));
+  // The same budget as gRPC's.
+  CHECK(one({{"tenant", "env-json"}}).response.overall_code() == Response::OVER_LIMIT);
+  // README example 5's unlimited answer and a descriptor without a limit.
+  r = post(R"({"domain": "edge", "descriptors": [{"entries": [{"key": "tenant", "value": "env-j2"},
+              {"key": "path", "value": "/any"}]}, {"entries": [{"key": "nolimit", "value": "1"}]}]})");
+  CHECK(r.status == 200);
+  CHECK(r.body.find(R"("statuses":[{"code":"OK","limitRemaining":4294967295},{"code":"OK"}])") !=
+        std::string::npos);
+  // Bad requests: 400 naming the problem, nothing spent.
+  for (const std::string& bad :
+       {std::string("{"), std::string(R"({"domain": "edge", "descriptor": []})"),
+        std::string(R"({"domain": "other", "descriptors": [{"entries": [{"key": "k"}]}]})"),
+        std::string(R"({"domain": "edge", "descriptors": []})")}) {
+    INFO(bad);
+    r = post(bad);
+    CHECK(r.status == 400);
+    CHECK(r.body.rfind(R"({"error":"invalid_argument","message":)", 0) == 0);
+  }
+  CHECK(http.Get("/json")->status != 200);
 }
