@@ -127,6 +127,14 @@ quota::verify::TokenBucketReport promote_stale_replica(
   await_sync(primary.port(), replica.port());
   REQUIRE(command(replica.port(), {"REPLICAOF", "NO", "ONE"})->type == REDIS_REPLY_STATUS);
   drain(decide, log, 3);
+  // The promoted replica has both stores' scripts already (an operator's SCRIPT LOAD, or
+  // a server that ran them before): the client's first call there is an EVALSHA that runs,
+  // not a NOSCRIPT answered in a second round, so that call itself must carry the failover
+  // its own connect found.
+  for (const std::string& text :
+       {quota::redis::LuaTwin<TokenBucket>::script(), quota::redis::kGatewayLua}) {
+    REQUIRE(command(replica.port(), {"SCRIPT", "LOAD", text})->type == REDIS_REPLY_STRING);
+  }
   // The primary dies; the client's next connect goes to the promoted replica.
   REQUIRE(primary.kill(SIGKILL));
   address->set(replica.port());

@@ -188,6 +188,12 @@ class Connection {
   enum class Outcome { kNone, kOk, kFailed };
   Outcome take_outcome() { return std::exchange(outcome_, Outcome::kNone); }
 
+  // What every call does first, within `deadline`: connects unless connected (with the
+  // handshake, which feeds the node's NodeWatch), or reads maxmemory-policy again when due
+  // (handshake.hpp). Script calls it before it builds a call's node argument, so that a
+  // failover found by this connect is in the argument of the call that found it.
+  absl::Status connect(const Deadline& deadline) { return ensure_connected(deadline); }
+
   // Drops the connection; the next call reconnects. Tests use it to lose a reply.
   void disconnect() { ctx_.reset(); }
   bool connected() const { return ctx_ != nullptr; }

@@ -30,13 +30,13 @@
 // that lacks it would forget it, so it is not acknowledged.
 //
 // Node guards (node_watch.hpp): with `guards.any()`, every call gets one more argument,
-// last, built for the server it goes to at the moment of its write: the node's failover
-// time and the bound on its TIME (the highest server time minus monotonic time its
-// replies showed, plus the monotonic time now, plus the tolerance). The script's head
-// must say so (bit 1 of its first byte: the stores set it). Replies feed the bound: the
-// time at element `reply_time_at` of a reply (seconds, nanoseconds) that does not run
-// ahead of it raises the node's offset; a QUOTA_CLOCK_AHEAD refusal is counted in the
-// node's NodeWatch.
+// last, built for the server it goes to at the moment of its write, once the connection
+// is open (so a failover its connect found is in it): the node's failover time and the
+// bound on its TIME (the highest server time minus monotonic time its replies showed,
+// plus the monotonic time now, plus the tolerance). The script's head must say so (bit 1
+// of its first byte: the stores set it). Replies feed the bound: the time at element
+// `reply_time_at` of a reply (seconds, nanoseconds) that does not run ahead of it raises
+// the node's offset; a QUOTA_CLOCK_AHEAD refusal is counted in the node's NodeWatch.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -212,6 +212,12 @@ class Script {
         std::vector<std::vector<std::string_view>> cmds;
         cmds.reserve(g.end - g.begin);
         if (guards_.any()) {
+          // Connected first: a connect that finds another server records the failover
+          // before the argument that carries it is made.
+          if (auto s = (*lease)->connect(mine); !s.ok()) {
+            fail(g, s);
+            continue;
+          }
           const ConnectionPool& node = *pending[g.begin].target;
           g.node_arg = guards_.argument(&node, node.node_watch(), g.sent);
         }
