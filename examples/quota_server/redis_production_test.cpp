@@ -16,7 +16,12 @@
 //     the sentinel has promoted the replica, then the same process decides on the new
 //     primary: the spent tenant stays denied (its admissions pass the token-bucket
 //     verifier for r·T + B) and a tenant never seen gets no fresh burst, while a server
-//     with --redis-failover-safety=false gives one.
+//     with --redis-failover-safety=false gives one;
+//   - one Redis and no replica, SIGKILLed and restarted empty (no persistence) under
+//     quota-server with default flags: 503 while it is down, then the spent tenant stays
+//     denied and a tenant never seen gets no burst (the restart is the failover that
+//     failover safety sees: a new run id), while --redis-failover-safety=false hands the
+//     spent tenant its burst again.
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -314,6 +319,69 @@ TEST_CASE(
 
   // The union of `spent`'s admissions, before and after: within r·T + B (one extra unit
   // for the spread of client time against the server's).
+  auto report = quota::verify::verify_token_bucket(
+      admitted, quota::Rate{.units = 1, .per = std::chrono::seconds(100)}, kBurst, 1);
+  REQUIRE(report.ok());
+  INFO("admitted " << admitted.size() << ", required burst " << report->required_burst());
+  CHECK(report->holds());
+  CHECK(safe.stop() == 0);
+  CHECK(plain.stop() == 0);
+}
+
+TEST_CASE("one Redis, no replica, restarted empty under the server: default flags give no burst") {
+  // No persistence (ConfiguredServer: save "" and appendonly no): a restart loses every key.
+  ConfiguredServer redis("server-restart", {});
+  REQUIRE(redis.started());
+  TempDir dir("prod");
+  const std::string rules = dir.write("rules.yaml", kRules);
+  const std::string where = "127.0.0.1:" + std::to_string(redis.port());
+  ServerProcess safe, plain;
+  REQUIRE(safe.start(server_args(rules, {"--redis", where}), {"grpc", "http"}));
+  REQUIRE(plain.start(server_args(rules, {"--redis", where, "--redis-failover-safety=false"}),
+                      {"grpc", "http"}));
+  const std::string spent = tenant("restart-spent"), spent_plain = tenant("restart-plain");
+  std::vector<quota::verify::AdmittedEvent> admitted;  // `spent`'s, client time
+  for (int i = 0; i < kBurst + 2; ++i) {
+    const auto a = post_check(safe.port("http"), spent);
+    INFO(a.second);
+    REQUIRE(a.first == 200);
+    if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
+    CHECK(post_check(plain.port("http"), spent_plain).first == 200);
+  }
+  CHECK(admitted.size() == static_cast<std::size_t>(kBurst));
+  CHECK(denied(post_check(plain.port("http"), spent_plain)));
+
+  REQUIRE(redis.kill(SIGKILL));
+  const auto down = post_check(safe.port("http"), spent);
+  INFO(down.second);
+  CHECK(down.first == 503);
+  REQUIRE(redis.restart());
+  // Back: the server reconnects by itself (the breaker lets a probe through every 250 ms).
+  int unavailable = 0;
+  bool decided = false;
+  for (int i = 0; i < 200 && !decided; ++i) {
+    const auto a = post_check(safe.port("http"), spent);
+    INFO(a.second);
+    CHECK_FALSE(allowed(a));
+    if (a.first == 503) {
+      ++unavailable;
+      std::this_thread::sleep_for(50ms);
+    } else {
+      decided = denied(a);
+    }
+  }
+  INFO("503 answers after the restart: " << unavailable);
+  REQUIRE(decided);
+  for (int i = 0; i < 3; ++i) {
+    const auto a = post_check(safe.port("http"), spent);
+    INFO(a.second);
+    CHECK(denied(a));
+    if (allowed(a)) admitted.push_back({.time_ns = now_ns(), .cost = 1});
+  }
+  CHECK(denied(post_check(safe.port("http"), tenant("restart-fresh"))));
+  // Without failover safety the restart hands the spent tenant its burst again.
+  CHECK(eventually([&] { return allowed(post_check(plain.port("http"), spent_plain)); }, 30s));
+
   auto report = quota::verify::verify_token_bucket(
       admitted, quota::Rate{.units = 1, .per = std::chrono::seconds(100)}, kBurst, 1);
   REQUIRE(report.ok());
