@@ -359,6 +359,15 @@ TEST_CASE("detailed_metric counts under the request's own key_value path") {
   CHECK(s.stats.decisions.near_limit("key1_unspecified_value") == 1);
   CHECK(s.stats.decisions.near_limit("key1") == 0);
   CHECK(s.stats.decisions.near_limit("key1_value1") == 1);
+  // At most kMaxDetailedLabels values get a series of their own; the rest count under the
+  // limit's name.
+  for (std::size_t i = 1; i < quota::server::kMaxDetailedLabels + 5; ++i) {
+    s.call({{{{"key1", "v" + std::to_string(i)}}}, 10, {}});
+  }
+  CHECK(s.stats.decisions.near_limit("key1_v1") == 1);
+  CHECK(s.stats.decisions.near_limit("key1_v999") == 1);
+  CHECK(s.stats.decisions.near_limit("key1_v1000") == 0);
+  CHECK(s.stats.decisions.near_limit("key1") == 5);
 }
 
 TEST_CASE("a block-listed descriptor answers 429 without Retry-After; shadow_mode answers OK") {

@@ -32,7 +32,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -50,6 +52,10 @@ namespace quota::server {
 inline grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
+
+// The most detailed_metric labels one server counts under (each a series of
+// quota_near_limit_total); past it, a value's decisions count under its limit's name.
+inline constexpr std::size_t kMaxDetailedLabels = 1000;
 
 class RateLimitServiceImpl final : public rls::RateLimitService::Service {
  public:
@@ -188,8 +194,8 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
         if (info.ok()) out.policy = *std::move(info);
         out.rate = rate_of(l->policy);
         if (out.policy) {
-          stats_.decisions.observe_decision(EnvoyRules::metric_name(*l, entries), d.remaining,
-                                            out.policy->quota, d.allowed);
+          stats_.decisions.observe_decision(metric_label(*l, entries, d, out.policy->quota),
+                                            d.remaining, out.policy->quota, d.allowed);
         }
       }
       // Shadow mode: decided (a denied request spends nothing) and answered OK.
@@ -218,6 +224,22 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
     return grpc::Status::OK;
   }
 
+  // The label a decision of `l` is counted under (decision_stats.hpp near-limit): with
+  // detailed_metric the request's own path (EnvoyRules::metric_name) while fewer than
+  // kMaxDetailedLabels such labels were counted by this server, else the limit's name.
+  // Only a decision the near-limit counter takes is given a new label.
+  std::string metric_label(const EnvoyRateLimit& l, EnvoyRules::Entries entries, const Decision& d,
+                           std::int64_t capacity) {
+    const bool near = d.allowed && capacity > 0 && d.remaining * 10 < capacity;
+    if (!l.detailed_metric || !near) return l.name;
+    std::string label = EnvoyRules::metric_name(l, entries);
+    std::lock_guard lock(detailed_mu_);
+    if (detailed_.contains(label)) return label;
+    if (detailed_.size() >= kMaxDetailedLabels) return l.name;
+    detailed_.insert(label);
+    return label;
+  }
+
   grpc::Status fail(const absl::Status& s, Api api) {
     stats_.count(api, answer_of(s));
     return to_grpc(s);
@@ -228,6 +250,8 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
   std::string domain_;
   std::int64_t max_cost_;
   std::function<Nanos()> now_;
+  std::mutex detailed_mu_;
+  std::unordered_set<std::string> detailed_;  // detailed_metric labels given out
 };
 
 }  // namespace quota::server
