@@ -64,11 +64,16 @@ struct GatewayStoreOptions {
   // Failover safety (transport/node_watch.hpp, docs/redis.md): after a connect finds
   // another server (a replica promoted, a restart), a bucket older than that connect's
   // TIME, or missing, is read as spent then (the policy's exhausted(at)). Costs false
-  // denials for one time to full after a failover. Off by default.
+  // denials for one time to full after a failover, and about 4,000 server instructions
+  // per script call (docs/redis.md "Defaults and their price"). Off by default here
+  // (on a GatewayStore it refuses sliding_log levels, which only the caller's rules can
+  // rule out); quota-server turns it on.
   bool failover_safety = false;
   // Clock-step guard (node_watch.hpp): a node whose TIME runs ahead of the client's
   // monotonic clock by more than the tolerance is refused (kUnavailable,
-  // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty.
+  // QUOTA_CLOCK_AHEAD, nothing written) until they agree. Off when empty (the default:
+  // it cannot run on the caller's time, and a refusal lasts until the clocks agree or the
+  // process restarts, an operator's call; quota-server sets 1 s).
   std::optional<ClockGuard> clock_guard = std::nullopt;
 };
 

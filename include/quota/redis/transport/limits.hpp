@@ -36,7 +36,9 @@ struct CallLimits {
   std::chrono::microseconds deadline{0};
   // The process's guard on calls in flight to the authority (breaker.hpp), shared by
   // every store of the process; a call beyond its maximum fails at once, kUnavailable
-  // naming the guard. Null: no guard.
+  // naming the guard. Null: no guard (the default: its size comes from the process's
+  // threads and connections, which only the process knows; quota-server's is 4 calls per
+  // connection).
   std::shared_ptr<InFlightGuard> in_flight = nullptr;
 };
 
