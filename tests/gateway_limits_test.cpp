@@ -113,8 +113,12 @@ TEST_CASE("several limits on one tenant: per minute, per day, per month, and req
   auto big = gw.acquire_estimate(on("complete"), 900, Nanos{0});
   REQUIRE(big.ok());
   REQUIRE(big->decision.allowed);
-  // The least remaining over the limits: the request rate (1 of 2 left).
-  CHECK(big->decision.remaining == 1);
+  // The answer describes one limit, the most restrictive: tokens-min, with 100 left and
+  // room for no more request of 900 (the request rate, 1 of 2 left, has room for one);
+  // its remaining and reset, never the request rate's remaining beside the month's reset.
+  CHECK(big->rule == "tokens-min");
+  CHECK(big->decision.remaining == 100);
+  CHECK(big->decision.reset_after == 1min);
   // 900 + 200 tokens do not fit this minute: denied, and nothing is deducted anywhere —
   // the request limit (decided first) gets its request back.
   auto over = gw.acquire_estimate(on("complete"), 200, Nanos{0});

@@ -8,12 +8,16 @@
 // plan and the backend's parts, with no state of their own:
 //   - `over_cap`: a request above a per-request cap (a rule's `max_cost` or the route's)
 //     is denied with kRequestTooLarge before any store is asked; a shadow cap only counts.
-//   - `combine_levels`: the backend's parts, in plan order, become one decision
-//     (combine_all, decision.hpp): the first enforcing denial decides and names its rule;
-//     a shadow level that would deny is counted and deducts nothing; an admission names
-//     the tenant's rule and lists the levels an estimate was deducted from. A backend
-//     that answers more parts than levels, none, or stops short without a denial is an
-//     InternalError naming the counts: never a silent allow.
+//   - `combine_levels`: the backend's parts, in plan order, become one decision whose
+//     fields all describe one level, the one that decided (`deciding_level`): the first
+//     enforcing denial, else the enforcing level that admits the fewest more requests
+//     like this one (least remaining / cost). Its rule is named, and its remaining,
+//     retry and reset are the answer's, so a RateLimit header never pairs one limit's
+//     policy with another's numbers; the version is the highest of any part. A shadow
+//     level that would deny is counted and deducts nothing (kShadow on an admission); an
+//     admission lists the levels an estimate was deducted from. A backend that answers
+//     more parts than levels, none, or stops short without a denial is an InternalError
+//     naming the counts: never a silent allow.
 //   - `record`: the metrics (metrics.hpp), per rule, route and level: an admitted request
 //     counts `allowed` on every enforcing level (or `fail_open_allowed` on the tenant
 //     level); a denial counts `denied` on the level that denied; a fail-closed error counts
@@ -35,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -112,6 +117,24 @@ struct LevelsOrigin {
   Deducted* deducted = nullptr;
 };
 
+// The level an admission is described by: among the enforcing levels, the one that admits
+// the fewest more requests like this one (the least remaining / cost, compared exactly;
+// the first of equals); the tenant level when every level is in shadow.
+inline std::size_t deciding_level(std::span<const Decision> parts, std::span<const Check> checks) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (checks[i].shadow) continue;
+    if (!best ||
+        absl::int128(parts[i].remaining) * std::max<std::int64_t>(1, checks[*best].cost) <
+            absl::int128(parts[*best].remaining) * std::max<std::int64_t>(1, checks[i].cost)) {
+      best = i;
+    }
+  }
+  if (best) return *best;
+  const Check& tenant = tenant_check(checks);
+  return static_cast<std::size_t>(&tenant - checks.data());
+}
+
 // The backend's parts of `checks` (in plan order) as one decision; see the header comment.
 inline absl::StatusOr<RuledDecision> combine_levels(const LevelsResult& result,
                                                     std::span<const Check> checks,
@@ -135,8 +158,9 @@ inline absl::StatusOr<RuledDecision> combine_levels(const LevelsResult& result,
     }
     // The backend stops at the first enforcing denial: it decides.
     count(rule, Outcome::kDenied, checks[i].cost);
-    Decision denial = combine_all(std::span(parts.data(), i + 1), is_shadow);
-    denial.version = std::max(denial.version, version);
+    Decision denial = parts[i];
+    denial.version =
+        std::max(combine_all(std::span(parts.data(), i + 1), is_shadow).version, version);
     return RuledDecision{.decision = denial,
                          .rule = rule.name,
                          .replayed = origin.replayed,
@@ -158,10 +182,15 @@ inline absl::StatusOr<RuledDecision> combine_levels(const LevelsResult& result,
     }
   }
   if (deducted != nullptr) deducted->time = result.time;
-  Decision combined = combine_all(std::span(parts.data(), parts.size()), is_shadow);
-  combined.version = std::max(combined.version, version);
-  return RuledDecision{.decision = combined,
-                       .rule = tenant_check(checks).rule->name,
+  const Decision all = combine_all(std::span(parts.data(), parts.size()), is_shadow);
+  const std::size_t k = deciding_level(std::span(parts.data(), parts.size()), checks);
+  Decision admitted = parts[k];
+  admitted.allowed = true;  // a shadow level's own denial, when every level is in shadow
+  admitted.retry_after = Nanos{0};
+  admitted.reason = all.reason;  // kAllowed, or kShadow
+  admitted.version = std::max(all.version, version);
+  return RuledDecision{.decision = admitted,
+                       .rule = checks[k].rule->name,
                        .replayed = origin.replayed,
                        .deadline = origin.deadline};
 }
