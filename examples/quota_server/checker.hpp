@@ -211,6 +211,15 @@ class Checker {
     const auto rules = registry_.current();
     auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
     if (!planned.ok()) return planned.status();
+    // A cost is what the budgets paying by estimate pay; a route whose every budget has a
+    // fixed cost would ignore it: refused rather than silently replaced.
+    if (req.cost && std::none_of(planned->begin(), planned->end(),
+                                 [](const gateway::Check& c) { return c.estimate; })) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "route \"%s\" has fixed costs for every budget of plan \"%s\": a request cost (%d) "
+          "is not accepted",
+          req.route, req.plan, *req.cost));
+    }
     return req;
   }
 

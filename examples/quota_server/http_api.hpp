@@ -68,6 +68,8 @@
 
 namespace quota::server {
 
+// The largest body of POST /v1/check, the bound of HttpLimits::max_body_bytes too: one
+// limit, answered 400 with a message whatever the Content-Type.
 inline constexpr std::size_t kMaxJsonBytes = 8192;
 
 struct HttpApi {
@@ -155,8 +157,14 @@ inline std::string error_body(const absl::Status& s) {
                       ",\"message\":", json_quote(std::string(s.message())), "}\n");
 }
 
+// `s` as the JSON error body, the status left as set.
+inline void set_error_body(httplib::Response& res, const absl::Status& s) {
+  res.set_content(error_body(s), "application/json");
+}
+
 inline void set_error(httplib::Response& res, const absl::Status& s) {
   res.status = http_status_of(s);
+  if (res.status == 503) res.set_header("Retry-After", "1");  // the store may answer soon
   res.set_content(error_body(s), "application/json");
 }
 
@@ -262,6 +270,15 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       api.stats->count(Api::kCheck, answer_of(parsed.status()));
       return detail::set_error(res, parsed.status());
     }
+    // A check that names the rule version it expects is decided only under that version.
+    if (expected_version >= 0 &&
+        static_cast<std::uint64_t>(expected_version) != api.checker->rule_version()) {
+      const absl::Status s = absl::FailedPreconditionError(
+          absl::StrFormat("rule_version %d expected; version %d is in force (nothing deducted)",
+                          expected_version, api.checker->rule_version()));
+      api.stats->count(Api::kCheck, answer_of(s));
+      return detail::set_error(res, s);
+    }
     auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
     if (!c.ok()) {
       api.stats->count(Api::kCheck, answer_of(c.status()));
@@ -274,6 +291,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
                                   : d.allowed ? Answer::kOk
                                               : Answer::kOverLimit);
     res.status = unavailable ? 503 : 200;
+    if (unavailable) res.set_header("Retry-After", "1");
     res.set_content(detail::decision_body(*c), "application/json");
   });
 
@@ -296,6 +314,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     if (d.reason == Reason::kUnavailable) {
       api.stats->count(Api::kAuth, Answer::kUnavailable);
       res.status = 503;
+      res.set_header("Retry-After", "1");
       return;
     }
     api.stats->count(Api::kAuth, d.allowed ? Answer::kOk : Answer::kOverLimit);
@@ -310,6 +329,28 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       }
     }
   });
+
+  // A known path asked with another method: 405 naming the one it takes.
+  const auto only = [](const char* method) {
+    return [method](const httplib::Request& req, httplib::Response& res) {
+      res.status = 405;
+      res.set_header("Allow", method);
+      detail::set_error_body(res, absl::InvalidArgumentError(absl::StrFormat(
+                                      "%s %s: this path takes %s", req.method, req.path, method)));
+    };
+  };
+  for (const char* path : {"/v1/check"}) {
+    server.Get(path, only("POST"));
+    server.Put(path, only("POST"));
+    server.Delete(path, only("POST"));
+    server.Patch(path, only("POST"));
+  }
+  for (const char* path : {"/v1/auth", "/healthz", "/readyz", "/metrics"}) {
+    server.Post(path, only("GET"));
+    server.Put(path, only("GET"));
+    server.Delete(path, only("GET"));
+    server.Patch(path, only("GET"));
+  }
 
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

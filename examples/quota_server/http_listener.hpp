@@ -9,9 +9,10 @@
 //     an epoll set (one thread for all of them), not in a worker;
 //   - each request must arrive whole within `request_timeout` of its first byte (head
 //     and body; a slow sender is cut off, its connection closed);
-//   - a body whose declared Content-Length is over `max_body_bytes` is answered 413
-//     before a byte of it is read, and the connection closed; a chunked body is cut at
-//     the same bound while it is read;
+//   - a body whose declared Content-Length is over `max_body_bytes` is answered 400 (a
+//     bad request, with a JSON message, as every bad input of quota-server's API) before
+//     a byte of it is read, and the connection closed; a chunked body is cut at the same
+//     bound while it is read (httplib's 413);
 //   - at most `max_connections` connections are open: one more is closed at once;
 //   - a connection idle for `idle_timeout` is closed.
 // So a client holding connections open, or sending slowly, holds at most a worker for
@@ -65,7 +66,7 @@ struct HttpLimits {
   std::chrono::milliseconds request_timeout{1000};  // a whole request, from its first byte
   std::chrono::milliseconds write_timeout{5000};    // an answer's write
   std::chrono::seconds idle_timeout{60};            // a keep-alive connection with no request
-  std::size_t max_body_bytes = 64 * 1024;           // larger declared bodies: 413, unread
+  std::size_t max_body_bytes = 8 * 1024;            // larger declared bodies: 400, unread
 };
 
 class HttpListener : public httplib::Server {
@@ -363,8 +364,8 @@ class HttpListener : public httplib::Server {
     }
   }
 
-  // 413 for a body declared over the bound, before any of it is read; the connection
-  // is closed after the answer (the body is still on it).
+  // 400 for a body declared over the bound, before any of it is read; the connection is
+  // closed after the answer (the body is still on it).
   HandlerResponse refuse_large_body(const httplib::Request& req, httplib::Response& res) {
     if (!req.has_header("Content-Length")) return HandlerResponse::Unhandled;
     std::uint64_t declared = 0;
@@ -374,7 +375,7 @@ class HttpListener : public httplib::Server {
     }
     bodies_refused_.fetch_add(1, std::memory_order_relaxed);
     close_after_ = true;
-    res.status = 413;
+    res.status = 400;
     res.set_header("Connection", "close");
     res.set_content(absl::StrFormat("{\"error\":\"invalid_argument\",\"message\":\"body declared "
                                     "as %s bytes; at most %d are accepted\"}\n",

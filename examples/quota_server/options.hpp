@@ -120,7 +120,7 @@ Flags (--flag VALUE or --flag=VALUE):
                         (default 512)
   --http-request-timeout-ms N  a request (head and body) must arrive whole within N ms
                         of its first byte, else its connection is closed; a body declared
-                        over 64 KiB is answered 413 unread (default 1000)
+                        over 8 KiB is answered 400 unread (default 1000)
   --http-idle-timeout-s N  a keep-alive connection idle this long is closed (default 60)
 )";
 

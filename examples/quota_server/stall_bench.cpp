@@ -5,7 +5,7 @@
 // server closes them) held open, while one client checks 1 unit in a loop on its own
 // keep-alive connection. Rows: `attackers:0` (the client alone) and `attackers:1`; each
 // reports the check's p50, p99 and max latency in µs (counters) over a fixed number of
-// checks, and how many times the slow senders were refused (413 and closed).
+// checks, and how many times the slow senders were refused (400 and closed).
 //
 // The server runs in process with a budget far larger than the run asks for, started on
 // free loopback ports from --server; everything is stopped by pid at the end of a row.
@@ -93,7 +93,7 @@ class Attackers {
     while (!stop_) {
       for (int& fd : slow_) {
         char buf[512];
-        // An answer (the 413) or the server's close: refused; else one more body byte.
+        // An answer (the 400) or the server's close: refused; else one more body byte.
         if (fd >= 0 && (recv(fd, buf, sizeof buf, MSG_DONTWAIT) >= 0 || !send_all(fd, "x"))) {
           close(fd);
           fd = -1;
