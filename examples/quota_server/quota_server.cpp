@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   quota::server::RulesFormat format = quota::server::RulesFormat::kQuota;
   std::string origin = o.rules_path;
   std::string text_origin = o.rules_path;  // the rules' text as their errors name it
+  std::uint64_t published_digest = 0;      // with --rules-from-redis: the rules' digest
   if (o.rules_from_redis) {
     shared = std::make_unique<quota::server::SharedRules>(
         quota::server::make_redis_connections(o, 1, quota::server::kSharedRulesDeadline),
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
       rules = quota::server::build_published_rules(*shared, *latest, metrics);
       text = latest->text;
       text_origin = quota::server::published_origin(*shared, latest->version);
+      published_digest = latest->digest;
     }
   } else {
     text = quota::server::read_rule_text(o.rules_path);
@@ -201,7 +203,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<quota::server::RuleSubscriber> subscriber;
   if (shared != nullptr) {
     subscriber = std::make_unique<quota::server::RuleSubscriber>(
-        *shared, checker,
+        *shared, checker, published_digest,
         [&metrics, &shared, &store_takes](
             const quota::server::PublishedRules& p) -> absl::StatusOr<quota::server::LoadedRules> {
           auto loaded = quota::server::build_published_rules(*shared, p, metrics);

@@ -9,12 +9,21 @@
 // envoyproxy/ratelimit file also when a limit is outside what Redis keeps).
 // Then it is validated again as the successor of the version published (a `version:` in
 // the file must be greater, as on a hot reload; without one it gets the published + 1)
-// and stored with a compare-and-set on that version (SharedRules::publish); when another
-// publish got in between, the validation and the store are tried again (at most
-// kPublishAttempts times). The version stored is the rule set's own version, so a server
-// that applies it reports the same number everywhere.
+// and stored, with its digest, with a compare-and-set on that version
+// (SharedRules::publish); when another publish got in between, the validation and the
+// store are tried again (at most kPublishAttempts times). The version stored is the rule
+// set's own version, so a server that applies it reports the same number everywhere.
+// Published, it is compared with the heartbeats: a server that applied this version or a
+// later one with other rules will refuse it (Redis lost what was published before), and
+// publish says so on stderr, naming the --force-version that replaces them.
 //
-// instances(): the heartbeats, one line each, sorted by instance id.
+// publish --force-version N: the recovery. The rule set is stored as version N (a
+// `version:` in the file must be N), which must be above the published version and above
+// every heartbeat's applied version, so every server applies it.
+//
+// instances(): the published version and digest, the heartbeats, one line each, sorted
+// by instance id, and how many of them applied the published rules (that version and
+// digest).
 //
 // Thread safety: run once, from main.
 //
@@ -65,12 +74,58 @@ inline absl::StatusOr<LoadedRules> build_published_rules(const SharedRules& shar
         absl::StrCat(origin, ": format \"", p.format, "\" is not one this server reads"));
   }
   if (p.version == 0) return absl::DataLossError(absl::StrCat(origin, ": version 0"));
+  if (rules_digest(p.format, p.text) != p.digest) {
+    return absl::DataLossError(
+        absl::StrCat(origin, ": the text does not match its digest ", digest_hex(p.digest)));
+  }
   auto rules = build_server_rules(p.format == "envoy" ? RulesFormat::kEnvoy : RulesFormat::kQuota,
                                   p.version - 1, p.text, origin, metrics);
   if (rules.ok() && rules->version() != p.version) {
     return absl::DataLossError(absl::StrCat(origin, ": the text says version ", rules->version()));
   }
   return rules;
+}
+
+// --force-version `forced`: above the `published` version and every heartbeat's applied
+// one; else kFailedPrecondition naming the version it is not above.
+inline absl::Status check_forced_version(SharedRules& shared, std::uint64_t forced,
+                                         std::uint64_t published) {
+  if (forced <= published) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--force-version ", forced, " is not above the published version ", published));
+  }
+  auto list = shared.instances();
+  if (!list.ok()) return list.status();
+  for (const InstanceEntry& e : list->instances) {
+    if (e.beat.applied >= forced) {
+      return absl::FailedPreconditionError(absl::StrCat("--force-version ", forced,
+                                                        " is not above version ", e.beat.applied,
+                                                        ", which ", e.beat.id, " has applied"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// After `published` was stored: a warning on stderr for each server that will refuse it
+// (it applied that version or a later one, with other rules), naming the --force-version
+// that replaces them. A Redis that cannot list the heartbeats now is not a failure of
+// the publish: nothing is written.
+inline void warn_of_refusals(SharedRules& shared, RulesId published) {
+  auto list = shared.instances();
+  if (!list.ok()) return;
+  std::uint64_t highest = 0;
+  for (const InstanceEntry& e : list->instances) highest = std::max(highest, e.beat.applied);
+  for (const InstanceEntry& e : list->instances) {
+    if (e.beat.applied < published.version || e.beat.digest == published.digest) continue;
+    std::fprintf(stderr,
+                 "quota-server publish: warning: %s has applied version %llu (digest %s) and "
+                 "refuses version %llu with other rules (did Redis lose the rules published "
+                 "before?); publish with --force-version %llu to replace them\n",
+                 e.beat.id.c_str(), static_cast<unsigned long long>(e.beat.applied),
+                 digest_hex(e.beat.digest).c_str(),
+                 static_cast<unsigned long long>(published.version),
+                 static_cast<unsigned long long>(highest + 1));
+  }
 }
 
 inline int run_publish(const Options& o) {
@@ -96,6 +151,7 @@ inline int run_publish(const Options& o) {
     return 1;
   }
   SharedRules shared(make_redis_connections(o, 1, kSharedRulesDeadline), o.rules_key);
+  const std::uint64_t digest = rules_digest(format_name(format), *text);
   absl::Status last;
   for (int attempt = 0; attempt < kPublishAttempts; ++attempt) {
     auto current = shared.fetch(std::numeric_limits<std::uint64_t>::max());
@@ -103,16 +159,30 @@ inline int run_publish(const Options& o) {
       last = current.status();
       break;
     }
-    auto next = build_server_rules(format, current->version, *text, o.rules_path, metrics);
+    std::uint64_t in_force = current->version;
+    if (o.force_version != 0) {
+      last = check_forced_version(shared, o.force_version, current->version);
+      if (!last.ok()) break;
+      in_force = o.force_version - 1;
+    }
+    auto next = build_server_rules(format, in_force, *text, o.rules_path, metrics);
     if (!next.ok()) {
       last = next.status();
       break;
     }
+    if (o.force_version != 0 && next->version() != o.force_version) {
+      last = absl::InvalidArgumentError(absl::StrCat(o.rules_path, ": the file says version ",
+                                                     next->version(), ", not --force-version ",
+                                                     o.force_version));
+      break;
+    }
     last = shared.publish(current->version, next->version(), format_name(format), *text);
     if (last.ok()) {
-      std::printf("published version %llu (%s) to %s\n",
+      std::printf("published version %llu (%s) digest %s to %s\n",
                   static_cast<unsigned long long>(next->version()), format_name(format),
-                  shared.rules_key().c_str());
+                  digest_hex(digest).c_str(), shared.rules_key().c_str());
+      std::fflush(stdout);
+      warn_of_refusals(shared, {.version = next->version(), .digest = digest});
       return 0;
     }
     if (last.code() != absl::StatusCode::kAborted) break;
@@ -132,12 +202,22 @@ inline int run_instances(const Options& o) {
   }
   std::sort(list->instances.begin(), list->instances.end(),
             [](const InstanceEntry& a, const InstanceEntry& b) { return a.beat.id < b.beat.id; });
-  std::printf("published version %llu\n", static_cast<unsigned long long>(list->published));
+  std::printf("published version %llu digest %s\n",
+              static_cast<unsigned long long>(list->published),
+              digest_hex(list->published_digest).c_str());
+  std::size_t agree = 0;
   for (const InstanceEntry& e : list->instances) {
-    std::printf("%s version %llu age %lld ms %s\n", e.beat.id.c_str(),
+    std::string refused;
+    if (e.beat.refused.version != 0) {
+      refused = absl::StrCat(" refused version ", e.beat.refused.version, " digest ",
+                             digest_hex(e.beat.refused.digest));
+    }
+    std::printf("%s version %llu age %lld ms %s digest %s%s\n", e.beat.id.c_str(),
                 static_cast<unsigned long long>(e.beat.applied), static_cast<long long>(e.age_ms),
-                e.beat.address.c_str());
+                e.beat.address.c_str(), digest_hex(e.beat.digest).c_str(), refused.c_str());
+    if (e.beat.applied == list->published && e.beat.digest == list->published_digest) ++agree;
   }
+  std::printf("%zu of %zu instances applied the published rules\n", agree, list->instances.size());
   return 0;
 }
 

@@ -100,12 +100,24 @@ class ServerStats {
   std::uint64_t shared_rules_published() const {
     return published_.load(std::memory_order_relaxed);
   }
+  // With shared rules: the digests of the rule set in force and of the published one
+  // (shared_rules.hpp rules_digest; 0: none), the published version refused as another
+  // digest at or below the applied version (0: none), and one more such refusal.
+  void set_shared_digests(std::uint64_t applied, std::uint64_t published) {
+    applied_digest_.store(applied, std::memory_order_relaxed);
+    published_digest_.store(published, std::memory_order_relaxed);
+  }
+  void set_refused_version(std::uint64_t version) {
+    refused_version_.store(version, std::memory_order_relaxed);
+  }
+  void count_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
 
   // quota_server_requests_total{api,answer}, quota_rule_version, quota_config_loads_total
   // {outcome}, quota_config_last_error_timestamp_seconds (0: none), with shared rules
   // quota_rules_published_version, quota_rules_version_lag (published − applied, at
-  // least 0) and quota_shared_rules_redis_up, and the series of `decisions`, Prometheus
-  // text.
+  // least 0), quota_shared_rules_redis_up, quota_rules_refused_total{reason},
+  // quota_rules_refused_version and quota_rules_digest_info{rules,digest} (applied, and
+  // published unless none is), and the series of `decisions`, Prometheus text.
   std::string render(std::uint64_t rule_version) const {
     static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
     static constexpr const char* kAnswerNames[kAnswers] = {
@@ -157,6 +169,28 @@ class ServerStats {
           "# TYPE quota_shared_rules_redis_up gauge\n"
           "quota_shared_rules_redis_up ",
           redis_up_.load(std::memory_order_relaxed) ? 1 : 0, "\n");
+      absl::StrAppend(
+          &out,
+          "# HELP quota_rules_refused_total Published rule versions refused, by reason "
+          "(digest_mismatch: at or below the version in force, with other rules).\n"
+          "# TYPE quota_rules_refused_total counter\n"
+          "quota_rules_refused_total{reason=\"digest_mismatch\"} ",
+          refused_.load(std::memory_order_relaxed),
+          "\n# HELP quota_rules_refused_version The published rule version this server refuses "
+          "(0: none).\n"
+          "# TYPE quota_rules_refused_version gauge\n"
+          "quota_rules_refused_version ",
+          refused_version_.load(std::memory_order_relaxed),
+          "\n# HELP quota_rules_digest_info Digest of the rule set in force (applied) and of "
+          "the published one (FNV-1a 64 of format and text).\n"
+          "# TYPE quota_rules_digest_info gauge\n");
+      const auto digest_line = [&out](const char* rules, std::uint64_t digest) {
+        if (digest == 0) return;
+        absl::StrAppend(&out, "quota_rules_digest_info{rules=\"", rules, "\",digest=\"",
+                        absl::Hex(digest, absl::kZeroPad16), "\"} 1\n");
+      };
+      digest_line("applied", applied_digest_.load(std::memory_order_relaxed));
+      digest_line("published", published_digest_.load(std::memory_order_relaxed));
     }
     absl::StrAppend(&out, decisions.render());
     return out;
@@ -172,6 +206,10 @@ class ServerStats {
   std::atomic<bool> shared_{false};
   std::atomic<std::uint64_t> published_{0};
   std::atomic<bool> redis_up_{false};
+  std::atomic<std::uint64_t> applied_digest_{0};
+  std::atomic<std::uint64_t> published_digest_{0};
+  std::atomic<std::uint64_t> refused_version_{0};
+  std::atomic<std::uint64_t> refused_{0};
 };
 
 // Times one call, from its construction to its destruction, into the decision-latency
