@@ -2,9 +2,11 @@
 // Gateway: attempt ids are per tenant; the cache stays within its bound without scanning,
 // forgetting expired records from the oldest end (a full cache whose oldest record expired
 // admits a new id, one full of live records refuses it, an abandoned record leaves at
-// once); the default ttl; and a randomized comparison against a plain map of live records.
+// once); the default ttl; a randomized comparison against a plain map of live records;
+// and four threads on one cache.
 #include "quota/gateway/attempts.hpp"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -12,7 +14,9 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "quota/gateway/gateway.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -306,4 +310,59 @@ TEST_CASE("attempts: random operations answer as a map of the live records") {
   CHECK(exhausted > 0);
   CHECK(aborted > 0);
   CHECK(invalid > 0);
+}
+
+// Four threads on one cache, each with ids of its own scope, on one clock that every call
+// moves on (so the threads' begins interleave out of time order): a record a thread just
+// finished is replayed to it, an abandoned one is decided afresh, and the cache never
+// holds more than its bound.
+TEST_CASE("attempts: threads on one cache each find their own records") {
+  const std::uint64_t seed = quota::testing::test_seed(33);
+  constexpr std::size_t kMax = 64;
+  const Nanos ttl{2'000};
+  AttemptCache cache(ttl, kMax);
+  std::atomic<std::int64_t> clock{0};
+  std::atomic<int> failures{0};
+  std::atomic<std::int64_t> exhausted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + static_cast<std::uint64_t>(t));
+      const std::string scope = "tenant-" + std::to_string(t);
+      for (int i = 0; i < 20'000; ++i) {
+        const std::string id = std::to_string(rng() % 50);
+        const AttemptKey key{.scope = scope, .id = id};
+        const Nanos now{clock.fetch_add(1)};
+        auto b = cache.begin(key, "f", now);
+        if (!b.ok()) {
+          if (b.status().code() != absl::StatusCode::kResourceExhausted) ++failures;
+          ++exhausted;
+          continue;
+        }
+        if (b->replay.has_value()) continue;
+        if (rng() % 4 == 0) {
+          cache.abandon(key);
+          auto again = cache.begin(key, "f", now);  // nothing was kept: decided afresh
+          if (again.ok()) {
+            if (again->replay.has_value()) ++failures;
+            cache.abandon(key);
+          }
+          continue;
+        }
+        cache.finish(key, decision(i), std::nullopt);
+        auto replay = cache.begin(key, "f", now);
+        // Replayed, unless another thread began with a time past this record's expiry
+        // meanwhile (this one was descheduled) and forgot it.
+        const bool replayed =
+            replay.ok() && replay->replay.has_value() && replay->replay->remaining == i;
+        if (!replayed && clock.load() < now.count() + ttl.count()) ++failures;
+        if (replay.ok() && !replay->replay.has_value()) cache.abandon(key);
+        if (cache.size() > kMax) ++failures;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(failures.load() == 0);
+  CHECK(cache.size() <= kMax);
+  INFO("begins refused while full: " << exhausted.load());
 }
