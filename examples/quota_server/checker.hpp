@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -191,8 +192,8 @@ class Checker {
   absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
     if (envoy_mode()) {
       return absl::InvalidArgumentError(
-          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit "
-          "decides with it");
+          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit and "
+          "POST /json decide with it");
     }
     if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
     if (req.plan.empty()) req.plan = options_.default_plan;
@@ -264,6 +265,26 @@ class Checker {
     out.result = *std::move(decided);
     describe(req, out);
     return out;
+  }
+
+  // Whether the budget store can decide now (GET /readyz): in process always; with Redis,
+  // a probe decision of 1 unit on a key of its own ("readyz", a bucket that never runs
+  // dry) through the same store, connections and guards as every check — so a Redis that
+  // is down, refuses AUTH, evicts keys or runs its clock ahead is not ready. At most one
+  // probe per `kReadyProbeEvery`; callers in between get the last answer.
+  static constexpr Nanos kReadyProbeEvery{std::chrono::seconds(1)};
+  absl::Status store_ready(Nanos now) {
+    if (options_.redis == nullptr) return absl::OkStatus();
+    std::lock_guard lock(ready_mu_);
+    if (ready_probed_ && now - ready_probed_at_ < kReadyProbeEvery) return ready_;
+    static const gateway::RulePolicy kProbe =
+        TokenBucket{.rate = {1'000'000'000, std::chrono::seconds(1)}, .burst = 1'000'000'000};
+    const gateway::LevelCheck level{.policy = &kProbe, .key = "readyz", .shadow = false, .cost = 1};
+    auto r = options_.redis->decide(std::span(&level, 1), rule_version(), now);
+    ready_ = r.ok() ? absl::OkStatus() : r.status();
+    ready_probed_ = true;
+    ready_probed_at_ = now;
+    return ready_;
   }
 
   // The version of the rule set in force.
@@ -407,6 +428,10 @@ class Checker {
   std::atomic<bool> leased_{false};  // written under publish_mu_ held exclusively
   std::atomic<bool> lease_noted_{false};
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
+  std::mutex ready_mu_;                      // the last store_ready() probe:
+  absl::Status ready_;
+  bool ready_probed_ = false;
+  Nanos ready_probed_at_{0};
   std::atomic<std::uint64_t> envoy_version_{0};
 };
 

@@ -20,7 +20,9 @@
 //                    client's error must travel in a 403 to reach its client as one.
 //                    503 when the store cannot decide (nginx: 500, answered 503).
 //   GET  /healthz    200 while the process serves HTTP
-//   GET  /readyz     200 once every listener is up, 503 before and while draining
+//   GET  /readyz     200 once every listener is up and the budget store can decide
+//                    (Checker::store_ready: a probe on Redis at most once a second); 503
+//                    before, while draining, and while the store cannot decide
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
 //                    with Redis quota_lease_*{level} (quota/gateway/lease_metrics.hpp),
@@ -355,10 +357,20 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  // Ready: every listener up, not draining, and the budget store able to decide (a
+  // Redis that cannot: 503 naming why, until it can).
   server.Get("/readyz", [api](const httplib::Request&, httplib::Response& res) {
-    const bool ready = api.ready->load(std::memory_order_acquire);
-    res.status = ready ? 200 : 503;
-    res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
+    if (!api.ready->load(std::memory_order_acquire)) {
+      res.status = 503;
+      return res.set_content("not ready: starting or draining\n", "text/plain");
+    }
+    const absl::Status store = api.checker->store_ready(SteadyClock{}.now());
+    res.status = store.ok() ? 200 : 503;
+    res.set_content(
+        store.ok()
+            ? std::string("ready\n")
+            : absl::StrCat("not ready: the budget store cannot decide: ", store.message(), "\n"),
+        "text/plain");
   });
   server.Get("/metrics", [api](const httplib::Request&, httplib::Response& res) {
     std::string text =

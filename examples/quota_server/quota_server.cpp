@@ -4,7 +4,8 @@
 //   gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (Envoy's RLS v3;
 //         the descriptor mapping in descriptors.hpp)
 //   HTTP  POST /v1/check (JSON), GET /v1/auth (nginx auth_request), /healthz, /readyz,
-//         /metrics (http_api.hpp)
+//         /metrics (http_api.hpp, on the listener of http_listener.hpp), POST /json
+//         (envoyproxy/ratelimit's JSON API: envoy_json.hpp)
 //
 // main() wires the parts, each in its own header: options.hpp (flags), rule_source.hpp
 // (the rule file), rule_watcher.hpp (its hot reload), or with --rules-from-redis
