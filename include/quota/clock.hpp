@@ -6,7 +6,9 @@
 // but a production clock should not do it.
 //
 //   SteadyClock — std::chrono::steady_clock (CLOCK_MONOTONIC on Linux). It keeps counting
-//                 while the process is stopped or descheduled. Thread-safe.
+//                 while the process is stopped or descheduled, but not while the machine
+//                 is suspended (Linux stops CLOCK_MONOTONIC then): a time measured on
+//                 it across a suspend is short by the suspension. Thread-safe.
 //   ManualClock — for tests: set, advanced, even moved backwards by hand. Copies share
 //                 one time, so a test can keep a copy and move the limiter's clock.
 //                 Thread-safe (an atomic).
