@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpc_service.hpp"
+#include "http_errors.hpp"
 #include "json.hpp"
 #include "server_stats.hpp"
 
@@ -48,30 +49,10 @@ inline constexpr std::size_t kMaxEnvoyJsonBytes = 65536;
 
 namespace detail {
 
-inline int envoy_json_status(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kInvalidArgument:
-      return 400;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kDeadlineExceeded:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
+// An error answer of POST /json: quota-server's (http_errors.hpp).
 inline void envoy_json_error(httplib::Response& res, absl::StatusCode code,
                              std::string_view message) {
-  std::string name = absl::StatusCodeToString(code);
-  for (char& c : name) c = c == ' ' ? '_' : static_cast<char>(std::tolower(c));
-  res.status = envoy_json_status(code);
-  if (res.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(
-      absl::StrCat("{\"error\":", json_quote(name), ",\"message\":", json_quote(message), "}\n"),
-      "application/json");
+  set_error(res, absl::Status(code, absl::string_view(message.data(), message.size())));
 }
 
 }  // namespace detail

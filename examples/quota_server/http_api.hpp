@@ -60,6 +60,7 @@
 #include "absl/strings/str_format.h"
 #include "auth_headers.hpp"
 #include "checker.hpp"
+#include "http_errors.hpp"
 #include "http_listener.hpp"
 #include "json.hpp"
 #include "quota/clock.hpp"
@@ -132,42 +133,6 @@ inline std::int64_t ceil_ms(Nanos d) {
   if (d == kNever) return -1;
   if (d.count() <= 0) return 0;
   return d.count() / 1'000'000 + (d.count() % 1'000'000 != 0);
-}
-
-inline int http_status_of(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return 400;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kFailedPrecondition:
-      return 409;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kDeadlineExceeded:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
-inline std::string error_body(const absl::Status& s) {
-  std::string code = absl::StatusCodeToString(s.code());
-  for (char& c : code) c = c == ' ' ? '_' : static_cast<char>(std::tolower(c));
-  return absl::StrCat("{\"error\":", json_quote(code),
-                      ",\"message\":", json_quote(std::string(s.message())), "}\n");
-}
-
-// `s` as the JSON error body, the status left as set.
-inline void set_error_body(httplib::Response& res, const absl::Status& s) {
-  res.set_content(error_body(s), "application/json");
-}
-
-inline void set_error(httplib::Response& res, const absl::Status& s) {
-  res.status = http_status_of(s);
-  if (res.status == 503) res.set_header("Retry-After", "1");  // the store may answer soon
-  res.set_content(error_body(s), "application/json");
 }
 
 inline std::string decision_body(const Checked& c) {

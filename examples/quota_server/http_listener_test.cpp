@@ -23,34 +23,15 @@
 
 #include "testing/metrics_text.hpp"
 #include "testing/probes.hpp"
+#include "testing/raw_socket.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
 namespace {
 
+using quota::testing::connect_to;
 using quota::testing::env;
-
-// A connected TCP socket to 127.0.0.1:port with `timeout` on reads; -1 if refused.
-int connect_to(int port, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& s) {
-  return send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
-}
+using quota::testing::send_all;
 
 // Everything the peer sends until it closes (or the read timeout): its answer, and
 // whether it closed the connection.

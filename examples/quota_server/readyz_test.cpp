@@ -25,16 +25,20 @@ std::pair<int, std::string> get(int port, const char* path) {
   return r ? std::pair{r->status, r->body} : std::pair{0, std::string()};
 }
 
+// A rule file of one bucket in `dir`: its path.
+std::string write_rules(const quota::testing::TempDir& dir) {
+  return dir.write("rules.yaml",
+                   "routes:\n  - name: read\nrules:\n  - name: r\n    level: tenant\n"
+                   "    plan: free\n    route: read\n    token_bucket: {rate: 10/s, burst: 10}\n");
+}
+
 }  // namespace
 
 TEST_CASE("/readyz is 503 while Redis cannot decide and 200 once it can", "[redis]") {
   quota::testing::ScratchServer redis(quota::testing::scratch_dir("quota-server-readyz"));
   REQUIRE(redis.started());
   quota::testing::TempDir dir("readyz");
-  const std::string rules =
-      dir.write("rules.yaml",
-                "routes:\n  - name: read\nrules:\n  - name: r\n    level: tenant\n"
-                "    plan: free\n    route: read\n    token_bucket: {rate: 10/s, burst: 10}\n");
+  const std::string rules = write_rules(dir);
   quota::testing::ServerProcess s;
   REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free",
                    "--default-route", "read", "--grpc-port", "0", "--http-port", "0", "--redis",
@@ -58,10 +62,7 @@ TEST_CASE("/readyz is 503 while Redis cannot decide and 200 once it can", "[redi
 
 TEST_CASE("/readyz in process: 200 once serving") {
   quota::testing::TempDir dir("readyz_local");
-  const std::string rules =
-      dir.write("rules.yaml",
-                "routes:\n  - name: read\nrules:\n  - name: r\n    level: tenant\n"
-                "    plan: free\n    route: read\n    token_bucket: {rate: 10/s, burst: 10}\n");
+  const std::string rules = write_rules(dir);
   quota::testing::ServerProcess s;
   REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--grpc-port",
                    "0", "--http-port", "0"},

@@ -7,7 +7,6 @@
 // One HTTP client spends tenant "restart" (10/s, burst 10) for 1 s per life. Admissions
 // are logged with the time their call was answered; `extra` allows for the time a call
 // takes (⌈longest call · r⌉ + 1 units), as the other envelope tests do.
-#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -20,8 +19,6 @@
 
 namespace {
 
-using quota::testing::Admission;
-using quota::testing::env;
 using quota::testing::Log;
 using quota::testing::now_ns;
 
@@ -35,40 +32,16 @@ quota::verify::TokenBucketReport two_lives(const std::vector<std::string>& flags
   Log log;
   for (int life = 0; life < 2; ++life) {
     quota::testing::ServerProcess s;
-    std::vector<std::string> args = {env("QUOTA_SERVER"),
-                                     "--rules",
-                                     rules,
-                                     "--default-plan",
-                                     "free",
-                                     "--default-route",
-                                     "read",
-                                     "--grpc-port",
-                                     "0",
-                                     "--http-port",
-                                     "0"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    REQUIRE(s.start(args, {"grpc", "http"}));
+    REQUIRE(s.start(quota::testing::server_args(rules, flags), {"grpc", "http"}));
     quota::testing::http_tenant_client(s.port("http"), life, "restart", now_ns() + 1'000'000'000,
                                        log);
     s.kill();
   }
   INFO(log.error);
   REQUIRE(log.error.empty());
-  std::int64_t longest = 0;
-  std::vector<quota::verify::AdmittedEvent> events;
-  for (const Admission& x : log.admitted) {
-    longest = std::max(longest, x.answered - x.sent);
-    events.push_back({.time_ns = x.answered, .cost = 1});
-  }
-  std::sort(events.begin(), events.end(),
-            [](const auto& l, const auto& r) { return l.time_ns < r.time_ns; });
-  const std::int64_t extra = (longest * 10 + 999'999'999) / 1'000'000'000 + 1;
-  auto report = quota::verify::verify_token_bucket(
-      events, quota::Rate{.units = 10, .per = std::chrono::seconds(1)}, 10, extra);
-  REQUIRE(report.ok());
-  INFO("admitted " << events.size() << ", denied " << log.denied << ", extra " << extra);
   CHECK(log.denied > 0);
-  return *report;
+  return quota::testing::token_bucket_verdict(
+      log, quota::Rate{.units = 10, .per = std::chrono::seconds(1)}, 10);
 }
 
 }  // namespace

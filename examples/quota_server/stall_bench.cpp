@@ -32,6 +32,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "testing/raw_socket.hpp"
 #include "testing/server_process.hpp"
 
 ABSL_FLAG(std::string, server, "", "the quota-server binary");
@@ -39,25 +40,8 @@ ABSL_FLAG(int, checks, 20000, "checks per row");
 
 namespace {
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  timeval tv{};
-  tv.tv_sec = 2;
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& s) {
-  return send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
-}
+using quota::testing::connect_to;
+using quota::testing::send_all;
 
 const std::string kSlowHead =
     "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -68,7 +52,7 @@ class Attackers {
  public:
   explicit Attackers(int port) : port_(port) {
     for (int i = 0; i < 64; ++i) {
-      const int fd = connect_to(port);
+      const int fd = connect_to(port, std::chrono::seconds(2));
       if (fd < 0) continue;
       char buf[512];
       if (send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")) recv(fd, buf, sizeof buf, 0);
@@ -100,7 +84,7 @@ class Attackers {
           ++refused_;
         }
         if (fd < 0) {
-          fd = connect_to(port_);
+          fd = connect_to(port_, std::chrono::seconds(2));
           if (fd >= 0 && !send_all(fd, kSlowHead)) {
             close(fd);
             fd = -1;

@@ -18,6 +18,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -28,7 +29,9 @@
 #include <grpcpp/grpcpp.h>
 #include <catch2/catch.hpp>
 
+#include "absl/numeric/int128.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "quota/verify/envelope.hpp"
 
 namespace quota::testing {
 
@@ -70,6 +73,30 @@ struct Log {
     return true;
   }
 };
+
+// The admissions of `log`, at the times their calls were answered, against the token
+// bucket's envelope r·T + B + extra, where extra = ⌈longest admitted call · r⌉ + 1 units
+// allows for the time a call takes between its decision and its answer.
+inline verify::TokenBucketReport token_bucket_verdict(const Log& log, Rate rate,
+                                                      std::int64_t burst) {
+  std::int64_t longest = 0;
+  std::vector<verify::AdmittedEvent> events;
+  for (const Admission& x : log.admitted) {
+    longest = std::max(longest, x.answered - x.sent);
+    events.push_back({.time_ns = x.answered, .cost = 1});
+  }
+  std::sort(events.begin(), events.end(),
+            [](const auto& l, const auto& r) { return l.time_ns < r.time_ns; });
+  const absl::int128 per = rate.per.count();
+  const auto extra =
+      static_cast<std::int64_t>((absl::int128(longest) * rate.units + per - 1) / per) + 1;
+  auto report = verify::verify_token_bucket(events, rate, burst, extra);
+  REQUIRE(report.ok());
+  UNSCOPED_INFO("admitted " << events.size() << ", denied " << log.denied
+                            << ", longest admitted call " << longest << " ns, extra " << extra
+                            << ", required burst " << report->required_burst());
+  return *report;
+}
 
 // A ShouldRateLimit request of 1 unit for `tenant` in domain "quota".
 inline rls::RateLimitRequest one_unit(const std::string& tenant) {
