@@ -37,6 +37,7 @@
 #include "quota/verify/envelope.hpp"
 #include "testing/load_clients.hpp"
 #include "testing/metrics_text.hpp"
+#include "testing/probes.hpp"
 #include "testing/scratch.hpp"
 #include "testing/server_process.hpp"
 
@@ -297,4 +298,32 @@ TEST_CASE("envoyproxy/ratelimit budgets on a Redis Cluster are shared by two ser
   }
   check_tenant_slots({values[0], loaded[0], loaded[1]});
   for (ServerProcess& s : servers) CHECK(s.stop() == 0);
+}
+
+TEST_CASE("--redis-cluster with several seeds, the first dead: ready, and deciding") {
+  const std::vector<int> ports = cluster_ports();
+  TempDir dir("cluster_seeds");
+  const std::string rules =
+      dir.write("rules.yaml",
+                "routes:\n  - name: read\nrules:\n  - name: r\n    level: tenant\n"
+                "    plan: free\n    route: read\n    token_bucket: {rate: 1/100s, burst: 5}\n");
+  // Port 1 on loopback: nothing listens there, connects are refused at once.
+  ServerProcess s;
+  REQUIRE(
+      s.start(quota::testing::server_args(
+                  rules, {"--redis-cluster", "127.0.0.1:1,127.0.0.1:" + std::to_string(ports[1]),
+                          "--redis-deadline-ms", "2000"}),
+              {"grpc", "http"}));
+  httplib::Client c("127.0.0.1", s.port("http"));
+  c.set_read_timeout(10);
+  CHECK(quota::testing::eventually([&] {
+    auto r = c.Get("/readyz");
+    return r && r->status == 200;
+  }));
+  auto r = c.Post("/v1/check", R"({"tenant":"seeds-)" + std::to_string(::getpid()) + R"("})",
+                  "application/json");
+  REQUIRE(r);
+  INFO(r->body);
+  CHECK(r->status == 200);
+  CHECK_THAT(r->body, Catch::Matchers::Contains("\"allowed\":true"));
 }

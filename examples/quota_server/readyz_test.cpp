@@ -1,11 +1,16 @@
 // readyz_test — GET /readyz reflects the budget store (Checker::store_ready): quota-server
 // on a real redis-server is ready while Redis decides, 503 (naming why) while Redis is
 // stopped (SIGSTOP: every call runs into its deadline), and ready again once it is
-// continued; /healthz stays 200 throughout (the process serves). In process, ready.
+// continued; /healthz stays 200 throughout (the process serves). In process, ready. A
+// redis:// URL where HOST:PORT is expected is refused at start (exit 2), never taken for a
+// host name that then fails every check.
 #include <httplib.h>
 #include <signal.h>
 
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <string>
 
 #include "redis/support/redis_server.hpp"
@@ -68,4 +73,21 @@ TEST_CASE("/readyz in process: 200 once serving") {
                    "0", "--http-port", "0"},
                   {"grpc", "http"}));
   CHECK(get(s.port("http"), "/readyz").first == 200);
+}
+
+TEST_CASE("a redis:// URL is refused at start, naming the form expected") {
+  for (const std::string flag : {"--redis", "--redis-cluster"}) {
+    const std::string cmd =
+        env("QUOTA_SERVER") + " --rules /nonexistent " + flag + " redis://127.0.0.1:6379 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int status = ::pclose(p);
+    INFO(flag << ": " << out);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK_THAT(out, Catch::Matchers::Contains("not a redis:// URL"));
+  }
 }

@@ -61,6 +61,7 @@ inline RedisConnections make_redis_connections(const Options& o, std::size_t con
   switch (o.redis_mode) {
     case RedisMode::kCluster:
       out.cluster = std::make_shared<redis::ClusterPool>(config, connections);
+      for (const auto& [host, port] : o.redis_cluster_seeds) out.cluster->node(host, port);
       break;
     case RedisMode::kSentinel: {
       redis::SentinelConfig s{.name = o.redis_sentinel_master,

@@ -41,7 +41,8 @@
 #include "quota/redis/gateway_store.hpp"
 
 ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis holding the budgets (default: in process)");
-ABSL_FLAG(std::string, redis_cluster, "", "HOST:PORT of any node of a Redis Cluster instead");
+ABSL_FLAG(std::string, redis_cluster, "",
+          "HOST:PORT[,HOST:PORT...] of nodes of a Redis Cluster instead (seeds)");
 ABSL_FLAG(std::int64_t, redis_deadline_ms, 50,
           "the deadline of one call to Redis: pool wait, connect, send and reply together");
 ABSL_FLAG(std::int64_t, redis_connections, 8, "connections to Redis (per node on a cluster)");
@@ -79,7 +80,8 @@ inline constexpr const char* kRedisUsage =
     R"(  --redis HOST:PORT     keep the budgets in this Redis, shared by every quota-server
                         on it (default: in process); a Redis that cannot answer gives
                         the route's fail mode (fail closed: UNAVAILABLE / 503)
-  --redis-cluster HOST:PORT  the same on a Redis Cluster (any node)
+  --redis-cluster HOST:PORT[,HOST:PORT...]  the same on a Redis Cluster: any of its
+                        nodes as seeds, each asked for the slot map until one answers
   --redis-deadline-ms N  one call to Redis: pool wait, connect, send and reply (default 50)
   --redis-connections N connections to Redis, per node on a cluster (default 8)
   --redis-sentinel HOST:PORT[,HOST:PORT...]  the same on the primary these Redis
@@ -149,6 +151,9 @@ struct RedisOptions {
   std::string redis_host;                   // --redis / --redis-cluster
   int redis_port = 0;
   std::vector<std::pair<std::string, int>> redis_sentinels;  // --redis-sentinel
+  // --redis-cluster's seeds after the first (redis_host, redis_port): every one is asked
+  // for the slot map, so a dead first seed does not keep the server from the cluster.
+  std::vector<std::pair<std::string, int>> redis_cluster_seeds;
   std::string redis_sentinel_master;
   std::string redis_user;
   std::string redis_password;           // read from --redis-password-file
@@ -167,10 +172,12 @@ struct RedisOptions {
   bool redis_allow_evicting = false;
 };
 
-// "HOST:PORT" split; false when it is not that (a port in [1, 65535]).
+// "HOST:PORT" split; false when it is not that (a port in [1, 65535]; a host without
+// '/', so that a redis:// or rediss:// URL is refused rather than taken for a host name).
 inline bool split_host_port(std::string_view v, std::string* host, int* port) {
   const std::size_t colon = v.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return false;
+  if (v.substr(0, colon).find('/') != std::string_view::npos) return false;
   int p = 0;
   const std::string_view digits = v.substr(colon + 1);
   if (digits.empty() || digits.size() > 5) return false;
@@ -238,14 +245,15 @@ inline std::optional<std::int64_t> max_in_flight_value(std::string_view v) {
 inline std::vector<quota::cli::Check> redis_flag_checks() {
   using quota::cli::integer;
   const auto host_port = [](std::string flag) {
-    return quota::cli::custom(std::move(flag), "HOST:PORT", [](std::string_view v) {
-      return split_host_port(v, nullptr, nullptr);
-    });
+    return quota::cli::custom(
+        std::move(flag), "HOST:PORT (not a redis:// URL)",
+        [](std::string_view v) { return split_host_port(v, nullptr, nullptr); });
   };
   return {integer("redis_deadline_ms", 1, 60'000),
           integer("redis_connections", 1, 1024),
           host_port("redis"),
-          host_port("redis_cluster"),
+          quota::cli::custom("redis_cluster", "HOST:PORT[,HOST:PORT...] (not a redis:// URL)",
+                             [](std::string_view v) { return split_host_ports(v, nullptr); }),
           quota::cli::custom("redis_sentinel", "HOST:PORT[,HOST:PORT...]",
                              [](std::string_view v) { return split_host_ports(v, nullptr); }),
           integer("redis_breaker_failures", 0, 1'000'000),
@@ -350,9 +358,14 @@ inline RedisOptions read_redis_flags(const char* name) {
                  : !cluster.empty()  ? RedisMode::kCluster
                  : !sentinel.empty() ? RedisMode::kSentinel
                                      : RedisMode::kNone;
-  if (o.redis_mode == RedisMode::kSingle || o.redis_mode == RedisMode::kCluster) {
-    split_host_port(o.redis_mode == RedisMode::kCluster ? cluster : redis, &o.redis_host,
-                    &o.redis_port);
+  if (o.redis_mode == RedisMode::kSingle) {
+    split_host_port(redis, &o.redis_host, &o.redis_port);
+  } else if (o.redis_mode == RedisMode::kCluster) {
+    std::vector<std::pair<std::string, int>> seeds;
+    split_host_ports(cluster, &seeds);
+    o.redis_host = seeds.front().first;
+    o.redis_port = seeds.front().second;
+    o.redis_cluster_seeds.assign(seeds.begin() + 1, seeds.end());
   } else if (o.redis_mode == RedisMode::kSentinel) {
     split_host_ports(sentinel, &o.redis_sentinels);
     o.redis_sentinel_master = master;
