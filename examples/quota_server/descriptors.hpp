@@ -79,6 +79,20 @@ inline EnvoyLimit envoy_limit(const RateInfo& rate) {
           .unit = chosen.second};
 }
 
+// The most descriptors one call may carry: each is a decision, and one call is one
+// request of the gateway's (Envoy sends one descriptor per rate_limits action).
+inline constexpr int kMaxDescriptors = 64;
+
+// InvalidArgument for a call without descriptors or with more than kMaxDescriptors.
+inline absl::Status check_descriptor_count(const rls::RateLimitRequest& req) {
+  if (req.descriptors_size() == 0) return absl::InvalidArgumentError("no descriptors");
+  if (req.descriptors_size() > kMaxDescriptors) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d descriptors; one call carries at most %d",
+                                                      req.descriptors_size(), kMaxDescriptors));
+  }
+  return absl::OkStatus();
+}
+
 // The checks of `req` (see the top of this file), resolved and validated by `checker`;
 // InvalidArgument (or NotFound: no tenant rule) naming the descriptor and field.
 inline absl::StatusOr<std::vector<CheckRequest>> map_request(const rls::RateLimitRequest& req,
@@ -89,7 +103,7 @@ inline absl::StatusOr<std::vector<CheckRequest>> map_request(const rls::RateLimi
     return absl::InvalidArgumentError(absl::StrFormat(
         "unknown domain \"%s\" (this server answers for \"%s\")", req.domain(), domain));
   }
-  if (req.descriptors_size() == 0) return absl::InvalidArgumentError("no descriptors");
+  if (auto s = check_descriptor_count(req); !s.ok()) return s;
   std::vector<CheckRequest> out;
   out.reserve(static_cast<std::size_t>(req.descriptors_size()));
   for (int i = 0; i < req.descriptors_size(); ++i) {
@@ -155,7 +169,7 @@ inline absl::StatusOr<std::vector<EnvoyDescriptor>> map_envoy_request(
     return absl::InvalidArgumentError(absl::StrFormat(
         "unknown domain \"%s\" (this server answers for \"%s\")", req.domain(), domain));
   }
-  if (req.descriptors_size() == 0) return absl::InvalidArgumentError("no descriptors");
+  if (auto s = check_descriptor_count(req); !s.ok()) return s;
   std::vector<EnvoyDescriptor> out;
   for (int i = 0; i < req.descriptors_size(); ++i) {
     const auto& d = req.descriptors(i);

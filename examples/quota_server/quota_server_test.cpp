@@ -187,6 +187,7 @@ TEST_CASE("bad input is INVALID_ARGUMENT naming it, and nothing is deducted") {
     std::string message;
   };
   rls::RateLimitRequest with_limit = request({read(t)});
+  const rls::RateLimitRequest too_many = request(std::vector<Descriptor>(65, read(t)));
   with_limit.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(1000);
   const std::vector<Case> cases = {
       {"empty domain", request({read(t)}, 0, ""), "domain is empty"},
@@ -206,6 +207,7 @@ TEST_CASE("bad input is INVALID_ARGUMENT naming it, and nothing is deducted") {
        "cost 1000000000000000000 is outside [1, 1000]"},
       {"zero descriptor hits_addend", request({read(t, 0)}), "cost 0 is outside [1, 1000]"},
       {"limit override", with_limit, "per-request limit override is not supported"},
+      {"65 descriptors", too_many, "65 descriptors; one call carries at most 64"},
       // The first descriptor is valid: it must not be charged either.
       {"second descriptor bad",
        request({read(t), {{{"tenant", "bad tenant!"}, {"route", "read"}}}}), "descriptors[1]: "},
