@@ -46,8 +46,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "checker.hpp"
+#include "common/cli.hpp"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "quota/clock.hpp"
 #include "quota/rules/rule_file.hpp"
@@ -290,8 +290,26 @@ bool run_floor(double seconds) {
 
 }  // namespace
 
+constexpr const char* kUsage = R"(usage: quota_server_bench --server PATH [flags]
+
+Drives a quota-server binary on loopback: checks per second and the server's CPU per
+check, over gRPC and HTTP, with 1 and 8 client connections; in process, or with --redis.
+One JSON object per case on stdout.
+
+Flags (--flag VALUE or --flag=VALUE):
+  --server PATH         the quota-server binary (required)
+  --seconds S           length of each case (default 5)
+  --apis LIST           grpc, http or both (default grpc,http)
+  --connections LIST    1, 8 or both (default 1,8)
+  --descriptors LIST    descriptors per gRPC call, e.g. 1,16 (default 1)
+  --redis               also run every case on a redis-server of its own
+  --leased              with --redis: the Redis cases again with the rule leased
+  --grpc-floor          add the floor: the gRPC cases against an echo server
+  --help                this text
+)";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  quota::cli::parse({.name = "quota_server_bench", .usage = kUsage, .checks = {}}, argc, argv);
   if (absl::GetFlag(FLAGS_echo_server)) return run_echo_server();
   const std::string binary = absl::GetFlag(FLAGS_server);
   if (binary.empty()) {

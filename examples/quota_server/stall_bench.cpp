@@ -27,16 +27,17 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/cli.hpp"
 #include "testing/raw_socket.hpp"
 #include "testing/server_process.hpp"
 
 ABSL_FLAG(std::string, server, "", "the quota-server binary");
-ABSL_FLAG(int, checks, 20000, "checks per row");
+ABSL_FLAG(std::int64_t, checks, 20000, "checks per row");
 
 namespace {
 
@@ -152,9 +153,29 @@ void BM_CheckLatency(benchmark::State& state) {
 
 }  // namespace
 
+constexpr const char* kUsage = R"(usage: quota_server_stall_bench --server PATH [--checks N]
+                                [--benchmark_* flags of google-benchmark]
+
+A check's latency (p50, p99, max) against quota-server while 64 idle keep-alive
+connections and 64 slow senders are held open (attackers:1) and without them (attackers:0).
+
+  --server PATH         the quota-server binary (required)
+  --checks N            checks per row (default 20000)
+  --help                this text
+)";
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {  // ours, before google-benchmark's own --help
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   benchmark::Initialize(&argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  quota::cli::parse({.name = "quota_server_stall_bench",
+                     .usage = kUsage,
+                     .checks = {quota::cli::integer("checks", 1, 100'000'000)}},
+                    argc, argv);
   if (absl::GetFlag(FLAGS_server).empty()) {
     std::fprintf(stderr, "quota_server_stall_bench: --server PATH is required\n");
     return 2;
@@ -163,7 +184,7 @@ int main(int argc, char** argv) {
       ->ArgName("attackers")
       ->Arg(0)
       ->Arg(1)
-      ->Iterations(absl::GetFlag(FLAGS_checks))
+      ->Iterations(static_cast<benchmark::IterationCount>(absl::GetFlag(FLAGS_checks)))
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   benchmark::RunSpecifiedBenchmarks();

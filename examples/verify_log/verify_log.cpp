@@ -14,9 +14,9 @@
 // violates the envelope, 2 bad usage or a malformed line (the line number and what was
 // expected go to stderr).
 //
-// Rates are `UNITS/PERIOD` with PERIOD a positive integer and a unit in ns, us, ms, s,
-// m, h (`100/1s`, `1000/60s`, `5/250ms`; `100/s` means `100/1s`); windows are a period
-// (`60s`, `500ms`).
+// Rates are `UNITS/PERIOD` and windows a period, as in rule files (quota/rules/scalars.hpp):
+// a unit in ns, us, ms, s, min, h, d (`100/1s`, `1000/1min`, `5/250ms`; `100/s` means
+// `100/1s`); windows `60s`, `500ms`, `1min`.
 //
 // Speed: the input is read in 1 MiB blocks and parsed by hand (no iostreams); keys are
 // looked up without allocating. Measured (release preset, 2-core machine) on 10^7 lines,
@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/cli.hpp"
+#include "quota/rules/scalars.hpp"
 #include "quota/units.hpp"
 #include "quota/verify/envelope.hpp"
 
@@ -64,7 +65,8 @@ const char kUsage[] =
     "usage: verify_log token-bucket --rate UNITS/PERIOD --burst B [--extra E] FILE\n"
     "       verify_log window --limit N --window PERIOD FILE\n"
     "FILE is CSV 'time_ns,cost' or 'time_ns,key,cost' ('-' for stdin).\n"
-    "PERIOD: integer + ns|us|ms|s|m|h, e.g. 1s, 60s, 250ms. Exit: 0 ok, 1 violation, 2 error.\n";
+    "PERIOD: integer + ns|us|ms|s|min|h|d, e.g. 1s, 250ms, 1min (as in rule files).\n"
+    "Exit: 0 ok, 1 violation, 2 error.\n";
 
 [[noreturn]] void die_usage(const std::string& why) {
   std::fprintf(stderr, "verify_log: %s\n%s", why.c_str(), kUsage);
@@ -79,44 +81,15 @@ std::optional<std::int64_t> parse_int(std::string_view s) {
   return v;
 }
 
-// "250ms" -> 250,000,000 ns; a missing number means 1 ("s" = "1s").
-std::optional<quota::Nanos> parse_period(std::string_view s) {
-  std::size_t digits = 0;
-  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
-  std::int64_t n = 1;
-  if (digits > 0) {
-    auto v = parse_int(s.substr(0, digits));
-    if (!v) return std::nullopt;
-    n = *v;
-  }
-  const std::string_view unit = s.substr(digits);
-  std::int64_t scale = 0;
-  if (unit == "ns")
-    scale = 1;
-  else if (unit == "us")
-    scale = 1'000;
-  else if (unit == "ms")
-    scale = 1'000'000;
-  else if (unit == "s")
-    scale = 1'000'000'000;
-  else if (unit == "m")
-    scale = 60'000'000'000;
-  else if (unit == "h")
-    scale = 3'600'000'000'000;
-  else
-    return std::nullopt;
-  std::int64_t ns = 0;
-  if (n <= 0 || __builtin_mul_overflow(n, scale, &ns)) return std::nullopt;
-  return quota::Nanos{ns};
-}
-
+// Rates and periods in the rule files' syntax (quota/rules/scalars.hpp): one duration
+// syntax for every tool. A window must be positive.
 std::optional<quota::Rate> parse_rate(std::string_view s) {
-  const auto slash = s.find('/');
-  if (slash == std::string_view::npos) return std::nullopt;
-  auto units = parse_int(s.substr(0, slash));
-  auto per = parse_period(s.substr(slash + 1));
-  if (!units || !per) return std::nullopt;
-  return quota::Rate{.units = *units, .per = *per};
+  auto r = quota::rules::parse_rate(s);
+  return r.ok() ? std::optional<quota::Rate>(*r) : std::nullopt;
+}
+std::optional<quota::Nanos> parse_period(std::string_view s) {
+  auto d = quota::rules::parse_duration(s);
+  return d.ok() && d->count() > 0 ? std::optional<quota::Nanos>(*d) : std::nullopt;
 }
 
 using Verifier = std::variant<quota::verify::TokenBucketVerifier, quota::verify::WindowVerifier>;
