@@ -157,3 +157,26 @@ TEST_CASE("one connection over --http-max-connections is closed at once") {
   CHECK(quota::testing::eventually(
       [&] { return s.metric("quota_server_http_refused_total{reason=\"connections\"}") >= 1; }));
 }
+
+TEST_CASE("SIGTERM with idle keep-alive connections open: exit 0 at once, nothing to wait for") {
+  Server s;
+  std::vector<int> idle;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = connect_to(s.port);
+    REQUIRE(fd >= 0);
+    REQUIRE(send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+    char buf[512];
+    REQUIRE(recv(fd, buf, sizeof buf, 0) > 0);
+    idle.push_back(fd);
+  }
+  // Nothing is in flight: the idle connections are closed, not waited for (a connection
+  // that kept a worker until its keep-alive timeout held the exit for seconds). 1 s is a
+  // bound far above the exit's own time and far below a keep-alive timeout of 5 s.
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = s.process.stop();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(took < std::chrono::seconds(1));
+  for (int fd : idle) close(fd);
+}

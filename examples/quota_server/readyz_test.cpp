@@ -50,13 +50,15 @@ TEST_CASE("/readyz is 503 while Redis cannot decide and 200 once it can", "[redi
                    "127.0.0.1:" + std::to_string(redis.port()), "--redis-deadline-ms", "200"},
                   {"grpc", "http"}));
   const int port = s.port("http");
-  CHECK(get(port, "/readyz").first == 200);
+  // "http listening" is printed just before the server marks itself ready.
+  REQUIRE(quota::testing::eventually([&] { return get(port, "/readyz").first == 200; }));
 
   REQUIRE(::kill(static_cast<pid_t>(redis.pid()), SIGSTOP) == 0);
   std::pair<int, std::string> down;
   CHECK(quota::testing::eventually([&] {
     down = get(port, "/readyz");
-    return down.first == 503;
+    return down.first == 503 &&
+           down.second.find("the budget store cannot decide") != std::string::npos;
   }));
   CHECK_THAT(down.second, Catch::Matchers::Contains("the budget store cannot decide"));
   CHECK(get(port, "/healthz").first == 200);
@@ -72,7 +74,7 @@ TEST_CASE("/readyz in process: 200 once serving") {
   REQUIRE(s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--grpc-port",
                    "0", "--http-port", "0"},
                   {"grpc", "http"}));
-  CHECK(get(s.port("http"), "/readyz").first == 200);
+  CHECK(quota::testing::eventually([&] { return get(s.port("http"), "/readyz").first == 200; }));
 }
 
 TEST_CASE("a redis:// URL is refused at start, naming the form expected") {
