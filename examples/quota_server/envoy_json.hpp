@@ -74,7 +74,7 @@ inline void add_envoy_json_api(httplib::Server& server, RateLimitServiceImpl& se
           absl::StrCat("the body is not a RateLimitRequest in JSON: ", s.message().as_string()));
     }
     rls::RateLimitResponse response;
-    const grpc::Status status = service.decide(request, &response, Api::kCheck);
+    const grpc::Status status = service.decide(request, &response, Api::kJson);
     if (!status.ok()) {
       return detail::envoy_json_error(res, static_cast<absl::StatusCode>(status.error_code()),
                                       status.error_message());

@@ -321,4 +321,10 @@ TEST_CASE("envoy rules: POST /json takes envoyproxy/ratelimit's request and answ
     CHECK(r.body.rfind(R"({"error":"invalid_argument","message":)", 0) == 0);
   }
   CHECK(http.Get("/json")->status != 200);
+  // Counted under their own API: 3 admitted and 1 over the limit above.
+  const std::string metrics = http.Get("/metrics")->body;
+  CHECK(metrics.find("quota_server_requests_total{api=\"json\",answer=\"ok\"} 3\n") !=
+        std::string::npos);
+  CHECK(metrics.find("quota_server_requests_total{api=\"json\",answer=\"over_limit\"} 1\n") !=
+        std::string::npos);
 }

@@ -31,7 +31,7 @@
 
 namespace quota::server {
 
-enum class Api : std::uint8_t { kGrpc = 0, kCheck = 1, kAuth = 2 };
+enum class Api : std::uint8_t { kGrpc = 0, kCheck = 1, kAuth = 2, kJson = 3 };
 enum class Answer : std::uint8_t {
   kOk = 0,
   kOverLimit = 1,
@@ -40,7 +40,7 @@ enum class Answer : std::uint8_t {
   kUnavailable = 4,
   kError = 5,
 };
-inline constexpr std::size_t kApis = 3;
+inline constexpr std::size_t kApis = 4;
 inline constexpr std::size_t kAnswers = 6;
 
 // The answer a failed call counts as.
@@ -119,7 +119,7 @@ class ServerStats {
   // quota_rules_refused_version and quota_rules_digest_info{rules,digest} (applied, and
   // published unless none is), and the series of `decisions`, Prometheus text.
   std::string render(std::uint64_t rule_version) const {
-    static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth"};
+    static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth", "json"};
     static constexpr const char* kAnswerNames[kAnswers] = {
         "ok", "over_limit", "invalid_argument", "not_found", "unavailable", "error"};
     std::string out =
