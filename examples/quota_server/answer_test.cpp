@@ -147,6 +147,10 @@ TEST_CASE("a known path with another method is 405 naming the method it takes") 
   REQUIRE(r);
   CHECK(r->status == 405);
   CHECK(r->get_header_value("Allow") == "GET");
+  r = client().Get("/json");  // envoyproxy/ratelimit's JSON API takes POST
+  REQUIRE(r);
+  CHECK(r->status == 405);
+  CHECK(r->get_header_value("Allow") == "POST");
   r = client().Get("/v1/nothing");
   REQUIRE(r);
   CHECK(r->status == 404);

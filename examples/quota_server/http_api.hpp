@@ -53,6 +53,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -306,17 +307,15 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
                                       "%s %s: this path takes %s", req.method, req.path, method)));
     };
   };
-  for (const char* path : {"/v1/check"}) {
-    server.Get(path, only("POST"));
-    server.Put(path, only("POST"));
-    server.Delete(path, only("POST"));
-    server.Patch(path, only("POST"));
-  }
-  for (const char* path : {"/v1/auth", "/healthz", "/readyz", "/metrics"}) {
-    server.Post(path, only("GET"));
-    server.Put(path, only("GET"));
-    server.Delete(path, only("GET"));
-    server.Patch(path, only("GET"));
+  const std::pair<const char*, const char*> known[] = {{"/v1/check", "POST"}, {"/json", "POST"},
+                                                       {"/v1/auth", "GET"},   {"/healthz", "GET"},
+                                                       {"/readyz", "GET"},    {"/metrics", "GET"}};
+  for (const auto& [path, method] : known) {
+    const bool post = std::string_view(method) == "POST";
+    post ? server.Get(path, only(method)) : server.Post(path, only(method));
+    server.Put(path, only(method));
+    server.Delete(path, only(method));
+    server.Patch(path, only(method));
   }
 
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
