@@ -275,9 +275,8 @@ class AttemptCache {
   void unlink_and_free(Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     (r->older != nullptr ? r->older->newer : oldest_) = r->newer;
     (r->newer != nullptr ? r->newer->older : newest_) = r->older;
-    const std::size_t bytes = sizeof(Record) + r->text_bytes();
     r->~Record();
-    ::operator delete(static_cast<void*>(r), bytes);
+    ::operator delete(static_cast<void*>(r));
   }
 
   void erase(Index::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
