@@ -100,7 +100,6 @@ class AttemptCache {
     const Hashed hashed{.key = key, .hash = hash_of(key)};
     quota::detail::MutexLock lock(mu_);
     index_.prefetch(hashed);
-    prefetch_oldest();
     auto found = index_.find(hashed);
     if (found != index_.end() && (*found)->expires_at <= now) {
       erase(found);
@@ -127,7 +126,7 @@ class AttemptCache {
     }
     index_.insert(
         append(make_record(hashed, fingerprint, quota::detail::saturating_add(now, ttl_))));
-    prefetch_oldest();
+    prefetch_ahead();
     return Begin{.replay = std::nullopt, .deadline = std::nullopt};
   }
 
@@ -168,6 +167,8 @@ class AttemptCache {
   // records left behind by a quiet spell drain while ids arrive, and few enough that a
   // begin stays O(1).
   static constexpr int kExpiredPerBegin = 2;
+  // How many of the records next to expire have their index slots asked for ahead.
+  static constexpr int kAhead = 8;
 
   // One attempt: its place in the age list, its decision, and in the same allocation,
   // just after it, its text: scope, id and fingerprint, one after the other.
@@ -265,6 +266,7 @@ class AttemptCache {
 
   // Puts `r` at the newest end of the age list.
   Record* append(Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ahead_ == nullptr) ahead_ = r;
     r->older = newest_;
     (newest_ != nullptr ? newest_->newer : oldest_) = r;
     newest_ = r;
@@ -273,6 +275,14 @@ class AttemptCache {
 
   // Takes `r` out of the age list and frees it (the index no longer holds it).
   void unlink_and_free(Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (r != oldest_) {
+      ahead_ = oldest_;  // one left from the middle: ask again from the front
+      ahead_count_ = 0;
+    } else if (r == ahead_) {
+      ahead_ = r->newer;
+    } else if (ahead_count_ > 0) {
+      --ahead_count_;
+    }
     (r->older != nullptr ? r->older->newer : oldest_) = r->newer;
     (r->newer != nullptr ? r->newer->older : newest_) = r->older;
     r->~Record();
@@ -285,16 +295,16 @@ class AttemptCache {
     unlink_and_free(r);
   }
 
-  // In a large cache the new key's place in the index, the oldest record, the oldest's
-  // place in the index and the record after it are each a cache miss. begin() asks for
-  // them all at its start, and at its end for the oldest record then (the next begin's),
-  // so that they arrive together rather than one after the other in find(),
-  // forget_expired() and the insert (benchmarks/gateway_attempts_bench.cpp measures a
-  // decision with 10^6 records against one with none).
-  void prefetch_oldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (oldest_ == nullptr) return;
-    index_.prefetch(oldest_);
-    if (oldest_->newer != nullptr) __builtin_prefetch(oldest_->newer);
+  // In a large cache the index slot of the record that expires next is a cache miss
+  // (and a TLB miss) when forget_expired() erases it. The slots of the next kAhead
+  // records to expire are asked for ahead, one more per begin(), so that each arrives
+  // several decisions before it is erased (benchmarks/gateway_attempts_bench.cpp
+  // measures a decision with 10^6 records against one with none).
+  void prefetch_ahead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (; ahead_ != nullptr && ahead_count_ < kAhead; ahead_ = ahead_->newer, ++ahead_count_) {
+      index_.prefetch(ahead_);
+      if (ahead_->newer != nullptr) __builtin_prefetch(ahead_->newer);
+    }
   }
 
   void forget_expired(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -313,6 +323,10 @@ class AttemptCache {
   Record* oldest_ ABSL_GUARDED_BY(mu_) = nullptr;
   Record* newest_ ABSL_GUARDED_BY(mu_) = nullptr;
   Index index_ ABSL_GUARDED_BY(mu_);
+  // prefetch_ahead(): the next record whose slot to ask for (nullptr: none yet), and how
+  // many records from oldest_ up to it had theirs asked for.
+  Record* ahead_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int ahead_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
