@@ -2,7 +2,7 @@
 # the test files after each `batch` are compiled as one translation unit of their group's
 # executable. The files of a batch must not define the same name at file scope (each
 # file's anonymous namespace becomes the batch's); the merged builds (QUOTA_TESTS_MERGED:
-# the asan and tsan presets) compile them. A test file in no batch is compiled on its own,
+# the dev, asan and tsan presets) compile them. A test file in no batch is compiled on its own,
 # which is always correct: a new test joins a batch only once it compiles beside the others.
 set(QUOTA_TEST_UNITY_BATCHES
   batch broken_limiters_test clock_test fair_share_period_test fair_share_test
