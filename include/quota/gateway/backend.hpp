@@ -31,6 +31,8 @@
 //     its own slot, given back by a second script when it denies.
 // And a decorator of either: LeasedBackend<Inner> (leased_backend.hpp) decides the levels
 // whose rule is leased from grants this process holds, the others through Inner.
+// Every backend (these, and the region ones in region/) decides its levels in runs with
+// decide_runs() below: the one loop for all or nothing across runs.
 //
 // Thread safety: that of the store.
 #pragma once
@@ -38,6 +40,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -80,6 +83,64 @@ concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
   { b.charge(policy, version, key, units, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
 };
 
+// All or nothing over runs of levels, the one loop every backend decides with. A backend
+// decides its levels in runs (a scope's levels in one atomic store step, one Redis slot
+// per script call, one leased level from its grants, ...), each run all or nothing by
+// itself; across runs, what earlier runs deducted is given back when a later run stops
+// at an enforcing denial or fails.
+//
+// `decide_run(begin, end, parts, taken)` decides levels [begin, end) (end = run_end(begin)):
+// it appends to `parts` one decision per level decided (fewer than the run's levels when
+// it stopped early) and to `taken` what a give-back needs for each level it deducted, and
+// returns a RunStep. decide_runs() stops at the first run that decided fewer levels than
+// it holds or whose last decision is an enforcing denial, and returns true then; what
+// that run added to `taken` is dropped (the run gave back its own). On an error it drops
+// the failing run's `taken` too and returns the error. The caller gives back `taken`.
+struct RunStep {
+  bool redo = false;            // nothing decided: decide the run that starts here again
+  std::optional<Nanos> time{};  // the run's time of decision, for LevelsResult::time
+};
+
+template <class Taken, class RunEnd, class DecideRun>
+absl::StatusOr<bool> decide_runs(std::span<const LevelCheck> levels, std::size_t begin,
+                                 LevelsResult& out, CheckVector<Taken>& taken, RunEnd&& run_end,
+                                 DecideRun&& decide_run) {
+  for (std::size_t b = begin; b < levels.size();) {
+    const std::size_t e = run_end(b);
+    const std::size_t taken_before = taken.size();
+    const std::size_t parts_before = out.parts.size();
+    absl::StatusOr<RunStep> step = decide_run(b, e, out.parts, taken);
+    if (!step.ok() || step->redo) {
+      taken.resize(taken_before);
+      if (!step.ok()) return step.status();
+      continue;
+    }
+    if (step->time.has_value()) out.time = *step->time;
+    const bool stopped = out.parts.size() - parts_before < e - b ||
+                         (!out.parts.back().allowed && !levels[e - 1].shadow);
+    if (stopped) {
+      taken.resize(taken_before);
+      return true;
+    }
+    b = e;
+  }
+  return false;
+}
+
+// decide_runs() over all of `levels`, LevelsResult::time `now` unless a run says, and
+// `give_back(std::span<const Taken>)` called when it stops or fails.
+template <class Taken, class RunEnd, class DecideRun, class GiveBack>
+absl::StatusOr<LevelsResult> decide_all_or_nothing(std::span<const LevelCheck> levels, Nanos now,
+                                                   RunEnd&& run_end, DecideRun&& decide_run,
+                                                   GiveBack&& give_back) {
+  LevelsResult out{.parts = {}, .time = now};
+  CheckVector<Taken> taken;
+  auto stopped = decide_runs(levels, 0, out, taken, run_end, decide_run);
+  if (!stopped.ok() || *stopped) give_back(std::span<const Taken>(taken));
+  if (!stopped.ok()) return stopped.status();
+  return out;
+}
+
 // An in-process store of KeyStates (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>).
 template <class S>
 concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_type, KeyPolicy> &&
@@ -96,28 +157,26 @@ class StoreBackend {
 
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) {
-    LevelsResult out{.parts = {}, .time = now};
-    CheckVector<Taken> taken;  // levels deducted by the scopes decided so far
-    for (std::size_t begin = 0; begin < levels.size();) {
+    // A run: the levels of one scope (a tenant's, or the global one).
+    const auto run_end = [&](std::size_t begin) {
       std::size_t end = begin + 1;
       while (end < levels.size() && scope_of(levels[end].key) == scope_of(levels[begin].key)) ++end;
+      return end;
+    };
+    const auto decide_run = [&](std::size_t begin, std::size_t end, CheckVector<Decision>& parts,
+                                CheckVector<Taken>& taken) -> absl::StatusOr<RunStep> {
       auto scope = decide_scope(levels.subspan(begin, end - begin), version, now);
-      if (!scope.ok()) {
-        give_back(levels, taken, version, now);
-        return scope.status();
-      }
-      for (const Decision& d : scope->parts) out.parts.push_back(d);
-      if (scope->stopped) {
-        give_back(levels, taken, version, now);
-        return out;
-      }
+      if (!scope.ok()) return scope.status();
       for (std::size_t i = 0; i < scope->parts.size(); ++i) {
+        parts.push_back(scope->parts[i]);
         if (scope->parts[i].allowed)
           taken.push_back({.level = begin + i, .spent_at = scope->spent_at[i]});
       }
-      begin = end;
-    }
-    return out;
+      return RunStep{};
+    };
+    return decide_all_or_nothing<Taken>(
+        levels, now, run_end, decide_run,
+        [&](std::span<const Taken> taken) { give_back(levels, taken, version, now); });
   }
 
   absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
@@ -163,7 +222,6 @@ class StoreBackend {
   struct ScopeResult {
     CheckVector<Decision> parts;
     CheckVector<Nanos> spent_at;  // per part: the state's time after it was decided
-    bool stopped = false;         // an enforcing level denied (the last part)
   };
   absl::StatusOr<ScopeResult> decide_scope(std::span<const LevelCheck> levels,
                                            std::uint64_t version, Nanos now) {
@@ -197,7 +255,6 @@ class StoreBackend {
             if (r.parts.back().allowed || levels[i].shadow) continue;
             decided.pop_back();  // the denier deducted nothing
             undo();
-            r.stopped = true;
             break;
           }
           return r;

@@ -111,55 +111,43 @@ class LeasedBackend {
 
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) {
-    LevelsResult out{.parts = {}, .time = now};
-    CheckVector<Taken> taken;  // levels deducted so far
     CheckVector<detail::KeyLease*> leased;
     for (const LevelCheck& l : levels) leased.push_back(lease_for(l, version, now));
-    for (std::size_t i = 0; i < levels.size();) {
-      if (leased[i] != nullptr) {
-        auto local = decide_local(*leased[i], levels[i], version, now);
-        if (!local.ok()) {
-          give_back(levels, taken, version, now);
-          return local.status();
-        }
+    // A run: one leased level, decided from this process's grants, or the levels up to
+    // the next leased one, one call of the inner backend (all or nothing there).
+    const auto run_end = [&](std::size_t begin) {
+      std::size_t end = begin + 1;
+      if (leased[begin] == nullptr) {
+        while (end < levels.size() && leased[end] == nullptr) ++end;
+      }
+      return end;
+    };
+    const auto decide_run = [&](std::size_t begin, std::size_t end, CheckVector<Decision>& parts,
+                                CheckVector<Taken>& taken) -> absl::StatusOr<RunStep> {
+      if (detail::KeyLease* lease = leased[begin]; lease != nullptr) {
+        auto local = decide_local(*lease, levels[begin], version, now);
+        if (!local.ok()) return local.status();
         if (!local->has_value()) {  // revoked for this version: the authority decides
-          leased[i] = nullptr;
-          continue;
+          leased[begin] = nullptr;
+          return RunStep{.redo = true};
         }
-        const auto& d = *local;
-        out.parts.push_back(*d);
-        if (d->allowed) taken.push_back({.level = i, .local = leased[i], .spent_at = now});
-        if (!d->allowed && !levels[i].shadow) {
-          give_back(levels, taken, version, now);
-          return out;
-        }
-        ++i;
-        continue;
+        parts.push_back(**local);
+        if ((*local)->allowed) taken.push_back({.level = begin, .local = lease, .spent_at = now});
+        return RunStep{};
       }
-      // A run of levels not leased: one call of the inner backend (all or nothing there).
-      std::size_t end = i + 1;
-      while (end < levels.size() && leased[end] == nullptr) ++end;
-      auto r = inner_.decide(levels.subspan(i, end - i), version, now);
-      if (!r.ok()) {
-        give_back(levels, taken, version, now);
-        return r.status();
-      }
-      out.time = r->time;
-      for (const Decision& d : r->parts) out.parts.push_back(d);
-      const bool stopped =
-          r->parts.size() < end - i || (!r->parts.back().allowed && !levels[end - 1].shadow);
-      if (stopped) {
-        give_back(levels, taken, version, now);  // the inner backend gave back its own
-        return out;
-      }
+      auto r = inner_.decide(levels.subspan(begin, end - begin), version, now);
+      if (!r.ok()) return r.status();
       for (std::size_t k = 0; k < r->parts.size(); ++k) {
+        parts.push_back(r->parts[k]);
         if (r->parts[k].allowed) {
-          taken.push_back({.level = i + k, .local = nullptr, .spent_at = r->time});
+          taken.push_back({.level = begin + k, .local = nullptr, .spent_at = r->time});
         }
       }
-      i = end;
-    }
-    return out;
+      return RunStep{.redo = false, .time = r->time};
+    };
+    return decide_all_or_nothing<Taken>(
+        levels, now, run_end, decide_run,
+        [&](std::span<const Taken> taken) { give_back(levels, taken, version, now); });
   }
 
   absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,

@@ -129,13 +129,15 @@ class GatewayStore {
                                                std::uint64_t version, Nanos now) {
     auto groups = slot_groups(levels);
     if (!groups.ok()) return groups.status();
-    gateway::LevelsResult out;
-    out.parts.reserve(levels.size());
-    std::vector<std::size_t> deducted;
-    auto stopped = decide_groups(levels, *groups, 0, version, now, out, deducted);
-    if (!stopped.ok() || *stopped) give_back(levels, *groups, deducted, out.parts, version, now);
-    if (!stopped.ok()) return stopped.status();
-    return out;
+    return gateway::decide_all_or_nothing<std::size_t>(
+        levels, now, [&](std::size_t begin) { return group_end(*groups, begin); },
+        [&](std::size_t begin, std::size_t end, gateway::CheckVector<Decision>& parts,
+            gateway::CheckVector<std::size_t>& deducted) {
+          return decide_group(levels, begin, end, version, now, parts, deducted);
+        },
+        [&](std::span<const std::size_t> deducted) {
+          give_back(levels, *groups, deducted, version, now);
+        });
   }
 
   // decide() with an attempt: the record kept in the call that decides (the tenant's) and
@@ -163,14 +165,21 @@ class GatewayStore {
         (!out.levels.parts.back().allowed && !levels[out.levels.parts.size() - 1].shadow);
     if (out.replayed || groups->size() == 1 || stopped) return out;
     // The global level, then the record of the whole decision.
-    std::vector<std::size_t> deducted{0};
-    auto s = decide_groups(levels, *groups, 1, version, now, out.levels, deducted);
+    gateway::CheckVector<std::size_t> deducted;
+    for (std::size_t i = begin; i < end; ++i) {
+      if (out.levels.parts[i].allowed) deducted.push_back(i);
+    }
+    auto s = gateway::decide_runs(
+        levels, end, out.levels, deducted, [&](std::size_t b) { return group_end(*groups, b); },
+        [&](std::size_t b, std::size_t e, gateway::CheckVector<Decision>& parts,
+            gateway::CheckVector<std::size_t>& d) {
+          return decide_group(levels, b, e, version, now, parts, d);
+        });
     // A denial is recorded like an admission; an error abandons the pending record, and
     // only once it is gone are the tenant's levels given back.
     const bool done = GatewayAttemptTwin::close_record(
         attempts_, call->keys.back(), attempt, out.deadline, s.ok() ? &out.levels : nullptr);
-    if (done && (!s.ok() || *s))
-      give_back(levels, *groups, deducted, out.levels.parts, version, now);
+    if (done && (!s.ok() || *s)) give_back(levels, *groups, deducted, version, now);
     if (!s.ok()) return s.status();
     return out;
   }
@@ -362,43 +371,46 @@ class GatewayStore {
     return groups;
   }
 
-  // Decides groups[first..] one script call each, appending to `out`, until a level
-  // denies that is not shadow (then true: stopped); `deducted` gets each group fully
-  // allowed. The caller gives back on an error or a denial.
-  absl::StatusOr<bool> decide_groups(std::span<const gateway::LevelCheck> levels,
-                                     const Groups& groups, std::size_t first, std::uint64_t version,
-                                     Nanos now, gateway::LevelsResult& out,
-                                     std::vector<std::size_t>& deducted) {
-    for (std::size_t g = first; g < groups.size(); ++g) {
-      const auto [begin, end] = groups[g];
-      auto call = build(levels.subspan(begin, end - begin), 'd', version, now, std::nullopt);
-      if (!call.ok()) return call.status();
-      auto reply = run_script(*call);
-      absl::StatusOr<GatewayTwin::Decided> decided =
-          reply.ok()
-              ? GatewayTwin::parse_decide(**reply, levels.subspan(begin, end - begin), version)
-              : absl::StatusOr<GatewayTwin::Decided>(reply.status());
-      if (!decided.ok()) return decided.status();
-      if (g == 0) out.time = decided->time;
-      bool stopped = decided->parts.size() < end - begin;
-      for (const Decision& d : decided->parts) out.parts.push_back(d);
-      if (!stopped) stopped = !out.parts.back().allowed && !levels[end - 1].shadow;
-      if (stopped) return true;
-      deducted.push_back(g);
+  // The end of the slot group that starts at level `begin`.
+  static std::size_t group_end(const Groups& groups, std::size_t begin) {
+    for (const auto& [b, e] : groups) {
+      if (b == begin) return e;
     }
-    return false;
+    return begin + 1;  // not reached: decide_runs() starts runs only where groups start
   }
 
-  // Gives each allowed level of the groups already deducted its own cost back (one script
-  // per group, at each state's own latest time). Best effort: a failure leaves the
-  // deduction in place (under-admission).
+  // One run of gateway::decide_runs(): the levels of one slot group in one script call,
+  // all or nothing there; `deducted` gets each level it allowed. The time of the first
+  // group's decision is the result's.
+  absl::StatusOr<gateway::RunStep> decide_group(std::span<const gateway::LevelCheck> levels,
+                                                std::size_t begin, std::size_t end,
+                                                std::uint64_t version, Nanos now,
+                                                gateway::CheckVector<Decision>& parts,
+                                                gateway::CheckVector<std::size_t>& deducted) {
+    const auto group = levels.subspan(begin, end - begin);
+    auto call = build(group, 'd', version, now, std::nullopt);
+    if (!call.ok()) return call.status();
+    auto reply = run_script(*call);
+    if (!reply.ok()) return reply.status();
+    auto decided = GatewayTwin::parse_decide(**reply, group, version);
+    if (!decided.ok()) return decided.status();
+    for (std::size_t k = 0; k < decided->parts.size(); ++k) {
+      parts.push_back(decided->parts[k]);
+      if (decided->parts[k].allowed) deducted.push_back(begin + k);
+    }
+    if (begin != 0) return gateway::RunStep{};
+    return gateway::RunStep{.redo = false, .time = decided->time};
+  }
+
+  // Gives each level in `deducted` its own cost back, one script per slot group, at each
+  // state's own latest time. Best effort: a failure leaves the deduction in place
+  // (under-admission).
   void give_back(std::span<const gateway::LevelCheck> levels, const Groups& groups,
-                 const std::vector<std::size_t>& deducted_groups, std::span<const Decision> parts,
-                 std::uint64_t version, Nanos now) {
-    for (std::size_t g : deducted_groups) {
+                 std::span<const std::size_t> deducted, std::uint64_t version, Nanos now) {
+    for (const auto& [begin, end] : groups) {
       std::vector<gateway::LevelCheck> back;
-      for (std::size_t i = groups[g].first; i < groups[g].second; ++i) {
-        if (parts[i].allowed) back.push_back(levels[i]);
+      for (std::size_t i : deducted) {
+        if (i >= begin && i < end) back.push_back(levels[i]);
       }
       if (back.empty()) continue;
       auto call = build(back, 'r', version, now, std::nullopt);

@@ -113,25 +113,20 @@ class BasicRegionalPool {
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) {
-    gateway::LevelsResult out{.parts = {}, .time = now};
-    gateway::CheckVector<std::size_t> spent;
-    for (std::size_t i = 0; i < levels.size(); ++i) {
-      const gateway::LevelCheck& l = levels[i];
-      auto d = spend(l, version, now);
-      if (!d.ok()) {
-        give_back(levels, spent);
-        return d.status();
-      }
-      out.time = d->second;
-      out.parts.push_back(d->first);
-      if (d->first.allowed) {
-        spent.push_back(i);
-      } else if (!l.shadow) {
-        give_back(levels, spent);
-        return out;
-      }
-    }
-    return out;
+    // A run: one level, spent from its pool record.
+    const auto run_end = [](std::size_t begin) { return begin + 1; };
+    const auto decide_run =
+        [&](std::size_t begin, std::size_t /*end*/, gateway::CheckVector<Decision>& parts,
+            gateway::CheckVector<std::size_t>& spent) -> absl::StatusOr<gateway::RunStep> {
+      auto d = spend(levels[begin], version, now);
+      if (!d.ok()) return d.status();
+      parts.push_back(d->first);
+      if (d->first.allowed) spent.push_back(begin);
+      return gateway::RunStep{.redo = false, .time = d->second};
+    };
+    return gateway::decide_all_or_nothing<std::size_t>(
+        levels, now, run_end, decide_run,
+        [&](std::span<const std::size_t> spent) { give_back(levels, spent); });
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy&, std::uint64_t, std::string_view key,

@@ -67,32 +67,29 @@ class ScopeRouter : public detail::AttemptOf<Central> {
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) {
-    gateway::LevelsResult out{.parts = {}, .time = now};
-    gateway::CheckVector<Run> taken;  // runs decided and allowed so far
-    for (std::size_t i = 0; i < levels.size();) {
-      const bool central = is_central(levels[i].key);
-      std::size_t end = i + 1;
+    // A run: consecutive levels of one authority, decided by it all or nothing.
+    const auto run_end = [&](std::size_t begin) {
+      const bool central = is_central(levels[begin].key);
+      std::size_t end = begin + 1;
       while (end < levels.size() && is_central(levels[end].key) == central) ++end;
-      const auto run = levels.subspan(i, end - i);
-      auto r = central ? central_.decide(run, version, now) : regional_.decide(run, version, now);
-      if (!r.ok()) {
-        give_back(levels, taken, version, now);
-        return r.status();
-      }
-      out.time = r->time;
-      for (const Decision& d : r->parts) out.parts.push_back(d);
-      const bool stopped =
-          r->parts.size() < run.size() || (!r->parts.back().allowed && !run.back().shadow);
-      if (stopped) {
-        give_back(levels, taken, version, now);  // the authority gave back its own
-        return out;
-      }
+      return end;
+    };
+    const auto decide_run =
+        [&](std::size_t begin, std::size_t end, gateway::CheckVector<Decision>& parts,
+            gateway::CheckVector<Run>& taken) -> absl::StatusOr<gateway::RunStep> {
+      const auto run = levels.subspan(begin, end - begin);
+      auto r = is_central(run.front().key) ? central_.decide(run, version, now)
+                                           : regional_.decide(run, version, now);
+      if (!r.ok()) return r.status();
       for (std::size_t k = 0; k < r->parts.size(); ++k) {
-        if (r->parts[k].allowed) taken.push_back({.level = i + k, .spent_at = r->time});
+        parts.push_back(r->parts[k]);
+        if (r->parts[k].allowed) taken.push_back({.level = begin + k, .spent_at = r->time});
       }
-      i = end;
-    }
-    return out;
+      return gateway::RunStep{.redo = false, .time = r->time};
+    };
+    return gateway::decide_all_or_nothing<Run>(
+        levels, now, run_end, decide_run,
+        [&](std::span<const Run> taken) { give_back(levels, taken, version, now); });
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
