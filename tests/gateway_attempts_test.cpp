@@ -1,10 +1,10 @@
-// Tests of the in-process attempt cache (quota/gateway/attempts.hpp), alone and through
+// Tests of the in-process attempt cache (quota/attempts.hpp), alone and through
 // Gateway: attempt ids are per tenant; the cache stays within its bound without scanning,
 // forgetting expired records from the oldest end (a full cache whose oldest record expired
 // admits a new id, one full of live records refuses it, an abandoned record leaves at
 // once); the default ttl; a randomized comparison against a plain map of live records;
 // and four threads on one cache.
-#include "quota/gateway/attempts.hpp"
+#include "quota/attempts.hpp"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -24,10 +24,10 @@
 #include "support/seed.hpp"
 
 using namespace std::chrono_literals;
+using quota::AttemptCache;
+using quota::AttemptKey;
 using quota::Decision;
 using quota::Nanos;
-using quota::gateway::AttemptCache;
-using quota::gateway::AttemptKey;
 using quota::gateway::Gateway;
 using quota::gateway::KeyPolicy;
 using quota::gateway::Request;

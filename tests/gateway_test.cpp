@@ -202,7 +202,7 @@ TEST_CASE("idempotent attempts: the first decision is replayed; another request 
 }
 
 TEST_CASE("the attempt cache is bounded") {
-  quota::gateway::AttemptCache cache(10s, 2);
+  quota::AttemptCache cache(10s, 2);
   REQUIRE(cache.begin("a", "f", Nanos{0}).ok());
   cache.finish("a", {});
   REQUIRE(cache.begin("b", "f", Nanos{0}).ok());

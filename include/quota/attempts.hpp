@@ -1,4 +1,4 @@
-// quota/gateway/attempts.hpp — idempotent attempts, in process.
+// quota/attempts.hpp — idempotent attempts, in process.
 //
 // A gateway that retries a decision (a timeout between it and its caller, a replayed
 // request) passes the same attempt id; the first decision for that id is kept for `ttl`
@@ -61,13 +61,30 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
-#include "quota/gateway/request.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/units.hpp"
 
-namespace quota::gateway {
+namespace quota {
 
 inline constexpr std::size_t kMaxAttemptIdBytes = 128;
+
+// OK for an attempt id quota accepts: 1..kMaxAttemptIdBytes bytes, none of them '{', '}'
+// or a control character (so that it fits in a Redis key beside a hash tag); else
+// InvalidArgument naming the rule. The one check of an id, in process and over Redis.
+inline absl::Status check_attempt_id(std::string_view id) {
+  if (id.empty() || id.size() > kMaxAttemptIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "attempt id is %d bytes; it must be 1..%d bytes", id.size(), kMaxAttemptIdBytes));
+  }
+  for (char ch : id) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "attempt id contains a forbidden byte 0x%02x ('{', '}' and control characters)", u));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // An attempt id and the scope it belongs to. The same id in two scopes is two attempts.
 struct AttemptKey {
@@ -96,7 +113,7 @@ class AttemptCache {
   // id, or for a kept id whose fingerprint differs; Aborted while the id's first decision
   // is being made; ResourceExhausted when the cache is full of live records.
   absl::StatusOr<Begin> begin(AttemptKey key, std::string_view fingerprint, Nanos now) {
-    if (auto bad = malformed(key.id); !bad.ok()) return bad;
+    if (auto bad = check_attempt_id(key.id); !bad.ok()) return bad;
     const Hashed hashed{.key = key, .hash = hash_of(key)};
     quota::detail::MutexLock lock(mu_);
     index_.prefetch(hashed);
@@ -226,21 +243,6 @@ class AttemptCache {
   };
   using Index = absl::flat_hash_set<Record*, KeyHash, KeyEq>;
 
-  static absl::Status malformed(std::string_view id) {
-    if (id.empty() || id.size() > kMaxAttemptIdBytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "attempt id is %d bytes; it must be 1..%d bytes", id.size(), kMaxAttemptIdBytes));
-    }
-    for (char ch : id) {
-      const auto u = static_cast<unsigned char>(ch);
-      if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "attempt id contains a forbidden byte 0x%02x ('{', '}' and control characters)", u));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   // A record and its text in one allocation (Record's size is a multiple of its
   // alignment, so the text starts right after it).
   static Record* make_record(const Hashed& k, std::string_view fingerprint, Nanos expires) {
@@ -329,28 +331,4 @@ class AttemptCache {
   int ahead_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
-// attempt's recorded decision `d`, its remaining and reset as of that decision.
-inline Result expired_attempt(const Decision* d, std::uint64_t version, std::string rule) {
-  const Decision out{.allowed = false,
-                     .remaining = d != nullptr ? d->remaining : 0,
-                     .retry_after = kNever,
-                     .reset_after = d != nullptr ? d->reset_after : Nanos{0},
-                     .version = version,
-                     .reason = Reason::kAttemptExpired};
-  return Result{.decision = out, .rule = std::move(rule), .replayed = false};
-}
-
-// An attempt's recorded decision `d` replayed at `now`, or kAttemptExpired past the
-// deadline recorded with it (replayed either way: the record was read).
-inline Result replay_attempt(const Decision& d, std::optional<Nanos> deadline, std::string rule,
-                             Nanos now) {
-  if (deadline.has_value() && now > *deadline) {
-    Result out = expired_attempt(&d, d.version, std::move(rule));
-    out.replayed = true;
-    return out;
-  }
-  return Result{.decision = d, .rule = std::move(rule), .replayed = true};
-}
-
-}  // namespace quota::gateway
+}  // namespace quota

@@ -10,13 +10,13 @@
 //   auto d = limiter->acquire("tenant-7:read");
 #pragma once
 
+#include "quota/attempts.hpp"
 #include "quota/clock.hpp"
 #include "quota/decision.hpp"
 #include "quota/fair/fair_share.hpp"
 #include "quota/fair/fair_share_results.hpp"
 #include "quota/fair/holder_split.hpp"
 #include "quota/fair/weighted_max_min.hpp"
-#include "quota/gateway/attempts.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/leased_backend.hpp"

@@ -42,8 +42,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/attempts.hpp"
 #include "quota/decision.hpp"
-#include "quota/gateway/attempts.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/fair_limits.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -57,6 +57,30 @@
 #include "quota/store/store.hpp"
 
 namespace quota::gateway {
+
+// The answer past a deadline (Reason::kAttemptExpired): nothing decided; with the
+// attempt's recorded decision `d`, its remaining and reset as of that decision.
+inline Result expired_attempt(const Decision* d, std::uint64_t version, std::string rule) {
+  const Decision out{.allowed = false,
+                     .remaining = d != nullptr ? d->remaining : 0,
+                     .retry_after = kNever,
+                     .reset_after = d != nullptr ? d->reset_after : Nanos{0},
+                     .version = version,
+                     .reason = Reason::kAttemptExpired};
+  return Result{.decision = out, .rule = std::move(rule), .replayed = false};
+}
+
+// An attempt's recorded decision `d` replayed at `now`, or kAttemptExpired past the
+// deadline recorded with it (replayed either way: the record was read).
+inline Result replay_attempt(const Decision& d, std::optional<Nanos> deadline, std::string rule,
+                             Nanos now) {
+  if (deadline.has_value() && now > *deadline) {
+    Result out = expired_attempt(&d, d.version, std::move(rule));
+    out.replayed = true;
+    return out;
+  }
+  return Result{.decision = d, .rule = std::move(rule), .replayed = true};
+}
 
 template <GatewayStorage Store>
 class Gateway {

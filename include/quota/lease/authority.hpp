@@ -24,10 +24,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "quota/attempts.hpp"
 #include "quota/clock.hpp"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
-#include "quota/gateway/attempts.hpp"
 #include "quota/limiter.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -82,7 +82,7 @@ class StoreAuthority {
   TokenBucket policy_;
   C clock_;
   Store<TokenBucket> store_;
-  gateway::AttemptCache ids_;
+  AttemptCache ids_;
   std::atomic<std::int64_t> round_trips_{0};
 };
 

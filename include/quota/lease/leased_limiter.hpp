@@ -41,7 +41,6 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
-#include "quota/gateway/attempts.hpp"
 #include "quota/lease/authority.hpp"
 #include "quota/lease/holdings.hpp"
 #include "quota/lease/lease_options.hpp"

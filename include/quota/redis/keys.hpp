@@ -32,13 +32,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/attempts.hpp"
 #include "quota/gateway/store_key.hpp"
 
 namespace quota::redis {
 
 inline constexpr std::size_t kMaxTenantBytes = 128;
 inline constexpr std::size_t kMaxRouteBytes = 128;
-inline constexpr std::size_t kMaxAttemptIdBytes = 128;
 inline constexpr std::size_t kMaxStoreKeyBytes = 256;
 
 namespace detail {
@@ -135,11 +135,7 @@ inline absl::StatusOr<std::pair<std::string, std::string_view>> scope_key(std::s
 // `<prefix>a{tag}id`: where an attempt's first result is kept.
 inline absl::StatusOr<std::string> attempt_key(std::string_view prefix, std::string_view tag,
                                                std::string_view attempt_id) {
-  if (attempt_id.empty() || attempt_id.size() > kMaxAttemptIdBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "attempt id is %d bytes; it must be 1..%d bytes", attempt_id.size(), kMaxAttemptIdBytes));
-  }
-  if (auto s = detail::check_chars(attempt_id, "attempt id"); !s.ok()) return s;
+  if (auto s = check_attempt_id(attempt_id); !s.ok()) return s;
   return absl::StrCat(std::string(prefix), "a{", std::string(tag), "}", std::string(attempt_id));
 }
 
