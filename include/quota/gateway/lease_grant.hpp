@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +31,7 @@
 #include "quota/gateway/grant_ledger.hpp"
 #include "quota/gateway/lease_metrics.hpp"
 #include "quota/gateway/rules.hpp"
+#include "quota/lease/holder.hpp"
 
 namespace quota::gateway {
 
@@ -58,22 +58,10 @@ namespace detail {
 // The options with the defaults filled in: a random odd incarnation when none is given,
 // backoff_min >= 1 ns, backoff_max >= backoff_min.
 inline LeasedBackendOptions filled(LeasedBackendOptions o) {
-  if (o.incarnation == 0) {
-    std::random_device rd;
-    o.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
-  }
+  if (o.incarnation == 0) o.incarnation = random_incarnation();
   o.backoff_min = std::max(o.backoff_min, Nanos{1});
   o.backoff_max = std::max(o.backoff_max, o.backoff_min);
   return o;
-}
-
-// The backoff (ns) after `failures` failures in a row before jitter: backoff_min doubled
-// per failure after the first, at most backoff_max.
-inline std::int64_t backoff_ceiling(const LeasedBackendOptions& o, int failures) {
-  std::int64_t b = o.backoff_min.count();
-  const std::int64_t cap = o.backoff_max.count();
-  for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
-  return std::min(b, cap);
 }
 
 struct Granted {

@@ -65,7 +65,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -96,7 +95,7 @@ class LeasedBackend {
       : inner_(inner),
         ledger_(ledger),
         options_(detail::filled(options)),
-        rng_(options_.incarnation) {
+        backoff_(options_.backoff_min, options_.backoff_max, options_.incarnation) {
     if constexpr (RevocationAuthority<Ledger>) {
       listener_ = ledger_.subscribe([this](const Revocation& r) { revoked(r); });
     }
@@ -370,12 +369,8 @@ class LeasedBackend {
     return heard_.below(k, rule.id);
   }
 
-  Nanos backoff(int failures) {
-    const std::int64_t b = detail::backoff_ceiling(options_, failures);
-    quota::detail::MutexLock lock(rng_mu_);
-    // Jitter: uniformly in [b/2, b], so holders that failed together spread out.
-    return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
-  }
+  // The wait after `failures` failed grants in a row (lease/holder.hpp).
+  Nanos backoff(int failures) { return backoff_.after(failures); }
 
   Inner& inner_;
   Ledger& ledger_;
@@ -383,8 +378,7 @@ class LeasedBackend {
   detail::KeyLeases keys_{options_.max_keys};
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grant_requests_{0};
-  quota::detail::Mutex rng_mu_;
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+  GrantBackoff backoff_;
   detail::RevocationsHeard heard_;
   std::uint64_t listener_ = 0;
 };

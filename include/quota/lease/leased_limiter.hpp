@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +41,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/lease/authority.hpp"
+#include "quota/lease/holder.hpp"
 #include "quota/lease/holdings.hpp"
 #include "quota/lease/lease_options.hpp"
 #include "quota/limiter.hpp"
@@ -112,10 +112,7 @@ class LeasedLimiter {
     if (options.central) {
       if (auto s = options.central->validate(); !s.ok()) return s;
     }
-    if (options.incarnation == 0) {
-      std::random_device rd;
-      options.incarnation = (std::uint64_t{rd()} << 32 | rd()) | 1;
-    }
+    if (options.incarnation == 0) options.incarnation = random_incarnation();
     return std::unique_ptr<LeasedLimiter>(new LeasedLimiter(authority, options, std::move(clock)));
   }
 
@@ -169,7 +166,7 @@ class LeasedLimiter {
       : authority_(authority),
         options_(std::move(options)),
         clock_(std::move(clock)),
-        rng_(options_.incarnation) {}
+        backoff_(options_.backoff_min, options_.backoff_max, options_.incarnation) {}
 
   Holding* holding(std::string_view key) { return holdings_.get_or_add(key, options_.max_keys); }
 
@@ -323,16 +320,8 @@ class LeasedLimiter {
     return Nanos{static_cast<std::int64_t>(std::min(wait, detail::kInt64Max - 1))};
   }
 
-  // Exponential backoff from backoff_min, capped at backoff_max, with jitter: uniformly
-  // in [b/2, b], so holders that failed together spread out.
-  Nanos backoff(int failures) {
-    std::int64_t b = options_.backoff_min.count();
-    const std::int64_t cap = options_.backoff_max.count();
-    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
-    b = std::min(b, cap);
-    detail::MutexLock lock(rng_mu_);
-    return Nanos{b / 2 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(b / 2 + 1))};
-  }
+  // The wait after `failures` failed grants in a row (holder.hpp).
+  Nanos backoff(int failures) { return backoff_.after(failures); }
 
   // A cost above q_max: one direct acquire at the authority, not leased.
   absl::StatusOr<Decision> direct(std::string_view key, std::int64_t cost) {
@@ -348,8 +337,7 @@ class LeasedLimiter {
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grants_{0};
   std::atomic<std::int64_t> granted_units_{0};
-  detail::Mutex rng_mu_;
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+  GrantBackoff backoff_;
 };
 
 }  // namespace quota
