@@ -277,8 +277,8 @@ class LeasedBackend {
                                                 std::uint64_t version, Nanos now,
                                                 LeaseCounters* c) {
     if (k.pending_id.empty() || k.pending_units != units || k.pending_version != version) {
-      k.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-",
-                                  sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
+      k.pending_id =
+          grant_id(options_.incarnation, sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
       k.pending_units = units;
       k.pending_version = version;
     }

@@ -1,5 +1,5 @@
-// quota/lease/holder.hpp — what every grant holder keeps of itself: its incarnation, and
-// the backoff after a grant it failed to take.
+// quota/lease/holder.hpp — what every grant holder keeps of itself: its incarnation, its
+// grants' ids, and the backoff after a grant it failed to take.
 //
 // A holder (a LeasedLimiter, a gateway's LeasedBackend) names its grants after its
 // incarnation, a random odd number drawn once per process start, so that the authority
@@ -20,12 +20,28 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "quota/detail/mutex.hpp"
 #include "quota/units.hpp"
 
 namespace quota {
+
+// A grant's id: the holder's incarnation in hex, '-', the holder's number for the request
+// (from 1). An authority's ledger keeps grants by it, so a retried request with the same
+// id is granted once; a restarted holder's ids differ by the incarnation. A regional
+// pool's grants have the same form, the region for the incarnation (its Lua script,
+// region/pool_script.hpp, writes them).
+inline std::string grant_id(std::uint64_t incarnation, std::uint64_t n) {
+  return absl::StrCat(absl::Hex(incarnation), "-", n);
+}
+
+// The id of a direct acquire (a cost above what is leased): "<incarnation>-d<n>".
+inline std::string direct_grant_id(std::uint64_t incarnation, std::uint64_t n) {
+  return absl::StrCat(absl::Hex(incarnation), "-d", n);
+}
 
 // A fresh random odd incarnation (never 0: 0 asks for one in the holders' options).
 inline std::uint64_t random_incarnation() {

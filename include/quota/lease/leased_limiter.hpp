@@ -244,7 +244,7 @@ class LeasedLimiter {
         // Units still held (fewer than cost) stay; the grant tops them up to the target,
         // so no holder ever holds more than q_max: the overshoot bound.
         h.pending_units = next_q(h, now, cost) - h.units;
-        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+        h.pending_id = grant_id(options_.incarnation, ++sequence_);
       }
       const std::int64_t units = h.pending_units;
       auto d = authority_.grant(key, units, h.pending_id);
@@ -284,7 +284,7 @@ class LeasedLimiter {
       if (d->reason == Reason::kCostExceedsBurst && units > cost - h.units) {
         h.q = cost;  // the grant exceeded the central burst: ask for just this request
         h.pending_units = cost - h.units;
-        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+        h.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
       if (d->reason != Reason::kOverLimit) return *d;  // a configuration error: not cached
@@ -292,7 +292,7 @@ class LeasedLimiter {
       if (d->retry_after == kNever && units > need) {
         // Never `units` more; what this request needs may still be there.
         h.pending_units = need;
-        h.pending_id = absl::StrCat(absl::Hex(options_.incarnation), "-", ++sequence_);
+        h.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
       h.last_denial = *d;
@@ -325,8 +325,7 @@ class LeasedLimiter {
 
   // A cost above q_max: one direct acquire at the authority, not leased.
   absl::StatusOr<Decision> direct(std::string_view key, std::int64_t cost) {
-    const std::string id =
-        absl::StrCat(absl::Hex(options_.incarnation), "-d", sequence_.fetch_add(1) + 1);
+    const std::string id = direct_grant_id(options_.incarnation, sequence_.fetch_add(1) + 1);
     return authority_.grant(key, cost, id);
   }
 

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "quota/lease/holder.hpp"
 
 namespace quota::region {
 
@@ -80,7 +81,7 @@ class PoolModel {
   PoolReply claim(std::int64_t units, std::uint64_t region, std::int64_t now) {
     purge(now);
     if (!pending_ || pending_->units != units) {
-      pending_ = Pending{absl::StrCat(absl::Hex(region), "-", ++seq_), units, now};
+      pending_ = Pending{grant_id(region, ++seq_), units, now};
     }
     PoolReply r = reply(0, now);
     r.id = pending_->id;
