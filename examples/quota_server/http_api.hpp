@@ -311,8 +311,11 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
                                                        {"/v1/auth", "GET"},   {"/healthz", "GET"},
                                                        {"/readyz", "GET"},    {"/metrics", "GET"}};
   for (const auto& [path, method] : known) {
-    const bool post = std::string_view(method) == "POST";
-    post ? server.Get(path, only(method)) : server.Post(path, only(method));
+    if (std::string_view(method) == "POST") {
+      server.Get(path, only(method));
+    } else {
+      server.Post(path, only(method));
+    }
     server.Put(path, only(method));
     server.Delete(path, only(method));
     server.Patch(path, only(method));

@@ -76,14 +76,7 @@ inline absl::Status check_attempt_id(std::string_view id) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "attempt id is %d bytes; it must be 1..%d bytes", id.size(), kMaxAttemptIdBytes));
   }
-  for (char ch : id) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "attempt id contains a forbidden byte 0x%02x ('{', '}' and control characters)", u));
-    }
-  }
-  return absl::OkStatus();
+  return detail::check_key_chars(id, "attempt id");
 }
 
 // An attempt id and the scope it belongs to. The same id in two scopes is two attempts.

@@ -37,6 +37,7 @@
 #include <new>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -47,6 +48,7 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "quota/detail/opened_states.hpp"
@@ -63,6 +65,22 @@ inline absl::string_view to_absl(std::string_view s) {
 }
 inline std::size_t key_hash(std::string_view key) {
   return absl::Hash<absl::string_view>{}(to_absl(key));
+}
+
+// OK when `s` has no brace and no control character (bytes < 0x20 and 0x7f), so that it
+// can stand in a Redis key beside a hash tag; else InvalidArgument naming `what`. The one
+// rule for the text of keys and attempt ids, in process and over Redis.
+inline absl::Status check_key_chars(std::string_view s, const char* what) {
+  for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s \"%s\" contains a forbidden byte 0x%02x ('{', '}' and control characters are "
+          "not allowed)",
+          what, absl::CHexEscape(std::string(s)), u));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The errors of KeyedStates::create, built out of line and cold (see "Code layout" in

@@ -91,7 +91,7 @@ class GatewayStore {
                (options_.cluster != nullptr || options_.pool != options_.sentinel->pool())) {
       config_error_ = absl::InvalidArgumentError(
           "GatewayStoreOptions: sentinel is set together with pool or cluster; set one");
-    } else if (auto s = detail::check_chars(options_.prefix, "prefix"); !s.ok()) {
+    } else if (auto s = quota::detail::check_key_chars(options_.prefix, "prefix"); !s.ok()) {
       config_error_ = s;
     } else if (options_.coalesce < 0 || options_.coalesce > kGatewayMaxCoalesce) {
       config_error_ = absl::InvalidArgumentError(

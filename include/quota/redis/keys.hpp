@@ -41,24 +41,6 @@ inline constexpr std::size_t kMaxTenantBytes = 128;
 inline constexpr std::size_t kMaxRouteBytes = 128;
 inline constexpr std::size_t kMaxStoreKeyBytes = 256;
 
-namespace detail {
-
-// OK when `s` has no brace and no control character (bytes < 0x20 and 0x7f).
-inline absl::Status check_chars(std::string_view s, const char* what) {
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '{' || ch == '}' || u < 0x20 || u == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s \"%s\" contains a forbidden byte 0x%02x ('{', '}' and control characters are "
-          "not allowed)",
-          what, absl::CHexEscape(std::string(s)), u));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace detail
-
 // "{tenant}route" for a tenant of 1..kMaxTenantBytes and a route of 0..kMaxRouteBytes
 // bytes without braces or control characters.
 inline absl::StatusOr<std::string> tenant_key(std::string_view tenant, std::string_view route) {
@@ -70,8 +52,8 @@ inline absl::StatusOr<std::string> tenant_key(std::string_view tenant, std::stri
     return absl::InvalidArgumentError(
         absl::StrFormat("route is %d bytes; the bound is %d bytes", route.size(), kMaxRouteBytes));
   }
-  if (auto s = detail::check_chars(tenant, "tenant"); !s.ok()) return s;
-  if (auto s = detail::check_chars(route, "route"); !s.ok()) return s;
+  if (auto s = quota::detail::check_key_chars(tenant, "tenant"); !s.ok()) return s;
+  if (auto s = quota::detail::check_key_chars(route, "route"); !s.ok()) return s;
   return absl::StrCat("{", std::string(tenant), "}", std::string(route));
 }
 
@@ -94,11 +76,11 @@ inline absl::StatusOr<KeyParts> split_key(std::string_view key) {
           "key starts with '{' but is not a tenant key \"{tenant}route\" (see tenant_key)");
     }
     KeyParts parts{key.substr(1, close - 1), key.substr(close + 1)};
-    if (auto s = detail::check_chars(parts.tag, "tenant"); !s.ok()) return s;
-    if (auto s = detail::check_chars(parts.rest, "route"); !s.ok()) return s;
+    if (auto s = quota::detail::check_key_chars(parts.tag, "tenant"); !s.ok()) return s;
+    if (auto s = quota::detail::check_key_chars(parts.rest, "route"); !s.ok()) return s;
     return parts;
   }
-  if (auto s = detail::check_chars(key, "key"); !s.ok()) return s;
+  if (auto s = quota::detail::check_key_chars(key, "key"); !s.ok()) return s;
   return KeyParts{key, {}};
 }
 

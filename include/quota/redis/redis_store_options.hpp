@@ -109,7 +109,7 @@ inline absl::Status check_store_options(const RedisStoreOptions& o,
     return absl::InvalidArgumentError(
         "RedisStoreOptions: sentinel is set together with pool or cluster; set one");
   }
-  if (auto s = detail::check_chars(o.prefix, "prefix"); !s.ok()) {
+  if (auto s = quota::detail::check_key_chars(o.prefix, "prefix"); !s.ok()) {
     return s;
   }
   if (o.coalesce < 0 || o.coalesce > kMaxCoalesce) {
