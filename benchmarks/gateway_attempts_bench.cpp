@@ -89,7 +89,7 @@ struct SteadyCache {
 
   Store store;
   RuleRegistry registry;
-  Gateway<Store> gw;
+  Gateway gw;
   std::int64_t now = 0;
   std::uint64_t ids = 0;
   char id[32] = {};

@@ -70,8 +70,7 @@ std::shared_ptr<const RuleSet> rules(bool three_levels) {
 
 // One `decide` of `req` per iteration, the clock 1 µs on each time, after 1000 to warm
 // up (the keys exist, the store's tables are sized); counts allocations and denials.
-template <class Store>
-void measure(benchmark::State& state, Gateway<Store>& gw, const Request& req) {
+void measure(benchmark::State& state, Gateway& gw, const Request& req) {
   std::int64_t now = 0;
   for (int i = 0; i < 1000; ++i) {
     now += 1000;
@@ -99,7 +98,7 @@ void BM_GatewayDecide(benchmark::State& state) {
   const bool long_ids = state.range(1) != 0;
   RuleRegistry registry(rules(three));
   Store store;
-  Gateway<Store> gw(store, registry);
+  Gateway gw(store, registry);
   const Request req{.who = {.tenant = long_ids ? "tenant-0000000042" : "acme",
                             .plan = "free",
                             .user = !three     ? ""
@@ -147,7 +146,7 @@ template <class Store>
 void BM_GatewayLimits(benchmark::State& state) {
   RuleRegistry registry(limit_rules(static_cast<int>(state.range(0))));
   Store store;
-  Gateway<Store> gw(store, registry);
+  Gateway gw(store, registry);
   const Request req{.who = {.tenant = "acme", .plan = "free"}, .route = "read"};
   measure(state, gw, req);
 }

@@ -42,7 +42,7 @@
 
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/scope_router.hpp"
@@ -98,9 +98,9 @@ struct Process {
           std::shared_ptr<const gw::RuleSet> rules, bool leased)
       : local(tenants), split(local, redis), leased_backend(split, ledger), registry(rules) {
     if (leased) {
-      leased_gateway = std::make_unique<gw::Gateway<Leased>>(leased_backend, registry);
+      leased_gateway = std::make_unique<gw::Gateway>(leased_backend, registry);
     } else {
-      direct_gateway = std::make_unique<gw::Gateway<Split>>(split, registry);
+      direct_gateway = std::make_unique<gw::Gateway>(split, registry);
     }
   }
   absl::StatusOr<gw::Result> decide(const gw::Request& r, quota::Nanos now) {
@@ -112,8 +112,8 @@ struct Process {
   Split split;
   Leased leased_backend;
   gw::RuleRegistry registry;
-  std::unique_ptr<gw::Gateway<Leased>> leased_gateway;
-  std::unique_ptr<gw::Gateway<Split>> direct_gateway;
+  std::unique_ptr<gw::Gateway> leased_gateway;
+  std::unique_ptr<gw::Gateway> direct_gateway;
 };
 
 void run(benchmark::State& state, bool leased) {

@@ -25,7 +25,7 @@
 
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "support/redis_info.hpp"

@@ -1,4 +1,4 @@
-// gateway_redis_bench — the gateway over Redis (`Gateway<quota::redis::GatewayStore>`)
+// gateway_redis_bench — the gateway over Redis (`Gateway`)
 // under client threads: what one Gateway::decide costs when Redis is the authority.
 //
 // Against a real redis-server on loopback (started by this program through
@@ -197,7 +197,7 @@ std::int64_t warm_up(int port, const Workload& w, const Ids& ids, Errors& errors
   constexpr int kThreads = 8;
   auto store = make_store(std::make_shared<ConnectionPool>(loopback(port), kThreads), w.options);
   RuleRegistry registry(rules(w.shape));
-  Gateway<GatewayStore> gw(*store, registry);
+  Gateway gw(*store, registry);
   const int n = w.shape == Shape::kHot           ? 1
                 : w.shape == Shape::kThreeLevels ? kTenants * kUsersPerTenant
                                                  : kTenants;
@@ -243,7 +243,7 @@ Measured measure(int port, const Workload& w, int threads, double seconds, const
       std::make_shared<ConnectionPool>(loopback(port), static_cast<std::size_t>(threads)),
       w.options);
   RuleRegistry registry(rules(w.shape));
-  Gateway<GatewayStore> gw(*store, registry);
+  Gateway gw(*store, registry);
   // Counted per thread, on a cache line each, and summed after the run.
   struct alignas(64) Admitted {
     std::int64_t n = 0;

@@ -1,5 +1,5 @@
 // redis_guards_bench — what each of the Redis guards that are on by default costs in
-// decisions per second: `Gateway<GatewayStore>` on one tenant level (a random tenant of
+// decisions per second: `Gateway` on one tenant level (a random tenant of
 // 10,000, a generous token bucket: every decision admitted, one script call each) against
 // a real redis-server on loopback (started by this program, or the one at
 // QUOTA_REDIS_PORT), closed loop, 1 and 8 client threads over a pool of as many
@@ -56,7 +56,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: redis_guards_bench [--seconds S] [--rounds N]
 
-Decisions per second of Gateway<GatewayStore> (one tenant level) with each Redis guard
+Decisions per second of Gateway (one tenant level) with each Redis guard
 on alone, all of them, and none, 1 and 8 client threads, in interleaved rounds.
 
   --seconds S   how long each row runs, in (0, 3600] seconds (default 1)
@@ -134,7 +134,7 @@ struct Row {
 Row measure(int port, const Config& c, int threads, double seconds, std::int64_t& errors) {
   auto store = make_store(port, c, threads);
   quota::gateway::RuleRegistry registry(rules());
-  quota::gateway::Gateway<quota::redis::GatewayStore> gw(*store, registry);
+  quota::gateway::Gateway gw(*store, registry);
   std::vector<std::string> tenants;
   for (int i = 0; i < kTenants; ++i) tenants.push_back("tenant-" + std::to_string(10'000 + i));
   std::atomic<bool> stop{false};

@@ -70,7 +70,7 @@ Counted steady_decisions(const Request& req, bool three, std::int64_t global_bur
   quota::gateway::Metrics metrics;
   RuleRegistry registry(rules(three, global_burst, metrics));
   Store store;
-  Gateway<Store> gw(store, registry);
+  Gateway gw(store, registry);
   std::int64_t now = 0;
   for (int i = 0; i < 100; ++i) {
     now += step;

@@ -35,7 +35,7 @@ Request read(const char* id, std::optional<Nanos> deadline) {
           .deadline = deadline};
 }
 
-std::int64_t remaining_after_one(Gateway<Store>& gw, Nanos now) {
+std::int64_t remaining_after_one(Gateway& gw, Nanos now) {
   auto r = gw.decide(read("", std::nullopt), now);
   REQUIRE(r.ok());
   return r->decision.remaining;

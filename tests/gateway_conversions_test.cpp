@@ -1,5 +1,5 @@
 // Tests for rule changes between every pair of the four kinds (quota/gateway/key_state.hpp
-// migrate(), quota/gateway/rule_kinds.hpp): a converted key never holds more than
+// migrate(), quota/gateway/rules/rule_kinds.hpp): a converted key never holds more than
 // min(remaining before, new capacity), checked against an independent computation of
 // "remaining" from the requests the old rule admitted.
 #include <algorithm>

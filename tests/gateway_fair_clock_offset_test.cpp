@@ -1,11 +1,10 @@
 // Fair-share holders on clocks that count from different origins (two hosts' steady
 // clocks, booted at different times) meet only through GatewayOptions::
-// fair_share_clock_offset (gateway/fair_asks_exchange.hpp): with each holder's offset to a
-// common clock, both number and start every allocation period alike, so each reads a view
-// that holds the other's tenant and no report is late; without, their period labels never
-// match and each sees only itself. The exchange is in process, sealing like
-// redis::RedisFairAsksExchange's script: the first read of a period seals it, a report
-// into a sealed period is late and dropped.
+// fair_share_clock_offset (gateway/fair_share/fair_asks_exchange.hpp): with each holder's offset to
+// a common clock, both number and start every allocation period alike, so each reads a view that
+// holds the other's tenant and no report is late; without, their period labels never match and each
+// sees only itself. The exchange is in process, sealing like redis::RedisFairAsksExchange's script:
+// the first read of a period seals it, a report into a sealed period is late and dropped.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -96,7 +95,7 @@ struct Holder {
   quota::gateway::RuleRegistry registry;
   Store store;
   std::shared_ptr<HolderExchange> exchange;
-  quota::gateway::Gateway<Store> gateway;
+  quota::gateway::Gateway gateway;
 };
 
 struct Run {

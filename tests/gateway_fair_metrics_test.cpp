@@ -1,4 +1,4 @@
-// The fair-share allocators' Prometheus lines (quota/gateway/fair_metrics.hpp) read back
+// The fair-share allocators' Prometheus lines (quota/gateway/fair_share/fair_metrics.hpp) read back
 // from a Gateway's text exposition: one series per fair-share budget labelled by rule and
 // budget key (no tenant), the level of use, active and constrained tenants, denials by
 // reason (over_share, paused, request_too_large), allocations, and fallback periods when
@@ -13,7 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "quota/gateway/fair_metrics.hpp"
+#include "quota/gateway/fair_share/fair_metrics.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/store/local_store.hpp"
 #include "support/gateway_rules.hpp"
@@ -63,7 +63,7 @@ struct MeteredGateway {
   }
   quota::gateway::RuleRegistry registry;
   quota::LocalStore<quota::gateway::KeyPolicy> store;
-  quota::gateway::Gateway<quota::LocalStore<quota::gateway::KeyPolicy>> gw;
+  quota::gateway::Gateway gw;
 };
 
 constexpr const char* kLabels = "{rule=\"provider\",budget=\"{~global}call\"";

@@ -1,5 +1,5 @@
 // A tenant new at one holder of a fair-share budget shared over several holders
-// (gateway/fair_limits.hpp with a FairAsksExchange): at the allocation after its first
+// (gateway/fair_share/fair_limits.hpp with a FairAsksExchange): at the allocation after its first
 // asks here it gets a provisional part (fair/holder_split.hpp, newcomer_parts) instead of
 // nothing, cut from this holder's other parts, and Σ shares here stays within what the
 // view left this holder. The exchange is a fixed view in process; over Redis the same
@@ -45,7 +45,7 @@ RuleSetSpec newcomer_spec() {
 TEST_CASE("a tenant new at a holder gets a provisional part at the next allocation") {
   quota::gateway::RuleRegistry registry(quota::testing::build(newcomer_spec()));
   quota::LocalStore<quota::gateway::KeyPolicy> store;
-  quota::gateway::Gateway<quota::LocalStore<quota::gateway::KeyPolicy>> gw(
+  quota::gateway::Gateway gw(
       store, registry,
       {.fair_share_holders = 3, .fair_share_exchange = std::make_shared<FixedView>()});
   const auto admitted = [&](const std::string& tenant, int requests, Nanos from) {

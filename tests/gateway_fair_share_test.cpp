@@ -1,4 +1,4 @@
-// Fair shares of a global budget through the Gateway (quota/gateway/fair_limits.hpp, the
+// Fair shares of a global budget through the Gateway (quota/gateway/fair_share/fair_limits.hpp, the
 // rule option fair_share_spec.hpp), in-process: the thresholds (free, borrowed, paused,
 // over share) with their reasons, HTTP answers and metrics and nothing deducted on a
 // refusal; a lone tenant reaching the whole budget; borrowed capacity reclaimed within
@@ -18,7 +18,7 @@
 
 #include "quota/fair/weighted_max_min.hpp"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/http.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -85,7 +85,7 @@ struct Fixture {
   Metrics metrics;
   RuleRegistry registry;
   quota::LocalStore<KeyPolicy> store;
-  Gateway<quota::LocalStore<KeyPolicy>> gw;
+  Gateway gw;
 };
 
 }  // namespace
@@ -310,7 +310,7 @@ TEST_CASE("leased global budget with fair shares at four holders: r*T + B + sum 
           gw(backend, registry, {.fair_share_holders = kHolders}) {}
     RuleRegistry registry;
     Backend backend;
-    Gateway<Backend> gw;
+    Gateway gw;
   };
   std::vector<std::unique_ptr<Holder>> holders;
   for (int i = 0; i < kHolders; ++i) {
@@ -359,7 +359,7 @@ TEST_CASE("two gateways given one FairLimits hold a tenant to one share, whereve
   quota::LocalStore<KeyPolicy> store;
   quota::gateway::GatewayOptions shared;
   shared.fair_limits = std::make_shared<quota::gateway::FairLimits>();
-  Gateway<quota::LocalStore<KeyPolicy>> one(store, registry, shared), two(store, registry, shared);
+  Gateway one(store, registry, shared), two(store, registry, shared);
   std::int64_t admitted = 0;
   for (int i = 0; i < 12; ++i) {
     auto& gw = i % 2 == 0 ? one : two;
@@ -373,7 +373,7 @@ TEST_CASE("two gateways given one FairLimits hold a tenant to one share, whereve
   CHECK(one.fair_shares()[0].key == two.fair_shares()[0].key);
 
   // Without it, each gateway's own allocator grants the whole budget again.
-  Gateway<quota::LocalStore<KeyPolicy>> three(store, registry), four(store, registry);
+  Gateway three(store, registry), four(store, registry);
   admitted = 0;
   for (int i = 0; i < 24; ++i) {
     auto& gw = i % 2 == 0 ? three : four;

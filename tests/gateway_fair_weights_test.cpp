@@ -49,7 +49,7 @@ struct WeightedGateway {
   }
   quota::gateway::RuleRegistry registry;
   quota::LocalStore<quota::gateway::KeyPolicy> store;
-  quota::gateway::Gateway<quota::LocalStore<quota::gateway::KeyPolicy>> gw;
+  quota::gateway::Gateway gw;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The envelope of leased gateway budgets (quota/gateway/leased_backend.hpp): several
+// The envelope of leased gateway budgets (quota/gateway/leases/leased_backend.hpp): several
 // gateway processes (holders, each with its own incarnation) over one in-process
 // authority, leased tenant and global budgets at saturation, a holder paused past its
 // grants' expiry and coming back, a holder restarted with a new incarnation, and a
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/verify/envelope.hpp"
 #include "support/lease_rules.hpp"

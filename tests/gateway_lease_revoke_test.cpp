@@ -1,9 +1,9 @@
-// Tests for quota/gateway/lease_revocation.hpp in process: a rule change with
+// Tests for quota/gateway/leases/lease_revocation.hpp in process: a rule change with
 // `lease.revoke: at_once` reaches the holders of its keys at once (the GrantLedger's
 // listeners), not at the grants' expiry; the authority refuses grants under the old
 // version; the ledger lists revoked grants; the envelope holds with no grant term.
 // Over Redis (pub/sub): redis/redis_gateway_lease_revoke_test.cpp.
-#include "quota/gateway/lease_revocation.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/verify/envelope.hpp"
 #include "support/lease_rules.hpp"

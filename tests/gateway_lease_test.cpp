@@ -1,8 +1,8 @@
-// Tests for quota/gateway/leased_backend.hpp: leased tenant and global budgets decided
+// Tests for quota/gateway/leases/leased_backend.hpp: leased tenant and global budgets decided
 // locally from grants, taken from one in-process authority; the envelope
 // A(T) <= r·T + B + Σ outstanding grants checked by the verifier with several holders, a
 // holder paused past expiry, a restarted holder and a downgrade while grants are out.
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -200,12 +200,14 @@ TEST_CASE("lease: auto leases a key only above the measured rate") {
 namespace {
 
 // A backend whose decisions of the global key fail with kUnavailable while `down`.
-struct FlakyBackend {
+struct FlakyBackend final : quota::gateway::Backend {
+  explicit FlakyBackend(StoreBackend<Store>& i) : inner(i) {}
   StoreBackend<Store>& inner;
   bool down = false;
   int global_calls = 0;
   absl::StatusOr<quota::gateway::LevelsResult> decide(
-      std::span<const quota::gateway::LevelCheck> levels, std::uint64_t version, Nanos now) {
+      std::span<const quota::gateway::LevelCheck> levels, std::uint64_t version,
+      Nanos now) override {
     if (levels.front().key.starts_with("{~global}")) {
       ++global_calls;
       if (down) return absl::UnavailableError("authority down");
@@ -213,11 +215,12 @@ struct FlakyBackend {
     return inner.decide(levels, version, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos s, Nanos n) {
+                                           std::string_view k, std::int64_t u, Nanos s,
+                                           Nanos n) override {
     return inner.refund(p, v, k, u, s, n);
   }
   absl::StatusOr<quota::MicroUnits> charge(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos n) {
+                                           std::string_view k, std::int64_t u, Nanos n) override {
     return inner.charge(p, v, k, u, n);
   }
 };
@@ -227,7 +230,7 @@ struct FlakyBackend {
 TEST_CASE("a failed renewal backs off, keeps its grant id, and the route fails closed") {
   Store store;
   StoreBackend inner(store);
-  FlakyBackend flaky{.inner = inner};
+  FlakyBackend flaky(inner);
   GrantLedger ledger;
   LeaseMetrics metrics;
   quota::gateway::RuleRegistry registry(

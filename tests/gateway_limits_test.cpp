@@ -1,4 +1,4 @@
-// Tests for the rule model of quota/gateway/rule_spec.hpp and rules.hpp through the
+// Tests for the rule model of quota/gateway/rules/rule_spec.hpp and rules.hpp through the
 // Gateway, in-process: named limits shared by route classes, several limits on one scope,
 // per-limit costs (fixed and estimated), all or nothing across them (one atomic step per
 // scope), and the rule changes that convert a named limit's state.

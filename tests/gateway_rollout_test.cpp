@@ -1,4 +1,4 @@
-// Tests for the rollout controls of the rule model (quota/gateway/rule_spec.hpp) through
+// Tests for the rollout controls of the rule model (quota/gateway/rules/rule_spec.hpp) through
 // the Gateway, in-process: a shadow limit beside an enforcing one on the same scope,
 // enforce_percent (deterministic by tenant), the global switch (in the set and as a
 // call on the registry), and per-request caps (kRequestTooLarge, HTTP 413).

@@ -1,6 +1,6 @@
-// Tests for quota/gateway/rules.hpp: whitelisted routes, keys from identity, validated
+// Tests for quota/gateway/rules/rules.hpp: whitelisted routes, keys from identity, validated
 // and versioned rule sets, and reloads under traffic.
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 
 #include <atomic>
 #include <catch2/catch.hpp>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/region/regional_backend.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/verify/envelope.hpp"
@@ -57,7 +57,7 @@ struct Region {
   Cut path;
   Backend backend;
   quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway<Backend> gateway;
+  quota::gateway::Gateway gateway;
 
   std::int64_t held(Nanos now) {
     std::int64_t units = 0;

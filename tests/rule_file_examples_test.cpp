@@ -34,7 +34,7 @@ struct Example {
   explicit Example(const char* name) : registry(example(name)), gw(store, registry) {}
   RuleRegistry registry;
   quota::LocalStore<KeyPolicy> store;
-  Gateway<quota::LocalStore<KeyPolicy>> gw;
+  Gateway gw;
 };
 
 Request req(const char* route, const char* tenant, const char* plan, const char* user = "") {

@@ -1,5 +1,5 @@
 // The `fair_share` option of a rule in a rule file (quota/rules/fair_share_field.hpp) into
-// the rule set (quota/gateway/fair_share_spec.hpp), and its errors: each names the file,
+// the rule set (quota/gateway/fair_share/fair_share_spec.hpp), and its errors: each names the file,
 // line, column and field, whether the parser or RuleSet::create finds it; and the example
 // examples/rules/fair-share.yaml through a Gateway.
 #include <chrono>

@@ -1,5 +1,5 @@
 // The `lease` option of a rule in a rule file (quota/rules/rule_parser.hpp) into the
-// rule set (quota/gateway/lease_spec.hpp). Its errors are in rule_file_errors_test.cpp.
+// rule set (quota/gateway/leases/lease_spec.hpp). Its errors are in rule_file_errors_test.cpp.
 #include <chrono>
 #include <string>
 

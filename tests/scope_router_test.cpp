@@ -25,26 +25,28 @@ using Inner = quota::gateway::StoreBackend<Store>;
 namespace {
 
 // The authority: counts its calls, fails while `down`, and records every key it saw.
-struct Authority {
+struct Authority final : quota::gateway::Backend {
+  explicit Authority(Inner& i) : inner(i) {}
   Inner& inner;
   bool down = false;
   int calls = 0;
   std::vector<std::string> keys{};
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t v,
-                                      Nanos now) {
+                                      Nanos now) override {
     ++calls;
     for (const LevelCheck& l : levels) keys.emplace_back(l.key);
     if (down) return absl::UnavailableError("authority down");
     return inner.decide(levels, v, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos s, Nanos n) {
+                                           std::string_view k, std::int64_t u, Nanos s,
+                                           Nanos n) override {
     ++calls;
     keys.emplace_back(k);
     return inner.refund(p, v, k, u, s, n);
   }
   absl::StatusOr<quota::MicroUnits> charge(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos n) {
+                                           std::string_view k, std::int64_t u, Nanos n) override {
     ++calls;
     keys.emplace_back(k);
     return inner.charge(p, v, k, u, n);
@@ -75,7 +77,7 @@ TEST_CASE("split backend: tenant levels here, the global level at the authority,
 
   Store here, there;
   Inner local(here), global(there);
-  Authority authority{.inner = global};
+  Authority authority(global);
   quota::region::ScopeRouter split(local, authority);
   const auto decide = [&](std::span<const LevelCheck> l) {
     auto r = split.decide(l, 1, Nanos{0});

@@ -1,6 +1,6 @@
 // global_lease.hpp — the global-lease scenario (--scenario global-lease): one global
 // budget shared by many tenants, decided by several gateway processes through leases
-// (quota/gateway/leased_backend.hpp) and, on the same requests, without.
+// (quota/gateway/leases/leased_backend.hpp) and, on the same requests, without.
 //
 // The model (numbers in GlobalLeaseConfig, printed by the run):
 //   - the authority is one in-process store (a StoreBackend over a LocalStore) holding
@@ -49,7 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/region/scope_router.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/verify/envelope.hpp"
@@ -127,23 +127,23 @@ inline std::vector<GlobalRequest> generate_global(const GlobalLeaseConfig& c) {
 
 // The authority's backend, counting its calls (round trips over a network).
 template <class Inner>
-class CountingBackend {
+class CountingBackend final : public gw::Backend {
  public:
   explicit CountingBackend(Inner& inner) : inner_(inner) {}
   absl::StatusOr<gw::LevelsResult> decide(std::span<const gw::LevelCheck> levels,
-                                          std::uint64_t version, quota::Nanos now) {
+                                          std::uint64_t version, quota::Nanos now) override {
     ++calls;
     return inner_.decide(levels, version, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const gw::RulePolicy& policy, std::uint64_t version,
                                            std::string_view key, std::int64_t units,
-                                           quota::Nanos spent_at, quota::Nanos now) {
+                                           quota::Nanos spent_at, quota::Nanos now) override {
     ++calls;
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
   absl::StatusOr<quota::MicroUnits> charge(const gw::RulePolicy& policy, std::uint64_t version,
                                            std::string_view key, std::int64_t units,
-                                           quota::Nanos now) {
+                                           quota::Nanos now) override {
     ++calls;
     return inner_.charge(policy, version, key, units, now);
   }
@@ -231,9 +231,9 @@ inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
           backend(split, l, {.incarnation = incarnation}),
           registry(std::move(r)) {
       if (leased) {
-        leased_gateway = std::make_unique<gw::Gateway<Leased>>(backend, registry);
+        leased_gateway = std::make_unique<gw::Gateway>(backend, registry);
       } else {
-        direct_gateway = std::make_unique<gw::Gateway<Split>>(split, registry);
+        direct_gateway = std::make_unique<gw::Gateway>(split, registry);
       }
     }
     absl::StatusOr<gw::Result> decide(const gw::Request& r, quota::Nanos now) {
@@ -244,8 +244,8 @@ inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
     Split split;
     Leased backend;
     gw::RuleRegistry registry;
-    std::unique_ptr<gw::Gateway<Leased>> leased_gateway;
-    std::unique_ptr<gw::Gateway<Split>> direct_gateway;
+    std::unique_ptr<gw::Gateway> leased_gateway;
+    std::unique_ptr<gw::Gateway> direct_gateway;
   };
   std::vector<std::unique_ptr<Process>> processes;
   for (int g = 0; g < c.gateways; ++g) {

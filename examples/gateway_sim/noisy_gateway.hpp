@@ -1,6 +1,6 @@
 // noisy_gateway.hpp — the fair-share strategies of the noisy-neighbour scenario (noisy.hpp)
 // through the Gateway: the global budget is a global rule with the `fair_share` option
-// (quota/gateway/fair_share_spec.hpp), so each request is asked of the gateway's
+// (quota/gateway/fair_share/fair_share_spec.hpp), so each request is asked of the gateway's
 // allocator for its tenant first and then of the global bucket, exactly as a gateway
 // author's rule file would have it. The allocator's budget is the global budget's tokens
 // per lease period (`budget`), its period the lease period, its reserve, share and pause

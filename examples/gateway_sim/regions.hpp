@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/region/basic_regional_pool.hpp"
 #include "quota/region/scope_router.hpp"
@@ -112,7 +112,7 @@ struct Node {
   std::unique_ptr<Pool> pool;
   Backend backend;
   quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway<Backend> gateway{backend, registry};
+  quota::gateway::Gateway gateway{backend, registry};
 
   Node(std::unique_ptr<Pool> p, Local& local, std::shared_ptr<const quota::gateway::RuleSet> rules)
       : pool(std::move(p)), backend(local, *pool), registry(std::move(rules)) {}

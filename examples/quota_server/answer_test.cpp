@@ -1,7 +1,7 @@
 // answer_test — quota-server's answers are whole, over real sockets:
 //   - on a route with several limits, every field of an answer (rule, remaining, reset,
 //     retry, the RateLimit headers' policy and numbers, gRPC's current_limit and
-//     limit_remaining) belongs to one limit, the one that decided (level_outcomes.hpp);
+//     limit_remaining) belongs to one limit, the one that decided (gateway.hpp combine_levels);
 //   - a cost on a route whose budgets all have fixed costs is refused (400), not replaced;
 //   - rule_version in a check is enforced: another version than the one in force is 409;
 //   - one body limit (8 KiB) with one answer, 400 with a message, whatever the Content-Type;

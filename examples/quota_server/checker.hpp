@@ -5,15 +5,15 @@
 // (--default-plan, --default-route) and validates everything up front — ids, the route on
 // the rule set's whitelist, a tenant rule that applies, the cost within [1, --max-cost] —
 // so that bad input is an InvalidArgument (or NotFound: no tenant rule) naming the field,
-// with nothing deducted. Checker::check() then decides with quota::gateway::Gateway over
-// a ShardedStore<KeyPolicy> in process, or over a redis::GatewayStore (--redis: budgets
-// shared by every server on that Redis; a Redis that cannot answer gives the route's fail
-// mode, kUnavailable when it fails closed; a Redis that refuses AUTH is kUnavailable),
-// and there, while the rule set in force has a leased rule (`lease:` on or auto), over
-// the leased backend of redis_leases.hpp — except a request with an attempt id, decided
-// on Redis directly so that its record is shared by every server and every rule set (in
-// process `lease:` is ignored, with a note on stderr once) — both Redis gateways divide
-// each fair-share budget among --fair-share-holders servers (fair_exchange.hpp). So:
+// with nothing deducted. Checker::check() then decides with one quota::gateway::Gateway:
+// over a ShardedStore<KeyPolicy> in process, or with --redis over the leased backend of
+// redis_leases.hpp on a redis::GatewayStore (budgets shared by every server on that Redis;
+// a rule without `lease:` passes through to Redis, a request with an attempt id is
+// decided there with its record shared by every server; a Redis that cannot answer gives
+// the route's fail mode, kUnavailable when it fails closed; a Redis that refuses AUTH is
+// kUnavailable; in process `lease:` is ignored, with a note on stderr once). With Redis
+// each fair-share budget is divided among --fair-share-holders servers (fair_exchange.hpp).
+// So:
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
 //     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
@@ -65,10 +65,10 @@
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/lease_revocation.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rule_registry.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/http.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -115,7 +115,6 @@ struct RateInfo {
 struct LoadedRules {
   std::shared_ptr<const gateway::RuleSet> rules{};
   std::shared_ptr<const EnvoyRules> envoy{};
-  bool leased = false;  // a rule has `lease:` on or auto (redis_leases.hpp has_leases)
   std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
 };
 
@@ -159,23 +158,18 @@ class Checker {
                             .assume_spent_at = options_.budgets_spent_at.value_or(Nanos::min())}),
         registry_(std::move(rules)) {
     if (options_.redis != nullptr) {
-      gateway::GatewayOptions fair = fair_share_options(
-          options_.redis->store(), options_.fair_share_holders, options_.instance_id);
-      // One fair-share state for both Redis gateways: a tenant's share is one, whichever
-      // gateway decides its request (leased rules or not, an attempt or not).
-      fair.fair_limits =
-          std::make_shared<gateway::FairLimits>(fair.fair_share_holders, fair.fair_share_exchange);
-      redis_gateway_ =
-          std::make_unique<gateway::Gateway<CountedRedisStore>>(*options_.redis, registry_, fair);
       leases_ = std::make_unique<RedisLeases>(*options_.redis);
       // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
       // change to it is installed; every server's ledger hears of it through pub/sub.
       gateway::revoke_on_publish(registry_, leases_->ledger);
-      leased_gateway_ = std::make_unique<gateway::Gateway<RedisLeases::Backend>>(leases_->backend,
-                                                                                 registry_, fair);
+      gateway_ = std::make_unique<gateway::Gateway>(
+          leases_->backend, registry_,
+          fair_share_options(options_.redis->store(), options_.fair_share_holders,
+                             options_.instance_id));
     } else {
-      gateway_ = std::make_unique<gateway::Gateway<Store>>(store_, registry_);
+      gateway_ = std::make_unique<gateway::Gateway>(store_, registry_);
     }
+    note_ignored_leases(*registry_.current());
   }
 
   // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
@@ -184,7 +178,6 @@ class Checker {
       : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
     envoy_ = std::move(loaded.envoy);
     if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
-    use_leases(loaded.leased);
   }
 
   // `req` with the server's defaults filled in, validated against the rules in force
@@ -237,14 +230,7 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    // A request with an attempt id is decided on Redis directly, leased rules or not: its
-    // record lives there beside its budget, so a retry finds it on any server and across
-    // a reload that adds or removes a lease (a leased gateway keeps attempts in process).
-    // Deciding it directly is exact: grants held elsewhere are already spent there.
-    const bool leased = leased_.load(std::memory_order_relaxed) && req.attempt_id.empty();
-    auto decided = leased           ? leased_gateway_->decide(r, now)
-                   : redis_gateway_ ? redis_gateway_->decide(r, now)
-                                    : gateway_->decide(r, now);
+    auto decided = gateway_->decide(r, now);
     if (!decided.ok()) {
       // Redis refused our credentials, or is a server no decision may be made on (an
       // evicting maxmemory-policy): the server cannot decide (never the fail-open
@@ -303,10 +289,8 @@ class Checker {
   }
 
   // What each fair-share budget of the rules in force holds (quota_fair_share_* on
-  // /metrics); one state whichever gateway decides.
-  std::vector<gateway::FairLimitStats> fair_shares() const {
-    return gateway_ ? gateway_->fair_shares() : redis_gateway_->fair_shares();
-  }
+  // /metrics).
+  std::vector<gateway::FairLimitStats> fair_shares() const { return gateway_->fair_shares(); }
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
   bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
@@ -363,9 +347,9 @@ class Checker {
     }
     std::unique_lock lock(publish_mu_);
     if (next.rules) {
-      const bool leased = next.leased;
+      const std::shared_ptr<const gateway::RuleSet> rules = next.rules;
       absl::Status s = registry_.publish(std::move(next.rules));
-      if (s.ok()) use_leases(leased);
+      if (s.ok()) note_ignored_leases(*rules);
       return s;
     }
     if (next.envoy->version <= envoy_->version) {
@@ -388,11 +372,14 @@ class Checker {
     return *gateway::RuleSet::create(spec);
   }
 
-  // Whether checks go through the leased backend: on Redis, when the set has a leased
-  // rule. In process there is nothing to lease from: noted once, decided as unleased.
-  void use_leases(bool leased) {
-    leased_.store(leased && leased_gateway_ != nullptr, std::memory_order_relaxed);
-    if (leased && leased_gateway_ == nullptr && !lease_noted_.exchange(true)) {
+  // In process there is nothing to lease from: `lease:` options are noted once, and the
+  // rules decide as unleased. (On Redis the backend is leased: a rule without a lease
+  // passes through it to Redis.)
+  void note_ignored_leases(const gateway::RuleSet& rules) {
+    if (leases_ != nullptr || lease_noted_.load(std::memory_order_relaxed)) return;
+    bool leased = false;
+    rules.for_each_rule([&](const gateway::Rule& r) { leased = leased || r.lease.enabled(); });
+    if (leased && !lease_noted_.exchange(true)) {
       std::fprintf(stderr,
                    "quota-server: note: `lease:` options are ignored: the budgets are in "
                    "process, with nothing to lease from (they apply with --redis*)\n");
@@ -421,11 +408,9 @@ class Checker {
   mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
   Store store_;
   gateway::RuleRegistry registry_;
-  std::unique_ptr<gateway::Gateway<Store>> gateway_;                    // in process
-  std::unique_ptr<gateway::Gateway<CountedRedisStore>> redis_gateway_;  // or Redis
-  std::unique_ptr<RedisLeases> leases_;                                 // with Redis
-  std::unique_ptr<gateway::Gateway<RedisLeases::Backend>> leased_gateway_;
-  std::atomic<bool> leased_{false};  // written under publish_mu_ held exclusively
+  std::unique_ptr<RedisLeases> leases_;  // with Redis
+  // Over store_ in process; with Redis over the leased backend of leases_.
+  std::unique_ptr<gateway::Gateway> gateway_;
   std::atomic<bool> lease_noted_{false};
   std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
   std::mutex ready_mu_;                      // the last store_ready() probe:

@@ -18,7 +18,7 @@
 //
 //   auto store = quota::server::make_redis_store(options);
 //   quota::server::CountedRedisStore counted(*store, stats.decisions);
-//   quota::gateway::Gateway<quota::server::CountedRedisStore> gw(counted, registry);
+//   quota::gateway::Gateway gw(counted, registry);
 #pragma once
 
 #include <array>
@@ -37,10 +37,8 @@
 
 namespace quota::server {
 
-class CountedRedisStore {
+class CountedRedisStore final : public gateway::Backend {
  public:
-  using Attempt = redis::GatewayStore::Attempt;
-
   CountedRedisStore(redis::GatewayStore& store, DecisionStats& stats)
       : store_(store), stats_(stats) {}
 
@@ -52,21 +50,22 @@ class CountedRedisStore {
   }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     return counted(store_.decide(levels, version, now));
   }
-  absl::StatusOr<redis::GatewayAttemptResult> decide_attempt(
+  bool shares_attempts() const override { return true; }
+  absl::StatusOr<gateway::AttemptResult> decide_attempt(
       std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
-      const Attempt& attempt) {
+      const gateway::AttemptRequest& attempt) override {
     return counted(store_.decide_attempt(levels, version, now, attempt));
   }
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     return counted(store_.refund(policy, version, key, units, spent_at, now));
   }
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     return counted(store_.charge(policy, version, key, units, now));
   }
 

@@ -1,5 +1,5 @@
 // examples/quota_server/fair_exchange.hpp — how quota-servers on one Redis divide each
-// fair-share budget (a global rule with `fair_share:`, docs/gateway.md "Fair shares of a
+// fair-share budget (a global rule with `fair_share:`, docs/gateway/fair_share.md "Fair shares of a
 // global budget").
 //
 // fair_share_options(store, holders, holder) is what the Checker's Redis gateways
@@ -8,7 +8,7 @@
 // N > 1: a quota::redis::RedisFairAsksExchange on the budgets' Redis (the GatewayStore's
 // connections, deadline and in-flight guard), this server named by its --instance-id:
 // each server's allocator divides the whole budget by every server's asks (those of
-// period n − 2, the same view everywhere; include/quota/gateway/fair_limits.hpp), so a
+// period n − 2, the same view everywhere; include/quota/gateway/fair_share/fair_limits.hpp), so a
 // tenant gets its share wherever its traffic arrives, and Σ over the servers of the
 // shares stays within budget − reserve. A period whose exchange fails (Redis, the
 // deadline) falls back at that server to ⌊budget / N⌋ among its own tenants, counted in
@@ -24,14 +24,14 @@
 // Thread safety: any thread (the exchange holds no state).
 //
 //   gateway::GatewayOptions o = fair_share_options(counted.store(), 3, "gw-1:4711");
-//   gateway::Gateway<CountedRedisStore> gw(counted, registry, o);
+//   gateway::Gateway gw(counted, registry, o);
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "quota/gateway/fair_asks_exchange.hpp"
+#include "quota/gateway/fair_share/fair_asks_exchange.hpp"
 #include "quota/gateway/request.hpp"
 #include "quota/redis/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"

@@ -25,7 +25,7 @@
 //                    before, while draining, and while the store cannot decide
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
-//                    with Redis quota_lease_*{level} (quota/gateway/lease_metrics.hpp),
+//                    with Redis quota_lease_*{level} (quota/gateway/leases/lease_metrics.hpp),
 //                    quota_rule_version, the decision-latency histogram, near-limit,
 //                    Redis errors by kind (decision_stats.hpp), what the HTTP listener
 //                    refused (http_listener.hpp) — labels from configuration only, except
@@ -65,7 +65,7 @@
 #include "http_listener.hpp"
 #include "json.hpp"
 #include "quota/clock.hpp"
-#include "quota/gateway/fair_metrics.hpp"
+#include "quota/gateway/fair_share/fair_metrics.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/http.hpp"
 #include "server_stats.hpp"

@@ -1,5 +1,5 @@
 // quota_server_lease_revoke_test — a rule change that reaches another server's grant at once
-// (`lease.revoke: at_once`, include/quota/gateway/lease_revocation.hpp).
+// (`lease.revoke: at_once`, include/quota/gateway/leases/lease_revocation.hpp).
 //
 // Two quota-server processes, a and b, on one real redis-server (a ScratchServer of this
 // test, stopped by pid), each with its own copy of one rule file: a tenant token bucket

@@ -70,7 +70,7 @@ inline constexpr const char* kUsageHead = R"(usage: quota-server --rules PATH [f
        quota-server instances --redis HOST:PORT [flags]              (instances --help)
 
 A rate limit service for gateways, deciding with quota's in-process Gateway from a YAML
-rule file (docs/gateway.md "Rule files"; docs/service.md for the service):
+rule file (docs/gateway/rules.md "Rule files"; docs/service.md for the service):
   gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (Envoy's RLS v3)
   HTTP  POST /v1/check (JSON), GET /v1/auth (nginx auth_request),
         GET /healthz, /readyz, /metrics (Prometheus)
@@ -85,7 +85,7 @@ Flags (--flag VALUE or --flag=VALUE):
   --instance-id ID      this server's id in its heartbeat and, with
                         --fair-share-holders above 1, in the fair-share asks it
                         exchanges (no '|'; default HOST:PID)
-  --rules-format F      quota (docs/gateway.md "Rule files"), envoy (envoyproxy/ratelimit's
+  --rules-format F      quota (docs/gateway/rules.md "Rule files"), envoy (envoyproxy/ratelimit's
                         YAML, docs/service.md) or auto: envoy when the file has a
                         top-level domain or descriptors (default auto)
   --domain NAME         the RLS domain answered; another domain is INVALID_ARGUMENT

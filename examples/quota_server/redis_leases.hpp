@@ -1,6 +1,6 @@
 // examples/quota_server/redis_leases.hpp — leased rules on quota-server's Redis budgets.
 //
-// A rule whose `lease:` option is on or auto (docs/gateway.md "Leased rules in the
+// A rule whose `lease:` option is on or auto (docs/gateway/leases.md "Leased rules in the
 // gateway") is decided, when the server keeps its budgets in Redis, by
 // quota::gateway::LeasedBackend over the server's CountedRedisStore: each server takes
 // grants of `lease.units` from the budget in Redis (a revocation check, then one
@@ -12,30 +12,25 @@
 // A(T) <= r·T + B + Σ units held <= r·T + B + servers·(units + low_water).
 //
 // RedisLeases bundles the three parts (metrics, record, backend) with the lifetimes the
-// backend needs. has_leases() says whether a rule file asks for any lease: the Checker
-// (checker.hpp) decides through the leased backend only while the rule set in force
-// does, and never a request with an attempt id (the leased backend would keep its record
-// in this process; on Redis directly it is shared by every server and rule set).
+// backend needs. The Checker (checker.hpp) decides every check through its backend: a
+// rule without a lease passes through to Redis, and so does a request with an attempt id
+// (its record is kept in Redis, shared by every server and rule set).
 //
 // In process (no --redis*) a lease has nothing to lease from — the server's own store is
 // the authority — so `lease:` options are ignored there (the Checker logs a note once).
 //
-// Thread safety: RedisLeases::backend as LeasedBackend (any thread); has_leases() pure.
+// Thread safety: RedisLeases::backend as LeasedBackend (any thread).
 //
 //   quota::server::CountedRedisStore counted(*store, stats.decisions);
 //   quota::server::RedisLeases leases(counted);
-//   quota::gateway::Gateway<quota::server::RedisLeases::Backend> gw(leases.backend, registry);
+//   quota::gateway::Gateway gw(leases.backend, registry);
 //   std::string text = quota::gateway::render_prometheus(leases.metrics);
 #pragma once
 
-#include <algorithm>
-#include <string_view>
-
 #include "counted_redis_store.hpp"
-#include "quota/gateway/lease_metrics.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/lease_metrics.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/grant_ledger.hpp"
-#include "quota/rules/rule_parser.hpp"
 
 namespace quota::server {
 
@@ -51,14 +46,5 @@ struct RedisLeases {
   redis::RedisGrantLedger ledger;
   Backend backend;
 };
-
-// True when a rule of the quota-format rule file `text` has `lease:` on or auto. A text
-// that does not parse has none (the loader reports its error).
-inline bool has_leases(std::string_view text, std::string_view path) {
-  auto spec = quota::rules::parse_rules(text, path);
-  if (!spec.ok()) return false;
-  return std::any_of(spec->rules.begin(), spec->rules.end(),
-                     [](const gateway::RuleSpec& r) { return r.lease.enabled(); });
-}
 
 }  // namespace quota::server

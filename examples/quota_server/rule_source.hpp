@@ -2,7 +2,7 @@
 //
 // read_rule_text() reads the file; build_server_rules() parses and validates its text
 // into LoadedRules: in quota's format (quota/rules/rule_file.hpp; schema in
-// docs/gateway.md "Rule files"), a RuleSet whose rules count their decisions in `metrics`
+// docs/gateway/rules.md "Rule files"), a RuleSet whose rules count their decisions in `metrics`
 // (served on /metrics); in envoyproxy/ratelimit's (envoy_rules.hpp), an EnvoyRules. The
 // format is --rules-format's, or with `auto` the file's shape (a top-level `domain` or
 // `descriptors`: envoyproxy/ratelimit's), decided at start. Either is built as the successor
@@ -30,9 +30,8 @@
 #include "envoy_rules.hpp"
 #include "options.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/rules/rule_file.hpp"
-#include "redis_leases.hpp"
 
 namespace quota::server {
 
@@ -63,7 +62,6 @@ inline absl::StatusOr<LoadedRules> build_server_rules(RulesFormat format, std::u
   auto rules = quota::rules::load_next_rules(in_force, text, path, &metrics);
   if (!rules.ok()) return rules.status();
   out.rules = *std::move(rules);
-  out.leased = has_leases(text, path);
   return out;
 }
 

@@ -36,7 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "checker.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/rules/rule_file.hpp"
 #include "server_stats.hpp"
 

@@ -50,11 +50,11 @@ enum class Reason : std::uint8_t {
                          // passed; nothing is decided, a decision recorded for its attempt
                          // is not used and the units it spent stay spent (HTTP 504)
   kOverShare = 9,        // denied: a global budget with fair_share is near saturation and the
-                         // tenant would pass its fair share (gateway/fair_limits.hpp); nothing
-                         // deducted; retry_after = to the next allocation (HTTP 429)
-  kPaused = 10,          // denied: a global budget with fair_share is in use above its pause
-                         // threshold; nothing deducted; retry_after = until units are freed
-                         // or the next allocation (HTTP 429)
+                   // tenant would pass its fair share (gateway/fair_share/fair_limits.hpp); nothing
+                   // deducted; retry_after = to the next allocation (HTTP 429)
+  kPaused = 10,  // denied: a global budget with fair_share is in use above its pause
+                 // threshold; nothing deducted; retry_after = until units are freed
+                 // or the next allocation (HTTP 429)
 };
 
 // The stable machine-readable name of a reason ("over_limit", ...).

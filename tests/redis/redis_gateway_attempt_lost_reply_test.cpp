@@ -80,8 +80,8 @@ struct Pair {
   GatewayStore direct;
   RuleRegistry registry_a;
   RuleRegistry registry_b;
-  Gateway<GatewayStore> a;
-  Gateway<GatewayStore> b;
+  Gateway a;
+  Gateway b;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Fair shares of a leased global budget over Redis (quota/gateway/fair_limits.hpp in the
+// Fair shares of a leased global budget over Redis (quota/gateway/fair_share/fair_limits.hpp in the
 // Gateway, LeasedBackend over quota::redis::GatewayStore with RedisGrantLedger; a real
 // redis-server): several holders on their own threads, each with its own store,
 // connections, incarnation and allocator of ⌊budget / holders⌋. Checked on what the

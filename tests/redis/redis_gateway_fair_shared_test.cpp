@@ -29,7 +29,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/fair/weighted_max_min.hpp"
-#include "quota/gateway/fair_metrics.hpp"
+#include "quota/gateway/fair_share/fair_metrics.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/redis/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"

@@ -1,4 +1,4 @@
-// Revocation at once over Redis (quota/gateway/lease_revocation.hpp with RedisGrantLedger
+// Revocation at once over Redis (quota/gateway/leases/lease_revocation.hpp with RedisGrantLedger
 // and its pub/sub subscription; a real redis-server, server time): two holders of the
 // global key, each with its own store, connections, ledger and subscription. Holder A
 // installs a new rule set; with `revoke: at_once` holder B, which never reloads, stops
@@ -15,8 +15,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "quota/gateway/lease_revocation.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/verify/envelope.hpp"

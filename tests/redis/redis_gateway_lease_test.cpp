@@ -1,4 +1,4 @@
-// Leased gateway budgets over Redis (quota/gateway/leased_backend.hpp with
+// Leased gateway budgets over Redis (quota/gateway/leases/leased_backend.hpp with
 // quota::redis::GatewayStore as the authority and RedisGrantLedger as its record; a real
 // redis-server, server time): several holders on their own threads, each with its own
 // store, connections and incarnation, share a global budget and tenant budgets through
@@ -18,7 +18,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/verify/envelope.hpp"

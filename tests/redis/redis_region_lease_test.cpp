@@ -18,7 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/regional_backend.hpp"
@@ -66,7 +66,7 @@ struct Region : quota::testing::RegionServer, quota::testing::RegionStores {
 
   Backend backend;
   quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway<Backend> gateway;
+  quota::gateway::Gateway gateway;
 };
 
 // What the regions admitted, and what the cut-off ones did while cut off.

@@ -25,7 +25,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/regional_pool.hpp"

@@ -18,7 +18,7 @@
 namespace quota::testing {
 
 template <gateway::GatewayBackend Inner>
-class CutBackend {
+class CutBackend final : public gateway::Backend {
  public:
   explicit CutBackend(Inner& inner) : inner_(inner) {}
 
@@ -28,20 +28,20 @@ class CutBackend {
   std::int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.decide(levels, version, now);
   }
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.charge(policy, version, key, units, now);

@@ -15,7 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/policy/token_bucket.hpp"
 
 namespace quota::testing {

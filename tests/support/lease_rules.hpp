@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "support/gateway_rules.hpp"
 
 namespace quota::testing {
@@ -45,7 +45,7 @@ struct LeaseHolder {
 
   gateway::RuleRegistry registry;
   Backend backend;
-  gateway::Gateway<Backend> gateway;
+  gateway::Gateway gateway;
 };
 
 }  // namespace quota::testing

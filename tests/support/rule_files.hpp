@@ -13,8 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include "absl/status/status.h"
-#include "quota/gateway/rule_registry.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/rules/rule_file.hpp"
 
 namespace quota::testing {

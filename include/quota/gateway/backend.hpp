@@ -1,6 +1,7 @@
 // quota/gateway/backend.hpp — where a gateway's budgets live, and what it asks of them.
 //
-// The Gateway (gateway.hpp) decides every budget level of a request through a backend:
+// The Gateway (gateway.hpp) decides every budget level of a request through a Backend, an
+// interface chosen at run time (so one Gateway serves in process, on Redis, leased, ...):
 //
 //   decide(levels, version, now) → LevelsResult
 //       Decides the levels in order (user → tenant → global), each with its rule's policy
@@ -14,8 +15,11 @@
 //   refund(policy, version, key, units, spent_at, now) → micro-units given back
 //   charge(policy, version, key, units, now)           → micro-units left as debt
 //       The settle operations of key_state.hpp on one key.
+//   decide_attempt(levels, version, now, attempt) → AttemptResult
+//       decide() with the attempt recorded in the same call, for a backend whose
+//       shares_attempts() is true (Redis: a retry is replayed at any process).
 //
-// Two backends:
+// Two backends over stores:
 //   - StoreBackend<Store>, below: any in-process store of KeyStates with `update_all`
 //     (LocalStore<KeyPolicy>, ShardedStore<KeyPolicy>). The levels of one scope — a
 //     tenant's user and tenant budgets, every named limit of them — are ONE atomic
@@ -50,7 +54,7 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/store/store.hpp"
 #include "quota/units.hpp"
 
@@ -74,14 +78,49 @@ struct LevelsResult {
   Nanos time{0};                  // the backend's time of the decision
 };
 
-template <class B>
-concept GatewayBackend = requires(B& b, std::span<const LevelCheck> levels,
-                                  const RulePolicy& policy, std::string_view key,
-                                  std::uint64_t version, std::int64_t units, Nanos t) {
-  { b.decide(levels, version, t) } -> std::same_as<absl::StatusOr<LevelsResult>>;
-  { b.refund(policy, version, key, units, t, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
-  { b.charge(policy, version, key, units, t) } -> std::same_as<absl::StatusOr<MicroUnits>>;
+// What decide_attempt is given (the Gateway fills it): the request's attempt, whose record
+// a backend that shares attempts keeps beside the tenant's budget.
+struct AttemptRequest {
+  std::string_view tenant_key;    // the request's tenant-level key: the record's place
+  std::string_view id;            // 1..128 bytes (check_attempt_id, quota/attempts.hpp)
+  std::string_view fingerprint;   // the request's keys and costs
+  std::optional<Nanos> deadline;  // the caller's, kept with the record
+  Nanos ttl{0};                   // how long the record is kept
 };
+
+// What decide_attempt answers: the levels decided now, or the recorded decision.
+struct AttemptResult {
+  LevelsResult levels;
+  bool replayed = false;          // the recorded decision, nothing deducted by this call
+  std::optional<Nanos> deadline;  // the attempt's, as recorded by the call that decided it
+};
+
+// The interface every backend implements (see the header comment); the Gateway holds one,
+// chosen at run time. decide_attempt is called only when shares_attempts() is true: the
+// backend keeps attempt records itself, shared by every process deciding on it (Redis),
+// recorded in the call that decides. Otherwise the Gateway keeps them (AttemptCache).
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels,
+                                              std::uint64_t version, Nanos now) = 0;
+  virtual absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
+                                            std::string_view key, std::int64_t units,
+                                            Nanos spent_at, Nanos now) = 0;
+  virtual absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
+                                            std::string_view key, std::int64_t units,
+                                            Nanos now) = 0;
+  virtual bool shares_attempts() const { return false; }
+  virtual absl::StatusOr<AttemptResult> decide_attempt(std::span<const LevelCheck> /*levels*/,
+                                                       std::uint64_t /*version*/, Nanos /*now*/,
+                                                       const AttemptRequest& /*attempt*/) {
+    return absl::UnimplementedError("this backend keeps no attempt records");
+  }
+};
+
+// A backend type (for the decorators that wrap one: LeasedBackend, the region backends).
+template <class B>
+concept GatewayBackend = std::derived_from<B, Backend>;
 
 // All or nothing over runs of levels, the one loop every backend decides with. A backend
 // decides its levels in runs (a scope's levels in one atomic store step, one Redis slot
@@ -151,12 +190,12 @@ concept InProcessKeyStore = has_update<S> && std::same_as<typename S::policy_typ
 
 // The in-process backend over such a store (see the header comment).
 template <InProcessKeyStore Store>
-class StoreBackend {
+class StoreBackend final : public Backend {
  public:
   explicit StoreBackend(Store& store) : store_(store) {}
 
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
-                                      Nanos now) {
+                                      Nanos now) override {
     // A run: the levels of one scope (a tenant's, or the global one).
     const auto run_end = [&](std::size_t begin) {
       std::size_t end = begin + 1;
@@ -181,14 +220,14 @@ class StoreBackend {
 
   absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     const KeyPolicy kp{.policy = &policy, .version = version};
     return store_.update(kp, key, now,
                          [&](KeyState& s) { return gateway::refund(s, units, spent_at, now); });
   }
 
   absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     const KeyPolicy kp{.policy = &policy, .version = version};
     return store_.update(kp, key, now, [&](KeyState& s) { return gateway::charge(s, units, now); });
   }
@@ -265,24 +304,5 @@ class StoreBackend {
 
   Store& store_;
 };
-
-// What a Gateway can be built on: a backend, or an in-process store of KeyStates.
-template <class S>
-concept GatewayStorage = GatewayBackend<S> || InProcessKeyStore<S>;
-
-namespace detail {
-
-// The backend a Gateway<Store> uses: the store itself when it is a backend (Redis), else
-// a StoreBackend over it.
-template <class Store>
-struct backend_for {
-  using type = StoreBackend<Store>;
-};
-template <GatewayBackend Store>
-struct backend_for<Store> {
-  using type = Store&;
-};
-
-}  // namespace detail
 
 }  // namespace quota::gateway

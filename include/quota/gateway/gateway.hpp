@@ -1,6 +1,6 @@
 // quota/gateway/gateway.hpp — the layer a gateway author calls: one decision per request.
 //
-// `Gateway<Store>::decide({who, route}, now)` takes the rules in force (rules.hpp), builds
+// `Gateway::decide({who, route}, now)` takes the rules in force (rules.hpp), builds
 // the keys from the authenticated identity and the whitelisted route class, and decides
 // every budget level the request must pass — user, tenant, global — through a backend
 // (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>` for one
@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -45,14 +46,13 @@
 #include "quota/attempts.hpp"
 #include "quota/decision.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/fair_limits.hpp"
+#include "quota/gateway/fair_share/fair_limits.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/level_outcomes.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/gateway/outage.hpp"
 #include "quota/gateway/request.hpp"
-#include "quota/gateway/rule_registry.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/gateway/settle.hpp"
 #include "quota/store/store.hpp"
 
@@ -82,20 +82,19 @@ inline Result replay_attempt(const Decision& d, std::optional<Nanos> deadline, s
   return Result{.decision = d, .rule = std::move(rule), .replayed = true};
 }
 
-template <GatewayStorage Store>
 class Gateway {
  public:
+  // Decides through `backend` (backend.hpp), which must outlive the Gateway.
+  Gateway(Backend& backend, RuleRegistry& rules, GatewayOptions options = {})
+      : Gateway(nullptr, &backend, rules, options) {}
+
+  // Decides in process, on a StoreBackend over `store` (which must outlive the Gateway).
+  template <InProcessKeyStore Store>
   Gateway(Store& store, RuleRegistry& rules, GatewayOptions options = {})
-      : backend_(store),
-        rules_(rules),
-        options_(options),
-        attempts_(options.attempt_ttl, options.max_attempts),
-        tickets_(options.ticket_ttl, options.max_tickets),
-        outage_(options.emergency_store),
-        fair_(options.fair_limits != nullptr
-                  ? options.fair_limits
-                  : std::make_shared<FairLimits>(options.fair_share_holders,
-                                                 options.fair_share_exchange)) {}
+      : Gateway(std::make_unique<StoreBackend<Store>>(store), nullptr, rules, options) {}
+
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
 
   // Decides `req` against every level the rules give it, in order user → tenant →
   // global; if a level denies, no level keeps a deduction (how, per backend:
@@ -109,7 +108,7 @@ class Gateway {
   // Shadow mode, per rule (RuleSpec::shadow, its enforce_percent, the set's shadow_all, the
   // registry's switch): a shadow budget is decided and counted; if it would deny, the
   // request is not denied (reason kShadow) and nothing is deducted from it; other
-  // budgets enforce normally. A request over a per-request cap: over_cap() (level_outcomes.hpp).
+  // budgets enforce normally. A request over a per-request cap: over_cap().
   // Unreachable stores: see is_unavailable().
   //
   // Allocation: on an in-process store, a decision of a key that exists allocates
@@ -219,6 +218,175 @@ class Gateway {
   std::vector<FairLimitStats> fair_shares() const { return fair_->stats(); }
 
  private:
+  // A decision with the name of the rule it answers for.
+  struct RuledDecision {
+    Decision decision;
+    std::string rule;
+    bool replayed = false;          // a shared attempt's recorded decision
+    std::optional<Nanos> deadline;  // then: the deadline recorded with it
+  };
+
+  // The levels an estimate was deducted from, and the backend's time of it.
+  struct Deducted {
+    std::vector<TicketLevel> levels;
+    Nanos time{0};
+  };
+
+  // Counts outcome `o` of `cost` units on `rule`'s counters (none installed: nothing).
+  static void record(const Rule& rule, Outcome o, std::int64_t cost) {
+    if (rule.counters != nullptr) rule.counters->record(o, cost);
+  }
+
+  // The tenant level's check of a plan, or its first when it has none.
+  static const Check& tenant_check(std::span<const Check> checks) {
+    for (const Check& c : checks) {
+      if (c.rule->level == Level::kTenant) return c;
+    }
+    return checks.front();
+  }
+
+  // A request that costs more on a budget than its per-request cap (the rule's max_cost,
+  // or the route class's): denied with kRequestTooLarge, nothing deducted. A cap of a
+  // budget in shadow only counts (as shadow_would_deny); the route's cap is in shadow only
+  // under the global switch (`all_shadow`). nullopt: no cap applies.
+  static std::optional<Result> over_cap(bool all_shadow, std::uint64_t version,
+                                        const RouteClass& route, std::span<const Check> checks) {
+    for (const Check& c : checks) {
+      const bool rule_cap = c.rule->max_cost > 0 && c.cost > c.rule->max_cost;
+      const bool route_cap = route.max_cost > 0 && c.cost > route.max_cost;
+      if (!rule_cap && !route_cap) continue;
+      if (rule_cap ? c.shadow : all_shadow) {
+        record(*c.rule, Outcome::kShadowWouldDeny, c.cost);
+        continue;
+      }
+      record(*c.rule, Outcome::kDenied, c.cost);
+      const Decision too_large{.allowed = false,
+                               .remaining = 0,
+                               .retry_after = kNever,
+                               .reset_after = Nanos{0},
+                               .version = version,
+                               .reason = Reason::kRequestTooLarge};
+      return Result{.decision = too_large,
+                    .rule = rule_cap ? c.rule->name : route.name,
+                    .replayed = false,
+                    .request_cap = rule_cap ? c.rule->max_cost : route.max_cost};
+    }
+    return std::nullopt;
+  }
+
+  // How the backend's answer came: a replay of a shared attempt (then counted nowhere and
+  // deducting nothing new) with its recorded deadline, and where to list the levels an
+  // estimate was deducted from (nullptr: not an estimate).
+  struct LevelsOrigin {
+    bool replayed = false;
+    std::optional<Nanos> deadline;
+    Deducted* deducted = nullptr;
+  };
+
+  // The level an admission is described by: among the enforcing levels, the one that admits
+  // the fewest more requests like this one (the least remaining / cost, compared exactly;
+  // the first of equals); the tenant level when every level is in shadow.
+  static std::size_t deciding_level(std::span<const Decision> parts,
+                                    std::span<const Check> checks) {
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (checks[i].shadow) continue;
+      if (!best ||
+          absl::int128(parts[i].remaining) * std::max<std::int64_t>(1, checks[*best].cost) <
+              absl::int128(parts[*best].remaining) * std::max<std::int64_t>(1, checks[i].cost)) {
+        best = i;
+      }
+    }
+    if (best) return *best;
+    const Check& tenant = tenant_check(checks);
+    return static_cast<std::size_t>(&tenant - checks.data());
+  }
+
+  // The backend's parts of `checks` (in plan order) as one decision whose fields all
+  // describe one level, the one that decided (`deciding_level`): the first enforcing
+  // denial, else the enforcing level that admits the fewest more requests like this one.
+  // Its rule is named, and its remaining, retry and reset are the answer's, so a RateLimit
+  // header never pairs one limit's policy with another's numbers; the version is the
+  // highest of any part. A shadow level that would deny is counted and deducts nothing
+  // (kShadow on an admission); an admission lists the levels an estimate was deducted
+  // from. Counts, per rule, route and level: `allowed` on every enforcing level of an
+  // admission, `denied` on the denier, `shadow_would_deny`; a replay counts nowhere. A
+  // backend that answers more parts than levels, none, or stops short without a denial
+  // is an InternalError naming the counts: never a silent allow.
+  static absl::StatusOr<RuledDecision> combine_levels(const LevelsResult& result,
+                                                      std::span<const Check> checks,
+                                                      std::uint64_t version,
+                                                      const LevelsOrigin& origin) {
+    const auto count = [&](const Rule& rule, Outcome o, std::int64_t cost) {
+      if (!origin.replayed) record(rule, o, cost);
+    };
+    const CheckVector<Decision>& parts = result.parts;
+    if (parts.empty() || parts.size() > checks.size()) {
+      return absl::InternalError(
+          absl::StrFormat("gateway backend decided %d of %d levels", parts.size(), checks.size()));
+    }
+    const auto is_shadow = [&](std::size_t i) { return checks[i].shadow; };
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const Rule& rule = *checks[i].rule;
+      if (parts[i].allowed) continue;
+      if (checks[i].shadow) {
+        count(rule, Outcome::kShadowWouldDeny, checks[i].cost);
+        continue;
+      }
+      // The backend stops at the first enforcing denial: it decides.
+      count(rule, Outcome::kDenied, checks[i].cost);
+      Decision denial = parts[i];
+      denial.version =
+          std::max(combine_all(std::span(parts.data(), i + 1), is_shadow).version, version);
+      return RuledDecision{.decision = denial,
+                           .rule = rule.name,
+                           .replayed = origin.replayed,
+                           .deadline = origin.deadline};
+    }
+    if (parts.size() != checks.size()) {
+      return absl::InternalError(
+          absl::StrFormat("gateway backend stopped after %d of %d levels without a denial",
+                          parts.size(), checks.size()));
+    }
+    Deducted* deducted = origin.deducted;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (!parts[i].allowed) continue;  // a shadow level that would deny: nothing deducted
+      count(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
+      if (deducted != nullptr && checks[i].estimate && !origin.replayed) {
+        deducted->levels.push_back({.key = std::string(checks[i].key.view()),
+                                    .policy = checks[i].rule->policy,
+                                    .version = version});
+      }
+    }
+    if (deducted != nullptr) deducted->time = result.time;
+    const Decision all = combine_all(std::span(parts.data(), parts.size()), is_shadow);
+    const std::size_t k = deciding_level(std::span(parts.data(), parts.size()), checks);
+    Decision admitted = parts[k];
+    admitted.allowed = true;  // a shadow level's own denial, when every level is in shadow
+    admitted.retry_after = Nanos{0};
+    admitted.reason = all.reason;  // kAllowed, or kShadow
+    admitted.version = std::max(all.version, version);
+    return RuledDecision{.decision = admitted,
+                         .rule = checks[k].rule->name,
+                         .replayed = origin.replayed,
+                         .deadline = origin.deadline};
+  }
+
+  // Decides through `owned` when set, else through `*borrowed`.
+  Gateway(std::unique_ptr<Backend> owned, Backend* borrowed, RuleRegistry& rules,
+          GatewayOptions options)
+      : owned_(std::move(owned)),
+        backend_(owned_ != nullptr ? *owned_ : *borrowed),
+        rules_(rules),
+        options_(options),
+        attempts_(options.attempt_ttl, options.max_attempts),
+        tickets_(options.ticket_ttl, options.max_tickets),
+        outage_(options.emergency_store),
+        fair_(options.fair_limits != nullptr
+                  ? options.fair_limits
+                  : std::make_shared<FairLimits>(options.fair_share_holders,
+                                                 options.fair_share_exchange)) {}
+
   // The fair-share allocators' clock (GatewayOptions::fair_share_clock_offset).
   Nanos fair_now(Nanos now) const { return now + options_.fair_share_clock_offset; }
 
@@ -249,7 +417,7 @@ class Gateway {
         absl::StrAppend(&fingerprint, fingerprint.empty() ? "" : "|", c.cost, "|",
                         quota::detail::to_absl(c.key));
       }
-      if constexpr (!kSharedAttempts) {
+      if (!backend_.shares_attempts()) {
         auto begin = attempts_.begin(attempt_key, fingerprint, now);
         if (!begin.ok()) return begin.status();
         if (begin->replay.has_value()) {
@@ -311,13 +479,6 @@ class Gateway {
   // Attempts: in the backend when it shares them between processes (Redis: recorded in
   // the call that decides, redis/twin/gateway_attempts.hpp), else in this gateway's
   // AttemptCache.
-  using Backend = std::remove_reference_t<typename detail::backend_for<Store>::type>;
-  static constexpr bool kSharedAttempts =
-      requires(Backend & b, std::span<const LevelCheck> l, std::uint64_t v, Nanos t,
-               const typename Backend::Attempt& a) {
-    b.decide_attempt(l, v, t, a);
-  };
-
   struct Attempt {
     std::string_view id;  // empty: none
     std::string_view fingerprint;
@@ -339,21 +500,17 @@ class Gateway {
     absl::StatusOr<LevelsResult> result;
     bool replayed = false;
     std::optional<Nanos> deadline;
-    if constexpr (kSharedAttempts) {
-      if (!attempt.id.empty()) {
-        auto r = backend_.decide_attempt(levels, version, now,
-                                         {.tenant_key = tenant_check(checks).key.view(),
-                                          .id = attempt.id,
-                                          .fingerprint = attempt.fingerprint,
-                                          .deadline = attempt.deadline,
-                                          .ttl = options_.attempt_ttl});
-        if (!r.ok()) return r.status();
-        replayed = r->replayed;
-        deadline = r->deadline;
-        result = std::move(r->levels);
-      } else {
-        result = backend_.decide(levels, version, now);
-      }
+    if (!attempt.id.empty() && backend_.shares_attempts()) {
+      auto r = backend_.decide_attempt(levels, version, now,
+                                       {.tenant_key = tenant_check(checks).key.view(),
+                                        .id = attempt.id,
+                                        .fingerprint = attempt.fingerprint,
+                                        .deadline = attempt.deadline,
+                                        .ttl = options_.attempt_ttl});
+      if (!r.ok()) return r.status();
+      replayed = r->replayed;
+      deadline = r->deadline;
+      result = std::move(r->levels);
     } else {
       result = backend_.decide(levels, version, now);
     }
@@ -372,7 +529,8 @@ class Gateway {
         .decision = d, .rule = tenant.rule->name, .replayed = false, .deadline = std::nullopt};
   }
 
-  typename detail::backend_for<Store>::type backend_;
+  std::unique_ptr<Backend> owned_;  // the StoreBackend of an in-process store, or null
+  Backend& backend_;
   RuleRegistry& rules_;
   GatewayOptions options_;
   AttemptCache attempts_;

@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
-#include "quota/gateway/rule_kinds.hpp"
+#include "quota/gateway/rules/rule_kinds.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/policy/sliding_log.hpp"

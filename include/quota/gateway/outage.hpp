@@ -24,7 +24,7 @@
 
 #include "quota/decision.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/rule_spec.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "quota/store/store.hpp"
 #include "quota/units.hpp"

@@ -1,6 +1,6 @@
 // quota/gateway/request.hpp — what a Gateway is asked, what it answers, and its options.
 //
-// The values Gateway<Store> (gateway.hpp) takes and returns: a Request (who, which route,
+// The values Gateway (gateway.hpp) takes and returns: a Request (who, which route,
 // an optional cost, an optional attempt id), a Result (the combined Decision and the rule that
 // decided), an EstimateResult (with the ticket to settle), GatewayOptions, and is_unavailable(),
 // the test that sends a store error to the route's fail mode.
@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
-#include "quota/gateway/fair_asks_exchange.hpp"
+#include "quota/gateway/fair_share/fair_asks_exchange.hpp"
 #include "quota/gateway/settle.hpp"
 #include "quota/gateway/store_key.hpp"
 #include "quota/store/store.hpp"

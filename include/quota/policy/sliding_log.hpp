@@ -200,7 +200,7 @@ struct SlidingLog {
   // units at or before `spent_at`). Call it on a state brought to its time by advance(),
   // so that only events still counted are taken back. An event left with no units is
   // dropped, so the ring keeps at most `limit` events; its capacity does not change.
-  // O(events), no allocation. Public for the gateway's refunds (gateway/rule_kinds.hpp).
+  // O(events), no allocation. Public for the gateway's refunds (gateway/rules/rule_kinds.hpp).
   std::int64_t take_back(State& s, std::int64_t units, std::int64_t spent_at) const {
     // k: the newest event at or before spent_at (events are in time order).
     std::size_t k = s.size_;

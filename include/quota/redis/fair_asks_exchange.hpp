@@ -1,6 +1,6 @@
 // quota/redis/fair_asks_exchange.hpp — the holders' asks of fair-share budgets in Redis.
 //
-// `RedisFairAsksExchange` is the FairAsksExchange (gateway/fair_asks_exchange.hpp) of
+// `RedisFairAsksExchange` is the FairAsksExchange (gateway/fair_share/fair_asks_exchange.hpp) of
 // gateway processes that share a Redis (the GatewayStore's server, pool and limits). One
 // hash per budget and allocation period, `<prefix>{~fair}<budget key>:<period>` (every
 // such hash in the `~fair` slot: one node on a cluster), field `<holder>|<tenant>` =
@@ -37,7 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "quota/detail/keyed_states.hpp"
-#include "quota/gateway/fair_asks_exchange.hpp"
+#include "quota/gateway/fair_share/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/transport/script.hpp"
 

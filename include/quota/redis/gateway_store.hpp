@@ -1,7 +1,7 @@
 // quota/redis/gateway_store.hpp — the gateway's budgets in Redis, shared by every process.
 //
-// `GatewayStore` is a gateway backend (gateway/backend.hpp): `Gateway<GatewayStore>`
-// decides exactly like the in-process gateway, with Redis as the one authority:
+// `GatewayStore` is a gateway backend (gateway/backend.hpp): a Gateway over it decides
+// exactly like the in-process gateway, with Redis as the one authority:
 //
 //   auto pool = std::make_shared<quota::redis::ConnectionPool>(
 //       quota::redis::ConnectionConfig{.host = "127.0.0.1", .port = 6379}, 8);
@@ -72,10 +72,8 @@ inline constexpr int kGatewayMaxCoalesce = 4096;
 // The most levels one script call decides (the script reads their count as one byte).
 inline constexpr std::size_t kGatewayMaxLevels = 255;
 
-class GatewayStore {
+class GatewayStore : public gateway::Backend {
  public:
-  using Attempt = GatewayAttempt;  // decide_attempt's (gateway/gateway.hpp uses it)
-
   explicit GatewayStore(GatewayStoreOptions options)
       : options_(with_sentinel_pool(std::move(options))),
         script_(kGatewayLua, options_.pool, options_.cluster, durability(), options_.limits,
@@ -126,7 +124,7 @@ class GatewayStore {
   }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     auto groups = slot_groups(levels);
     if (!groups.ok()) return groups.status();
     return gateway::decide_all_or_nothing<std::size_t>(
@@ -142,9 +140,10 @@ class GatewayStore {
 
   // decide() with an attempt: the record kept in the call that decides (the tenant's) and
   // a lost reply replayed, as twin/gateway_attempts.hpp describes.
-  absl::StatusOr<GatewayAttemptResult> decide_attempt(std::span<const gateway::LevelCheck> levels,
-                                                      std::uint64_t version, Nanos now,
-                                                      const GatewayAttempt& attempt) {
+  bool shares_attempts() const override { return true; }
+  absl::StatusOr<gateway::AttemptResult> decide_attempt(
+      std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
+      const gateway::AttemptRequest& attempt) override {
     auto groups = slot_groups(levels);
     if (!groups.ok()) return groups.status();
     auto akey = attempt_record_key(attempt.tenant_key, attempt.id);
@@ -159,7 +158,7 @@ class GatewayStore {
     if (!reply.ok()) return reply.status();
     auto opened = GatewayAttemptTwin::parse(**reply, end - begin, levels.size(), attempt);
     if (!opened.ok()) return opened.status();
-    GatewayAttemptResult& out = *opened;
+    gateway::AttemptResult& out = *opened;
     const bool stopped =
         out.levels.parts.size() < end - begin ||
         (!out.levels.parts.back().allowed && !levels[out.levels.parts.size() - 1].shadow);
@@ -186,13 +185,13 @@ class GatewayStore {
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
     return one(level, 'r', version, now, spent_at);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
     return one(level, 'c', version, now, std::nullopt);
   }
@@ -425,7 +424,5 @@ class GatewayStore {
   GatewayPolicyArgCache policy_args_;
   std::unique_ptr<CallCoalescer> coalescer_;  // with GatewayStoreOptions::coalesce > 1
 };
-
-static_assert(gateway::GatewayBackend<GatewayStore>);
 
 }  // namespace quota::redis

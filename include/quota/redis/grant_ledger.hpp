@@ -1,6 +1,6 @@
 // quota/redis/grant_ledger.hpp — the record of lease grants in Redis, beside each budget.
 //
-// `RedisGrantLedger` is the GrantRecorder (gateway/grant_ledger.hpp) of a LeasedBackend
+// `RedisGrantLedger` is the GrantRecorder (gateway/leases/grant_ledger.hpp) of a LeasedBackend
 // over `GatewayStore`: each grant is written into a hash next to the budget it was taken
 // from — `<the key's Redis key>:grants`, in the key's hash slot (one node on a cluster) —
 // field = grant id, value = "<incarnation> <version> <units> <granted_at> <expires_at>
@@ -15,7 +15,7 @@
 // held and counted (LeaseCounters::record_failures). `replay` answers nothing: over
 // Redis idempotency is the attempt record's.
 //
-// Revocations (gateway/lease_revocation.hpp) live in one hash, `<prefix>{~lease}revoked`
+// Revocations (gateway/leases/lease_revocation.hpp) live in one hash, `<prefix>{~lease}revoked`
 // (rule id → the version below which its grants are revoked; kept, never expired), and
 // are announced on the channel `<prefix>lease:revoked` ("<below> <rule id>"): `revoke`
 // raises the rule's version (never lowers it) and PUBLISHes, in one script call, so every
@@ -59,7 +59,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/transport/subscriber.hpp"

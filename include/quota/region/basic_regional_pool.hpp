@@ -2,14 +2,13 @@
 // shared by every gateway process of the region, over any pool record and central
 // authority (regional_pool.hpp: the region's Redis and a central redis::GatewayStore).
 //
-// `BasicRegionalPool<Ledger, Record, Central>` satisfies the GatewayBackend concept
-// (backend.hpp) for the levels of the global scope ("{~global}..."): it decides them from
-// the region's pool record (`Record`: the operations of pool_model.hpp at the record's
-// own time — PoolScript in the region's Redis, or a PoolModel in a simulation), and
-// refills the pool from the central authority (`Central`: with attempts, as
-// redis::GatewayStore, a lost grant reply is replayed by the grant id; without, a grant
-// is a plain decision). Under a ScopeRouter (scope_router.hpp) with the region's own
-// store it is a region's whole backend: tenant levels at the regional store, global
+// `BasicRegionalPool<Ledger, Record, Central>` is a gateway backend (backend.hpp) for the
+// levels of the global scope ("{~global}..."): it decides them from the region's pool record
+// (`Record`: the operations of pool_model.hpp at the record's own time — PoolScript in the region's
+// Redis, or a PoolModel in a simulation), and refills the pool from the central authority
+// (`Central`: with attempts, as redis::GatewayStore, a lost grant reply is replayed by the grant
+// id; without, a grant is a plain decision). Under a ScopeRouter (scope_router.hpp) with the
+// region's own store it is a region's whole backend: tenant levels at the regional store, global
 // levels from the pool.
 //
 // Guarantees:
@@ -79,7 +78,7 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/region/pool_model.hpp"
 #include "quota/units.hpp"
 
@@ -101,7 +100,7 @@ struct PoolOptions {
 };
 
 template <gateway::GrantRecorder Ledger, class Record, gateway::GatewayBackend Central>
-class BasicRegionalPool {
+class BasicRegionalPool : public gateway::Backend {
  public:
   // `record`, `central` and `ledger` must outlive the pool.
   BasicRegionalPool(Record& record, Central& central, Ledger& ledger, PoolOptions options = {})
@@ -112,7 +111,7 @@ class BasicRegionalPool {
         token_(new_token()) {}
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     // A run: one level, spent from its pool record.
     const auto run_end = [](std::size_t begin) { return begin + 1; };
     const auto decide_run =
@@ -130,14 +129,14 @@ class BasicRegionalPool {
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy&, std::uint64_t, std::string_view key,
-                                    std::int64_t units, Nanos, Nanos) {
+                                    std::int64_t units, Nanos, Nanos) override {
     auto r = script_.give(key, units);
     if (!r.ok()) return r.status();
     return r->total * kMicro;
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     auto r = script_.take(key, units);
     if (!r.ok()) return r.status();
     if (r->code == units) return r->total * kMicro;
@@ -299,7 +298,7 @@ class BasicRegionalPool {
   absl::StatusOr<gateway::LevelsResult> ask_central(const gateway::LevelCheck& grant,
                                                     std::uint64_t version, const std::string& id,
                                                     Nanos now) {
-    if constexpr (requires { typename Central::Attempt; }) {
+    if (central_.shares_attempts()) {
       auto got = central_.decide_attempt(
           std::span(&grant, 1), version, Nanos{0},
           {.tenant_key = grant.key,

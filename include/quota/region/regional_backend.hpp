@@ -1,9 +1,9 @@
 // quota/region/regional_backend.hpp — a region's gateway backend: its own authority for
 // its tenants, and regional leases of the global budgets from a central allocator.
 //
-// `RegionalBackend<Regional, Central, Ledger>` satisfies the GatewayBackend concept
-// (backend.hpp), so `Gateway<RegionalBackend<...>>` serves a region's requests with the
-// gateway's rules, versions, fail modes, shadow mode and metrics. User and tenant levels
+// `RegionalBackend<Regional, Central, Ledger>` is a gateway backend (backend.hpp), so a
+// Gateway over it serves a region's requests with the gateway's rules, versions, fail
+// modes, shadow mode and metrics. User and tenant levels
 // are decided at the region's own authority (`Regional`: a StoreBackend, or a
 // redis::GatewayStore on the region's Redis), as without regions. The global levels (one
 // budget shared by every region, "{~global}...") live at the central authority
@@ -60,11 +60,11 @@
 
 #include "absl/status/statusor.h"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/grant_ledger.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/lease_spec.hpp"
-#include "quota/gateway/leased_backend.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/region/scope_router.hpp"
 #include "quota/units.hpp"
 
@@ -84,7 +84,7 @@ struct RegionalOptions {
 
 template <gateway::GatewayBackend Regional, gateway::GatewayBackend Central,
           gateway::GrantRecorder Ledger = gateway::GrantLedger>
-class RegionalBackend {
+class RegionalBackend final : public gateway::Backend {
  public:
   using Router = ScopeRouter<Regional, Central>;
 
@@ -98,7 +98,7 @@ class RegionalBackend {
   std::uint64_t incarnation() const { return leased_.incarnation(); }
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     gateway::CheckVector<gateway::LevelCheck> checks(levels.begin(), levels.end());
     // The rules as the region leases them; reserved first, so the pointers stay valid.
     gateway::CheckVector<gateway::Rule> rules;
@@ -116,12 +116,12 @@ class RegionalBackend {
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     return leased_.refund(policy, version, key, units, spent_at, now);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     return leased_.charge(policy, version, key, units, now);
   }
 

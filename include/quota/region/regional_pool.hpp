@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/grant_ledger.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/basic_regional_pool.hpp"

@@ -1,7 +1,7 @@
 // quota/region/scope_router.hpp — one gateway backend over two authorities: the global
 // scope at a central one, every other scope at a regional one.
 //
-// `ScopeRouter<Regional, Central>` satisfies the GatewayBackend concept (backend.hpp). A
+// `ScopeRouter<Regional, Central>` is a gateway backend (backend.hpp). A
 // level whose store key is in the global scope ("{~global}...", store_key.hpp) is decided
 // by `Central`; every other level (user and tenant budgets, "{tenant}...") by `Regional`.
 // It is the inner backend of a RegionalBackend (regional_backend.hpp), where the central
@@ -16,7 +16,7 @@
 //     and GatewayStore do between scopes. A failure of either answers the request with
 //     that status (kUnavailable: the route's fail mode), never an admission.
 //   - `refund` and `charge` go to the authority of the key's scope.
-//   - Attempts: when `Central` records attempts at the authority (redis::GatewayStore),
+//   - Attempts: when `Central` shares attempts (redis::GatewayStore: shares_attempts()),
 //     `decide_attempt` forwards a decision whose levels are all central to it, so a
 //     LeasedBackend over the router takes its grants idempotently by grant id at the
 //     central authority. Attempts over levels of both authorities are refused
@@ -48,25 +48,14 @@ namespace quota::region {
 // True for a key of the global scope: decided (and leased) at the central authority.
 inline bool is_central(std::string_view key) { return gateway::scope_of(key) == "{~global}"; }
 
-namespace detail {
-// `Attempt` of a backend that records attempts at its authority; nothing otherwise.
-template <class B>
-struct AttemptOf {};
-template <class B>
-requires requires { typename B::Attempt; }
-struct AttemptOf<B> {
-  using Attempt = typename B::Attempt;
-};
-}  // namespace detail
-
 template <gateway::GatewayBackend Regional, gateway::GatewayBackend Central>
-class ScopeRouter : public detail::AttemptOf<Central> {
+class ScopeRouter final : public gateway::Backend {
  public:
   // Both backends must outlive the router.
   ScopeRouter(Regional& regional, Central& central) : regional_(regional), central_(central) {}
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
-                                               std::uint64_t version, Nanos now) {
+                                               std::uint64_t version, Nanos now) override {
     // A run: consecutive levels of one authority, decided by it all or nothing.
     const auto run_end = [&](std::size_t begin) {
       const bool central = is_central(levels[begin].key);
@@ -94,23 +83,22 @@ class ScopeRouter : public detail::AttemptOf<Central> {
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     if (is_central(key)) return central_.refund(policy, version, key, units, spent_at, now);
     return regional_.refund(policy, version, key, units, spent_at, now);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     if (is_central(key)) return central_.charge(policy, version, key, units, now);
     return regional_.charge(policy, version, key, units, now);
   }
 
-  // The central authority's attempts (see the header comment); present only when it has
-  // them.
-  template <class C = Central>
-  auto decide_attempt(std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
-                      const typename C::Attempt& attempt)
-      -> decltype(std::declval<C&>().decide_attempt(levels, version, now, attempt)) {
+  // The central authority's attempts (see the header comment), when it keeps them.
+  bool shares_attempts() const override { return central_.shares_attempts(); }
+  absl::StatusOr<gateway::AttemptResult> decide_attempt(
+      std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
+      const gateway::AttemptRequest& attempt) override {
     for (const gateway::LevelCheck& l : levels) {
       if (!is_central(l.key)) {
         return absl::InvalidArgumentError(

@@ -3,7 +3,7 @@
 // A rule's `fair_share: {reserve, shares_above, pause_above, period, budget,
 // weight_default, weights}` (every field optional; `fair_share: {}` takes the defaults
 // 10 %, 70 %, 90 %, 10 s, the policy's rate × period and weight 1 for every tenant)
-// enables gateway::FairShareSpec (gateway/fair_share_spec.hpp). Thresholds are
+// enables gateway::FairShareSpec (gateway/fair_share/fair_share_spec.hpp). Thresholds are
 // percentages (`10%`, `72.5%`: scalars.hpp, parse_percent), `period` a duration, `budget`
 // whole units, `weight_default` a whole number in [1, 2^32] and `weights` a mapping of
 // tenant ids to such numbers (`weights: {acme: 3, globex: 2}`: a tenant's weight in the
@@ -30,7 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "quota/gateway/fair_share_spec.hpp"
+#include "quota/gateway/fair_share/fair_share_spec.hpp"
 #include "quota/rules/scalars.hpp"
 #include "quota/rules/yaml_fields.hpp"
 

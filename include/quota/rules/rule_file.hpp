@@ -7,7 +7,7 @@
 // error is placed at that entry, or at the field the message begins with when the entry
 // has it (`rules.yaml:9:29: rules[2].token_bucket.burst: burst must be ...`).
 // reload_rule_file() replaces the set in force only with a whole, valid new set, or not
-// at all. The schema is in docs/gateway.md ("Rule files"); examples/rules/ has one file
+// at all. The schema is in docs/gateway/rules.md ("Rule files"); examples/rules/ has one file
 // per contract. Needs yaml-cpp: link quota::rules.
 //
 // Thread safety: load_* are pure apart from `metrics` (Metrics is thread-safe);
@@ -37,9 +37,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rule_registry.hpp"
-#include "quota/gateway/rule_spec.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/rules/rule_parser.hpp"
 #include "quota/rules/yaml_fields.hpp"
 

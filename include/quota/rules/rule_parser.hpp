@@ -1,7 +1,7 @@
 // quota/rules/rule_parser.hpp — a rule file's YAML text into a gateway::RuleSetSpec.
 //
 // parse_rules() checks a rule file's syntax and schema and builds the RuleSetSpec it
-// describes (gateway/rule_spec.hpp); it does not check what RuleSet::create checks (ids,
+// describes (gateway/rules/rule_spec.hpp); it does not check what RuleSet::create checks (ids,
 // bounds, duplicates, unknown routes): load_rules() in rule_file.hpp does both. Every error
 // reads `<file>:<line>:<column>: <field path>: <message>` with a 1-based position and a
 // path such as `rules[2].token_bucket.burst`; unknown fields, wrong types, a second policy,
@@ -10,7 +10,7 @@
 // `<units>/<period>` (`100/s`, `1000000/1min`, `20/100ms`), durations
 // `<integer><ns|us|ms|s|min|h|d>` (scalars.hpp). This header holds the schema; the field
 // walking, its errors and the scalar readers are in yaml_fields.hpp. The schema, field for
-// field the RuleSetSpec (a * marks a required field; docs/gateway.md "Rule files" has the
+// field the RuleSetSpec (a * marks a required field; docs/gateway/rules.md "Rule files" has the
 // details):
 //
 //   version, shadow_all
@@ -48,7 +48,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/rule_spec.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
 #include "quota/policy/fixed_window.hpp"
 #include "quota/policy/sliding_log.hpp"
 #include "quota/policy/sliding_window_estimate.hpp"

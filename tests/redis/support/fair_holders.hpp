@@ -22,7 +22,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/fair_asks_exchange.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
@@ -85,7 +85,7 @@ struct FairHolder {
   gateway::LeaseMetrics metrics;
   gateway::RuleRegistry registry;
   Backend backend;
-  gateway::Gateway<Backend> gateway;
+  gateway::Gateway gateway;
 };
 
 // `holders` processes "h0", "h1", ... on a fresh key space, incarnations from

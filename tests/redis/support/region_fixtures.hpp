@@ -20,7 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "quota/gateway/gateway.hpp"
-#include "quota/gateway/rule_registry.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/regional_pool.hpp"
@@ -76,7 +76,7 @@ struct PoolProcess : RegionStores {
   region::RegionalPool<> pool;
   Backend backend;
   gateway::RuleRegistry registry;
-  gateway::Gateway<Backend> gateway;
+  gateway::Gateway gateway;
 };
 
 // A region: its redis-server and `processes` gateway processes sharing its pool.

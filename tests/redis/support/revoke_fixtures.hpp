@@ -15,8 +15,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "quota/gateway/lease_revocation.hpp"
-#include "quota/gateway/leased_backend.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/verify/envelope.hpp"

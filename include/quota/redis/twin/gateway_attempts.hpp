@@ -136,24 +136,9 @@ end
 return {1}
 )lua";
 
-// What GatewayStore::decide_attempt is given and answers (gateway/gateway.hpp fills it).
-struct GatewayAttempt {
-  std::string_view tenant_key;    // the request's tenant-level key: the record's slot
-  std::string_view id;            // 1..128 bytes, no braces or control characters
-  std::string_view fingerprint;   // the request's keys and costs
-  std::optional<Nanos> deadline;  // the caller's, kept with the record
-  Nanos ttl{0};                   // how long the record is kept
-};
-
-struct GatewayAttemptResult {
-  gateway::LevelsResult levels;
-  bool replayed = false;          // the recorded decision, nothing deducted by this call
-  std::optional<Nanos> deadline;  // the attempt's, as recorded by the call that decided it
-};
-
 struct GatewayAttemptTwin {
   // The attempt's arguments, after the levels' and keys' (ARGV[at ..]).
-  static void append_args(std::vector<std::string>& args, const GatewayAttempt& a,
+  static void append_args(std::vector<std::string>& args, const gateway::AttemptRequest& a,
                           std::int64_t claim_ms, bool last) {
     std::string& packed = args.emplace_back();
     const std::int64_t ttl =
@@ -172,8 +157,9 @@ struct GatewayAttemptTwin {
   // What op 'a' answered (`n`: the levels this call decides; a replay holds up to `all`):
   // replayed, or the levels this call decided (or took over from a pending record, then
   // with the recorded deadline); Aborted for a pending record claimed by another call.
-  static absl::StatusOr<GatewayAttemptResult> parse(const redisReply& r, std::size_t n,
-                                                    std::size_t all, const GatewayAttempt& a) {
+  static absl::StatusOr<gateway::AttemptResult> parse(const redisReply& r, std::size_t n,
+                                                      std::size_t all,
+                                                      const gateway::AttemptRequest& a) {
     if (r.type == REDIS_REPLY_ERROR) {
       if (std::string_view(r.str, r.len).find("QUOTA_ATTEMPT_MISMATCH") != std::string_view::npos) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -194,7 +180,7 @@ struct GatewayAttemptTwin {
     if (mode < 0 || mode > 3 || r.elements < 3 || r.element[1]->type != REDIS_REPLY_STRING) {
       return absl::UnavailableError("malformed reply from the gateway script's attempt");
     }
-    GatewayAttemptResult out{.levels = {}, .replayed = mode == 1, .deadline = a.deadline};
+    gateway::AttemptResult out{.levels = {}, .replayed = mode == 1, .deadline = a.deadline};
     const std::string_view dl(r.element[1]->str, r.element[1]->len);
     if (mode != 0) {
       std::int64_t ns = 0;
@@ -218,7 +204,7 @@ struct GatewayAttemptTwin {
 
   // Completes a pending record with the whole decision `levels` (kGatewayAttemptLua 'f'),
   // or with nullptr abandons it ('a'); true when the record was written or removed.
-  static bool close_record(Script& script, const std::string& key, const GatewayAttempt& a,
+  static bool close_record(Script& script, const std::string& key, const gateway::AttemptRequest& a,
                            std::optional<Nanos> deadline, const gateway::LevelsResult* levels) {
     const std::string fp(a.fingerprint);
     std::vector<std::string> args{"a", fp};

@@ -9,7 +9,7 @@
 // for them. The gateway's loop
 // calls them from its dispatch points (marked "windows" there) and does the rest —
 // rule changes, debt, shadow, the TTL — as for its other kinds, so each kind is
-// bit-identical to KeyState (gateway/key_state.hpp, gateway/rule_kinds.hpp). The
+// bit-identical to KeyState (gateway/key_state.hpp, gateway/rules/rule_kinds.hpp). The
 // arithmetic is the RedisStore twins': the estimate's est_* macros and kLuaEstimateMath
 // (twin/sliding_window_estimate.hpp, twin/skeleton.hpp), the log's kLuaLogEvents
 // (twin/sliding_log.hpp). Immutable text: thread-safe.

@@ -1,4 +1,4 @@
-// quota/gateway/lease_state.hpp — what one gateway process holds of one leased key.
+// quota/gateway/leases/lease_state.hpp — what one gateway process holds of one leased key.
 //
 // The per-key state of LeasedBackend (leased_backend.hpp): the grants held (each with its
 // own expiry and rule-set version, spent oldest first), the one grant request that may be
@@ -28,10 +28,10 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
-#include "quota/gateway/grant_ledger.hpp"
-#include "quota/gateway/lease_grant.hpp"
-#include "quota/gateway/lease_metrics.hpp"
-#include "quota/gateway/lease_spec.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/leases/lease_grant.hpp"
+#include "quota/gateway/leases/lease_metrics.hpp"
+#include "quota/gateway/leases/lease_spec.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway::detail {

@@ -1,4 +1,4 @@
-// quota/gateway/rule_registry.hpp — the rule set in force, swapped atomically, and the
+// quota/gateway/rules/rule_registry.hpp — the rule set in force, swapped atomically, and the
 // global shadow switch.
 //
 // A RuleRegistry holds one validated RuleSet (rules.hpp). `publish()` swaps in a set
@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "quota/detail/mutex.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 
 namespace quota::gateway {
 

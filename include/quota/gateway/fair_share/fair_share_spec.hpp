@@ -1,5 +1,5 @@
-// quota/gateway/fair_share_spec.hpp — the `fair_share` option of a rule: fair shares of a
-// budget shared by every tenant near saturation.
+// quota/gateway/fair_share/fair_share_spec.hpp — the `fair_share` option of a rule: fair shares of
+// a budget shared by every tenant near saturation.
 //
 // A global rule (the one budget level shared by tenants) with `fair_share` enabled is
 // decided, in each gateway process, by a quota::fair::FairShare allocator
@@ -11,7 +11,7 @@
 // `shares_above` tenants draw freely, above it each active tenant is held to its exact
 // weighted max-min share of budget − reserve, and above `pause_above` new admissions
 // pause. Admitted units count as in use for one period. The Gateway keeps the allocator
-// (gateway/fair_limits.hpp).
+// (gateway/fair_share/fair_limits.hpp).
 //
 // Validation (RuleSet::create, naming the field): only on a global rule; 0 ≤ reserve <
 // 100 %; 0 < shares_above ≤ pause_above ≤ 100 %; pause_above ≥ 100 % − reserve (the

@@ -1,4 +1,4 @@
-// quota/gateway/lease_revocation.hpp — a rule change that reaches leased keys at once.
+// quota/gateway/leases/lease_revocation.hpp — a rule change that reaches leased keys at once.
 //
 // A leased rule with `lease.revoke: at_once` (lease_spec.hpp) does not wait for its grants
 // to expire when it changes. The gateway that installs the change revokes them at the
@@ -36,10 +36,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "quota/gateway/grant_ledger.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/rule_registry.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rules.hpp"
 
 namespace quota::gateway {
 

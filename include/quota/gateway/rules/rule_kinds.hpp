@@ -1,4 +1,4 @@
-// quota/gateway/rule_kinds.hpp — what the gateway's KeyState asks of each policy kind.
+// quota/gateway/rules/rule_kinds.hpp — what the gateway's KeyState asks of each policy kind.
 //
 // `RuleKind<P>` holds, for one policy kind P of a rule (TokenBucket, FixedWindow,
 // SlidingLog, SlidingWindowEstimate), the operations key_state.hpp combines into rule

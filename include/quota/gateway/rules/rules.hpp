@@ -1,4 +1,4 @@
-// quota/gateway/rules.hpp — the validated rule set a gateway decides with.
+// quota/gateway/rules/rules.hpp — the validated rule set a gateway decides with.
 //
 // A RuleSet is an immutable snapshot of a RuleSetSpec (rule_spec.hpp): the route classes
 // (a whitelist, each with its costs, fail mode and cap), the rules (each one budget: a
@@ -37,8 +37,8 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rule.hpp"
-#include "quota/gateway/rule_spec.hpp"
+#include "quota/gateway/rules/rule.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
 #include "quota/gateway/store_key.hpp"
 #include "quota/units.hpp"
 

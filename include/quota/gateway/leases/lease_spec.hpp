@@ -1,4 +1,4 @@
-// quota/gateway/lease_spec.hpp — the `lease` option of a rule: whether a gateway process
+// quota/gateway/leases/lease_spec.hpp — the `lease` option of a rule: whether a gateway process
 // decides the rule's budget locally from a grant it holds, and the grant's parameters.
 //
 // A rule with `lease` on (or automatic, above a measured rate) is decided by

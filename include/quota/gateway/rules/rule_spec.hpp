@@ -1,4 +1,4 @@
-// quota/gateway/rule_spec.hpp — the rule model as plain data: route classes, the budgets
+// quota/gateway/rules/rule_spec.hpp — the rule model as plain data: route classes, the budgets
 // (rules) they draw on, their costs and their rollout. RuleSet::create (rules.hpp)
 // validates a RuleSetSpec into the set a gateway decides with; rule files
 // (quota/rules/rule_file.hpp, target quota::rules) parse into the same spec.
@@ -46,9 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "quota/gateway/fair_share_spec.hpp"
+#include "quota/gateway/fair_share/fair_share_spec.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/lease_spec.hpp"
+#include "quota/gateway/leases/lease_spec.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/units.hpp"
 

@@ -1,4 +1,4 @@
-// quota/gateway/grant_ledger.hpp — the authority's record of lease grants: who holds what.
+// quota/gateway/leases/grant_ledger.hpp — the authority's record of lease grants: who holds what.
 //
 // Every grant a LeasedBackend (leased_backend.hpp) takes is recorded at the authority
 // beside the budget it was taken from: the key, the grant id (which names the holder's

@@ -1,8 +1,8 @@
-// quota/gateway/leased_backend.hpp — a gateway backend that decides leased budgets locally.
+// quota/gateway/leases/leased_backend.hpp — a gateway backend that decides leased budgets locally.
 //
 // `LeasedBackend<Inner>` wraps any gateway backend (backend.hpp: StoreBackend in-process,
 // quota::redis::GatewayStore on Redis) and satisfies the same concept, so
-// `Gateway<LeasedBackend<...>>` keeps the rules, versions, fail modes, shadow mode and
+// `Gateway` keeps the rules, versions, fail modes, shadow mode and
 // metrics of the gateway. A level whose rule has `lease` on (lease_spec.hpp; or `auto`
 // while this process decides the key at or above the rule's rate) is decided from the
 // grant this process holds for the key; every other level goes to the inner backend.
@@ -49,7 +49,12 @@
 //   - Costs: a request costing more than `lease.units` on a level is decided there by
 //     the authority. A settle refund on a leased key goes back into the grants held
 //     (never above what each brought), never to the authority; a deficit is charged at
-//     the authority. Attempts are this process's own (the gateway's AttemptCache).
+//     the authority.
+//   - Attempts: over an inner backend that shares them (Redis), a request with an attempt
+//     id is decided there entirely, leased levels too: its record lives beside its budget,
+//     so a retry is replayed at any process and across a reload that adds or removes a
+//     lease; exact, since grants held anywhere are already spent there. Otherwise they
+//     are the Gateway's own (its AttemptCache) and leases decide as for any request.
 //
 // Thread safety: any thread (as the inner backend).
 //
@@ -79,16 +84,16 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/grant_ledger.hpp"
-#include "quota/gateway/lease_grant.hpp"
-#include "quota/gateway/lease_metrics.hpp"
-#include "quota/gateway/lease_spec.hpp"
-#include "quota/gateway/lease_state.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/leases/lease_grant.hpp"
+#include "quota/gateway/leases/lease_metrics.hpp"
+#include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/gateway/leases/lease_state.hpp"
 
 namespace quota::gateway {
 
 template <GatewayBackend Inner, GrantRecorder Ledger = GrantLedger>
-class LeasedBackend {
+class LeasedBackend final : public Backend {
  public:
   // `inner` and `ledger` must outlive the backend. A backoff below 1 ns is raised to it.
   LeasedBackend(Inner& inner, Ledger& ledger, LeasedBackendOptions options = {})
@@ -109,7 +114,7 @@ class LeasedBackend {
   std::uint64_t incarnation() const { return options_.incarnation; }
 
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
-                                      Nanos now) {
+                                      Nanos now) override {
     CheckVector<detail::KeyLease*> leased;
     for (const LevelCheck& l : levels) leased.push_back(lease_for(l, version, now));
     // A run: one leased level, decided from this process's grants, or the levels up to
@@ -151,7 +156,7 @@ class LeasedBackend {
 
   absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
                                     std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) {
+                                    Nanos now) override {
     if (detail::KeyLease* k = keys_.find(key)) {
       quota::detail::MutexLock lock(k->mu);
       if (k->leasing) return to_micro(k->give_back(units, counters(k->level)));
@@ -160,8 +165,17 @@ class LeasedBackend {
   }
 
   absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) {
+                                    std::string_view key, std::int64_t units, Nanos now) override {
     return inner_.charge(policy, version, key, units, now);
+  }
+
+  // A request with an attempt id, over an inner backend that shares attempts: decided
+  // there, every level (see the header comment).
+  bool shares_attempts() const override { return inner_.shares_attempts(); }
+  absl::StatusOr<AttemptResult> decide_attempt(std::span<const LevelCheck> levels,
+                                               std::uint64_t version, Nanos now,
+                                               const AttemptRequest& attempt) override {
+    return inner_.decide_attempt(levels, version, now, attempt);
   }
 
   // What this process holds, by key (an operator's view of one holder; the authority's

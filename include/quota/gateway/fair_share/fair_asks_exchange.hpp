@@ -1,4 +1,4 @@
-// quota/gateway/fair_asks_exchange.hpp — how the holders of a fair-share budget learn
+// quota/gateway/fair_share/fair_asks_exchange.hpp — how the holders of a fair-share budget learn
 // where its demand is.
 //
 // With several gateway processes (holders) admitting one fair-share budget

@@ -1,4 +1,5 @@
-// quota/gateway/fair_limits.hpp — the fair-share allocators of a gateway's global budgets.
+// quota/gateway/fair_share/fair_limits.hpp — the fair-share allocators of a gateway's global
+// budgets.
 //
 // A Gateway (gateway.hpp) keeps one FairLimits: for each budget whose rule has
 // `fair_share` (fair_share_spec.hpp) — a global rule, one store key shared by every
@@ -74,9 +75,9 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/fair/fair_share.hpp"
-#include "quota/gateway/fair_asks_exchange.hpp"
+#include "quota/gateway/fair_share/fair_asks_exchange.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/rules/rules.hpp"
 
 namespace quota::gateway {
 

@@ -1,4 +1,4 @@
-// quota/gateway/lease_grant.hpp — the options of LeasedBackend, and how one grant is taken.
+// quota/gateway/leases/lease_grant.hpp — the options of LeasedBackend, and how one grant is taken.
 //
 // LeasedBackend (leased_backend.hpp) documents the rules; this header holds its options,
 // what it lists of one key (`Holding`), and how a grant is taken: the ledger's record of
@@ -28,9 +28,9 @@
 #include "absl/strings/str_cat.h"
 #include "quota/decision.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/grant_ledger.hpp"
-#include "quota/gateway/lease_metrics.hpp"
-#include "quota/gateway/rules.hpp"
+#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/leases/lease_metrics.hpp"
+#include "quota/gateway/rules/rules.hpp"
 #include "quota/lease/holder.hpp"
 
 namespace quota::gateway {
@@ -101,7 +101,7 @@ absl::StatusOr<Granted> take_grant(Inner& inner, Ledger& ledger, const LevelChec
   if (version < *below) return Granted{.decision = {}, .revoked_below = *below};
   requests.fetch_add(1, std::memory_order_relaxed);
   const LevelCheck grant{.policy = l.policy, .key = l.key, .shadow = false, .cost = units};
-  if constexpr (requires { typename Inner::Attempt; }) {
+  if (inner.shares_attempts()) {
     const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
     auto r = inner.decide_attempt(std::span(&grant, 1), version, now,
                                   {.tenant_key = l.key,

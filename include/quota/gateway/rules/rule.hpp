@@ -1,4 +1,4 @@
-// quota/gateway/rule.hpp — one validated rule of a RuleSet, and what a plan asks of a
+// quota/gateway/rules/rule.hpp — one validated rule of a RuleSet, and what a plan asks of a
 // request: the values RuleSet (rules.hpp) hands out and the gateway decides with.
 //
 // A Rule is built only by RuleSet::create, so its fields are valid: `id` names it uniquely
@@ -22,7 +22,7 @@
 
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rule_spec.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
 #include "quota/gateway/store_key.hpp"
 
 namespace quota::gateway {

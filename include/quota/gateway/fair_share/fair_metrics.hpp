@@ -1,4 +1,4 @@
-// quota/gateway/fair_metrics.hpp — the fair-share allocators' state as Prometheus text.
+// quota/gateway/fair_share/fair_metrics.hpp — the fair-share allocators' state as Prometheus text.
 //
 // render_prometheus(gateway.fair_shares()) renders what each fair-share budget of a
 // Gateway (fair_limits.hpp, FairLimitStats) is doing, one series per budget labelled by
@@ -38,7 +38,7 @@
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
 #include "quota/detail/keyed_states.hpp"
-#include "quota/gateway/fair_limits.hpp"
+#include "quota/gateway/fair_share/fair_limits.hpp"
 #include "quota/gateway/metrics.hpp"
 
 namespace quota::gateway {

@@ -1,4 +1,4 @@
-// quota/gateway/lease_metrics.hpp — what leases do, counted per budget level.
+// quota/gateway/leases/lease_metrics.hpp — what leases do, counted per budget level.
 //
 // A LeasedBackend (leased_backend.hpp) counts, per level (user, tenant, global — labels
 // from configuration only, never a key): the units held now, grants taken and the units
@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "quota/detail/keyed_states.hpp"
-#include "quota/gateway/rule_spec.hpp"
+#include "quota/gateway/rules/rule_spec.hpp"
 
 namespace quota::gateway {
 
