@@ -18,7 +18,7 @@
 // guard are on unless their flags turn them off (redis_flags.hpp).
 //
 // The Checker decides over it through a CountedRedisStore (counted_redis_store.hpp),
-// which counts Redis errors by kind.
+// which counts Redis errors by kind; make_redis_budgets() builds both.
 //
 // Thread safety: call once, at start.
 //
@@ -29,9 +29,13 @@
 
 #include <chrono>
 #include <memory>
+#include <string_view>
 #include <utility>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "counted_redis_store.hpp"
+#include "envoy_redis.hpp"
 #include "options.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "redis_flags.hpp"
@@ -103,6 +107,27 @@ inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
   store_options.coalesce = static_cast<int>(o.redis_coalesce);
   store_options.coalesce_calls = static_cast<int>(o.redis_coalesce_calls);
   return std::make_unique<redis::GatewayStore>(std::move(store_options));
+}
+
+// The budgets in Redis the --redis* options name, counting Redis errors into `stats`:
+// both parts null without --redis*. An envoyproxy/ratelimit rule file whose limits Redis
+// cannot keep (`envoy`, null in quota's format) is refused, naming `origin`.
+struct RedisBudgets {
+  std::unique_ptr<redis::GatewayStore> store;
+  std::unique_ptr<CountedRedisStore> counted;  // over `store`: what the Checker decides on
+};
+inline absl::StatusOr<RedisBudgets> make_redis_budgets(const Options& o, const EnvoyRules* envoy,
+                                                       const std::string& origin,
+                                                       DecisionStats& stats) {
+  RedisBudgets out{.store = make_redis_store(o), .counted = nullptr};
+  if (out.store == nullptr) return out;
+  if (envoy != nullptr) {
+    if (auto s = check_envoy_for_redis(*envoy); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(origin, ": ", s.message()));
+    }
+  }
+  out.counted = std::make_unique<CountedRedisStore>(*out.store, stats);
+  return out;
 }
 
 }  // namespace quota::server

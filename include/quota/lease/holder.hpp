@@ -4,10 +4,11 @@
 // A holder (a LeasedLimiter, a gateway's LeasedBackend) names its grants after its
 // incarnation, a random odd number drawn once per process start, so that the authority
 // tells a restarted holder's grants from the ones it held before. After a failed grant a
-// holder waits before it asks again: backoff_min doubled per failure after the first, at
-// most backoff_max, with jitter — uniformly in [b/2, b] — so that holders that failed
-// together do not ask again together. The jitter's generator is seeded with the
-// incarnation, so a holder's waits are reproducible from its options.
+// holder (and a regional pool's process after a failed refill) waits before it asks
+// again: backoff_min doubled per failure after the first, at most backoff_max, with
+// jitter — uniformly in [b/2, b] — so that holders that failed together do not ask again
+// together. The jitter's generator is seeded with the incarnation, so a holder's waits
+// are reproducible from its options.
 //
 // Thread safety: random_incarnation() may be called from any thread; a GrantBackoff's
 // after() too (one mutex around its generator).

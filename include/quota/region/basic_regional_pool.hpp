@@ -66,7 +66,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,6 +78,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/lease/holder.hpp"
 #include "quota/region/pool_model.hpp"
 #include "quota/units.hpp"
 
@@ -91,6 +91,9 @@ struct PoolOptions {
   std::int64_t low_water = 250;
   int max_grants = 4;
   Nanos lock_ttl = std::chrono::seconds(5);  // above the central store's deadline
+  // After a failed refill the key's lock is held (no refill in the region) for a backoff:
+  // backoff_min doubled per failure in a row, at most backoff_max, jittered
+  // (lease/holder.hpp GrantBackoff, as for every grant holder).
   Nanos backoff_min = std::chrono::milliseconds(1);
   Nanos backoff_max = std::chrono::seconds(1);
   // How long a request that finds the pool empty waits for a refill in flight (another
@@ -108,7 +111,9 @@ class BasicRegionalPool : public gateway::Backend {
         script_(record),
         central_(central),
         ledger_(ledger),
-        token_(new_token()) {}
+        self_(random_incarnation()),
+        token_(absl::StrCat(absl::Hex(self_))),
+        backoff_(options_.backoff_min, options_.backoff_max, self_) {}
 
   absl::StatusOr<gateway::LevelsResult> decide(std::span<const gateway::LevelCheck> levels,
                                                std::uint64_t version, Nanos now) override {
@@ -155,10 +160,6 @@ class BasicRegionalPool : public gateway::Backend {
 
  private:
   static constexpr MicroUnits kMicro = 1'000'000;
-
-  static std::string new_token() {
-    return absl::StrCat(absl::Hex(std::random_device{}()), absl::Hex(std::random_device{}()));
-  }
 
   static PoolOptions fill(PoolOptions o) {
     o.units = std::max<std::int64_t>(o.units, 1);
@@ -255,7 +256,7 @@ class BasicRegionalPool : public gateway::Backend {
     if (!locked.ok() || locked->code != 1) return false;
     auto id = script_.claim(l.key, options_.units, options_.region);
     if (!id.ok()) {  // the pool's record did not answer: marked unavailable for the backoff
-      (void)script_.fail(l.key, 'u', token, to_us(backoff(++failures_)));
+      (void)script_.fail(l.key, 'u', token, to_us(backoff_.after(++failures_)));
       return true;  // if that fails too, the lock expires
     }
     grant_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -264,7 +265,7 @@ class BasicRegionalPool : public gateway::Backend {
     auto got = ask_central(grant, version, id->id, now);
     if (!got.ok() || got->parts.size() != 1) {
       // Unknown outcome: the id stays pending for the next refill, after the backoff.
-      (void)script_.fail(l.key, 'u', token, to_us(backoff(++failures_)));
+      (void)script_.fail(l.key, 'u', token, to_us(backoff_.after(++failures_)));
       return true;
     }
     failures_ = 0;
@@ -320,18 +321,13 @@ class BasicRegionalPool : public gateway::Backend {
 
   static std::int64_t to_us(Nanos n) { return std::max<std::int64_t>(1, n.count() / 1000); }
 
-  Nanos backoff(int failures) {
-    std::int64_t b = options_.backoff_min.count();
-    const std::int64_t cap = options_.backoff_max.count();
-    for (int i = 1; i < failures && b < cap; ++i) b = b > cap / 2 ? cap : b * 2;
-    return Nanos{std::min(b, cap)};
-  }
-
   PoolOptions options_;
   Record& script_;
   Central& central_;
   Ledger& ledger_;
-  std::string token_;  // this process's lock tokens: token_-<n>
+  const std::uint64_t self_;  // this process, drawn once (lease/holder.hpp)
+  std::string token_;         // this process's lock tokens: token_-<n>
+  GrantBackoff backoff_;      // after a failed refill: jittered, seeded with self_
   std::atomic<std::uint64_t> refills_{0};
   std::atomic<int> failures_{0};
   std::atomic<std::int64_t> grant_requests_{0};
