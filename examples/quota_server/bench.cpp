@@ -46,7 +46,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "checker.hpp"
+#include "backend/checker.hpp"
 #include "common/cli.hpp"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "quota/clock.hpp"

@@ -31,14 +31,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "checker.hpp"
-#include "envoy_json.hpp"
-#include "grpc_service.hpp"
-#include "http_api.hpp"
-#include "http_listener.hpp"
-#include "options.hpp"
+#include "api/grpc/grpc_service.hpp"
+#include "api/http/envoy_json.hpp"
+#include "api/http/http_api.hpp"
+#include "api/http/http_listener.hpp"
+#include "backend/checker.hpp"
+#include "config/options.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "server_stats.hpp"
+#include "stats/server_stats.hpp"
 
 namespace quota::server {
 

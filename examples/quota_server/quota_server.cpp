@@ -29,13 +29,13 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "checker.hpp"
+#include "backend/checker.hpp"
+#include "backend/redis_backend.hpp"
+#include "config/options.hpp"
 #include "listeners.hpp"
-#include "options.hpp"
-#include "redis_backend.hpp"
-#include "rule_sources.hpp"
-#include "rules_admin.hpp"
-#include "server_stats.hpp"
+#include "rules/rule_sources.hpp"
+#include "rules/rules_admin.hpp"
+#include "stats/server_stats.hpp"
 
 // The reason on stderr, and the exit code.
 static int fail(const absl::Status& s, int code) {

@@ -1,0 +1,363 @@
+// examples/quota_server/api/http/http_api.hpp — quota-server's HTTP endpoints (cpp-httplib).
+//
+//   POST /v1/check   JSON {tenant, route, cost, attempt_id, rule_version} (plus plan, user)
+//                    → 200 {allowed, remaining, retry_after_ms, reset_after_ms, rule,
+//                    applied_rule_version, reason} for every decision the rules made
+//                    (allowed or not); 503 with that body when the store cannot decide
+//                    and the route fails closed; 400 {error, message} for a body over
+//                    kMaxJsonBytes, malformed JSON (json.hpp), an unknown member, a member
+//                    of the wrong type, or a request checker.hpp refuses; 404 when no
+//                    tenant rule applies. An error deducts nothing. The caller of this
+//                    API is trusted: every member is taken as sent.
+//   GET  /v1/auth    nginx auth_request: the X-Quota-* request headers --auth-headers
+//                    names (auth_headers.hpp; by default X-Quota-Tenant and
+//                    X-Quota-Route; others are ignored) → 204 admitted
+//                    (RateLimit-Policy, RateLimit); 403 otherwise, with X-Quota-Status
+//                    naming the answer the gateway should give its client: 429 over the
+//                    limit (Retry-After, RateLimit-Policy, RateLimit: quota/http.hpp),
+//                    400 bad input, 403 no tenant rule for the identity — auth_request
+//                    passes 401 and 403 on and turns any other status into 500, so a
+//                    client's error must travel in a 403 to reach its client as one.
+//                    503 when the store cannot decide (nginx: 500, answered 503).
+//   GET  /healthz    200 while the process serves HTTP
+//   GET  /readyz     200 once every listener is up and the budget store can decide
+//                    (Checker::store_ready: a probe on Redis at most once a second); 503
+//                    before, while draining, and while the store cannot decide
+//   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
+//                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
+//                    with Redis quota_lease_*{level} (quota/gateway/leases/lease_metrics.hpp),
+//                    quota_rule_version, the decision-latency histogram, near-limit,
+//                    Redis errors by kind (decision_stats.hpp), what the HTTP listener
+//                    refused (http_listener.hpp) — labels from configuration only, except
+//                    the top-K tenants (at most 20 series).
+//
+// `rule_version` in a check is the version the caller expects; the decision is made with
+// the rules in force, and applied_rule_version says which (a caller ahead of the server
+// sees a smaller number). times are whole milliseconds rounded up; retry_after_ms is 0
+// when admitted and -1 when waiting never helps (a budget that never refills, a request
+// over a per-request cap).
+//
+// Thread safety: the listener calls the handlers from its workers; Checker, ServerStats
+// and Metrics are thread-safe, `ready` is atomic.
+//
+//   quota::server::HttpListener http({});
+//   quota::server::add_http_api(http, {.checker = &checker, .stats = &stats,
+//                                      .metrics = &metrics, .ready = &ready});
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "api/http/http_errors.hpp"
+#include "api/http/http_listener.hpp"
+#include "api/http/json.hpp"
+#include "backend/checker.hpp"
+#include "config/auth_headers.hpp"
+#include "quota/clock.hpp"
+#include "quota/gateway/fair_share/fair_metrics.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/http.hpp"
+#include "stats/server_stats.hpp"
+
+namespace quota::server {
+
+// The largest body of POST /v1/check, the bound of HttpLimits::max_body_bytes too: one
+// limit, answered 400 with a message whatever the Content-Type.
+inline constexpr std::size_t kMaxJsonBytes = 8192;
+
+struct HttpApi {
+  Checker* checker = nullptr;
+  ServerStats* stats = nullptr;
+  const gateway::Metrics* metrics = nullptr;
+  const std::atomic<bool>* ready = nullptr;
+  AuthHeaders auth{};                      // what GET /v1/auth reads
+  const HttpListener* listener = nullptr;  // its refusals on /metrics; may be null
+};
+
+// The CheckRequest of a /v1/check body (see the top of this file); InvalidArgument
+// naming the member otherwise. `rule_version` is returned through `expected_version`.
+inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
+                                                     std::int64_t* expected_version) {
+  if (body.size() > kMaxJsonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
+  }
+  auto object = parse_flat_object(body);
+  if (!object.ok()) return object.status();
+  CheckRequest req;
+  for (const auto& [key, v] : *object) {
+    const auto want = [&](JsonValue::Kind kind, const char* what) {
+      return v.kind == kind ? absl::OkStatus()
+                            : absl::InvalidArgumentError(
+                                  absl::StrFormat("member \"%s\": expected %s", key, what));
+    };
+    std::string* text = key == "tenant"       ? &req.tenant
+                        : key == "plan"       ? &req.plan
+                        : key == "user"       ? &req.user
+                        : key == "route"      ? &req.route
+                        : key == "attempt_id" ? &req.attempt_id
+                                              : nullptr;
+    if (text != nullptr) {
+      if (auto s = want(JsonValue::kString, "a string"); !s.ok()) return s;
+      *text = v.string;
+    } else if (key == "cost") {
+      if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
+      req.cost = v.integer;
+    } else if (key == "rule_version") {
+      if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
+      if (v.integer < 0) return absl::InvalidArgumentError("member \"rule_version\": must be >= 0");
+      *expected_version = v.integer;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unknown member \"%s\" (expected tenant, route, cost, attempt_id, rule_version, plan, "
+          "user)",
+          key));
+    }
+  }
+  return req;
+}
+
+namespace detail {
+
+inline std::int64_t ceil_ms(Nanos d) {
+  if (d == kNever) return -1;
+  if (d.count() <= 0) return 0;
+  return d.count() / 1'000'000 + (d.count() % 1'000'000 != 0);
+}
+
+inline std::string decision_body(const Checked& c) {
+  const Decision& d = c.result.decision;
+  return absl::StrCat("{\"allowed\":", d.allowed ? "true" : "false",
+                      ",\"remaining\":", d.remaining < 0 ? 0 : d.remaining,
+                      ",\"retry_after_ms\":", d.allowed ? 0 : ceil_ms(d.retry_after),
+                      ",\"reset_after_ms\":", ceil_ms(d.reset_after),
+                      ",\"rule\":", json_quote(c.result.rule),
+                      ",\"applied_rule_version\":", d.version,
+                      ",\"reason\":", json_quote(to_string(d.reason)), "}\n");
+}
+
+// A header --auth-headers does not name, present in an auth subrequest: ignored, and
+// noted once per header on stderr (the gateway passes its client's headers on, or sets
+// one the operator forgot to name).
+inline void note_ignored(const httplib::Request& req, const char* header, bool read) {
+  static std::atomic<unsigned> noted{0};
+  static constexpr const char* kNames[] = {"X-Quota-Route", "X-Quota-Plan", "X-Quota-User",
+                                           "X-Quota-Cost", "X-Quota-Attempt-Id"};
+  if (read || !req.has_header(header)) return;
+  unsigned bit = 0;
+  while (bit < 5 && std::string_view(kNames[bit]) != header) ++bit;
+  if ((noted.fetch_or(1u << bit) & (1u << bit)) != 0) return;
+  std::fprintf(stderr,
+               "quota-server: note: GET /v1/auth ignores header %s: --auth-headers does not "
+               "name it (docs/deploying.md)\n",
+               header);
+}
+
+// The X-Quota-* headers of an auth subrequest that `auth` names, as a CheckRequest.
+inline absl::StatusOr<CheckRequest> auth_request_of(const httplib::Request& req,
+                                                    const AuthHeaders& auth) {
+  const auto read = [&](const char* header, bool named) {
+    note_ignored(req, header, named);
+    return named ? req.get_header_value(header) : std::string();
+  };
+  CheckRequest c{.tenant = req.get_header_value("X-Quota-Tenant"),
+                 .plan = read("X-Quota-Plan", auth.plan),
+                 .user = read("X-Quota-User", auth.user),
+                 .route = read("X-Quota-Route", auth.route),
+                 .cost = std::nullopt,
+                 .attempt_id = read("X-Quota-Attempt-Id", auth.attempt_id)};
+  if (c.tenant.empty()) return absl::InvalidArgumentError("header X-Quota-Tenant is missing");
+  note_ignored(req, "X-Quota-Cost", auth.cost);
+  if (auth.cost && req.has_header("X-Quota-Cost")) {
+    std::int64_t cost = 0;
+    const std::string v = req.get_header_value("X-Quota-Cost");
+    if (!absl::SimpleAtoi(v, &cost)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("header X-Quota-Cost: expected an integer, got \"%s\"", v));
+    }
+    c.cost = cost;
+  }
+  return c;
+}
+
+// An auth subrequest's answer that is not "admitted" nor "cannot decide": 403, with the
+// status the gateway should answer its client in X-Quota-Status (see the top of this
+// file). Errors keep their JSON body.
+inline void set_auth_refusal(httplib::Response& res, int client_status) {
+  res.status = 403;
+  res.set_header("X-Quota-Status", std::to_string(client_status));
+}
+
+inline void set_auth_error(httplib::Response& res, const absl::Status& s) {
+  const int status = http_status_of(s);
+  if (status == 400 || status == 404) {
+    res.set_content(error_body(s), "application/json");
+    return set_auth_refusal(res, status == 400 ? 400 : 403);
+  }
+  set_error(res, s);
+}
+
+}  // namespace detail
+
+// What the HTTP listener refused, as Prometheus counters.
+inline std::string render_listener(const HttpListener& l) {
+  const HttpListener::Counters c = l.counters();
+  return absl::StrFormat(
+      "# HELP quota_server_http_refused_total HTTP connections and requests the listener "
+      "refused, by reason\n# TYPE quota_server_http_refused_total counter\n"
+      "quota_server_http_refused_total{reason=\"connections\"} %d\n"
+      "quota_server_http_refused_total{reason=\"body_size\"} %d\n"
+      "quota_server_http_refused_total{reason=\"request_timeout\"} %d\n"
+      "quota_server_http_refused_total{reason=\"idle\"} %d\n"
+      "# HELP quota_server_http_connections open HTTP connections\n"
+      "# TYPE quota_server_http_connections gauge\nquota_server_http_connections %d\n",
+      c.connections_refused, c.bodies_refused, c.requests_timed_out, c.idle_closed,
+      l.open_connections());
+}
+
+// Registers the endpoints (see the top of this file) on `server`.
+inline void add_http_api(httplib::Server& server, HttpApi api) {
+  server.Post("/v1/check", [api](const httplib::Request& req, httplib::Response& res) {
+    const TimedCall timed(*api.stats);
+    std::int64_t expected_version = -1;
+    auto parsed = check_request_of(req.body, &expected_version);
+    const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
+    if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
+    if (!parsed.ok()) {
+      api.stats->count(Api::kCheck, answer_of(parsed.status()));
+      return detail::set_error(res, parsed.status());
+    }
+    // A check that names the rule version it expects is decided only under that version.
+    if (expected_version >= 0 &&
+        static_cast<std::uint64_t>(expected_version) != api.checker->rule_version()) {
+      const absl::Status s = absl::FailedPreconditionError(
+          absl::StrFormat("rule_version %d expected; version %d is in force (nothing deducted)",
+                          expected_version, api.checker->rule_version()));
+      api.stats->count(Api::kCheck, answer_of(s));
+      return detail::set_error(res, s);
+    }
+    auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
+    if (!c.ok()) {
+      api.stats->count(Api::kCheck, answer_of(c.status()));
+      return detail::set_error(res, c.status());
+    }
+    api.stats->observe(*parsed, *c);
+    const Decision& d = c->result.decision;
+    const bool unavailable = d.reason == Reason::kUnavailable;
+    api.stats->count(Api::kCheck, unavailable ? Answer::kUnavailable
+                                  : d.allowed ? Answer::kOk
+                                              : Answer::kOverLimit);
+    res.status = unavailable ? 503 : 200;
+    if (unavailable) res.set_header("Retry-After", "1");
+    res.set_content(detail::decision_body(*c), "application/json");
+  });
+
+  server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
+    const TimedCall timed(*api.stats);
+    auto parsed = detail::auth_request_of(req, api.auth);
+    const Checker::Pin pin = api.checker->pin();  // one rule set for the whole call
+    if (parsed.ok()) parsed = api.checker->resolve(*std::move(parsed));
+    if (!parsed.ok()) {
+      api.stats->count(Api::kAuth, answer_of(parsed.status()));
+      return detail::set_auth_error(res, parsed.status());
+    }
+    auto c = api.checker->check(pin, *parsed, SteadyClock{}.now());
+    if (!c.ok()) {
+      api.stats->count(Api::kAuth, answer_of(c.status()));
+      return detail::set_auth_error(res, c.status());
+    }
+    api.stats->observe(*parsed, *c);
+    const Decision& d = c->result.decision;
+    if (d.reason == Reason::kUnavailable) {
+      api.stats->count(Api::kAuth, Answer::kUnavailable);
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      return;
+    }
+    api.stats->count(Api::kAuth, d.allowed ? Answer::kOk : Answer::kOverLimit);
+    if (d.allowed) {
+      res.status = 204;
+    } else {
+      detail::set_auth_refusal(res, 429);
+    }
+    if (c->policy) {
+      for (const http::Header& h : http::answer(d, *c->policy).headers) {
+        res.set_header(h.name, h.value);
+      }
+    }
+  });
+
+  // A known path asked with another method: 405 naming the one it takes.
+  const auto only = [](const char* method) {
+    return [method](const httplib::Request& req, httplib::Response& res) {
+      res.status = 405;
+      res.set_header("Allow", method);
+      detail::set_error_body(res, absl::InvalidArgumentError(absl::StrFormat(
+                                      "%s %s: this path takes %s", req.method, req.path, method)));
+    };
+  };
+  const std::pair<const char*, const char*> known[] = {{"/v1/check", "POST"}, {"/json", "POST"},
+                                                       {"/v1/auth", "GET"},   {"/healthz", "GET"},
+                                                       {"/readyz", "GET"},    {"/metrics", "GET"}};
+  for (const auto& [path, method] : known) {
+    if (std::string_view(method) == "POST") {
+      server.Get(path, only(method));
+    } else {
+      server.Post(path, only(method));
+    }
+    server.Put(path, only(method));
+    server.Delete(path, only(method));
+    server.Patch(path, only(method));
+  }
+
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  // Ready: every listener up, not draining, and the budget store able to decide (a
+  // Redis that cannot: 503 naming why, until it can).
+  server.Get("/readyz", [api](const httplib::Request&, httplib::Response& res) {
+    if (!api.ready->load(std::memory_order_acquire)) {
+      res.status = 503;
+      return res.set_content("not ready: starting or draining\n", "text/plain");
+    }
+    const absl::Status store = api.checker->store_ready(SteadyClock{}.now());
+    res.status = store.ok() ? 200 : 503;
+    res.set_content(
+        store.ok()
+            ? std::string("ready\n")
+            : absl::StrCat("not ready: the budget store cannot decide: ", store.message(), "\n"),
+        "text/plain");
+  });
+  server.Get("/metrics", [api](const httplib::Request&, httplib::Response& res) {
+    std::string text =
+        gateway::render_prometheus(*api.metrics) + api.stats->render(api.checker->rule_version());
+    // Budgets in Redis: the lease counters, one series per level (redis_leases.hpp).
+    if (const auto* leases = api.checker->lease_metrics()) {
+      text += gateway::render_prometheus(*leases);
+    }
+    if (const auto up = api.checker->revocations_subscribed()) {
+      text +=
+          "# HELP quota_lease_revocations_subscribed 1 while the subscription to lease "
+          "revocations is up; 0: a revoke: at_once change reaches this server within one "
+          "lease expiry\n# TYPE quota_lease_revocations_subscribed gauge\n"
+          "quota_lease_revocations_subscribed ";
+      text += *up ? "1\n" : "0\n";
+    }
+    text += gateway::render_prometheus(api.checker->fair_shares());
+    if (api.listener != nullptr) text += render_listener(*api.listener);
+    res.set_content(std::move(text), "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace quota::server

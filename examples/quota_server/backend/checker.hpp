@@ -1,0 +1,423 @@
+// examples/quota_server/backend/checker.hpp — one rate-limit check, the part gRPC and HTTP share.
+//
+// A CheckRequest names a tenant, its plan, an optional user, a route class of the rule
+// file and an optional cost. Checker::resolve() fills the server's defaults
+// (--default-plan, --default-route) and validates everything up front — ids, the route on
+// the rule set's whitelist, a tenant rule that applies, the cost within [1, --max-cost] —
+// so that bad input is an InvalidArgument (or NotFound: no tenant rule) naming the field,
+// with nothing deducted. Checker::check() then decides with one quota::gateway::Gateway:
+// over a ShardedStore<KeyPolicy> in process, or with --redis over the leased backend of
+// redis_leases.hpp on a redis::GatewayStore (budgets shared by every server on that Redis;
+// a rule without `lease:` passes through to Redis, a request with an attempt id is
+// decided there with its record shared by every server; a Redis that cannot answer gives
+// the route's fail mode, kUnavailable when it fails closed; a Redis that refuses AUTH is
+// kUnavailable; in process `lease:` is ignored, with a note on stderr once). With Redis
+// each fair-share budget is divided among --fair-share-holders servers (fair_exchange.hpp).
+// So:
+//   - no cost: Gateway::decide, every budget paying what the rule file says;
+//   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
+//     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
+// The answer carries the Gateway's Result (decision, deciding rule, version) and what the
+// protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
+// and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
+// rules (LoadedRules::envoy, envoy_rules.hpp) only check_envoy() decides: the matched
+// limit keyed by the domain and the descriptor's entries, on the in-process store or, with
+// Redis, one GatewayStore decision on that key (envoy_redis.hpp: shared by every server).
+//
+// Thread safety: resolve() and check() may be called from any thread at once (the store
+// is sharded, the Gateway thread-safe on it). A check runs under a Pin: publish() (a hot
+// reload) waits until no Pin is held, so every decision taken under one Pin — all the
+// descriptors of one gRPC call — uses one whole rule set, and its rule, rate and version
+// are that set's.
+//
+//   quota::server::Checker checker(rules, {.max_cost = 1000});
+//   auto req = checker.resolve({.tenant = "acme", .plan = "free", .route = "read"});
+//   if (!req.ok()) return req.status();            // nothing deducted
+//   auto pin = checker.pin();
+//   auto c = checker.check(pin, *req, clock.now());  // c->result.decision.allowed, ...
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backend/counted_redis_store.hpp"
+#include "backend/envoy_redis.hpp"
+#include "backend/fair_exchange.hpp"
+#include "backend/redis_leases.hpp"
+#include "quota/clock.hpp"
+#include "quota/gateway/gateway.hpp"
+#include "quota/gateway/key_state.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rules/rule_registry.hpp"
+#include "quota/gateway/rules/rules.hpp"
+#include "quota/http.hpp"
+#include "quota/redis/gateway_store.hpp"
+#include "quota/store/sharded_store.hpp"
+#include "rules/envoy_rules.hpp"
+
+namespace quota::server {
+
+struct CheckRequest {
+  std::string tenant{};
+  std::string plan{};                  // "" → --default-plan
+  std::string user{};                  // optional: enables user-level rules
+  std::string route{};                 // "" → --default-route
+  std::optional<std::int64_t> cost{};  // absent: the rule file's costs
+  std::string attempt_id{};            // optional: a retry replays the first decision
+};
+
+struct CheckerOptions {
+  std::string default_plan{};
+  std::string default_route{};
+  std::int64_t max_cost = 1'000'000;  // the largest cost one request may ask for
+  std::size_t max_keys = 10'000'000;  // the store's bound on keys
+  // Budgets in Redis (quota/redis/gateway_store.hpp through counted_redis_store.hpp),
+  // shared by every server on it; null: in process. Must outlive the Checker.
+  CountedRedisStore* redis = nullptr;
+  // With Redis: the servers dividing each fair-share budget and this server's name among
+  // them (fair_exchange.hpp). In process only 1 (options.hpp refuses more).
+  std::int64_t fair_share_holders = 1;
+  std::string instance_id{};
+  // In process: a budget the store creates starts with its whole budget spent at this
+  // time (StoreOptions::assume_spent_at), so that a restarted server admits nothing the
+  // contract would not have admitted over both lives. nullopt: budgets start full.
+  std::optional<Nanos> budgets_spent_at = std::nullopt;
+};
+
+// A rule's rate as Envoy describes a limit: `units` per `per` (a token bucket's refill
+// rate; a window policy's limit per window).
+struct RateInfo {
+  std::int64_t units = 0;
+  Nanos per{0};
+};
+
+// The rules a Checker decides with: quota's rule set, or an envoyproxy/ratelimit file
+// (envoy_rules.hpp; then `rules` is null).
+struct LoadedRules {
+  std::shared_ptr<const gateway::RuleSet> rules{};
+  std::shared_ptr<const EnvoyRules> envoy{};
+  std::uint64_t version() const { return envoy ? envoy->version : rules->version(); }
+};
+
+// One descriptor decided by an envoyproxy/ratelimit file: its limit (null: none applies,
+// or another matched limit replaces it) and, when limited, the store's decision.
+struct EnvoyChecked {
+  const EnvoyRateLimit* limit = nullptr;
+  Decision decision{};
+};
+
+struct Checked {
+  gateway::Result result{};
+  // The deciding rule (Result::rule) described for the RateLimit headers and Envoy's
+  // current_limit; absent when the decision names no rule of the set (a route's
+  // per-request cap).
+  std::optional<http::PolicyInfo> policy{};
+  std::optional<RateInfo> rate{};
+};
+
+// The rate of a gateway rule policy (see RateInfo).
+inline RateInfo rate_of(const gateway::RulePolicy& p) {
+  return std::visit(
+      [](const auto& x) -> RateInfo {
+        if constexpr (requires { x.rate; }) {
+          return {.units = x.rate.units, .per = x.rate.per};
+        } else {
+          return {.units = x.limit, .per = x.window};
+        }
+      },
+      p);
+}
+
+class Checker {
+ public:
+  using Store = ShardedStore<gateway::KeyPolicy>;
+
+  // `rules` were built counting into `metrics`; both must outlive the Checker.
+  Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
+      : options_(std::move(options)),
+        store_(StoreOptions{.max_keys = options_.max_keys,
+                            .assume_spent_at = options_.budgets_spent_at.value_or(Nanos::min())}),
+        registry_(std::move(rules)) {
+    if (options_.redis != nullptr) {
+      leases_ = std::make_unique<RedisLeases>(*options_.redis);
+      // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
+      // change to it is installed; every server's ledger hears of it through pub/sub.
+      gateway::revoke_on_publish(registry_, leases_->ledger);
+      gateway_ = std::make_unique<gateway::Gateway>(
+          leases_->backend, registry_,
+          fair_share_options(options_.redis->store(), options_.fair_share_holders,
+                             options_.instance_id));
+    } else {
+      gateway_ = std::make_unique<gateway::Gateway>(store_, registry_);
+    }
+    note_ignored_leases(*registry_.current());
+  }
+
+  // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
+  // check_envoy() decides; resolve() refuses every request).
+  Checker(LoadedRules loaded, CheckerOptions options)
+      : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
+    envoy_ = std::move(loaded.envoy);
+    if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
+  }
+
+  // `req` with the server's defaults filled in, validated against the rules in force
+  // (see the top of this file). Decides nothing.
+  absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
+    if (envoy_mode()) {
+      return absl::InvalidArgumentError(
+          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit and "
+          "POST /json decide with it");
+    }
+    if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
+    if (req.plan.empty()) req.plan = options_.default_plan;
+    if (req.route.empty()) req.route = options_.default_route;
+    if (req.plan.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plan is missing for tenant \"%s\" (and the server has no --default-plan)", req.tenant));
+    }
+    if (req.route.empty()) {
+      return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
+    }
+    if (req.cost && (*req.cost < 1 || *req.cost > options_.max_cost)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cost %d is outside [1, %d] (--max-cost)", *req.cost, options_.max_cost));
+    }
+    const auto rules = registry_.current();
+    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    if (!planned.ok()) return planned.status();
+    // A cost is what the budgets paying by estimate pay; a route whose every budget has a
+    // fixed cost would ignore it: refused rather than silently replaced.
+    if (req.cost && std::none_of(planned->begin(), planned->end(),
+                                 [](const gateway::Check& c) { return c.estimate; })) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "route \"%s\" has fixed costs for every budget of plan \"%s\": a request cost (%d) "
+          "is not accepted",
+          req.route, req.plan, *req.cost));
+    }
+    return req;
+  }
+
+  // Held while deciding: no rule set is published meanwhile (see the top of this file).
+  using Pin = std::shared_lock<std::shared_mutex>;
+  Pin pin() const { return Pin(publish_mu_); }
+
+  // Decides a request resolve() returned, under `pin`. Errors: those of the Gateway (an attempt id
+  // reused with another cost, ...), kUnavailable when Redis refuses AUTH; a store that cannot
+  // decide is a decision with reason kUnavailable (fail closed) or kFailOpen, per the route's fail
+  // mode.
+  absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
+                                Nanos now) {
+    const gateway::Request r{
+        .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
+    Checked out;
+    auto decided = gateway_->decide(r, now);
+    if (!decided.ok()) {
+      // Redis refused our credentials, or is a server no decision may be made on (an
+      // evicting maxmemory-policy): the server cannot decide (never the fail-open
+      // answer a route may give an outage).
+      if (decided.status().code() == absl::StatusCode::kUnauthenticated) {
+        return absl::UnavailableError(
+            absl::StrCat("the budget store cannot decide: redis authentication failed: ",
+                         decided.status().message()));
+      }
+      if (decided.status().code() == absl::StatusCode::kFailedPrecondition) {
+        const bool evicting = absl::StrContains(decided.status().message(), "maxmemory-policy");
+        return absl::UnavailableError(
+            absl::StrCat("the budget store cannot decide: ", decided.status().message(),
+                         evicting ? " (quota-server: --redis-allow-evicting)" : ""));
+      }
+      return decided.status();
+    }
+    out.result = *std::move(decided);
+    describe(req, out);
+    return out;
+  }
+
+  // Whether the budget store can decide now (GET /readyz): in process always; with Redis,
+  // a probe decision of 1 unit on a key of its own ("readyz", a bucket that never runs
+  // dry) through the same store, connections and guards as every check — so a Redis that
+  // is down, refuses AUTH, evicts keys or runs its clock ahead is not ready. At most one
+  // probe per `kReadyProbeEvery`; callers in between get the last answer.
+  static constexpr Nanos kReadyProbeEvery{std::chrono::seconds(1)};
+  absl::Status store_ready(Nanos now) {
+    if (options_.redis == nullptr) return absl::OkStatus();
+    std::lock_guard lock(ready_mu_);
+    if (ready_probed_ && now - ready_probed_at_ < kReadyProbeEvery) return ready_;
+    static const gateway::RulePolicy kProbe =
+        TokenBucket{.rate = {1'000'000'000, std::chrono::seconds(1)}, .burst = 1'000'000'000};
+    const gateway::LevelCheck level{.policy = &kProbe, .key = "readyz", .shadow = false, .cost = 1};
+    auto r = options_.redis->decide(std::span(&level, 1), rule_version(), now);
+    ready_ = r.ok() ? absl::OkStatus() : r.status();
+    ready_probed_ = true;
+    ready_probed_at_ = now;
+    return ready_;
+  }
+
+  // The version of the rule set in force.
+  std::uint64_t rule_version() const {
+    return envoy_mode() ? envoy_version_.load(std::memory_order_relaxed)
+                        : registry_.current()->version();
+  }
+
+  // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
+  const gateway::LeaseMetrics* lease_metrics() const {
+    return leases_ ? &leases_->metrics : nullptr;
+  }
+  // Whether the revocation subscription is up (with Redis); nullopt in process.
+  std::optional<bool> revocations_subscribed() const {
+    return leases_ ? std::optional<bool>(leases_->ledger.subscribed()) : std::nullopt;
+  }
+
+  // What each fair-share budget of the rules in force holds (quota_fair_share_* on
+  // /metrics).
+  std::vector<gateway::FairLimitStats> fair_shares() const { return gateway_->fair_shares(); }
+
+  // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
+  bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
+
+  // The envoyproxy/ratelimit rules in force while `pin` is held (null in quota's format).
+  const EnvoyRules* envoy_rules([[maybe_unused]] const Pin& pin) const { return envoy_.get(); }
+
+  // Decides `cost` units for a descriptor's entries with the envoyproxy/ratelimit rules,
+  // under `pin`. `replaced`: names of limits another descriptor of the call replaces.
+  // The budget of a descriptor is keyed by the domain and its entries, keys and values.
+  absl::StatusOr<EnvoyChecked> check_envoy(
+      const Pin& pin, std::span<const std::pair<std::string, std::string>> entries,
+      std::int64_t cost, std::span<const std::string> replaced, Nanos now) {
+    const EnvoyRules* rules = envoy_rules(pin);
+    EnvoyChecked out;
+    if (rules == nullptr) return absl::FailedPreconditionError("no envoyproxy/ratelimit rules");
+    out.limit = rules->match(entries);
+    if (out.limit != nullptr &&
+        std::find(replaced.begin(), replaced.end(), out.limit->name) != replaced.end()) {
+      out.limit = nullptr;
+    }
+    if (out.limit == nullptr || out.limit->unlimited) return out;
+    std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
+    for (const auto& [k, v] : entries)
+      absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    if (options_.redis != nullptr) {
+      const std::string redis_key = redis_envoy_key(key);
+      const gateway::LevelCheck level{
+          .policy = &out.limit->policy, .key = redis_key, .shadow = false, .cost = cost};
+      auto r = options_.redis->decide(std::span(&level, 1), rules->version, now);
+      if (!r.ok()) return r.status();
+      if (r->parts.size() != 1) return absl::InternalError("redis: no decision for the descriptor");
+      out.decision = r->parts[0];
+      return out;
+    }
+    auto d =
+        store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
+                     key, now, cost);
+    if (!d.ok()) return d.status();
+    out.decision = *d;
+    return out;
+  }
+
+  // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
+  // its version is greater, or when its format is not the one the Checker started with;
+  // with Redis, an envoyproxy/ratelimit file whose limits Redis cannot keep is refused.
+  absl::Status publish(LoadedRules next) {
+    if (options_.redis != nullptr && next.envoy != nullptr) {
+      if (auto s = check_envoy_for_redis(*next.envoy); !s.ok()) return s;
+    }
+    if (envoy_mode() != (next.envoy != nullptr)) {
+      return absl::FailedPreconditionError(
+          "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
+    }
+    std::unique_lock lock(publish_mu_);
+    if (next.rules) {
+      const std::shared_ptr<const gateway::RuleSet> rules = next.rules;
+      absl::Status s = registry_.publish(std::move(next.rules));
+      if (s.ok()) note_ignored_leases(*rules);
+      return s;
+    }
+    if (next.envoy->version <= envoy_->version) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
+    }
+    envoy_version_.store(next.envoy->version, std::memory_order_relaxed);
+    envoy_ = std::move(next.envoy);
+    return absl::OkStatus();
+  }
+
+ private:
+  // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
+  // class, no rules (every Gateway check fails; resolve() refuses first).
+  static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {
+    gateway::RuleSetSpec spec;
+    gateway::RouteClass route;
+    route.name = "envoy";
+    spec.routes.push_back(std::move(route));
+    return *gateway::RuleSet::create(spec);
+  }
+
+  // In process there is nothing to lease from: `lease:` options are noted once, and the
+  // rules decide as unleased. (On Redis the backend is leased: a rule without a lease
+  // passes through it to Redis.)
+  void note_ignored_leases(const gateway::RuleSet& rules) {
+    if (leases_ != nullptr || lease_noted_.load(std::memory_order_relaxed)) return;
+    bool leased = false;
+    rules.for_each_rule([&](const gateway::Rule& r) { leased = leased || r.lease.enabled(); });
+    if (leased && !lease_noted_.exchange(true)) {
+      std::fprintf(stderr,
+                   "quota-server: note: `lease:` options are ignored: the budgets are in "
+                   "process, with nothing to lease from (they apply with --redis*)\n");
+    }
+  }
+
+  static gateway::Identity identity(const CheckRequest& req) {
+    return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
+  }
+
+  // Finds the deciding rule among the budgets of `req` (by name) and describes it.
+  void describe(const CheckRequest& req, Checked& out) const {
+    const auto rules = registry_.current();
+    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    if (!planned.ok()) return;
+    for (const gateway::Check& c : *planned) {
+      if (c.rule->name != out.result.rule) continue;
+      auto info = http::describe(c.rule->name, c.rule->policy);
+      if (info.ok()) out.policy = *std::move(info);
+      out.rate = rate_of(c.rule->policy);
+      return;
+    }
+  }
+
+  CheckerOptions options_;
+  mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()
+  Store store_;
+  gateway::RuleRegistry registry_;
+  std::unique_ptr<RedisLeases> leases_;  // with Redis
+  // Over store_ in process; with Redis over the leased backend of leases_.
+  std::unique_ptr<gateway::Gateway> gateway_;
+  std::atomic<bool> lease_noted_{false};
+  std::shared_ptr<const EnvoyRules> envoy_;  // guarded by publish_mu_ (read under a Pin)
+  std::mutex ready_mu_;                      // the last store_ready() probe:
+  absl::Status ready_;
+  bool ready_probed_ = false;
+  Nanos ready_probed_at_{0};
+  std::atomic<std::uint64_t> envoy_version_{0};
+};
+
+}  // namespace quota::server

@@ -1,0 +1,312 @@
+// examples/quota_server/config/options.hpp — quota-server's command line (abseil flags through
+// examples/common/cli.hpp: --help exits 0, an unknown flag or a bad value exits 2).
+//
+// Options is what main() runs with: where to listen (gRPC and HTTP), the rule file, the
+// domain the server answers for, the defaults a descriptor or JSON request may leave out
+// (plan, route), the cap on one request's cost, this server's id (--instance-id, default
+// HOST:PID) and the servers dividing each fair-share budget (--fair-share-holders: above
+// 1 only with Redis, where they exchange their asks, fair_exchange.hpp); the --redis*
+// flags are RedisOptions (redis_flags.hpp). Every flag is described in --help (kUsageHead,
+// kRedisUsage, kUsageTail) and in docs/service.md.
+//
+// Thread safety: parse_options() sets abseil flags; call it once, from main, first.
+//
+//   const quota::server::Options o = quota::server::parse_options(argc, argv);
+//   // o.rules_path, o.grpc_port, o.http_port, o.domain, ...
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "api/http/http_listener.hpp"
+#include "common/cli.hpp"
+#include "config/auth_headers.hpp"
+#include "config/redis_flags.hpp"
+#include "quota/units.hpp"
+
+ABSL_FLAG(std::string, rules, "", "the YAML rule file (required unless --rules-from-redis)");
+ABSL_FLAG(bool, rules_from_redis, false,
+          "decide with the rule set published in Redis (quota-server publish)");
+ABSL_FLAG(std::string, rules_key, "quota-rules", "the hash tag of the shared rules' keys");
+ABSL_FLAG(std::int64_t, force_version, 0,
+          "publish: store the rule set as version N, above every server's (0: the next)");
+ABSL_FLAG(std::string, instance_id, "",
+          "this server's id in its heartbeat and fair-share asks (default HOST:PID)");
+ABSL_FLAG(std::string, rules_format, "auto", "auto, quota or envoy (envoyproxy/ratelimit's YAML)");
+ABSL_FLAG(std::string, domain, "quota", "the RLS domain this server answers for");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (gRPC and HTTP)");
+ABSL_FLAG(std::int64_t, grpc_port, 8081, "gRPC port; 0 picks a free one");
+ABSL_FLAG(std::int64_t, http_port, 8080, "HTTP port; 0 picks a free one");
+ABSL_FLAG(std::string, default_plan, "", "plan of a request that names none");
+ABSL_FLAG(std::string, default_route, "", "route class of a request that names none");
+ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
+ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
+ABSL_FLAG(std::int64_t, fair_share_holders, 1,
+          "quota-server processes dividing each fair_share budget (with --redis*)");
+ABSL_FLAG(std::string, auth_headers, "tenant,route",
+          "the X-Quota-* headers GET /v1/auth reads: tenant, route, plan, user, cost, attempt-id");
+ABSL_FLAG(bool, fresh_budgets_at_start, false,
+          "in process: start every budget full (a restart then hands out a fresh burst)");
+ABSL_FLAG(std::int64_t, http_workers, 16, "threads that run HTTP requests");
+ABSL_FLAG(std::int64_t, http_max_connections, 512, "open HTTP connections at most");
+ABSL_FLAG(std::int64_t, http_request_timeout_ms, 1000,
+          "an HTTP request must arrive whole within this time of its first byte");
+ABSL_FLAG(std::int64_t, http_idle_timeout_s, 60, "an idle keep-alive HTTP connection is closed");
+
+namespace quota::server {
+
+inline constexpr const char* kUsageHead = R"(usage: quota-server --rules PATH [flags]
+       quota-server --rules-from-redis --redis HOST:PORT [flags]
+       quota-server publish --rules PATH --redis HOST:PORT [flags]   (publish --help)
+       quota-server instances --redis HOST:PORT [flags]              (instances --help)
+
+A rate limit service for gateways, deciding with quota's in-process Gateway from a YAML
+rule file (docs/gateway/rules.md "Rule files"; docs/service.md for the service):
+  gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (Envoy's RLS v3)
+  HTTP  POST /v1/check (JSON), GET /v1/auth (nginx auth_request),
+        GET /healthz, /readyz, /metrics (Prometheus)
+
+Flags (--flag VALUE or --flag=VALUE):
+  --rules PATH          the YAML rule file (hot reloaded; this or --rules-from-redis)
+  --rules-from-redis    decide with the rule set `quota-server publish` put in the Redis
+                        of --redis / --redis-cluster / --redis-sentinel, and follow its
+                        new versions (within about a second); a heartbeat (instance,
+                        version applied) every second, listed by `quota-server instances`
+  --rules-key NAME      the hash tag of the shared rules' keys (default quota-rules)
+  --instance-id ID      this server's id in its heartbeat and, with
+                        --fair-share-holders above 1, in the fair-share asks it
+                        exchanges (no '|'; default HOST:PID)
+  --rules-format F      quota (docs/gateway/rules.md "Rule files"), envoy (envoyproxy/ratelimit's
+                        YAML, docs/service.md) or auto: envoy when the file has a
+                        top-level domain or descriptors (default auto)
+  --domain NAME         the RLS domain answered; another domain is INVALID_ARGUMENT
+                        (default quota; an envoy-format file's own domain instead)
+  --host HOST           address to listen on, gRPC and HTTP (default 127.0.0.1)
+  --grpc-port N         gRPC port; 0 picks a free one (default 8081)
+  --http-port N         HTTP port; 0 picks a free one (default 8080)
+  --default-plan NAME   the plan of a request that names none (default: none; then a
+                        request must name its plan)
+  --default-route NAME  the route class of a request that names none (default: none)
+  --max-cost N          the largest cost (hits_addend, "cost") one request may ask for;
+                        more is INVALID_ARGUMENT / 400 (default 1000000)
+  --max-keys N          the most budget keys kept in memory (default 10000000)
+  --fair-share-holders N  the quota-server processes dividing each fair_share budget
+                        (a global rule's `fair_share:`). Above 1 they exchange each
+                        tenant's asks through the Redis of --redis / --redis-cluster /
+                        --redis-sentinel, which it needs, and share the budget by them
+                        (a period whose exchange fails: budget / N here) (default 1:
+                        each server divides the budget among its own tenants only)
+  --auth-headers LIST   the X-Quota-* request headers GET /v1/auth reads, of tenant,
+                        route, plan, user, cost, attempt-id (X-Quota-Attempt-Id); the
+                        others are ignored: a header the gateway does not set itself
+                        is the client's, and a client must not pick its own plan, cost
+                        or attempt (docs/deploying.md) (default tenant,route)
+  --fresh-budgets-at-start  in process: start every budget full. Without it a budget
+                        first used after the start begins spent at the start and refills
+                        from there, so a restart admits nothing the contract would not
+                        have admitted over both lives (default off)
+  --http-workers N      threads that run HTTP requests; an idle connection holds none
+                        (default 16)
+  --http-max-connections N  open HTTP connections at most; one more is closed at once
+                        (default 512)
+  --http-request-timeout-ms N  a request (head and body) must arrive whole within N ms
+                        of its first byte, else its connection is closed; a body declared
+                        over 8 KiB is answered 400 unread (default 1000)
+  --http-idle-timeout-s N  a keep-alive connection idle this long is closed (default 60)
+)";
+
+inline constexpr const char* kUsageTail = R"(  --help                this text
+
+Prints "grpc listening on HOST:PORT" and "http listening on HOST:PORT" once serving;
+SIGTERM or SIGINT stops it (in-flight calls finish first).
+)";
+
+inline constexpr const char* kPublishUsage =
+    R"(usage: quota-server publish --rules PATH --redis HOST:PORT [flags]
+
+Validates the rule file whole (the server's parser: an error names file:line:column and
+the field, exit 1, nothing published) and stores it in Redis as the next version, which
+every quota-server started with --rules-from-redis on that Redis applies within about a
+second. Prints "published version N (FORMAT) digest D to KEY". A server refuses a
+version at or below the one it applied with another digest (Redis lost its data);
+--force-version N publishes as version N, which must be above the published version and
+every server's applied one (docs/service.md). Flags: --rules, --rules-format,
+--rules-key, --force-version and the server's --redis* flags (--redis, --redis-cluster
+or --redis-sentinel with --redis-sentinel-master; AUTH; --redis-deadline-ms). Exit 0
+published, 1 refused or Redis cannot answer, 2 usage error.
+)";
+
+inline constexpr const char* kInstancesUsage =
+    R"(usage: quota-server instances --redis HOST:PORT [flags]
+
+Lists the servers that follow the shared rules (--rules-from-redis) on this Redis: one
+line per heartbeat, "INSTANCE version V age MS ms ADDRESS digest D" (and "refused
+version P digest D" while it refuses the published version) after a line "published
+version N digest D", then how many instances applied the published rules. A heartbeat
+is written every second; one older than 60 s is forgotten.
+Flags: --rules-key and the server's --redis* flags. Exit 0, 1 when Redis cannot answer,
+2 usage error.
+)";
+
+// What the command line asks for: serve, or one of the subcommands on the shared rules.
+enum class Command { kServe, kPublish, kInstances };
+
+enum class RulesFormat { kAuto, kQuota, kEnvoy };
+
+struct Options : RedisOptions {
+  Command command = Command::kServe;
+  std::string rules_path;
+  bool rules_from_redis = false;
+  std::string rules_key = "quota-rules";
+  std::uint64_t force_version = 0;  // publish --force-version (0: the next version)
+  std::string instance_id;
+  RulesFormat rules_format = RulesFormat::kAuto;
+  std::string domain = "quota";
+  std::string host = "127.0.0.1";
+  int grpc_port = 8081;
+  int http_port = 8080;
+  std::string default_plan;
+  std::string default_route;
+  std::int64_t max_cost = 1'000'000;
+  std::int64_t max_keys = 10'000'000;
+  std::int64_t fair_share_holders = 1;
+  AuthHeaders auth_headers{};
+  bool fresh_budgets_at_start = false;
+  HttpLimits http{};
+};
+
+// HOST:PID, the default of --instance-id.
+inline std::string default_instance_id() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return absl::StrCat(host, ":", getpid());
+}
+
+// The command line as Options; exits 0 after --help, 2 on a usage error (also when
+// --rules is missing). A first argument "publish" or "instances" names a subcommand.
+inline Options parse_options(int argc, char** argv) {
+  Command command = Command::kServe;
+  const char* name = "quota-server";
+  static const std::string serve_usage = absl::StrCat(kUsageHead, kRedisUsage, kUsageTail);
+  const char* usage = serve_usage.c_str();
+  if (argc > 1 && std::string_view(argv[1]) == "publish") {
+    command = Command::kPublish;
+    name = "quota-server publish";
+    usage = kPublishUsage;
+  } else if (argc > 1 && std::string_view(argv[1]) == "instances") {
+    command = Command::kInstances;
+    name = "quota-server instances";
+    usage = kInstancesUsage;
+  }
+  if (command != Command::kServe) {
+    // The subcommand's name stands in for the program's: its flags follow.
+    argv[1] = argv[0];
+    --argc;
+    ++argv;
+  }
+  using quota::cli::integer;
+  const auto non_empty = [](std::string flag) {
+    return quota::cli::custom(std::move(flag), "a non-empty value",
+                              [](std::string_view v) { return !v.empty(); });
+  };
+  std::vector<quota::cli::Check> checks = {
+      integer("grpc_port", 0, 65535),
+      integer("http_port", 0, 65535),
+      integer("max_cost", 1, kMaxUnits),
+      integer("max_keys", 1, 1'000'000'000),
+      integer("fair_share_holders", 1, 100'000),
+      integer("force_version", 0, std::numeric_limits<std::int64_t>::max()),
+      integer("http_workers", 1, 4096),
+      integer("http_max_connections", 1, 1'000'000),
+      integer("http_request_timeout_ms", 1, 3'600'000),
+      integer("http_idle_timeout_s", 1, 86'400),
+      quota::cli::custom("auth_headers",
+                         "a comma-separated list of tenant, route, plan, user, cost, "
+                         "attempt-id that names tenant",
+                         [](std::string_view v) { return auth_headers_of(v).ok(); }),
+      non_empty("rules"),
+      non_empty("rules_key"),
+      non_empty("domain"),
+      non_empty("host"),
+      quota::cli::custom("rules_format", "auto, quota or envoy", [](std::string_view v) {
+        return v == "auto" || v == "quota" || v == "envoy";
+      })};
+  for (quota::cli::Check& c : redis_flag_checks()) checks.push_back(std::move(c));
+  quota::cli::parse({.name = name, .usage = usage, .checks = std::move(checks)}, argc, argv);
+  const std::string format = absl::GetFlag(FLAGS_rules_format);
+  Options o;
+  o.command = command;
+  o.rules_path = absl::GetFlag(FLAGS_rules);
+  o.rules_from_redis = absl::GetFlag(FLAGS_rules_from_redis);
+  o.rules_key = absl::GetFlag(FLAGS_rules_key);
+  o.force_version = static_cast<std::uint64_t>(absl::GetFlag(FLAGS_force_version));
+  o.instance_id = absl::GetFlag(FLAGS_instance_id);
+  if (o.instance_id.empty()) o.instance_id = default_instance_id();
+  o.rules_format = format == "quota"   ? RulesFormat::kQuota
+                   : format == "envoy" ? RulesFormat::kEnvoy
+                                       : RulesFormat::kAuto;
+  o.domain = absl::GetFlag(FLAGS_domain);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.grpc_port = static_cast<int>(absl::GetFlag(FLAGS_grpc_port));
+  o.http_port = static_cast<int>(absl::GetFlag(FLAGS_http_port));
+  o.default_plan = absl::GetFlag(FLAGS_default_plan);
+  o.default_route = absl::GetFlag(FLAGS_default_route);
+  o.max_cost = absl::GetFlag(FLAGS_max_cost);
+  o.max_keys = absl::GetFlag(FLAGS_max_keys);
+  o.fair_share_holders = absl::GetFlag(FLAGS_fair_share_holders);
+  o.auth_headers = *auth_headers_of(absl::GetFlag(FLAGS_auth_headers));
+  o.fresh_budgets_at_start = absl::GetFlag(FLAGS_fresh_budgets_at_start);
+  o.http.workers = static_cast<int>(absl::GetFlag(FLAGS_http_workers));
+  o.http.max_connections = static_cast<int>(absl::GetFlag(FLAGS_http_max_connections));
+  o.http.request_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_http_request_timeout_ms));
+  o.http.idle_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_http_idle_timeout_s));
+  static_cast<RedisOptions&>(o) = read_redis_flags(name);
+  if (command != Command::kPublish && o.force_version != 0) {
+    quota::cli::usage_error(name, "--force-version is a flag of quota-server publish");
+  }
+  if (command == Command::kServe && o.rules_from_redis && !o.rules_path.empty()) {
+    quota::cli::usage_error(name, "--rules and --rules-from-redis exclude each other");
+  }
+  const bool needs_rules_file =
+      command == Command::kPublish || (command == Command::kServe && !o.rules_from_redis);
+  if (needs_rules_file && o.rules_path.empty()) {
+    quota::cli::usage_error(name, command == Command::kPublish
+                                      ? "--rules PATH is required (see --help)"
+                                      : "--rules PATH or --rules-from-redis is required "
+                                        "(see --help)");
+  }
+  const bool needs_redis = command != Command::kServe || o.rules_from_redis;
+  if (needs_redis && o.redis_mode == RedisMode::kNone) {
+    quota::cli::usage_error(
+        name, absl::StrCat(command == Command::kServe ? "--rules-from-redis" : "the subcommand",
+                           " needs --redis, --redis-cluster or "
+                           "--redis-sentinel"));
+  }
+  if (command == Command::kServe && o.fair_share_holders > 1) {
+    // In process each server's budgets are its own: nothing is divided between servers,
+    // and ⌊budget / N⌋ would only cut each server's allocator short of its own store.
+    if (o.redis_mode == RedisMode::kNone) {
+      quota::cli::usage_error(
+          name, absl::StrCat("--fair-share-holders ", o.fair_share_holders,
+                             " needs --redis, --redis-cluster or --redis-sentinel (in process "
+                             "each server's budgets are its own: nothing to divide)"));
+    }
+    if (o.instance_id.find('|') != std::string::npos) {
+      quota::cli::usage_error(name, absl::StrCat("--instance-id \"", o.instance_id,
+                                                 "\" names this server in the fair-share "
+                                                 "asks: it must not contain '|'"));
+    }
+  }
+  return o;
+}
+
+}  // namespace quota::server

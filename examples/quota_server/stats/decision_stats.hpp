@@ -1,0 +1,170 @@
+// examples/quota_server/stats/decision_stats.hpp — what quota-server measures of its decisions.
+//
+// DecisionStats, served on /metrics (server_stats.hpp renders it):
+//   quota_decision_duration_seconds  a Prometheus histogram of the time one call took to
+//       decide (parse to answer, every descriptor of a gRPC call), fixed buckets from
+//       10 µs to 100 ms (kLatencyBuckets) plus +Inf;
+//   quota_near_limit_total{rule}  admitted decisions that left the deciding rule with less
+//       than 10 % of its capacity (a token bucket's burst, a window's limit): remaining *
+//       10 < capacity. Labels are rule names of the rule file, never tenant ids;
+//   quota_redis_errors_total{kind}  calls to Redis that failed, by kind (RedisErrorKind:
+//       unavailable, deadline, breaker_open, in_flight, unauthenticated, other,
+//       clock_ahead:
+//       redis::ErrorKind);
+//   quota_top_tenant_units{rank,tenant}  the heaviest tenants by units asked for
+//       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K).
+//
+// The kind of a Redis error is the one the transport marked it with
+// (quota/redis/transport/error_kind.hpp redis::error_kind), never read from its message.
+//
+// Thread safety: atomics and HeavyHitters' mutex; any thread.
+//
+//   quota::server::DecisionStats d;
+//   d.observe_latency(std::chrono::microseconds(42));
+//   d.observe_decision("per-tenant", /*remaining=*/3, /*capacity=*/100, /*allowed=*/true);
+//   d.count_redis_error(status);
+//   std::string text = d.render();
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "quota/redis/transport/error_kind.hpp"
+#include "stats/heavy_hitters.hpp"
+
+namespace quota::server {
+
+// Upper bounds of the latency buckets, in microseconds.
+inline constexpr std::array<std::int64_t, 13> kLatencyBuckets = {
+    10, 25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000};
+inline constexpr std::size_t kTopTenants = 20;
+
+// The kinds of quota_redis_errors_total: the transport's (error_kind.hpp).
+using RedisErrorKind = redis::ErrorKind;
+inline constexpr std::size_t kRedisErrorKinds = redis::kErrorKinds;
+inline constexpr const auto& kRedisErrorNames = redis::kErrorKindNames;
+
+// Prometheus label value: backslash, double quote and newline escaped.
+inline std::string prometheus_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class DecisionStats {
+ public:
+  void observe_latency(std::chrono::nanoseconds d) {
+    const std::int64_t us_ceil = (d.count() + 999) / 1000;
+    std::size_t b = 0;
+    while (b < kLatencyBuckets.size() && us_ceil > kLatencyBuckets[b]) ++b;
+    buckets_[b].fetch_add(1, std::memory_order_relaxed);
+    sum_ns_.fetch_add(static_cast<std::uint64_t>(d.count() < 0 ? 0 : d.count()),
+                      std::memory_order_relaxed);
+  }
+
+  // A decision of rule `rule`: counted as near the limit when admitted with remaining *
+  // 10 < capacity (capacity > 0).
+  void observe_decision(std::string_view rule, std::int64_t remaining, std::int64_t capacity,
+                        bool allowed) {
+    if (!allowed || capacity <= 0 || rule.empty()) return;
+    if (remaining >= 0 && remaining > (capacity - 1) / 10) return;  // remaining*10 >= capacity
+    std::lock_guard lock(mu_);
+    ++near_limit_[std::string(rule)];
+  }
+  std::uint64_t near_limit(const std::string& rule) const {
+    std::lock_guard lock(mu_);
+    const auto it = near_limit_.find(rule);
+    return it == near_limit_.end() ? 0 : it->second;
+  }
+
+  // `units` asked for by `tenant` (the top-K sketch).
+  void observe_tenant(std::string_view tenant, std::int64_t units) {
+    if (!tenant.empty() && units > 0) top_.add(tenant, static_cast<std::uint64_t>(units));
+  }
+
+  void count_redis_error(const absl::Status& s) {
+    redis_errors_[static_cast<std::size_t>(redis::error_kind(s))].fetch_add(
+        1, std::memory_order_relaxed);
+  }
+  std::uint64_t redis_errors(RedisErrorKind k) const {
+    return redis_errors_[static_cast<std::size_t>(k)].load(std::memory_order_relaxed);
+  }
+
+  const HeavyHitters& top_tenants() const { return top_; }
+
+  // The series of the top of this file, Prometheus text.
+  std::string render() const {
+    std::string out =
+        "# HELP quota_decision_duration_seconds Time to answer one check call.\n"
+        "# TYPE quota_decision_duration_seconds histogram\n";
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b <= kLatencyBuckets.size(); ++b) {
+      cumulative += buckets_[b].load(std::memory_order_relaxed);
+      const std::string le = b < kLatencyBuckets.size()
+                                 ? absl::StrCat(static_cast<double>(kLatencyBuckets[b]) / 1e6)
+                                 : std::string("+Inf");
+      absl::StrAppend(&out, "quota_decision_duration_seconds_bucket{le=\"", le, "\"} ", cumulative,
+                      "\n");
+    }
+    absl::StrAppend(&out, "quota_decision_duration_seconds_sum ",
+                    static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9,
+                    "\nquota_decision_duration_seconds_count ", cumulative, "\n");
+    absl::StrAppend(&out,
+                    "# HELP quota_near_limit_total Admitted decisions leaving the deciding rule "
+                    "under 10% of its capacity.\n"
+                    "# TYPE quota_near_limit_total counter\n");
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [rule, n] : near_limit_) {
+        absl::StrAppend(&out, "quota_near_limit_total{rule=\"", prometheus_label(rule), "\"} ", n,
+                        "\n");
+      }
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_redis_errors_total Failed calls to Redis, by kind.\n"
+                    "# TYPE quota_redis_errors_total counter\n");
+    for (std::size_t k = 0; k < kRedisErrorKinds; ++k) {
+      absl::StrAppend(&out, "quota_redis_errors_total{kind=\"", kRedisErrorNames[k], "\"} ",
+                      redis_errors_[k].load(std::memory_order_relaxed), "\n");
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_top_tenant_units Units asked for by the heaviest tenants "
+                    "(Space-Saving sketch: over by at most total/K).\n"
+                    "# TYPE quota_top_tenant_units gauge\n");
+    int rank = 0;
+    for (const HeavyHitters::Entry& e : top_.top()) {
+      absl::StrAppend(&out, "quota_top_tenant_units{rank=\"", ++rank, "\",tenant=\"",
+                      prometheus_label(e.key), "\"} ", e.count, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> buckets_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
+  mutable std::mutex mu_;
+  std::map<std::string, std::uint64_t> near_limit_;  // guarded by mu_
+  std::array<std::atomic<std::uint64_t>, kRedisErrorKinds> redis_errors_{};
+  HeavyHitters top_{kTopTenants};
+};
+
+}  // namespace quota::server

@@ -1,0 +1,105 @@
+// examples/quota_server/stats/heavy_hitters.hpp — the heaviest tenants by units, in bounded memory.
+//
+// HeavyHitters is the weighted Space-Saving sketch (Metwally, Agrawal, El Abbadi 2005)
+// with K counters: add(tenant, units) raises the tenant's counter when it has one; else it
+// takes a free counter; else it takes over the counter with the smallest count c, whose
+// count becomes c + units and whose error becomes c. The counts always sum to N, the units
+// added in all, so the smallest count is at most N/K. Hence, for every tenant:
+//   - a tenant with more than N/K of the units holds a counter (it is in top());
+//   - a listed tenant's count overestimates its true units by at most its error <= N/K
+//     (and never underestimates them).
+// Memory is K keys and counts whatever the number of tenants; /metrics shows at most K
+// series (quota_top_tenant_units{rank,tenant}: server_stats.hpp).
+//
+// Thread safety: add() and top() lock one mutex; any thread. add() scans the K counters
+// only when a tenant without one arrives and all are taken (K = 20 by default).
+//
+//   quota::server::HeavyHitters top(20);
+//   top.add("acme", 5);
+//   for (const auto& e : top.top()) { /* e.key, e.count, e.error, largest count first */ }
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+
+namespace quota::server {
+
+class HeavyHitters {
+ public:
+  struct Entry {
+    std::string key;
+    std::uint64_t count = 0;  // true units <= count <= true units + error
+    std::uint64_t error = 0;  // the count the counter had when this key took it over
+  };
+
+  // `k` >= 1 counters.
+  explicit HeavyHitters(std::size_t k) : k_(std::max<std::size_t>(k, 1)) {
+    entries_.reserve(k_);
+    index_.reserve(k_);
+  }
+
+  std::size_t capacity() const { return k_; }
+
+  void add(std::string_view key, std::uint64_t units) {
+    if (units == 0) return;
+    std::lock_guard lock(mu_);
+    total_ += units;
+    // Debian's abseil has its own absl::string_view; the map looks it up without a copy.
+    if (const auto it = index_.find(absl::string_view(key.data(), key.size()));
+        it != index_.end()) {
+      entries_[it->second].count += units;
+      return;
+    }
+    if (entries_.size() < k_) {
+      index_.emplace(std::string(key), entries_.size());
+      entries_.push_back({.key = std::string(key), .count = units, .error = 0});
+      return;
+    }
+    std::size_t min = 0;
+    for (std::size_t i = 1; i < entries_.size(); ++i) {
+      if (entries_[i].count < entries_[min].count) min = i;
+    }
+    Entry& e = entries_[min];
+    index_.erase(e.key);
+    e.key = std::string(key);
+    e.error = e.count;
+    e.count += units;
+    index_.emplace(e.key, min);
+  }
+
+  // The counters, largest count first (ties: by key), at most K.
+  std::vector<Entry> top() const {
+    std::vector<Entry> out;
+    {
+      std::lock_guard lock(mu_);
+      out = entries_;
+    }
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
+      return a.count != b.count ? a.count > b.count : a.key < b.key;
+    });
+    return out;
+  }
+
+  // N: every unit added.
+  std::uint64_t total() const {
+    std::lock_guard lock(mu_);
+    return total_;
+  }
+
+ private:
+  const std::size_t k_;
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;                           // guarded by mu_
+  absl::flat_hash_map<std::string, std::size_t> index_;  // key → entries_ index; mu_
+  std::uint64_t total_ = 0;                              // mu_
+};
+
+}  // namespace quota::server
