@@ -241,7 +241,7 @@ TEST_CASE("redis gateway: an attempt decides shadow levels and levels' own costs
       }
       const std::string id = "a-" + std::to_string(++step);
       const quota::gateway::AttemptRequest attempt{
-          .tenant_key = keys.second, .id = id, .fingerprint = id, .deadline = {}, .ttl = 60s};
+          .id = id, .fingerprint = id, .deadline = {}, .ttl = 60s};
       auto r = store.decide_attempt(checks, 1, Nanos{0}, attempt);
       REQUIRE(r.ok());
       return r->levels;

@@ -55,6 +55,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/rules/rules.hpp"
+#include "quota/gateway/store_key.hpp"
 #include "quota/store/store.hpp"
 #include "quota/units.hpp"
 
@@ -63,14 +64,22 @@ namespace quota::gateway {
 // One budget a request must pass: its policy, its store key, whether it is in shadow, and
 // what the request costs against it (whole units); `rule` (the Gateway sets it) is the
 // rule the level belongs to, for backends that need more than its policy (its lease:
-// leased_backend.hpp).
+// leased_backend.hpp). `layout` (the Gateway sets it, from StoreKey::level) says where
+// the key's scope and record are, so no backend parses the key; a level built by hand
+// without one is read from its key (scope_of, redis::layout_of).
 struct LevelCheck {
   const RulePolicy* policy = nullptr;
   std::string_view key{};
   bool shadow = false;
   std::int64_t cost = 1;
   const Rule* rule = nullptr;
+  std::optional<KeyLayout> layout{};
 };
+
+// The scope of a level: "{acme}", "{~global}", or a key without braces (store_key.hpp).
+inline std::string_view scope_of(const LevelCheck& l) {
+  return l.layout.has_value() ? l.layout->scope(l.key) : scope_of(l.key);
+}
 
 // Inline storage for kInlineChecks decisions (rules.hpp): a decision allocates nothing here.
 struct LevelsResult {
@@ -79,9 +88,9 @@ struct LevelsResult {
 };
 
 // What decide_attempt is given (the Gateway fills it): the request's attempt, whose record
-// a backend that shares attempts keeps beside the tenant's budget.
+// a backend that shares attempts keeps beside the budget of the first level (the user's
+// or the tenant's: one slot, the tenant's).
 struct AttemptRequest {
-  std::string_view tenant_key;    // the request's tenant-level key: the record's place
   std::string_view id;            // 1..128 bytes (check_attempt_id, quota/attempts.hpp)
   std::string_view fingerprint;   // the request's keys and costs
   std::optional<Nanos> deadline;  // the caller's, kept with the record
@@ -199,7 +208,7 @@ class StoreBackend final : public Backend {
     // A run: the levels of one scope (a tenant's, or the global one).
     const auto run_end = [&](std::size_t begin) {
       std::size_t end = begin + 1;
-      while (end < levels.size() && scope_of(levels[end].key) == scope_of(levels[begin].key)) ++end;
+      while (end < levels.size() && scope_of(levels[end]) == scope_of(levels[begin])) ++end;
       return end;
     };
     const auto decide_run = [&](std::size_t begin, std::size_t end, CheckVector<Decision>& parts,

@@ -495,15 +495,15 @@ class Gateway {
                         .key = c.key,
                         .shadow = c.shadow,
                         .cost = c.cost,
-                        .rule = c.rule});
+                        .rule = c.rule,
+                        .layout = c.key.layout()});
     }
     absl::StatusOr<LevelsResult> result;
     bool replayed = false;
     std::optional<Nanos> deadline;
     if (!attempt.id.empty() && backend_.shares_attempts()) {
       auto r = backend_.decide_attempt(levels, version, now,
-                                       {.tenant_key = tenant_check(checks).key.view(),
-                                        .id = attempt.id,
+                                       {.id = attempt.id,
                                         .fingerprint = attempt.fingerprint,
                                         .deadline = attempt.deadline,
                                         .ttl = options_.attempt_ttl});

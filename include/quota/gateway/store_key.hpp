@@ -10,21 +10,25 @@
 // (RuleSpec::limit) adds "#limit" after the route, which is empty for a limit shared by
 // route classes: "{tenant}#units", "{tenant}#requests/u-1", "{~global}#tokens". No id or
 // name contains '{', '}', '#' or '/', so no two budgets share a key. A StoreKey holds one
-// inline, so building it allocates nothing.
+// inline, so building it allocates nothing, with its KeyLayout: where its scope and its
+// record are, so that no backend parses a key the gateway built.
 //
 // Thread safety: values and pure functions.
 //
 //   quota::gateway::Identity who{.tenant = "acme", .plan = "free", .user = "u-1"};
-//   quota::gateway::StoreKey k{"{", who.tenant, "}", "read", "/", who.user};
+//   auto k = quota::gateway::StoreKey::level(who.tenant, "read", "", who.user);
 //   // k.view() == "{acme}read/u-1" == quota::gateway::user_key("acme", "read", "u-1")
+//   // k.layout().scope(k) == "{acme}"
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -45,26 +49,65 @@ struct Identity {
 inline constexpr std::size_t kMaxLevelKeyBytes =
     1 + kMaxIdBytes + 1 + kMaxNameBytes + 1 + kMaxNameBytes + 1 + kMaxIdBytes;
 
-// A store key held inline (no allocation): the concatenation of checked parts, at most
-// kMaxLevelKeyBytes. Reads as a std::string_view.
+// Where the parts of a level's key are: typed where the key is built (StoreKey::level),
+// carried with the key to the backends (LevelCheck::layout), never parsed back. The scope
+// "{tag}" is the key's first `scope_size` bytes (0: a key without braces, its own scope);
+// the record — a named limit, after '#' — is `record_size` bytes at `record_at` (record_at
+// 0: no '#'; a '#' with nothing after it is record "" of the scope, as no '#' is).
+struct KeyLayout {
+  std::uint16_t scope_size = 0;
+  std::uint16_t record_at = 0;
+  std::uint16_t record_size = 0;
+
+  // "{acme}" of "{acme}read#tpm/u-1"; the whole key when it has no scope.
+  std::string_view scope(std::string_view key) const {
+    return scope_size == 0 ? key : key.substr(0, scope_size);
+  }
+  // "acme": the Redis hash tag (the whole key when it has no scope).
+  std::string_view tag(std::string_view key) const {
+    return scope_size == 0 ? key : key.substr(1, scope_size - 2);
+  }
+  // "tpm": the named limit ("" when none).
+  std::string_view record(std::string_view key) const { return key.substr(record_at, record_size); }
+  // The key without "#record", in two parts ("{acme}read", "/u-1"): the key of the scope
+  // record that holds this limit beside the scope's other limits.
+  std::pair<std::string_view, std::string_view> home(std::string_view key) const {
+    if (record_at == 0) return {key, std::string_view()};
+    return {key.substr(0, record_at - 1), key.substr(record_at + record_size)};
+  }
+};
+
+// A store key held inline (no allocation), at most kMaxLevelKeyBytes, built by level()
+// from checked parts with its layout. Reads as a std::string_view.
 class StoreKey {
  public:
   StoreKey() = default;
-  // Precondition: the parts total at most kMaxLevelKeyBytes (RuleSet::plan() checks the ids first).
-  StoreKey(std::initializer_list<std::string_view> parts) {
-    for (std::string_view part : parts) {
-      part = part.substr(0, bytes_.size() - size_);  // never past the buffer
-      std::copy(part.begin(), part.end(), bytes_.begin() + size_);
-      size_ += part.size();
+
+  // A level's key, "{tag}route#limit/user" ('#limit' and '/user' only when not empty),
+  // with its layout. Precondition: checked parts (RuleSet::plan() checks the ids first).
+  static StoreKey level(std::string_view tag, std::string_view route, std::string_view limit,
+                        std::string_view user) {
+    StoreKey k;
+    k.append("{", tag, "}");
+    k.layout_.scope_size = static_cast<std::uint16_t>(k.size_);
+    k.append(route);
+    if (!limit.empty()) {
+      k.append("#");
+      k.layout_.record_at = static_cast<std::uint16_t>(k.size_);
+      k.append(limit);
+      k.layout_.record_size = static_cast<std::uint16_t>(k.size_ - k.layout_.record_at);
     }
+    if (!user.empty()) k.append("/", user);
+    return k;
   }
 
   // Copies only the bytes in use (the rest of the buffer is never written).
-  StoreKey(const StoreKey& o) : size_(o.size_) {
+  StoreKey(const StoreKey& o) : size_(o.size_), layout_(o.layout_) {
     std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
   }
   StoreKey& operator=(const StoreKey& o) {
     size_ = o.size_;
+    layout_ = o.layout_;
     std::copy_n(o.bytes_.begin(), size_, bytes_.begin());
     return *this;
   }
@@ -72,10 +115,22 @@ class StoreKey {
   std::string_view view() const { return {bytes_.data(), size_}; }
   operator std::string_view() const { return view(); }  // NOLINT: reads as a string
   friend bool operator==(const StoreKey& a, std::string_view b) { return a.view() == b; }
+  // The layout of a key built by level(); all zero for one built from parts.
+  const KeyLayout& layout() const { return layout_; }
 
  private:
+  template <class... Parts>
+  void append(Parts... parts) {
+    for (std::string_view part : {std::string_view(parts)...}) {
+      part = part.substr(0, bytes_.size() - size_);  // never past the buffer
+      std::copy(part.begin(), part.end(), bytes_.begin() + size_);
+      size_ += part.size();
+    }
+  }
+
   std::array<char, kMaxLevelKeyBytes> bytes_;  // only [0, size_) is ever read
   std::size_t size_ = 0;
+  KeyLayout layout_{};
 };
 
 namespace detail {
@@ -106,9 +161,9 @@ inline absl::Status check_name(std::string_view s, const char* what) {
   return detail::check_token(s, kMaxNameBytes, false, what);
 }
 
-// The scope a store key belongs to: its "{tenant}" or "{~global}" prefix (the Redis hash
-// tag); a key without one is its own scope. The budgets of one scope are decided in one
-// atomic step (backend.hpp).
+// The scope of a key given without its layout (a LevelCheck built by hand): its "{tenant}"
+// or "{~global}" prefix (the Redis hash tag); a key without one is its own scope. The
+// budgets of one scope are decided in one atomic step (backend.hpp).
 inline std::string_view scope_of(std::string_view key) {
   if (key.empty() || key.front() != '{') return key;
   const std::size_t close = key.find('}');
@@ -118,14 +173,14 @@ inline std::string_view scope_of(std::string_view key) {
 // Store keys (see the header comment), as RuleSet::plan() builds them. Arguments must already be
 // checked.
 inline std::string tenant_key(std::string_view tenant, std::string_view route) {
-  return std::string(StoreKey{"{", tenant, "}", route}.view());
+  return std::string(StoreKey::level(tenant, route, "", "").view());
 }
 inline std::string user_key(std::string_view tenant, std::string_view route,
                             std::string_view user) {
-  return std::string(StoreKey{"{", tenant, "}", route, "/", user}.view());
+  return std::string(StoreKey::level(tenant, route, "", user).view());
 }
 inline std::string global_key(std::string_view route) {
-  return std::string(StoreKey{"{~global}", route}.view());
+  return std::string(StoreKey::level("~global", route, "", "").view());
 }
 
 }  // namespace quota::gateway

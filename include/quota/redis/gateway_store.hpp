@@ -146,7 +146,7 @@ class GatewayStore : public gateway::Backend {
       const gateway::AttemptRequest& attempt) override {
     auto groups = slot_groups(levels);
     if (!groups.ok()) return groups.status();
-    auto akey = attempt_record_key(attempt.tenant_key, attempt.id);
+    auto akey = attempt_record_key(levels.front(), attempt.id);
     if (!akey.ok()) return akey.status();
     const auto [begin, end] = groups->front();
     auto call = build(levels.subspan(begin, end - begin), 'a', version, now, std::nullopt);
@@ -225,12 +225,20 @@ class GatewayStore : public gateway::Backend {
     return {.replicas = options_.replicas, .timeout = options_.replica_timeout};
   }
 
-  absl::StatusOr<std::string> attempt_record_key(std::string_view tenant_key,
+  // Where the attempt of a request whose first level is `first` is recorded: in its slot.
+  absl::StatusOr<std::string> attempt_record_key(const gateway::LevelCheck& first,
                                                  std::string_view id) const {
     if (!config_error_.ok()) return config_error_;
-    auto parts = split_key(tenant_key);
-    if (!parts.ok()) return parts.status();
-    return attempt_key(options_.prefix, parts->tag, id);
+    auto l = layout(first);
+    if (!l.ok()) return l.status();
+    return attempt_key(options_.prefix, l->tag(first.key), id);
+  }
+
+  // A level's layout: the Gateway's (only its size checked), or read from its key.
+  static absl::StatusOr<gateway::KeyLayout> layout(const gateway::LevelCheck& level) {
+    if (!level.layout.has_value()) return layout_of(level.key);
+    if (auto s = check_key_size(level.key); !s.ok()) return s;
+    return *level.layout;
   }
 
   struct Call {
@@ -278,24 +286,25 @@ class GatewayStore : public gateway::Backend {
             "GatewayStoreOptions: failover_safety does not take sliding_log rules; use a token "
             "bucket, a fixed window or a window estimate");
       }
-      auto scope = scope_key(options_.prefix, level.key);
-      if (!scope.ok()) return scope.status();
-      auto at = std::find(call.keys.begin(), call.keys.end(), scope->first);
+      auto l = layout(level);
+      if (!l.ok()) return l.status();
+      auto scope = scope_key(options_.prefix, level.key, *l);
+      auto at = std::find(call.keys.begin(), call.keys.end(), scope.first);
       for (std::size_t j = 0; at != call.keys.end() && j < names.size(); ++j) {
         if (static_cast<unsigned char>(kmap[j]) == at - call.keys.begin() + 1 &&
-            names[j] == scope->second) {
+            names[j] == scope.second) {
           return absl::InvalidArgumentError(
               absl::StrFormat("levels %d and %d of one call are one record (\"%s\" of %s)", j,
-                              names.size(), detail::av(scope->second), scope->first));
+                              names.size(), detail::av(scope.second), scope.first));
         }
       }
       if (at == call.keys.end()) {
-        call.keys.push_back(std::move(scope->first));
+        call.keys.push_back(std::move(scope.first));
         layouts.emplace_back();
         at = call.keys.end() - 1;
       }
       kmap.push_back(static_cast<char>(at - call.keys.begin() + 1));
-      names.push_back(scope->second);
+      names.push_back(scope.second);
     }
     call.args.reserve(3 + 2 * levels.size());
     // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4BB', then the shadow flags and the
@@ -356,13 +365,13 @@ class GatewayStore : public gateway::Backend {
   static absl::StatusOr<Groups> slot_groups(std::span<const gateway::LevelCheck> levels) {
     if (levels.empty()) return absl::InvalidArgumentError("decide: no levels");
     Groups groups;
-    std::string tag;
+    std::string_view tag;
     for (std::size_t i = 0; i < levels.size(); ++i) {
-      auto parts = split_key(levels[i].key);
-      if (!parts.ok()) return parts.status();
-      if (groups.empty() || parts->tag != tag) {
+      auto l = layout(levels[i]);
+      if (!l.ok()) return l.status();
+      if (groups.empty() || l->tag(levels[i].key) != tag) {
         groups.emplace_back(i, i + 1);
-        tag = std::string(parts->tag);
+        tag = l->tag(levels[i].key);
       } else {
         groups.back().second = i + 1;
       }

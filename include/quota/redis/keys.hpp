@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/attempts.hpp"
+#include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/store_key.hpp"
 
 namespace quota::redis {
@@ -64,11 +66,17 @@ struct KeyParts {
 };
 
 // Splits a store key as described above; InvalidArgument for anything else.
-inline absl::StatusOr<KeyParts> split_key(std::string_view key) {
+// OK for a key of 1..kMaxStoreKeyBytes bytes.
+inline absl::Status check_key_size(std::string_view key) {
   if (key.empty() || key.size() > kMaxStoreKeyBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("key is %d bytes; it must be 1..%d bytes", key.size(), kMaxStoreKeyBytes));
   }
+  return absl::OkStatus();
+}
+
+inline absl::StatusOr<KeyParts> split_key(std::string_view key) {
+  if (auto s = check_key_size(key); !s.ok()) return s;
   if (key.front() == '{') {
     const std::size_t close = key.find('}');
     if (close == std::string_view::npos || close == 1) {
@@ -90,28 +98,52 @@ inline std::string bucket_key(std::string_view prefix, const KeyParts& parts) {
                       std::string(parts.rest));
 }
 
-// A gateway key's scope key and the name of its record there (twin/gateway.hpp): key
-// "{tag}part#limit/user" is record "limit" of "<prefix>{tag}part/user"; a key without
-// '#' is record "" of its own.
-inline absl::StatusOr<std::pair<std::string, std::string_view>> scope_key(std::string_view prefix,
-                                                                          std::string_view key) {
+// The layout (gateway/store_key.hpp KeyLayout) of a key given without one — a level
+// built by hand, an operator's key — read from the key as split_key() reads it:
+// "{tag}part#limit/user" is record "limit" of scope "{tag}"; a key without '#' has no
+// record; a key without braces is its own scope. InvalidArgument as split_key, or for a
+// limit name over gateway::kMaxNameBytes.
+inline absl::StatusOr<gateway::KeyLayout> layout_of(std::string_view key) {
   auto parts = split_key(key);
   if (!parts.ok()) return parts.status();
+  if (key.front() != '{') return gateway::KeyLayout{};
+  gateway::KeyLayout out{.scope_size = static_cast<std::uint16_t>(parts->tag.size() + 2)};
   const std::size_t hash = parts->rest.find('#');
-  if (hash == std::string_view::npos) {
-    return std::pair<std::string, std::string_view>{bucket_key(prefix, *parts), {}};
-  }
+  if (hash == std::string_view::npos) return out;
   const std::size_t slash = parts->rest.find('/', hash);
-  const std::string_view name = parts->rest.substr(
-      hash + 1, slash == std::string_view::npos ? std::string_view::npos : slash - hash - 1);
-  if (name.size() > gateway::kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat("limit name of key is %d bytes; at most %d",
-                                                      name.size(), gateway::kMaxNameBytes));
+  const std::size_t name =
+      (slash == std::string_view::npos ? parts->rest.size() : slash) - hash - 1;
+  if (name > gateway::kMaxNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("limit name of key is %d bytes; at most %d", name, gateway::kMaxNameBytes));
   }
-  std::string rest(parts->rest.substr(0, hash));
-  if (slash != std::string_view::npos) rest.append(parts->rest.substr(slash));
-  return std::pair<std::string, std::string_view>{bucket_key(prefix, KeyParts{parts->tag, rest}),
-                                                  name};
+  out.record_at = static_cast<std::uint16_t>(out.scope_size + hash + 1);
+  out.record_size = static_cast<std::uint16_t>(name);
+  return out;
+}
+
+// A gateway key's scope key and the name of its record there (twin/gateway.hpp), from its
+// layout: "{tag}part#limit/user" is record "limit" of "<prefix>{tag}part/user"; a key
+// without a record is record "" of its own; a key without braces is "<prefix>{key}".
+inline std::pair<std::string, std::string_view> scope_key(std::string_view prefix,
+                                                          std::string_view key,
+                                                          const gateway::KeyLayout& layout) {
+  if (layout.scope_size == 0) {
+    return {absl::StrCat(quota::detail::to_absl(prefix), "{", quota::detail::to_absl(key), "}"),
+            std::string_view()};
+  }
+  const auto [head, tail] = layout.home(key);
+  return {absl::StrCat(quota::detail::to_absl(prefix), quota::detail::to_absl(head),
+                       quota::detail::to_absl(tail)),
+          layout.record(key)};
+}
+
+// The same for a key given without its layout (layout_of).
+inline absl::StatusOr<std::pair<std::string, std::string_view>> scope_key(std::string_view prefix,
+                                                                          std::string_view key) {
+  auto layout = layout_of(key);
+  if (!layout.ok()) return layout.status();
+  return scope_key(prefix, key, *layout);
 }
 
 // `<prefix>a{tag}id`: where an attempt's first result is kept.

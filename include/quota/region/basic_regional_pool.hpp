@@ -260,8 +260,12 @@ class BasicRegionalPool : public gateway::Backend {
       return true;  // if that fails too, the lock expires
     }
     grant_requests_.fetch_add(1, std::memory_order_relaxed);
-    const gateway::LevelCheck grant{
-        .policy = l.policy, .key = l.key, .shadow = false, .cost = options_.units};
+    const gateway::LevelCheck grant{.policy = l.policy,
+                                    .key = l.key,
+                                    .shadow = false,
+                                    .cost = options_.units,
+                                    .rule = nullptr,
+                                    .layout = l.layout};
     auto got = ask_central(grant, version, id->id, now);
     if (!got.ok() || got->parts.size() != 1) {
       // Unknown outcome: the id stays pending for the next refill, after the backoff.
@@ -302,8 +306,7 @@ class BasicRegionalPool : public gateway::Backend {
     if (central_.shares_attempts()) {
       auto got = central_.decide_attempt(
           std::span(&grant, 1), version, Nanos{0},
-          {.tenant_key = grant.key,
-           .id = id,
+          {.id = id,
            .fingerprint = absl::StrCat(options_.units, "|", quota::detail::to_absl(grant.key)),
            .deadline = std::nullopt,
            .ttl = 2 * options_.expiry});

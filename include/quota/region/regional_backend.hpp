@@ -105,7 +105,7 @@ class RegionalBackend final : public gateway::Backend {
     rules.reserve(levels.size());
     for (gateway::LevelCheck& c : checks) {
       if (c.rule == nullptr) continue;
-      const bool central = is_central(c.key);
+      const bool central = is_central(c);
       if (!central && !c.rule->lease.enabled()) continue;
       rules.push_back(*c.rule);
       rules.back().lease = central ? lease_for(rules.back().policy) : gateway::LeaseSpec{};

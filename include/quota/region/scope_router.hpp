@@ -45,7 +45,9 @@
 
 namespace quota::region {
 
-// True for a key of the global scope: decided (and leased) at the central authority.
+// True for a level of the global scope: decided (and leased) at the central authority.
+inline bool is_central(const gateway::LevelCheck& l) { return gateway::scope_of(l) == "{~global}"; }
+// The same for a key alone (refund and charge name only the key).
 inline bool is_central(std::string_view key) { return gateway::scope_of(key) == "{~global}"; }
 
 template <gateway::GatewayBackend Regional, gateway::GatewayBackend Central>
@@ -58,17 +60,17 @@ class ScopeRouter final : public gateway::Backend {
                                                std::uint64_t version, Nanos now) override {
     // A run: consecutive levels of one authority, decided by it all or nothing.
     const auto run_end = [&](std::size_t begin) {
-      const bool central = is_central(levels[begin].key);
+      const bool central = is_central(levels[begin]);
       std::size_t end = begin + 1;
-      while (end < levels.size() && is_central(levels[end].key) == central) ++end;
+      while (end < levels.size() && is_central(levels[end]) == central) ++end;
       return end;
     };
     const auto decide_run =
         [&](std::size_t begin, std::size_t end, gateway::CheckVector<Decision>& parts,
             gateway::CheckVector<Run>& taken) -> absl::StatusOr<gateway::RunStep> {
       const auto run = levels.subspan(begin, end - begin);
-      auto r = is_central(run.front().key) ? central_.decide(run, version, now)
-                                           : regional_.decide(run, version, now);
+      auto r = is_central(run.front()) ? central_.decide(run, version, now)
+                                       : regional_.decide(run, version, now);
       if (!r.ok()) return r.status();
       for (std::size_t k = 0; k < r->parts.size(); ++k) {
         parts.push_back(r->parts[k]);
@@ -100,7 +102,7 @@ class ScopeRouter final : public gateway::Backend {
       std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
       const gateway::AttemptRequest& attempt) override {
     for (const gateway::LevelCheck& l : levels) {
-      if (!is_central(l.key)) {
+      if (!is_central(l)) {
         return absl::InvalidArgumentError(
             "ScopeRouter: an attempt over regional levels; only central ones are recorded");
       }

@@ -100,12 +100,16 @@ absl::StatusOr<Granted> take_grant(Inner& inner, Ledger& ledger, const LevelChec
   if (!below.ok()) return below.status();
   if (version < *below) return Granted{.decision = {}, .revoked_below = *below};
   requests.fetch_add(1, std::memory_order_relaxed);
-  const LevelCheck grant{.policy = l.policy, .key = l.key, .shadow = false, .cost = units};
+  const LevelCheck grant{.policy = l.policy,
+                         .key = l.key,
+                         .shadow = false,
+                         .cost = units,
+                         .rule = nullptr,
+                         .layout = l.layout};
   if (inner.shares_attempts()) {
     const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
     auto r = inner.decide_attempt(std::span(&grant, 1), version, now,
-                                  {.tenant_key = l.key,
-                                   .id = id,
+                                  {.id = id,
                                    .fingerprint = fingerprint,
                                    .deadline = std::nullopt,
                                    .ttl = 2 * l.rule->lease.expiry});

@@ -151,19 +151,12 @@ class RuleSet {
       const Rule* rule = find(slot.level, who, part, slot.limit);
       if (rule == nullptr) continue;
       tenant_level = tenant_level || slot.level == Level::kTenant;
-      const std::string_view hash = slot.limit.empty() ? "" : "#";
       Check c{.rule = rule,
-              .key = {},
+              .key = StoreKey::level(slot.level == Level::kGlobal ? "~global" : who.tenant, part,
+                                     slot.limit, slot.level == Level::kUser ? who.user : ""),
               .cost = slot.estimate && options.estimate ? *options.estimate : slot.units,
               .estimate = slot.estimate,
               .shadow = all_shadow || rule->shadow || !enforced(*rule, who.tenant, bucket)};
-      if (slot.level == Level::kGlobal) {
-        c.key = StoreKey{"{~global}", part, hash, slot.limit};
-      } else if (slot.level == Level::kTenant) {
-        c.key = StoreKey{"{", who.tenant, "}", part, hash, slot.limit};
-      } else {
-        c.key = StoreKey{"{", who.tenant, "}", part, hash, slot.limit, "/", who.user};
-      }
       checks.push_back(std::move(c));
     }
     if (!tenant_level) {
