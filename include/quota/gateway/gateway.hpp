@@ -2,10 +2,13 @@
 //
 // `Gateway::decide({who, route}, now)` takes the rules in force (rules.hpp), builds
 // the keys from the authenticated identity and the whitelisted route class, and decides
-// every budget level the request must pass — user, tenant, global — through a backend
-// (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>` for one
-// thread, `ShardedStore<KeyPolicy>` for many) or `quota::redis::GatewayStore`, shared by
-// every gateway process. The requests, results and options are in request.hpp.
+// every budget level the request must pass — user, tenant, global — through a Backend
+// chosen at run time (backend.hpp): an in-process store of KeyStates (`LocalStore<KeyPolicy>`
+// for one thread, `ShardedStore<KeyPolicy>` for many), `quota::redis::GatewayStore`, shared
+// by every gateway process, or a decorator of either (leases, regions). The requests,
+// results and options are in request.hpp. A decision's steps are this class's private
+// members, in the order they run: the plan, the deadline, the per-request cap, the
+// attempt, fair shares, the backend (`run`), the combined decision and its counts.
 //
 // Guarantees: the levels are all or nothing (a denial leaves no level with a deduction);
 // a rule change never hands out a burst (key_state.hpp); an unreachable store is answered
