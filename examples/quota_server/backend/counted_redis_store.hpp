@@ -12,7 +12,7 @@
 // the request's fault) is not counted.
 //
 // Guarantees: a decision is exactly the GatewayStore's; the Gateway sees the same backend
-// contract (quota/gateway/backend.hpp GatewayBackend, with shared attempts).
+// contract (gateway::Backend, quota/gateway/backend.hpp), the store's shared attempts included.
 //
 // Thread safety: that of GatewayStore (thread-safe); the counters are atomics.
 //
@@ -53,7 +53,7 @@ class CountedRedisStore final : public gateway::Backend {
                                                std::uint64_t version, Nanos now) override {
     return counted(store_.decide(levels, version, now));
   }
-  bool shares_attempts() const override { return true; }
+  bool shares_attempts() const override { return store_.shares_attempts(); }
   absl::StatusOr<gateway::AttemptResult> decide_attempt(
       std::span<const gateway::LevelCheck> levels, std::uint64_t version, Nanos now,
       const gateway::AttemptRequest& attempt) override {
