@@ -38,18 +38,22 @@ namespace {
 // 1 unit per second, burst 10: the test's few seconds refill a few units at most.
 const TokenBucket kPolicy{.rate = {.units = 1, .per = 1s}, .burst = 10};
 
-// The address the client connects to, switched by the test (what Sentinel answers).
+// The address the client connects to, switched by the test (what Sentinel answers); an
+// answer may take `delay` (a slow sentinel).
 class SwitchedAddress final : public quota::redis::AddressResolver {
  public:
   explicit SwitchedAddress(int port) : port_(port) {}
   absl::StatusOr<quota::redis::Endpoint> resolve() override {
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
     return quota::redis::Endpoint{"127.0.0.1", port_.load()};
   }
   void stale(const quota::redis::Endpoint&) override {}
   void set(int port) { port_ = port; }
+  void set_delay(std::chrono::microseconds d) { delay_us_ = d.count(); }
 
  private:
   std::atomic<int> port_;
+  std::atomic<std::int64_t> delay_us_{0};
 };
 
 quota::redis::Reply command(int port, const std::vector<std::string>& argv) {
@@ -195,4 +199,34 @@ TEST_CASE("failover safety: a promoted replica that missed deductions overshoots
       }
     }
   }
+}
+
+// A connect whose call runs out of time between the TCP connect and the handshake's
+// write (here a slow address lookup) must not leave the connection open without the
+// handshake: the next call would use a server whose role and identity were never read,
+// and failover safety would decide on a promoted replica as if no failover had happened.
+TEST_CASE(
+    "a connect that runs out of time before its handshake is dropped; the next one sees the "
+    "failover") {
+  ConfiguredServer first("handshake-first", {});
+  ConfiguredServer second("handshake-second", {});
+  REQUIRE(first.started());
+  REQUIRE(second.started());
+  auto address = std::make_shared<SwitchedAddress>(first.port());
+  auto watch = std::make_shared<quota::redis::NodeWatch>();
+  quota::redis::ConnectionConfig config{.host = "127.0.0.1", .port = 0, .deadline = 1s};
+  config.resolver = address;
+  config.node_watch = watch;
+  quota::redis::Connection c(config);
+  REQUIRE(c.command({"PING"}).ok());  // the first server's identity, the baseline
+  c.disconnect();
+  address->set(second.port());
+  address->set_delay(20ms);  // the lookup outlasts the call: connected after its deadline
+  const auto late = c.command({"PING"}, quota::redis::Deadline::after(5ms));
+  INFO(late.status());
+  CHECK_FALSE(late.ok());
+  CHECK_FALSE(c.connected());
+  address->set_delay(0us);
+  REQUIRE(c.command({"PING"}).ok());
+  CHECK(watch->stats().failovers == 1);
 }

@@ -138,16 +138,7 @@ class Connection {
     if (auto s = ensure_connected(deadline); !s.ok()) return s;
     // Nothing is sent once the deadline has passed: its result could not be awaited.
     if (deadline.expired()) return deadline.error("send", where(), "no time left to send");
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& args : commands) {
-      to_argv(args, argv, lens);
-      if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
-                                 lens.data()) != REDIS_OK) {
-        return fail("pipeline append", deadline);
-      }
-    }
-    return flush(deadline);
+    return write(commands, deadline);
   }
   absl::StatusOr<std::vector<Reply>> receive(std::size_t n) {
     return receive(n, Deadline::after(config_.deadline));
@@ -265,8 +256,16 @@ class Connection {
 
   // The connect handshake, in one pipelined round trip: AUTH (with a password), ROLE
   // (with a resolver: the server must be the primary), CONFIG GET maxmemory-policy
-  // (unless EvictionPolicyCheck::kSkip). Any failure drops the connection.
+  // (unless EvictionPolicyCheck::kSkip), INFO and TIME (with a NodeWatch). Any failure,
+  // the deadline passing included, drops the connection: a connection is never used
+  // without its handshake (an unread role or identity would hide a failover).
   absl::Status handshake(const Deadline& deadline) {
+    absl::Status s = handshake_round(deadline);
+    if (!s.ok()) ctx_.reset();
+    return s;
+  }
+  // The round trip itself; an error return leaves the dropping to handshake().
+  absl::Status handshake_round(const Deadline& deadline) {
     HandshakeStats& stats = *config_.handshake_stats;
     stats.connects.fetch_add(1, std::memory_order_relaxed);
     std::vector<std::vector<std::string_view>> cmds;
@@ -289,38 +288,33 @@ class Connection {
       cmds.push_back({"TIME"});
     }
     if (cmds.empty()) return absl::OkStatus();
-    if (auto s = send(cmds, deadline); !s.ok()) return s;
+    if (auto s = write(cmds, deadline); !s.ok()) return s;
     auto replies = receive(cmds.size(), deadline);
     if (!replies.ok()) return replies.status();
-    auto refuse = [this](absl::Status s) {
-      ctx_.reset();
-      return s;
-    };
     std::size_t k = 0;
     if (auth) {
       const redisReply& r = *(*replies)[k++];
       if (r.type == REDIS_REPLY_ERROR) {
-        return refuse(absl::UnauthenticatedError(
+        return absl::UnauthenticatedError(
             absl::StrCat("redis AUTH on ", where(), " failed: authentication rejected for ",
                          config_.username.empty() ? std::string("the default user")
                                                   : absl::StrCat("user '", config_.username, "'"),
-                         ": ", detail::av(reply_string(r)))));
+                         ": ", detail::av(reply_string(r))));
       }
     }
     for (std::size_t i = k; i < replies->size(); ++i) {
       if (is_error(*(*replies)[i], "NOAUTH")) {
-        return refuse(absl::UnauthenticatedError(
+        return absl::UnauthenticatedError(
             absl::StrCat("redis on ", where(),
                          " requires authentication (NOAUTH): set ConnectionConfig::password (and "
-                         "username for an ACL user)")));
+                         "username for an ACL user)"));
       }
     }
     if (role) {
       const redisReply& r = *(*replies)[k++];
       if (r.type == REDIS_REPLY_ERROR) {
-        return refuse(absl::Status(
-            error_status(r).code(),
-            absl::StrCat("redis ROLE on ", where(), ": ", detail::av(reply_string(r)))));
+        return absl::Status(error_status(r).code(), absl::StrCat("redis ROLE on ", where(), ": ",
+                                                                 detail::av(reply_string(r))));
       }
       const std::string_view is =
           r.type == REDIS_REPLY_ARRAY && r.elements > 0 && r.element[0]->type == REDIS_REPLY_STRING
@@ -425,6 +419,21 @@ class Connection {
   }
 
   // Writes what is buffered, each socket wait bounded by the time left.
+  // Appends `commands` to the connected context and writes them out.
+  absl::Status write(const std::vector<std::vector<std::string_view>>& commands,
+                     const Deadline& deadline) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& args : commands) {
+      to_argv(args, argv, lens);
+      if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                                 lens.data()) != REDIS_OK) {
+        return fail("pipeline append", deadline);
+      }
+    }
+    return flush(deadline);
+  }
+
   absl::Status flush(const Deadline& deadline) {
     int done = 0;
     while (done == 0) {
