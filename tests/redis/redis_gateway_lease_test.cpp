@@ -57,7 +57,7 @@ struct Process {
 };
 
 std::int64_t sum(const std::vector<std::unique_ptr<Process>>& ps, Level level,
-                 std::atomic<std::int64_t> quota::gateway::LeaseCounters::*field) {
+                 std::atomic<std::int64_t> quota::LeaseCounters::*field) {
   std::int64_t n = 0;
   for (const auto& p : ps) n += (p->metrics.at(level).*field).load();
   return n;
@@ -110,9 +110,8 @@ TEST_CASE("holders share global and tenant budgets in Redis through leases",
   CHECK(decisions == kProcesses * 400);
   // 1,200 requests for 600 units: the global budget bounds them, exactly: nothing
   // refills (1 unit per hour) and a unit is admitted only from a grant taken from it.
-  const std::int64_t granted =
-      sum(ps, Level::kGlobal, &quota::gateway::LeaseCounters::units_granted);
-  const std::int64_t held = sum(ps, Level::kGlobal, &quota::gateway::LeaseCounters::units_held);
+  const std::int64_t granted = sum(ps, Level::kGlobal, &quota::LeaseCounters::units_granted);
+  const std::int64_t held = sum(ps, Level::kGlobal, &quota::LeaseCounters::units_held);
   CHECK(granted <= global.burst);
   CHECK(granted >= global.burst - 25);  // at most one grant's worth is left unasked
   CHECK(admitted + held == granted);    // every granted unit spent or still held
@@ -141,9 +140,9 @@ TEST_CASE("holders share global and tenant budgets in Redis through leases",
   std::printf("%lld decisions, %lld grant requests (global and tenants)\n",
               static_cast<long long>(decisions), static_cast<long long>(grant_requests));
   CHECK(grant_requests * 3 < decisions);
-  CHECK(sum(ps, Level::kGlobal, &quota::gateway::LeaseCounters::renewals) > 0);
-  CHECK(sum(ps, Level::kGlobal, &quota::gateway::LeaseCounters::renewal_ns_total) > 0);
-  CHECK(sum(ps, Level::kGlobal, &quota::gateway::LeaseCounters::record_failures) == 0);
+  CHECK(sum(ps, Level::kGlobal, &quota::LeaseCounters::renewals) > 0);
+  CHECK(sum(ps, Level::kGlobal, &quota::LeaseCounters::renewal_ns_total) > 0);
+  CHECK(sum(ps, Level::kGlobal, &quota::LeaseCounters::record_failures) == 0);
   const std::string text = quota::gateway::render_prometheus(ps[0]->metrics);
   CHECK(text.find("quota_lease_units_held{level=\"global\"} " +
                   std::to_string(ps[0]->metrics.at(Level::kGlobal).units_held.load()) + "\n") !=

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,7 @@
 #include "quota/lease/authority.hpp"
 #include "quota/lease/holder.hpp"
 #include "quota/lease/holdings.hpp"
+#include "quota/lease/lease_counters.hpp"
 #include "quota/lease/lease_options.hpp"
 #include "quota/limiter.hpp"
 #include "quota/policy/token_bucket.hpp"
@@ -152,10 +154,14 @@ class LeasedLimiter {
   }
 
   std::uint64_t incarnation() const { return options_.incarnation; }
-  // Grants taken (successful grant round trips) and units they brought, for tests and
-  // benchmarks.
-  std::int64_t grants() const { return grants_.load(std::memory_order_relaxed); }
-  std::int64_t granted_units() const { return granted_units_.load(std::memory_order_relaxed); }
+  // What this limiter's leases did (lease_counters.hpp): grants, renewals, their latency
+  // and failures.
+  const LeaseCounters& counters() const { return counters_; }
+  // Grants taken (successful grant round trips) and units they brought.
+  std::int64_t grants() const { return counters_.grants.load(std::memory_order_relaxed); }
+  std::int64_t granted_units() const {
+    return counters_.units_granted.load(std::memory_order_relaxed);
+  }
   const LeaseOptions& options() const { return options_; }
 
  private:
@@ -202,18 +208,13 @@ class LeasedLimiter {
     return d;
   }
 
-  // now + wait for wait >= 0, saturating at the end of the int64 range (a wait that
-  // long is not reached before then).
-  static Nanos later(Nanos now, Nanos wait) {
-    std::int64_t t;
-    return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
-  }
-  // Whether `now` has reached `at`; a time that later() saturated is never reached.
+  // Whether `now` has reached `at`; a time that saturated (detail::saturating_add) is
+  // never reached.
   static bool reached(Nanos now, Nanos at) { return now >= at && at != Nanos::max(); }
 
   // Do not ask the authority for `wait` (>= 0, finite) from `now`.
   static void hold_off(Holding& h, Nanos now, Nanos wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    h.retry_at = later(now, wait);
+    h.retry_at = detail::saturating_add(now, wait);
     h.retry_wait = std::min(wait, kNever - Nanos{1});
   }
 
@@ -247,29 +248,36 @@ class LeasedLimiter {
         h.pending_id = grant_id(options_.incarnation, ++sequence_);
       }
       const std::int64_t units = h.pending_units;
+      const auto asked = std::chrono::steady_clock::now();
       auto d = authority_.grant(key, units, h.pending_id);
+      counters_.add_renewal_latency(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - asked)
+                                        .count());
       if (!d.ok()) {
         if (d.status().code() != absl::StatusCode::kUnavailable) {
           h.pending_id.clear();  // a definite error (e.g. invalid key): nothing was taken
           return d.status();
         }
         // Unknown outcome: keep the id, so that the retry replays a grant already taken.
+        counters_.renewal_failures.fetch_add(1, std::memory_order_relaxed);
         h.failures = std::min(h.failures + 1, 62);
         h.last_failure = d.status();
         hold_off(h, now, backoff(h.failures));
         return d.status();
       }
+      counters_.renewals.fetch_add(1, std::memory_order_relaxed);
       if (d->allowed) h.grant_id = h.pending_id;
       h.pending_id.clear();
       h.failures = 0;
       h.last_failure = absl::OkStatus();
       h.version = d->version;
       if (d->allowed) {
-        grants_.fetch_add(1, std::memory_order_relaxed);
-        granted_units_.fetch_add(units, std::memory_order_relaxed);
+        counters_.grants.fetch_add(1, std::memory_order_relaxed);
+        counters_.units_granted.fetch_add(units, std::memory_order_relaxed);
         h.units += units;
         h.q = h.units;
-        h.expires_at = later(now, options_.grant_ttl);  // `now` was read before the request
+        h.expires_at =
+            detail::saturating_add(now, options_.grant_ttl);  // `now` was read before the request
         h.granted_at = now;
         h.spent_since_grant = 0;
         h.never = false;
@@ -334,8 +342,7 @@ class LeasedLimiter {
   C clock_;
   detail::LeaseHoldings holdings_;
   std::atomic<std::uint64_t> sequence_{0};
-  std::atomic<std::int64_t> grants_{0};
-  std::atomic<std::int64_t> granted_units_{0};
+  LeaseCounters counters_;
   GrantBackoff backoff_;
 };
 

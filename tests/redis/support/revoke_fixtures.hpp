@@ -53,7 +53,7 @@ struct RevokeProcess {
   gateway::LeaseMetrics metrics;
   LeaseHolder<redis::GatewayStore, redis::RedisGrantLedger> holder;
 
-  const gateway::LeaseCounters& global() const { return metrics.at(gateway::Level::kGlobal); }
+  const quota::LeaseCounters& global() const { return metrics.at(gateway::Level::kGlobal); }
 };
 
 // Polls `done` every 10 ms for at most 20 s (generous for sanitizer builds on a busy

@@ -1,6 +1,7 @@
 // quota/gateway/leases/lease_metrics.hpp — what leases do, counted per budget level.
 //
-// A LeasedBackend (leased_backend.hpp) counts, per level (user, tenant, global — labels
+// A LeasedBackend (leased_backend.hpp) counts, per level in a LeaseCounters
+// (lease/lease_counters.hpp) (user, tenant, global — labels
 // from configuration only, never a key): the units held now, grants taken and the units
 // they brought, renewals (grant requests) with their latency and failures, units unused
 // at expiry, units dropped by a rule change, units revoked at once, and denials answered while
@@ -25,31 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/rules/rule_spec.hpp"
+#include "quota/lease/lease_counters.hpp"
 
 namespace quota::gateway {
-
-// The lease counters of one level.
-struct LeaseCounters {
-  std::atomic<std::int64_t> units_held{0};        // gauge: held by this process now
-  std::atomic<std::int64_t> grants{0};            // grants taken
-  std::atomic<std::int64_t> units_granted{0};     // units they brought
-  std::atomic<std::int64_t> renewals{0};          // grant requests answered by the authority
-  std::atomic<std::int64_t> renewal_failures{0};  // grant requests that failed (no answer)
-  std::atomic<std::int64_t> renewal_ns_total{0};  // wall time of the grant requests
-  std::atomic<std::int64_t> renewal_ns_max{0};
-  std::atomic<std::int64_t> units_unused_at_expiry{0};
-  std::atomic<std::int64_t> units_dropped_on_rule_change{0};
-  std::atomic<std::int64_t> units_revoked{0};  // dropped on a revocation (lease_revocation.hpp)
-  std::atomic<std::int64_t> denials_while_leased{0};
-  std::atomic<std::int64_t> record_failures{0};  // grants the ledger failed to record
-
-  void add_renewal_latency(std::int64_t ns) {
-    renewal_ns_total.fetch_add(ns, std::memory_order_relaxed);
-    std::int64_t max = renewal_ns_max.load(std::memory_order_relaxed);
-    while (ns > max && !renewal_ns_max.compare_exchange_weak(max, ns, std::memory_order_relaxed)) {
-    }
-  }
-};
 
 class LeaseMetrics {
  public:

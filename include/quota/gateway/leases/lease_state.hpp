@@ -32,6 +32,8 @@
 #include "quota/gateway/leases/lease_grant.hpp"
 #include "quota/gateway/leases/lease_metrics.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/lease/holdings.hpp"
+#include "quota/policy/policy.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway::detail {
@@ -198,14 +200,14 @@ struct KeyLease {
   void fail(const absl::Status& s, Nanos now, Nanos wait) {
     failures = std::min(failures + 1, 62);
     last_failure = s;
-    retry_at = saturating(now, wait);
+    retry_at = quota::detail::saturating_add(now, wait);
   }
 
   // After the authority denied a grant: do not ask before its retry_after (a budget
   // that never refills: before `expiry`, so that a rule change still reaches it).
   void deny_until(const Decision& d, Nanos now, Nanos expiry) {
     last_denial = d;
-    retry_at = saturating(now, d.retry_after == kNever ? expiry : d.retry_after);
+    retry_at = quota::detail::saturating_add(now, d.retry_after == kNever ? expiry : d.retry_after);
   }
 
   // A local denial while waiting for retry_at.
@@ -219,11 +221,6 @@ struct KeyLease {
           retry_at == Nanos::max() ? kNever - Nanos{1} : std::max(retry_at - now, Nanos{1});
     }
     return d;
-  }
-
-  static Nanos saturating(Nanos now, Nanos wait) {
-    std::int64_t t;
-    return __builtin_add_overflow(now.count(), wait.count(), &t) ? Nanos::max() : Nanos{t};
   }
 };
 
@@ -260,52 +257,8 @@ class RevocationsHeard {
   std::atomic<std::uint64_t> epoch_{0};
 };
 
-// The keys a process leases: found through 16 locked shards (held only for the lookup),
-// then each KeyLease is locked on its own. Entries are never removed (a pointer stays
-// valid); at most `max_keys` (per shard: max_keys / 16 + 1), then find_or_add answers
-// null and the key is decided by the authority.
-class KeyLeases {
- public:
-  explicit KeyLeases(std::size_t max_keys) : max_keys_(max_keys) {}
-
-  KeyLease* find(std::string_view key) {
-    Shard& shard = shard_for(key);
-    quota::detail::MutexLock lock(shard.mu);
-    auto it = shard.map.find(quota::detail::to_absl(key));
-    return it == shard.map.end() ? nullptr : it->second.get();
-  }
-
-  KeyLease* find_or_add(std::string_view key, Level level) {
-    Shard& shard = shard_for(key);
-    quota::detail::MutexLock lock(shard.mu);
-    auto it = shard.map.find(quota::detail::to_absl(key));
-    if (it != shard.map.end()) return it->second.get();
-    if (shard.map.size() >= max_keys_ / kShards + 1) return nullptr;
-    auto& slot = shard.map[std::string(key)];
-    slot = std::make_unique<KeyLease>();
-    slot->level = level;
-    return slot.get();
-  }
-
-  // fn(key, lease) for every key, one shard locked at a time.
-  template <class Fn>
-  void for_each(Fn&& fn) {
-    for (Shard& shard : shards_) {
-      quota::detail::MutexLock lock(shard.mu);
-      for (auto& [key, lease] : shard.map) fn(key, *lease);
-    }
-  }
-
- private:
-  static constexpr std::size_t kShards = 16;
-  struct alignas(64) Shard {
-    quota::detail::Mutex mu;
-    absl::flat_hash_map<std::string, std::unique_ptr<KeyLease>> map ABSL_GUARDED_BY(mu);
-  };
-  Shard& shard_for(std::string_view key) { return shards_[quota::detail::key_hash(key) >> 60]; }
-
-  std::size_t max_keys_;
-  std::array<Shard, kShards> shards_;
-};
+// The keys a process leases (lease/holdings.hpp): at most LeasedBackendOptions::max_keys,
+// then the key is decided by the authority.
+using KeyLeases = quota::detail::HoldingTable<KeyLease>;
 
 }  // namespace quota::gateway::detail

@@ -222,7 +222,8 @@ class LeasedBackend final : public Backend {
     if (l.rule == nullptr || !l.rule->lease.enabled()) return nullptr;
     const LeaseSpec& spec = l.rule->lease;
     if (l.cost > spec.units) return nullptr;  // larger than a grant: the authority decides
-    detail::KeyLease* k = keys_.find_or_add(l.key, l.rule->level);
+    detail::KeyLease* k = keys_.get_or_add(l.key, options_.max_keys,
+                                           [&](detail::KeyLease& n) { n.level = l.rule->level; });
     if (k == nullptr) return nullptr;
     quota::detail::MutexLock lock(k->mu);
     if (version < revoked_below(*k, *l.rule)) return nullptr;
@@ -389,7 +390,7 @@ class LeasedBackend final : public Backend {
   Inner& inner_;
   Ledger& ledger_;
   LeasedBackendOptions options_;
-  detail::KeyLeases keys_{options_.max_keys};
+  detail::KeyLeases keys_;
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grant_requests_{0};
   GrantBackoff backoff_;
