@@ -38,6 +38,7 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
+#include "quota/lease/grant_request.hpp"
 #include "quota/units.hpp"
 
 namespace quota::detail {
@@ -52,20 +53,14 @@ struct LeaseHolding {
   std::int64_t spent_since_grant ABSL_GUARDED_BY(mu) = 0;
   std::uint64_t version ABSL_GUARDED_BY(mu) = 0;
   std::string grant_id ABSL_GUARDED_BY(mu);  // of the last grant taken
-  // A grant request whose reply was lost: retried with the same id and units.
-  std::string pending_id ABSL_GUARDED_BY(mu);
-  std::int64_t pending_units ABSL_GUARDED_BY(mu) = 0;
-  // Do not ask the authority before this time (a denial, a failure, or a grant that
-  // left less than q centrally): now + retry_wait when it was set, saturated.
-  Nanos retry_at ABSL_GUARDED_BY(mu){Nanos::min()};
-  Nanos retry_wait ABSL_GUARDED_BY(mu){0};
+  // The grant request: a lost one's id, the wait before the next (a denial, a failure,
+  // or a grant that left less than q centrally), the failures in a row.
+  GrantRequest request ABSL_GUARDED_BY(mu);
   Decision last_denial ABSL_GUARDED_BY(mu);
   // The last denial was kNever (a budget that cannot refill) for a request needing
   // `never_need` more units than were held.
   bool never ABSL_GUARDED_BY(mu) = false;
   std::int64_t never_need ABSL_GUARDED_BY(mu) = 0;
-  absl::Status last_failure ABSL_GUARDED_BY(mu);
-  int failures ABSL_GUARDED_BY(mu) = 0;
 };
 
 // The per-key state of one holder, found through 16 locked shards (held only for the

@@ -131,8 +131,8 @@ class LeasedLimiter {
       h->q = std::max(options_.q_min, h->q / 2);
     }
     if (h->units >= cost) return spend(*h, now, cost);
-    if (!reached(now, h->retry_at)) {
-      if (!h->last_failure.ok()) return h->last_failure;  // backing off after a failure
+    if (!h->request.may_ask(now)) {
+      if (!h->request.last_failure.ok()) return h->request.last_failure;  // backing off
       // A budget that never refills is "never" for what it denied, and for more; a
       // request that needs less may still pass, so it asks.
       if (!h->never || cost - h->units >= h->never_need) return wait_decision(*h, now);
@@ -201,8 +201,8 @@ class LeasedLimiter {
     } else {
       // At the end of the int64 range retry_at saturates and may be reached at once: the
       // wait is then the whole wait that was set (a denial never says "retry now").
-      const absl::int128 left = absl::int128(h.retry_at.count()) - now.count();
-      const absl::int128 wait = std::max<absl::int128>(h.retry_wait.count(), 1);
+      const absl::int128 left = absl::int128(h.request.retry_at.count()) - now.count();
+      const absl::int128 wait = std::max<absl::int128>(h.request.retry_wait.count(), 1);
       d.retry_after = Nanos{static_cast<std::int64_t>(left <= 0 ? wait : std::min(left, wait))};
     }
     return d;
@@ -211,12 +211,6 @@ class LeasedLimiter {
   // Whether `now` has reached `at`; a time that saturated (detail::saturating_add) is
   // never reached.
   static bool reached(Nanos now, Nanos at) { return now >= at && at != Nanos::max(); }
-
-  // Do not ask the authority for `wait` (>= 0, finite) from `now`.
-  static void hold_off(Holding& h, Nanos now, Nanos wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    h.retry_at = detail::saturating_add(now, wait);
-    h.retry_wait = std::min(wait, kNever - Nanos{1});
-  }
 
   // The grant size for the next request: about half a ttl of the local rate since the
   // last grant, within [q_min, q_max], and at least what this request needs.
@@ -241,35 +235,31 @@ class LeasedLimiter {
     // grant larger than what is left of a budget that never refills is refused for ever.
     // The last two are asked again for just what this request needs.
     for (int round = 0; round < 3; ++round) {
-      if (h.pending_id.empty()) {
+      GrantRequest& r = h.request;
+      if (r.pending_id.empty()) {
         // Units still held (fewer than cost) stay; the grant tops them up to the target,
         // so no holder ever holds more than q_max: the overshoot bound.
-        h.pending_units = next_q(h, now, cost) - h.units;
-        h.pending_id = grant_id(options_.incarnation, ++sequence_);
+        r.pending_units = next_q(h, now, cost) - h.units;
+        r.pending_id = grant_id(options_.incarnation, ++sequence_);
       }
-      const std::int64_t units = h.pending_units;
+      const std::int64_t units = r.pending_units;
       const auto asked = std::chrono::steady_clock::now();
-      auto d = authority_.grant(key, units, h.pending_id);
+      auto d = authority_.grant(key, units, r.pending_id);
       counters_.add_renewal_latency(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now() - asked)
                                         .count());
       if (!d.ok()) {
-        if (d.status().code() != absl::StatusCode::kUnavailable) {
-          h.pending_id.clear();  // a definite error (e.g. invalid key): nothing was taken
-          return d.status();
+        // Unknown outcome (kUnavailable): the id stays, so that the retry replays a grant
+        // already taken; a definite error (e.g. an invalid key) took nothing.
+        if (d.status().code() == absl::StatusCode::kUnavailable) {
+          counters_.renewal_failures.fetch_add(1, std::memory_order_relaxed);
         }
-        // Unknown outcome: keep the id, so that the retry replays a grant already taken.
-        counters_.renewal_failures.fetch_add(1, std::memory_order_relaxed);
-        h.failures = std::min(h.failures + 1, 62);
-        h.last_failure = d.status();
-        hold_off(h, now, backoff(h.failures));
+        r.failed(d.status(), now, [this](int failures) { return backoff(failures); });
         return d.status();
       }
       counters_.renewals.fetch_add(1, std::memory_order_relaxed);
-      if (d->allowed) h.grant_id = h.pending_id;
-      h.pending_id.clear();
-      h.failures = 0;
-      h.last_failure = absl::OkStatus();
+      if (d->allowed) h.grant_id = r.pending_id;
+      r.answered();
       h.version = d->version;
       if (d->allowed) {
         counters_.grants.fetch_add(1, std::memory_order_relaxed);
@@ -282,25 +272,25 @@ class LeasedLimiter {
         h.spent_since_grant = 0;
         h.never = false;
         if (const auto wait = not_before(*d, next_q(h, now, cost))) {
-          hold_off(h, now, *wait);
+          r.hold_off(now, *wait);
         } else {
-          h.retry_at = Nanos::min();
+          r.retry_at = Nanos::min();
         }
         if (h.units >= cost) return spend(h, now, cost);
         continue;  // a replayed grant smaller than this request needs: top up once more
       }
       if (d->reason == Reason::kCostExceedsBurst && units > cost - h.units) {
         h.q = cost;  // the grant exceeded the central burst: ask for just this request
-        h.pending_units = cost - h.units;
-        h.pending_id = grant_id(options_.incarnation, ++sequence_);
+        r.pending_units = cost - h.units;
+        r.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
       if (d->reason != Reason::kOverLimit) return *d;  // a configuration error: not cached
       const std::int64_t need = cost - h.units;
       if (d->retry_after == kNever && units > need) {
         // Never `units` more; what this request needs may still be there.
-        h.pending_units = need;
-        h.pending_id = grant_id(options_.incarnation, ++sequence_);
+        r.pending_units = need;
+        r.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
       h.last_denial = *d;
@@ -309,7 +299,7 @@ class LeasedLimiter {
       // change still reaches this holder.
       h.never = d->retry_after == kNever;
       h.never_need = need;
-      hold_off(h, now, h.never ? options_.grant_ttl : d->retry_after);
+      r.hold_off(now, h.never ? options_.grant_ttl : d->retry_after);
       return wait_decision(h, now);
     }
     return wait_decision(h, now);

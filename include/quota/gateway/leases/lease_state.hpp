@@ -32,6 +32,7 @@
 #include "quota/gateway/leases/lease_grant.hpp"
 #include "quota/gateway/leases/lease_metrics.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/lease/grant_request.hpp"
 #include "quota/lease/holdings.hpp"
 #include "quota/policy/policy.hpp"
 #include "quota/units.hpp"
@@ -56,14 +57,10 @@ struct KeyLease {
   bool leasing = false;  // decided from grants now (always with mode on)
   std::vector<HeldGrant> grants;
   bool renewing = false;  // a grant request is in flight
-  // A grant request whose answer was lost (kUnavailable) is retried with the same id.
-  std::string pending_id;
-  std::int64_t pending_units = 0;
-  std::uint64_t pending_version = 0;
-  Nanos retry_at = Nanos::min();  // do not ask before (a denial, a failure)
+  // The grant request (lease/grant_request.hpp): a lost one's id, the wait before the
+  // next (a denial, a failure), the failures in a row.
+  GrantRequest request;
   Decision last_denial{};
-  absl::Status last_failure;
-  int failures = 0;
   // The revocation of the key's rule this key last looked up (LeasedBackend: refreshed when
   // the backend's revocation epoch moves): requests under versions below it go to the
   // authority.
@@ -80,7 +77,7 @@ struct KeyLease {
     return n;
   }
 
-  bool may_ask(Nanos now) const { return now >= retry_at; }
+  bool may_ask(Nanos now) const { return request.may_ask(now); }
 
   // What is held of `key` at `now` (grants not expired), or nullopt when nothing.
   std::optional<Holding> holding(const std::string& key, Nanos now) const {
@@ -128,7 +125,7 @@ struct KeyLease {
   void add(HeldGrant g, LeaseCounters* c) {
     g.granted = g.units;
     if (c != nullptr) c->units_held.fetch_add(g.units, std::memory_order_relaxed);
-    retry_at = Nanos::min();
+    request.retry_at = Nanos::min();
     grants.push_back(std::move(g));
     std::sort(grants.begin(), grants.end(),
               [](const HeldGrant& a, const HeldGrant& b) { return a.expires_at < b.expires_at; });
@@ -196,18 +193,11 @@ struct KeyLease {
     }
   }
 
-  // After a failed grant request (unknown outcome): back off for `wait`.
-  void fail(const absl::Status& s, Nanos now, Nanos wait) {
-    failures = std::min(failures + 1, 62);
-    last_failure = s;
-    retry_at = quota::detail::saturating_add(now, wait);
-  }
-
   // After the authority denied a grant: do not ask before its retry_after (a budget
   // that never refills: before `expiry`, so that a rule change still reaches it).
   void deny_until(const Decision& d, Nanos now, Nanos expiry) {
     last_denial = d;
-    retry_at = quota::detail::saturating_add(now, d.retry_after == kNever ? expiry : d.retry_after);
+    request.hold_off(now, d.retry_after == kNever ? expiry : d.retry_after);
   }
 
   // A local denial while waiting for retry_at.
@@ -217,8 +207,8 @@ struct KeyLease {
     if (d.reason == Reason::kAllowed) d.reason = Reason::kOverLimit;
     d.remaining = held();
     if (d.retry_after != kNever) {
-      d.retry_after =
-          retry_at == Nanos::max() ? kNever - Nanos{1} : std::max(retry_at - now, Nanos{1});
+      d.retry_after = request.retry_at == Nanos::max() ? kNever - Nanos{1}
+                                                       : std::max(request.retry_at - now, Nanos{1});
     }
     return d;
   }

@@ -258,7 +258,7 @@ class LeasedBackend final : public Backend {
       }
       const std::int64_t need = l.cost - k.held();
       if (!never && !k.may_ask(now)) {
-        if (!k.last_failure.ok()) return k.last_failure;  // backing off after a failure
+        if (!k.request.last_failure.ok()) return k.request.last_failure;  // backing off
         return deny(k, now, c);
       }
       const std::int64_t ask = never ? need : std::max(spec.units, need);
@@ -291,13 +291,14 @@ class LeasedBackend final : public Backend {
                                                 const LevelCheck& l, std::int64_t units,
                                                 std::uint64_t version, Nanos now,
                                                 LeaseCounters* c) {
-    if (k.pending_id.empty() || k.pending_units != units || k.pending_version != version) {
-      k.pending_id =
+    GrantRequest& r = k.request;
+    if (r.pending_id.empty() || r.pending_units != units || r.pending_version != version) {
+      r.pending_id =
           grant_id(options_.incarnation, sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
-      k.pending_units = units;
-      k.pending_version = version;
+      r.pending_units = units;
+      r.pending_version = version;
     }
-    const std::string id = k.pending_id;
+    const std::string id = r.pending_id;
     k.renewing = true;
     lock.unlock();
     const auto started = std::chrono::steady_clock::now();
@@ -329,17 +330,11 @@ class LeasedBackend final : public Backend {
     if (c != nullptr) c->add_renewal_latency(took.count());
     if (!got.ok()) {
       if (c != nullptr) c->renewal_failures.fetch_add(1, std::memory_order_relaxed);
-      if (got.status().code() == absl::StatusCode::kUnavailable) {
-        // Unknown outcome: the retry keeps the id, so a grant taken is replayed.
-        k.fail(got.status(), now, backoff(k.failures + 1));
-      } else {
-        k.pending_id.clear();
-      }
+      // Unknown outcome: the retry keeps the id, so a grant taken is replayed.
+      r.failed(got.status(), now, [this](int failures) { return backoff(failures); });
       return got.status();
     }
-    k.pending_id.clear();
-    k.failures = 0;
-    k.last_failure = absl::OkStatus();
+    r.answered();
     if (got->revoked_below != 0) return std::nullopt;  // refused: nothing taken
     if (c != nullptr) c->renewals.fetch_add(1, std::memory_order_relaxed);
     if (got->decision.allowed && version < revoked_below(k, *l.rule)) {
