@@ -78,6 +78,7 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/gateway/leases/lease_grant.hpp"
 #include "quota/lease/holder.hpp"
 #include "quota/region/pool_model.hpp"
 #include "quota/units.hpp"
@@ -260,20 +261,15 @@ class BasicRegionalPool : public gateway::Backend {
       return true;  // if that fails too, the lock expires
     }
     grant_requests_.fetch_add(1, std::memory_order_relaxed);
-    const gateway::LevelCheck grant{.policy = l.policy,
-                                    .key = l.key,
-                                    .shadow = false,
-                                    .cost = options_.units,
-                                    .rule = nullptr,
-                                    .layout = l.layout};
-    auto got = ask_central(grant, version, id->id, now);
-    if (!got.ok() || got->parts.size() != 1) {
+    auto got = gateway::detail::decide_grant(central_, l, options_.units, id->id, version, now,
+                                             2 * options_.expiry);
+    if (!got.ok()) {
       // Unknown outcome: the id stays pending for the next refill, after the backoff.
       (void)script_.fail(l.key, 'u', token, to_us(backoff_.after(++failures_)));
       return true;
     }
     failures_ = 0;
-    const Decision& d = got->parts[0];
+    const Decision& d = got->decision;
     if (!d.allowed) {
       grant_denials_.fetch_add(1, std::memory_order_relaxed);
       const Nanos wait = std::clamp(d.retry_after, options_.backoff_min, options_.expiry);
@@ -287,7 +283,7 @@ class BasicRegionalPool : public gateway::Backend {
                           .version = std::max(version, d.version),
                           .units = options_.units,
                           .granted_at = got->time,
-                          .expires_at = got->time + options_.expiry});
+                          .expires_at = quota::detail::saturating_add(got->time, options_.expiry)});
     const std::int64_t expiry_us = options_.expiry.count() / 1000;
     for (int i = 0; i < 2; ++i) {  // a lost deposit reply: the retry is replayed by id
       if (script_.deposit(l.key, id->id, expiry_us, options_.max_grants).ok()) {
@@ -296,25 +292,6 @@ class BasicRegionalPool : public gateway::Backend {
       }
     }
     return true;
-  }
-
-  // One grant of `units` on the global key: an attempt by the grant id where the central
-  // authority records attempts (at its own time), else a plain decision at `now`.
-  absl::StatusOr<gateway::LevelsResult> ask_central(const gateway::LevelCheck& grant,
-                                                    std::uint64_t version, const std::string& id,
-                                                    Nanos now) {
-    if (central_.shares_attempts()) {
-      auto got = central_.decide_attempt(
-          std::span(&grant, 1), version, Nanos{0},
-          {.id = id,
-           .fingerprint = absl::StrCat(options_.units, "|", quota::detail::to_absl(grant.key)),
-           .deadline = std::nullopt,
-           .ttl = 2 * options_.expiry});
-      if (!got.ok()) return got.status();
-      return std::move(got->levels);
-    } else {
-      return central_.decide(std::span(&grant, 1), version, now);
-    }
   }
 
   void give_back(std::span<const gateway::LevelCheck> levels, std::span<const std::size_t> spent) {

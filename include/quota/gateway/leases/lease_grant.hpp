@@ -72,6 +72,39 @@ struct Granted {
   std::uint64_t revoked_below = 0;
 };
 
+// One decision of `units` on the key of `l`, for the grant `id`: an attempt by the id
+// when `inner` records attempts at the authority (a lost reply is then replayed, not
+// taken twice; the attempt kept for `ttl`), else a plain decision. Every grant a holder
+// takes from a backend is this call (take_grant; the regional pool's refill).
+struct GrantDecision {
+  Decision decision;
+  Nanos time{0};  // the authority's time of the decision
+};
+inline absl::StatusOr<GrantDecision> decide_grant(Backend& inner, const LevelCheck& l,
+                                                  std::int64_t units, std::string_view id,
+                                                  std::uint64_t version, Nanos now, Nanos ttl) {
+  const LevelCheck grant{.policy = l.policy,
+                         .key = l.key,
+                         .shadow = false,
+                         .cost = units,
+                         .rule = nullptr,
+                         .layout = l.layout};
+  absl::StatusOr<LevelsResult> r;
+  if (inner.shares_attempts()) {
+    const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
+    auto a = inner.decide_attempt(
+        std::span(&grant, 1), version, now,
+        {.id = id, .fingerprint = fingerprint, .deadline = std::nullopt, .ttl = ttl});
+    if (!a.ok()) return a.status();
+    r = std::move(a->levels);
+  } else {
+    r = inner.decide(std::span(&grant, 1), version, now);
+  }
+  if (!r.ok()) return r.status();
+  if (r->parts.size() != 1) return absl::InternalError("grant: no decision");
+  return GrantDecision{.decision = r->parts[0], .time = r->time};
+}
+
 // The version below which the authority revokes the grants of `rule`; 0 when the ledger
 // keeps no revocations.
 template <class Ledger>
@@ -100,28 +133,9 @@ absl::StatusOr<Granted> take_grant(Inner& inner, Ledger& ledger, const LevelChec
   if (!below.ok()) return below.status();
   if (version < *below) return Granted{.decision = {}, .revoked_below = *below};
   requests.fetch_add(1, std::memory_order_relaxed);
-  const LevelCheck grant{.policy = l.policy,
-                         .key = l.key,
-                         .shadow = false,
-                         .cost = units,
-                         .rule = nullptr,
-                         .layout = l.layout};
-  if (inner.shares_attempts()) {
-    const std::string fingerprint = absl::StrCat(units, "|", quota::detail::to_absl(l.key));
-    auto r = inner.decide_attempt(std::span(&grant, 1), version, now,
-                                  {.id = id,
-                                   .fingerprint = fingerprint,
-                                   .deadline = std::nullopt,
-                                   .ttl = 2 * l.rule->lease.expiry});
-    if (!r.ok()) return r.status();
-    if (r->levels.parts.size() != 1) return absl::InternalError("grant: no decision");
-    return Granted{.decision = r->levels.parts[0], .time = r->levels.time, .replayed = false};
-  } else {
-    auto r = inner.decide(std::span(&grant, 1), version, now);
-    if (!r.ok()) return r.status();
-    if (r->parts.size() != 1) return absl::InternalError("grant: no decision");
-    return Granted{.decision = r->parts[0], .time = r->time, .replayed = false};
-  }
+  auto r = decide_grant(inner, l, units, id, version, now, 2 * l.rule->lease.expiry);
+  if (!r.ok()) return r.status();
+  return Granted{.decision = r->decision, .time = r->time, .replayed = false};
 }
 
 }  // namespace detail
