@@ -299,11 +299,11 @@ TEST_CASE("leased global budget with fair shares at four holders: r*T + B + sum 
   auto rules = build(s);
   quota::ShardedStore<KeyPolicy> store;
   quota::gateway::StoreBackend inner(store);
-  quota::gateway::GrantLedger ledger;
+  quota::GrantLedger ledger;
   constexpr int kHolders = 4;
   using Backend = quota::gateway::LeasedBackend<quota::gateway::StoreBackend<decltype(store)>>;
   struct Holder {
-    Holder(decltype(inner)& in, quota::gateway::GrantLedger& l,
+    Holder(decltype(inner)& in, quota::GrantLedger& l,
            std::shared_ptr<const quota::gateway::RuleSet> r, std::uint64_t incarnation)
         : registry(std::move(r)),
           backend(in, l, {.incarnation = incarnation}),

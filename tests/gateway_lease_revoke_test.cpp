@@ -19,9 +19,9 @@
 #include "support/lease_rules.hpp"
 
 using namespace std::chrono_literals;
+using quota::GrantLedger;
 using quota::Nanos;
 using quota::TokenBucket;
-using quota::gateway::GrantLedger;
 using quota::gateway::LeaseMetrics;
 using quota::gateway::LeaseRevoke;
 using quota::gateway::LeaseSpec;

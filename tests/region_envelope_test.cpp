@@ -23,10 +23,10 @@
 #include "support/gateway_rules.hpp"
 
 using namespace std::chrono_literals;
+using quota::GrantLedger;
 using quota::Nanos;
 using quota::Reason;
 using quota::TokenBucket;
-using quota::gateway::GrantLedger;
 using quota::gateway::KeyPolicy;
 using quota::gateway::StoreBackend;
 using quota::testing::build;

@@ -157,7 +157,7 @@ class CountingBackend final : public gw::Backend {
 // grants it lists as outstanding (whole grants, spent or not), taken after each record.
 class CountingLedger {
  public:
-  absl::Status record(const gw::GrantRecord& g) {
+  absl::Status record(const quota::GrantRecord& g) {
     ++records;
     auto s = ledger_.record(g);
     std::int64_t sum = 0;
@@ -165,12 +165,12 @@ class CountingLedger {
     max_outstanding = std::max(max_outstanding, sum);
     return s;
   }
-  std::optional<gw::GrantRecord> replay(std::string_view id) { return ledger_.replay(id); }
+  std::optional<quota::GrantRecord> replay(std::string_view id) { return ledger_.replay(id); }
 
   std::int64_t records = 0, max_outstanding = 0;
 
  private:
-  gw::GrantLedger ledger_;
+  quota::GrantLedger ledger_;
 };
 
 enum class Outcome : std::uint8_t { kAdmitted, kDeniedGlobal, kDeniedTenant };

@@ -101,7 +101,7 @@ using Store = quota::ShardedStore<quota::gateway::KeyPolicy>;
 using Local = quota::gateway::StoreBackend<Store>;
 using Path = quota::testing::CutBackend<Local>;
 
-using Pool = quota::region::BasicRegionalPool<quota::gateway::GrantLedger, PoolRecord, Path>;
+using Pool = quota::region::BasicRegionalPool<quota::GrantLedger, PoolRecord, Path>;
 using PoolBackend = quota::region::ScopeRouter<Local, Pool>;
 using CentralBackend = quota::region::ScopeRouter<Local, Path>;
 
@@ -268,7 +268,7 @@ RegionsRun run(const RegionsConfig& c, std::string name, MakeNode node) {
 inline RegionsRun run_regions(const RegionsConfig& c, RegionsStrategy strategy) {
   RegionsRun out;
   if (strategy == RegionsStrategy::kRegionalLeases) {
-    quota::gateway::GrantLedger ledger;  // the central record of the regional grants
+    quota::GrantLedger ledger;  // the central record of the regional grants
     out = detail::run<detail::PoolBackend>(
         c, "regional-leases", [&](detail::Region<detail::PoolBackend>& r, std::size_t i, auto set) {
           const quota::region::PoolOptions options{.region = 0x10 + i,

@@ -12,7 +12,7 @@
 //
 //   gateway_sim::regions::PoolRecord record;
 //   record.set_now(t);
-//   quota::region::BasicRegionalPool<quota::gateway::GrantLedger, PoolRecord, Path> pool(
+//   quota::region::BasicRegionalPool<quota::GrantLedger, PoolRecord, Path> pool(
 //       record, central_path, ledger, {.region = 0x10, .refill_wait = quota::Nanos{0}});
 #pragma once
 

@@ -34,7 +34,7 @@ inline gateway::LeaseSpec lease_on(std::int64_t units, std::int64_t low_water, N
 
 // One gateway process over a shared inner backend: its own incarnation, lease state,
 // rule registry and Gateway.
-template <class Inner, class Ledger = gateway::GrantLedger>
+template <class Inner, class Ledger = GrantLedger>
 struct LeaseHolder {
   using Backend = gateway::LeasedBackend<Inner, Ledger>;
   LeaseHolder(Inner& inner, Ledger& ledger, std::shared_ptr<const gateway::RuleSet> rules,

@@ -1,6 +1,6 @@
 // quota/redis/grant_ledger.hpp — the record of lease grants in Redis, beside each budget.
 //
-// `RedisGrantLedger` is the GrantRecorder (gateway/leases/grant_ledger.hpp) of a LeasedBackend
+// `RedisGrantLedger` is the GrantRecorder (lease/grant_ledger.hpp) of a LeasedBackend
 // over `GatewayStore`: each grant is written into a hash next to the budget it was taken
 // from — `<the key's Redis key>:grants`, in the key's hash slot (one node on a cluster) —
 // field = grant id, value = "<incarnation> <version> <units> <granted_at> <expires_at>
@@ -59,7 +59,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/transport/subscriber.hpp"
@@ -146,9 +146,9 @@ class RedisGrantLedger {
   RedisGrantLedger(const RedisGrantLedger&) = delete;
   RedisGrantLedger& operator=(const RedisGrantLedger&) = delete;
 
-  // -- Revocations (gateway::RevocationAuthority) --
+  // -- Revocations (RevocationAuthority) --
 
-  absl::Status revoke(const gateway::Revocation& r) {
+  absl::Status revoke(const Revocation& r) {
     auto reply =
         revoke_.run({revocations_key()}, {r.rule, absl::StrCat(r.below), revocations_channel()});
     if (!reply.ok()) return reply.status();
@@ -171,16 +171,16 @@ class RedisGrantLedger {
   }
 
   // Every revocation recorded, by rule id.
-  absl::StatusOr<std::vector<gateway::Revocation>> revocations() {
+  absl::StatusOr<std::vector<Revocation>> revocations() {
     auto reply = revoked_.run({revocations_key()}, {});
     if (!reply.ok()) return reply.status();
     const redisReply& r = **reply;
     if (r.type != REDIS_REPLY_ARRAY || r.elements % 2 != 0) {
       return absl::InternalError("revocations: malformed reply");
     }
-    std::vector<gateway::Revocation> out;
+    std::vector<Revocation> out;
     for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
-      gateway::Revocation rev{.rule = std::string(reply_string(*r.element[i])), .below = 0};
+      Revocation rev{.rule = std::string(reply_string(*r.element[i])), .below = 0};
       if (!absl::SimpleAtoi(detail::av(reply_string(*r.element[i + 1])), &rev.below)) {
         return absl::DataLossError(absl::StrCat("revocations: malformed version of ", rev.rule));
       }
@@ -189,7 +189,7 @@ class RedisGrantLedger {
     return out;
   }
 
-  std::uint64_t subscribe(gateway::RevocationListener fn) {
+  std::uint64_t subscribe(RevocationListener fn) {
     std::lock_guard<std::mutex> lock(listeners_mu_);
     listeners_.emplace_back(++last_listener_, std::move(fn));
     const GatewayStoreOptions& so = store_.options();
@@ -225,7 +225,7 @@ class RedisGrantLedger {
     return subscriber_ == nullptr ? 0 : subscriber_->subscriptions();
   }
 
-  absl::Status record(const gateway::GrantRecord& g) {
+  absl::Status record(const GrantRecord& g) {
     auto key = hash_key(g.key);
     if (!key.ok()) return key.status();
     const std::int64_t life = (g.expires_at - g.granted_at + keep_).count();
@@ -244,10 +244,10 @@ class RedisGrantLedger {
     return absl::OkStatus();
   }
 
-  std::optional<gateway::GrantRecord> replay(std::string_view) { return std::nullopt; }
+  std::optional<GrantRecord> replay(std::string_view) { return std::nullopt; }
 
   // The grants of `key` not expired at the server's time now, by grant id.
-  absl::StatusOr<std::vector<gateway::GrantRecord>> outstanding(std::string_view key) {
+  absl::StatusOr<std::vector<GrantRecord>> outstanding(std::string_view key) {
     auto hash = hash_key(key);
     if (!hash.ok()) return hash.status();
     auto reply = list_.run({*hash}, {});
@@ -262,9 +262,9 @@ class RedisGrantLedger {
       return absl::InternalError("grant list: malformed reply");
     }
     const Nanos now{sec * 1'000'000'000 + usec * 1'000};
-    std::vector<gateway::GrantRecord> out;
+    std::vector<GrantRecord> out;
     for (std::size_t i = 2; i + 1 < r.elements; i += 2) {
-      gateway::GrantRecord g{.key = std::string(key), .grant_id = std::string(text(i))};
+      GrantRecord g{.key = std::string(key), .grant_id = std::string(text(i))};
       const std::vector<absl::string_view> f = absl::StrSplit(text(i + 1), absl::MaxSplits(' ', 6));
       std::int64_t granted = 0, expires = 0;
       if ((f.size() != 5 && f.size() != 7) || !absl::SimpleAtoi(f[0], &g.incarnation) ||
@@ -317,7 +317,7 @@ class RedisGrantLedger {
   // A message "<below> <rule id>" from the channel.
   void heard(std::string_view message) {
     const std::size_t space = message.find(' ');
-    gateway::Revocation r{};
+    Revocation r{};
     if (space == std::string_view::npos ||
         !absl::SimpleAtoi(detail::av(message.substr(0, space)), &r.below)) {
       return;  // not ours: nothing to drop
@@ -354,7 +354,7 @@ class RedisGrantLedger {
     return true;
   }
 
-  void deliver(const gateway::Revocation& r) {
+  void deliver(const Revocation& r) {
     std::lock_guard<std::mutex> lock(listeners_mu_);
     for (const auto& [id, fn] : listeners_) fn(r);
   }
@@ -368,11 +368,11 @@ class RedisGrantLedger {
   Script revoked_;
   mutable std::mutex listeners_mu_;
   std::uint64_t last_listener_ = 0;
-  std::vector<std::pair<std::uint64_t, gateway::RevocationListener>> listeners_;
+  std::vector<std::pair<std::uint64_t, RevocationListener>> listeners_;
   std::unique_ptr<Subscriber> subscriber_;
 };
 
-static_assert(gateway::GrantRecorder<RedisGrantLedger>);
-static_assert(gateway::RevocationAuthority<RedisGrantLedger>);
+static_assert(GrantRecorder<RedisGrantLedger>);
+static_assert(RevocationAuthority<RedisGrantLedger>);
 
 }  // namespace quota::redis

@@ -77,8 +77,8 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/leases/lease_grant.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/lease/holder.hpp"
 #include "quota/region/pool_model.hpp"
 #include "quota/units.hpp"
@@ -103,7 +103,7 @@ struct PoolOptions {
   std::string prefix = "pool:";  // the record's keys in the region's Redis (RegionalPool)
 };
 
-template <gateway::GrantRecorder Ledger, class Record, gateway::GatewayBackend Central>
+template <GrantRecorder Ledger, class Record, gateway::GatewayBackend Central>
 class BasicRegionalPool : public gateway::Backend {
  public:
   // `record`, `central` and `ledger` must outlive the pool.

@@ -44,7 +44,7 @@
 //
 //   quota::gateway::StoreBackend regional(regional_store);   // or redis::GatewayStore
 //   quota::gateway::StoreBackend central(central_store);     // or redis::GatewayStore
-//   quota::gateway::GrantLedger ledger;                      // or redis::RedisGrantLedger
+//   quota::GrantLedger ledger;                      // or redis::RedisGrantLedger
 //   quota::region::RegionalBackend eu(regional, central, ledger,
 //       {.lease = {.mode = quota::gateway::LeaseMode::kOn, .units = 2000, .expiry = 2s,
 //                  .low_water = 500}});
@@ -61,10 +61,10 @@
 #include "absl/status/statusor.h"
 #include "quota/gateway/backend.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
 #include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/gateway/rules/rules.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/region/scope_router.hpp"
 #include "quota/units.hpp"
 
@@ -83,7 +83,7 @@ struct RegionalOptions {
 };
 
 template <gateway::GatewayBackend Regional, gateway::GatewayBackend Central,
-          gateway::GrantRecorder Ledger = gateway::GrantLedger>
+          GrantRecorder Ledger = GrantLedger>
 class RegionalBackend final : public gateway::Backend {
  public:
   using Router = ScopeRouter<Regional, Central>;

@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/region/basic_regional_pool.hpp"
@@ -41,7 +41,7 @@ struct OwnedPoolScript {
 };
 }  // namespace detail
 
-template <gateway::GrantRecorder Ledger = redis::RedisGrantLedger>
+template <GrantRecorder Ledger = redis::RedisGrantLedger>
 class RegionalPool : private detail::OwnedPoolScript,
                      public BasicRegionalPool<Ledger, PoolScript, redis::GatewayStore> {
  public:
@@ -55,7 +55,7 @@ class RegionalPool : private detail::OwnedPoolScript,
 
 // A region's whole backend: its tenants at its own store, the global levels from its pool.
 template <gateway::GatewayBackend Regional = redis::GatewayStore,
-          gateway::GrantRecorder Ledger = redis::RedisGrantLedger>
+          GrantRecorder Ledger = redis::RedisGrantLedger>
 using PooledRegion = ScopeRouter<Regional, RegionalPool<Ledger>>;
 
 }  // namespace quota::region

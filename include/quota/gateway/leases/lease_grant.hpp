@@ -28,9 +28,9 @@
 #include "absl/strings/str_cat.h"
 #include "quota/decision.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/leases/lease_metrics.hpp"
 #include "quota/gateway/rules/rules.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/lease/holder.hpp"
 
 namespace quota::gateway {

@@ -24,7 +24,7 @@
 // Thread safety: revocations_between is pure; the installed step runs on the publishing
 // thread and calls the authority (thread-safe per RevocationAuthority).
 //
-//   quota::gateway::GrantLedger ledger;                  // or redis::RedisGrantLedger
+//   quota::GrantLedger ledger;                  // or redis::RedisGrantLedger
 //   quota::gateway::RuleRegistry registry(v1);
 //   quota::gateway::revoke_on_publish(registry, ledger);
 //   registry.publish(v2);  // revokes v1's at_once grants that v2 changes, then installs v2
@@ -37,9 +37,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/gateway/rules/rules.hpp"
+#include "quota/lease/grant_ledger.hpp"
 
 namespace quota::gateway {
 

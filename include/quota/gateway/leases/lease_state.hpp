@@ -28,10 +28,10 @@
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/leases/lease_grant.hpp"
 #include "quota/gateway/leases/lease_metrics.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/lease/grant_ledger.hpp"
 #include "quota/lease/grant_request.hpp"
 #include "quota/lease/holdings.hpp"
 #include "quota/policy/policy.hpp"
@@ -247,8 +247,8 @@ class RevocationsHeard {
   std::atomic<std::uint64_t> epoch_{0};
 };
 
-// The keys a process leases (lease/holdings.hpp): at most LeasedBackendOptions::max_keys,
-// then the key is decided by the authority.
+// The keys a process leases (lease/holdings.hpp): per shard at most max_keys / 16 + 1
+// (LeasedBackendOptions::max_keys); a key past that is decided by the authority.
 using KeyLeases = quota::detail::HoldingTable<KeyLease>;
 
 }  // namespace quota::gateway::detail

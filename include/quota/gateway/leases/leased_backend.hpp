@@ -59,7 +59,7 @@
 // Thread safety: any thread (as the inner backend).
 //
 //   quota::gateway::StoreBackend inner(store);             // or a redis::GatewayStore
-//   quota::gateway::GrantLedger ledger;                    // shared by the holders
+//   quota::GrantLedger ledger;                    // shared by the holders
 //   quota::gateway::LeasedBackend leased(inner, ledger);
 //   quota::gateway::Gateway gw(leased, registry);
 #pragma once
@@ -84,11 +84,11 @@
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/backend.hpp"
-#include "quota/gateway/leases/grant_ledger.hpp"
 #include "quota/gateway/leases/lease_grant.hpp"
 #include "quota/gateway/leases/lease_metrics.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
 #include "quota/gateway/leases/lease_state.hpp"
+#include "quota/lease/grant_ledger.hpp"
 
 namespace quota::gateway {
 

@@ -1,8 +1,9 @@
-// quota/gateway/leases/grant_ledger.hpp — the authority's record of lease grants: who holds what.
+// quota/lease/grant_ledger.hpp — the authority's record of lease grants: who holds what.
 //
-// Every grant a LeasedBackend (leased_backend.hpp) takes is recorded at the authority
-// beside the budget it was taken from: the key, the grant id (which names the holder's
-// incarnation), the rule-set version it was taken under, the units, and when it expires.
+// Every grant a gateway LeasedBackend (gateway/leases/leased_backend.hpp) or a regional
+// pool (region/) takes is recorded at the authority beside the budget it was taken from:
+// the key, the grant id (which names the holder's incarnation), the rule-set version it
+// was taken under, the units, and when it expires.
 // An operator lists the grants still outstanding (`outstanding`: whole grants not yet
 // expired, spent or not). Their units are at least what the holders still hold, so their
 // sum bounds the envelope A(T) <= r·T + B + Σ units held, more loosely: a holder that
@@ -13,13 +14,13 @@
 // already recorded is replayed (`replay`), nothing taken twice. Over Redis the decision
 // itself is idempotent by grant id (the gateway attempt record, in the key's slot).
 //
-// Revocation (a rule with `lease.revoke: at_once`, lease_revocation.hpp): `revoke({rule,
-// below})` records at the authority that the grants of that rule (Rule::id) asked for under
-// rule-set versions below `below` are revoked — idempotent, the highest `below` of a rule
-// stands — and tells every subscriber at once (`subscribe`: in process, a call on the
-// revoking thread; over Redis, PUBLISH). `outstanding` lists revoked grants with `revoked`
-// set; `revoked_below(rule)` is what a holder asks before each grant: the authority grants
-// nothing under an older version of a revoked rule.
+// Revocation (a rule with `lease.revoke: at_once`, gateway/leases/lease_revocation.hpp):
+// `revoke({rule, below})` records at the authority that the grants of that rule
+// (Rule::id) asked for under rule-set versions below `below` are revoked — idempotent,
+// the highest `below` of a rule stands — and tells every subscriber at once (`subscribe`:
+// in process, a call on the revoking thread; over Redis, PUBLISH). `outstanding` lists
+// revoked grants with `revoked` set; `revoked_below(rule)` is what a holder asks before
+// each grant: the authority grants nothing under an older version of a revoked rule.
 //
 // Times: `granted_at` and `expires_at` are on the authority's clock when the backend
 // reports one (LevelsResult::time), else on the holder's; records are pruned `keep`
@@ -27,7 +28,7 @@
 //
 // Thread safety: GrantLedger may be called from any thread.
 //
-//   quota::gateway::GrantLedger ledger;
+//   quota::GrantLedger ledger;
 //   quota::gateway::LeasedBackend leased(inner, ledger, {.incarnation = 7});
 //   for (const auto& g : ledger.outstanding(clock.now())) std::cout << g.key << " " << g.units;
 #pragma once
@@ -50,7 +51,7 @@
 #include "quota/detail/mutex.hpp"
 #include "quota/units.hpp"
 
-namespace quota::gateway {
+namespace quota {
 
 // One grant as the authority records it.
 struct GrantRecord {
@@ -201,4 +202,4 @@ class GrantLedger {
 static_assert(GrantRecorder<GrantLedger>);
 static_assert(RevocationAuthority<GrantLedger>);
 
-}  // namespace quota::gateway
+}  // namespace quota
