@@ -28,7 +28,8 @@
 namespace quota {
 
 struct GrantRequest {
-  // A request whose answer was lost (kUnavailable): asked again with this id.
+  // The request in flight, or one whose answer was lost (kUnavailable): asked again
+  // with this id.
   std::string pending_id;
   std::int64_t pending_units = 0;
   std::uint64_t pending_version = 0;  // the rule-set version it was asked under
@@ -42,8 +43,9 @@ struct GrantRequest {
   // Whether the authority may be asked at `now`.
   bool may_ask(Nanos now) const { return now >= retry_at && retry_at != Nanos::max(); }
 
-  // Do not ask for `wait` (>= 0) from `now`.
+  // Do not ask for `wait` from `now` (a negative wait counts as none).
   void hold_off(Nanos now, Nanos wait) {
+    wait = std::max(wait, Nanos{0});
     retry_at = detail::saturating_add(now, wait);
     retry_wait = std::min(wait, kNever - Nanos{1});
   }

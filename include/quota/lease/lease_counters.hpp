@@ -25,12 +25,13 @@ struct LeaseCounters {
   std::atomic<std::int64_t> grants{0};            // grants taken
   std::atomic<std::int64_t> units_granted{0};     // units they brought
   std::atomic<std::int64_t> renewals{0};          // grant requests answered by the authority
-  std::atomic<std::int64_t> renewal_failures{0};  // grant requests that failed (no answer)
+  std::atomic<std::int64_t> renewal_failures{0};  // grant requests answered by an error
   std::atomic<std::int64_t> renewal_ns_total{0};  // wall time of the grant requests
   std::atomic<std::int64_t> renewal_ns_max{0};
   std::atomic<std::int64_t> units_unused_at_expiry{0};
   std::atomic<std::int64_t> units_dropped_on_rule_change{0};
-  std::atomic<std::int64_t> units_revoked{0};  // dropped on a revocation (lease_revocation.hpp)
+  std::atomic<std::int64_t> units_revoked{
+      0};  // dropped on a revocation (gateway/leases/lease_revocation.hpp)
   std::atomic<std::int64_t> denials_while_leased{0};
   std::atomic<std::int64_t> record_failures{0};  // grants the ledger failed to record
 

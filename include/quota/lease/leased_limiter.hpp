@@ -251,9 +251,7 @@ class LeasedLimiter {
       if (!d.ok()) {
         // Unknown outcome (kUnavailable): the id stays, so that the retry replays a grant
         // already taken; a definite error (e.g. an invalid key) took nothing.
-        if (d.status().code() == absl::StatusCode::kUnavailable) {
-          counters_.renewal_failures.fetch_add(1, std::memory_order_relaxed);
-        }
+        counters_.renewal_failures.fetch_add(1, std::memory_order_relaxed);
         r.failed(d.status(), now, [this](int failures) { return backoff(failures); });
         return d.status();
       }

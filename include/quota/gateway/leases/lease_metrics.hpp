@@ -1,12 +1,13 @@
 // quota/gateway/leases/lease_metrics.hpp — what leases do, counted per budget level.
 //
-// A LeasedBackend (leased_backend.hpp) counts, per level in a LeaseCounters
-// (lease/lease_counters.hpp) (user, tenant, global — labels
-// from configuration only, never a key): the units held now, grants taken and the units
-// they brought, renewals (grant requests) with their latency and failures, units unused
-// at expiry, units dropped by a rule change, units revoked at once, and denials answered while
-// leased. Units held per key are listed by LeasedBackend::holdings() (keys are not metric labels:
-// they are unbounded). Counters are relaxed atomics, exact once traffic stops.
+// A LeasedBackend (leased_backend.hpp) counts in one LeaseCounters
+// (lease/lease_counters.hpp) per level — user, tenant, global: labels from configuration
+// only, never a key — the units held now, grants taken and the units they brought,
+// renewals (grant requests) with their latency and failures, units unused at expiry,
+// units dropped by a rule change, units revoked at once, and denials answered while
+// leased. Units held per key are listed by LeasedBackend::holdings() (keys are not
+// metric labels: they are unbounded). Counters are relaxed atomics, exact once traffic
+// stops.
 //
 // Thread safety: any thread.
 //

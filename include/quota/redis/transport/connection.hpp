@@ -256,9 +256,10 @@ class Connection {
 
   // The connect handshake, in one pipelined round trip: AUTH (with a password), ROLE
   // (with a resolver: the server must be the primary), CONFIG GET maxmemory-policy
-  // (unless EvictionPolicyCheck::kSkip), INFO and TIME (with a NodeWatch). Any failure,
-  // the deadline passing included, drops the connection: a connection is never used
-  // without its handshake (an unread role or identity would hide a failover).
+  // (unless EvictionPolicyCheck::kSkip), INFO and TIME (with a NodeWatch: the node's
+  // identity, unless the server refuses them, node_watch.hpp). Any failure, the deadline
+  // passing before or during it included, drops the connection: a connection is never
+  // used without its handshake (an unread role or identity would hide a failover).
   absl::Status handshake(const Deadline& deadline) {
     absl::Status s = handshake_round(deadline);
     if (!s.ok()) ctx_.reset();
@@ -266,6 +267,7 @@ class Connection {
   }
   // The round trip itself; an error return leaves the dropping to handshake().
   absl::Status handshake_round(const Deadline& deadline) {
+    if (deadline.expired()) return deadline.error("handshake", where(), "connected too late");
     HandshakeStats& stats = *config_.handshake_stats;
     stats.connects.fetch_add(1, std::memory_order_relaxed);
     std::vector<std::vector<std::string_view>> cmds;
@@ -418,7 +420,6 @@ class Connection {
     }
   }
 
-  // Writes what is buffered, each socket wait bounded by the time left.
   // Appends `commands` to the connected context and writes them out.
   absl::Status write(const std::vector<std::vector<std::string_view>>& commands,
                      const Deadline& deadline) {
@@ -434,6 +435,7 @@ class Connection {
     return flush(deadline);
   }
 
+  // Writes what is buffered, each socket wait bounded by the time left.
   absl::Status flush(const Deadline& deadline) {
     int done = 0;
     while (done == 0) {
