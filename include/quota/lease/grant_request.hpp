@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "quota/policy/policy.hpp"
 #include "quota/units.hpp"
@@ -48,6 +49,16 @@ struct GrantRequest {
     wait = std::max(wait, Nanos{0});
     retry_at = detail::saturating_add(now, wait);
     retry_wait = std::min(wait, kNever - Nanos{1});
+  }
+
+  // What a denial while waiting answers as its retry_after: what is left of the wait,
+  // finite and positive, never more than the wait that was set (so a retry_at saturated
+  // at the end of the int64 range, or a clock set back, cannot make it longer or turn it
+  // into kNever; a denial never says "retry now").
+  Nanos wait_left(Nanos now) const {
+    const absl::int128 left = absl::int128(retry_at.count()) - now.count();
+    const absl::int128 wait = std::max<absl::int128>(retry_wait.count(), 1);
+    return Nanos{static_cast<std::int64_t>(left <= 0 ? wait : std::min(left, wait))};
   }
 
   // After a request that failed with `s`. kUnavailable is an unknown outcome: the id is

@@ -187,24 +187,14 @@ class LeasedLimiter {
                     .reason = Reason::kAllowed};
   }
 
-  // A local denial while waiting for retry_at. Its retry_after is kNever after a "never"
-  // denial; otherwise what is left of the wait, finite and positive: never more than the
-  // wait that was set (so a retry_at saturated at the end of the int64 range, or a clock
-  // set back, cannot make it longer or turn it into kNever).
+  // A local denial while waiting for retry_at: kNever after a "never" denial, else what
+  // is left of the wait (GrantRequest::wait_left).
   Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     Decision d = h.last_denial;
     d.allowed = false;
     d.reason = d.reason == Reason::kAllowed ? Reason::kOverLimit : d.reason;
     d.remaining = h.units;
-    if (h.never) {
-      d.retry_after = kNever;
-    } else {
-      // At the end of the int64 range retry_at saturates and may be reached at once: the
-      // wait is then the whole wait that was set (a denial never says "retry now").
-      const absl::int128 left = absl::int128(h.request.retry_at.count()) - now.count();
-      const absl::int128 wait = std::max<absl::int128>(h.request.retry_wait.count(), 1);
-      d.retry_after = Nanos{static_cast<std::int64_t>(left <= 0 ? wait : std::min(left, wait))};
-    }
+    d.retry_after = h.never ? kNever : h.request.wait_left(now);
     return d;
   }
 

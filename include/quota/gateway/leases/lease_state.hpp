@@ -206,10 +206,7 @@ struct KeyLease {
     d.allowed = false;
     if (d.reason == Reason::kAllowed) d.reason = Reason::kOverLimit;
     d.remaining = held();
-    if (d.retry_after != kNever) {
-      d.retry_after = request.retry_at == Nanos::max() ? kNever - Nanos{1}
-                                                       : std::max(request.retry_at - now, Nanos{1});
-    }
+    if (d.retry_after != kNever) d.retry_after = request.wait_left(now);
     return d;
   }
 };
