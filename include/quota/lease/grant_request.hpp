@@ -5,8 +5,8 @@
 // of a request whose answer was lost (asked again with the same id, so that the authority
 // replays a grant it took instead of taking a second one), when not to ask before (after
 // a failure: the backoff; after a denial: its retry time), and the failure it backs off
-// from. A LeasedLimiter's LeaseHolding (holdings.hpp) and a LeasedBackend's KeyLease
-// (gateway/leases/lease_state.hpp) each hold one.
+// from. Every holder keeps one per key in its GrantsHeld (holdings.hpp): a LeasedLimiter
+// and a LeasedBackend (gateway/leases/lease_state.hpp's KeyLease) alike.
 //
 // Thread safety: none of its own; the holder's per-key lock guards it.
 //

@@ -8,7 +8,7 @@
 // twice. With at most H grant holders per key, admitted(T) <= r·T + B + H·q_max over any
 // interval of length T. The rules are on LeasedLimiter; the authority side
 // (LeaseAuthority, StoreAuthority) is in authority.hpp; what the process holds per key
-// (LeaseHolding) is in holdings.hpp.
+// is lease/holdings.hpp's GrantsHeld, as for every lease holder.
 //
 // Thread safety: acquire() may be called from any number of threads.
 //
@@ -126,31 +126,37 @@ class LeasedLimiter {
     if (h == nullptr) return direct(key, cost);
     detail::MutexLock lock(h->mu);
     const Nanos now = clock_.now();
-    if (h->units > 0 && reached(now, h->expires_at)) {
-      h->units = 0;  // expired (or the process was paused): nothing of it is spent
-      h->q = std::max(options_.q_min, h->q / 2);
-    }
-    if (h->units >= cost) return spend(*h, now, cost);
+    // Expired (or the process was paused): nothing of it is spent.
+    if (h->drop_stale(0, now, &counters_) > 0) h->q = std::max(options_.q_min, h->q / 2);
+    if (h->held() >= cost) return spend(*h, cost);
     if (!h->request.may_ask(now)) {
       if (!h->request.last_failure.ok()) return h->request.last_failure;  // backing off
       // A budget that never refills is "never" for what it denied, and for more; a
       // request that needs less may still pass, so it asks.
-      if (!h->never || cost - h->units >= h->never_need) return wait_decision(*h, now);
+      if (!h->never || cost - h->held() >= h->never_need) return wait_decision(*h, now);
     }
     return refill_and_spend(key, *h, now, cost);
   }
 
-  // The grant held for `key`, if any units are held and not expired.
+  // What is held for `key`, if any units are held and not expired: the units of every
+  // grant held, the id and version of the last one taken, the first expiry.
   std::optional<Grant> held(std::string_view key) {
     Holding* h = holdings_.find(key);
     if (h == nullptr) return std::nullopt;
     detail::MutexLock lock(h->mu);
-    if (h->units <= 0 || reached(clock_.now(), h->expires_at)) return std::nullopt;
-    return Grant{.grant_id = h->grant_id,
-                 .incarnation = options_.incarnation,
-                 .version = h->version,
-                 .units = h->units,
-                 .expires_at = h->expires_at};
+    const Nanos now = clock_.now();
+    Grant g{.grant_id = h->last_grant_id,
+            .incarnation = options_.incarnation,
+            .version = h->version,
+            .units = 0,
+            .expires_at = Nanos::max()};
+    for (const detail::HeldGrant& held : h->grants) {
+      if (detail::reached(now, held.expires_at)) continue;
+      g.units += held.units;
+      g.expires_at = std::min(g.expires_at, held.expires_at);
+    }
+    if (g.units <= 0) return std::nullopt;
+    return g;
   }
 
   std::uint64_t incarnation() const { return options_.incarnation; }
@@ -165,8 +171,19 @@ class LeasedLimiter {
   const LeaseOptions& options() const { return options_; }
 
  private:
-  // One key's holding (holdings.hpp).
-  using Holding = detail::LeaseHolding;
+  // One key's holding: the grants held and the request (holdings.hpp), with the grant
+  // size aimed at and what was spent since the last grant (next_q), the version and id
+  // of the authority's last answer, and a denial for ever (a budget that cannot refill)
+  // for a request needing `never_need` more units than were held.
+  struct Holding : detail::GrantsHeld {
+    std::int64_t q = 0;
+    Nanos granted_at{Nanos::min()};
+    std::int64_t spent_since_grant = 0;
+    std::uint64_t version = 0;
+    std::string last_grant_id;
+    bool never = false;
+    std::int64_t never_need = 0;
+  };
 
   LeasedLimiter(A& authority, LeaseOptions options, C clock)
       : authority_(authority),
@@ -176,31 +193,19 @@ class LeasedLimiter {
 
   Holding* holding(std::string_view key) { return holdings_.get_or_add(key, options_.max_keys); }
 
-  Decision spend(Holding& h, Nanos /*now*/, std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    h.units -= cost;
+  // Spends `cost` <= held(): nothing keeps a spent grant (no give-back here).
+  Decision spend(Holding& h, std::int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
     h.spent_since_grant += cost;
-    return Decision{.allowed = true,
-                    .remaining = h.units,
-                    .retry_after = Nanos{0},
-                    .reset_after = Nanos{0},
-                    .version = h.version,
-                    .reason = Reason::kAllowed};
+    Decision d = h.spend(cost, h.version, &counters_, /*keep_spent=*/false);
+    d.version = h.version;
+    return d;
   }
 
   // A local denial while waiting for retry_at: kNever after a "never" denial, else what
   // is left of the wait (GrantRequest::wait_left).
   Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    Decision d = h.last_denial;
-    d.allowed = false;
-    d.reason = d.reason == Reason::kAllowed ? Reason::kOverLimit : d.reason;
-    d.remaining = h.units;
-    d.retry_after = h.never ? kNever : h.request.wait_left(now);
-    return d;
+    return h.wait_decision(now);
   }
-
-  // Whether `now` has reached `at`; a time that saturated (detail::saturating_add) is
-  // never reached.
-  static bool reached(Nanos now, Nanos at) { return now >= at && at != Nanos::max(); }
 
   // The grant size for the next request: about half a ttl of the local rate since the
   // last grant, within [q_min, q_max], and at least what this request needs.
@@ -229,7 +234,7 @@ class LeasedLimiter {
       if (r.pending_id.empty()) {
         // Units still held (fewer than cost) stay; the grant tops them up to the target,
         // so no holder ever holds more than q_max: the overshoot bound.
-        r.pending_units = next_q(h, now, cost) - h.units;
+        r.pending_units = next_q(h, now, cost) - h.held();
         r.pending_id = grant_id(options_.incarnation, ++sequence_);
       }
       const std::int64_t units = r.pending_units;
@@ -246,16 +251,19 @@ class LeasedLimiter {
         return d.status();
       }
       counters_.renewals.fetch_add(1, std::memory_order_relaxed);
-      if (d->allowed) h.grant_id = r.pending_id;
+      if (d->allowed) {
+        // `now` was read before the request: the grant expires early, never late.
+        h.add({.grant_id = r.pending_id,
+               .units = units,
+               .version = d->version,
+               .expires_at = detail::saturating_add(now, options_.grant_ttl)},
+              &counters_);
+        h.last_grant_id = r.pending_id;
+      }
       r.answered();
       h.version = d->version;
       if (d->allowed) {
-        counters_.grants.fetch_add(1, std::memory_order_relaxed);
-        counters_.units_granted.fetch_add(units, std::memory_order_relaxed);
-        h.units += units;
-        h.q = h.units;
-        h.expires_at =
-            detail::saturating_add(now, options_.grant_ttl);  // `now` was read before the request
+        h.q = h.held();
         h.granted_at = now;
         h.spent_since_grant = 0;
         h.never = false;
@@ -264,30 +272,29 @@ class LeasedLimiter {
         } else {
           r.retry_at = Nanos::min();
         }
-        if (h.units >= cost) return spend(h, now, cost);
+        if (h.held() >= cost) return spend(h, cost);
         continue;  // a replayed grant smaller than this request needs: top up once more
       }
-      if (d->reason == Reason::kCostExceedsBurst && units > cost - h.units) {
+      if (d->reason == Reason::kCostExceedsBurst && units > cost - h.held()) {
         h.q = cost;  // the grant exceeded the central burst: ask for just this request
-        r.pending_units = cost - h.units;
+        r.pending_units = cost - h.held();
         r.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
       if (d->reason != Reason::kOverLimit) return *d;  // a configuration error: not cached
-      const std::int64_t need = cost - h.units;
+      const std::int64_t need = cost - h.held();
       if (d->retry_after == kNever && units > need) {
         // Never `units` more; what this request needs may still be there.
         r.pending_units = need;
         r.pending_id = grant_id(options_.incarnation, ++sequence_);
         continue;
       }
-      h.last_denial = *d;
       // Wait for the authority's retry time. A budget that never refills answers kNever
       // (for this need and more) and is asked again once per grant_ttl, so that a rule
       // change still reaches this holder.
       h.never = d->retry_after == kNever;
       h.never_need = need;
-      r.hold_off(now, h.never ? options_.grant_ttl : d->retry_after);
+      h.deny_until(*d, now, options_.grant_ttl);
       return wait_decision(h, now);
     }
     return wait_decision(h, now);
@@ -318,7 +325,7 @@ class LeasedLimiter {
   A& authority_;
   LeaseOptions options_;
   C clock_;
-  detail::LeaseHoldings holdings_;
+  detail::HoldingTable<Holding> holdings_;
   std::atomic<std::uint64_t> sequence_{0};
   LeaseCounters counters_;
   GrantBackoff backoff_;

@@ -89,6 +89,7 @@
 #include "quota/gateway/leases/lease_spec.hpp"
 #include "quota/gateway/leases/lease_state.hpp"
 #include "quota/lease/grant_ledger.hpp"
+#include "quota/lease/holdings.hpp"
 
 namespace quota::gateway {
 
@@ -246,7 +247,7 @@ class LeasedBackend final : public Backend {
       k.drop_stale(version, now, c);
       if (k.held() >= l.cost) {
         Decision d = k.spend(l.cost, version, c);
-        if (k.held() <= spec.low_water && !k.renewing && k.may_ask(now)) {
+        if (k.held() <= spec.low_water && !k.renewing && k.request.may_ask(now)) {
           // The request that crosses the low-water mark renews; its own answer stands.
           (void)renew(k, lock, l, spec.units, version, now, c);
         }
@@ -257,7 +258,7 @@ class LeasedBackend final : public Backend {
         continue;
       }
       const std::int64_t need = l.cost - k.held();
-      if (!never && !k.may_ask(now)) {
+      if (!never && !k.request.may_ask(now)) {
         if (!k.request.last_failure.ok()) return k.request.last_failure;  // backing off
         return deny(k, now, c);
       }
@@ -352,10 +353,6 @@ class LeasedBackend final : public Backend {
              .rule = l.rule->id,
              .asked_version = version},
             c);
-      if (c != nullptr) {
-        c->grants.fetch_add(1, std::memory_order_relaxed);
-        c->units_granted.fetch_add(units, std::memory_order_relaxed);
-      }
     }
     return std::optional<Decision>(got->decision);
   }
@@ -376,7 +373,7 @@ class LeasedBackend final : public Backend {
   }
 
   std::uint64_t revoked_below(detail::KeyLease& k, const Rule& rule) {
-    return heard_.below(k, rule.id);
+    return heard_.below(k.revocation, rule.id);
   }
 
   // The wait after `failures` failed grants in a row (lease/holder.hpp).
@@ -389,7 +386,7 @@ class LeasedBackend final : public Backend {
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::int64_t> grant_requests_{0};
   GrantBackoff backoff_;
-  detail::RevocationsHeard heard_;
+  quota::detail::RevocationsHeard heard_;
   std::uint64_t listener_ = 0;
 };
 
