@@ -215,12 +215,13 @@ struct FlakyBackend final : quota::gateway::Backend {
     return inner.decide(levels, version, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos s,
+                                           quota::gateway::LevelKey k, std::int64_t u, Nanos s,
                                            Nanos n) override {
     return inner.refund(p, v, k, u, s, n);
   }
   absl::StatusOr<quota::MicroUnits> charge(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos n) override {
+                                           quota::gateway::LevelKey k, std::int64_t u,
+                                           Nanos n) override {
     return inner.charge(p, v, k, u, n);
   }
 };

@@ -39,16 +39,17 @@ struct Authority final : quota::gateway::Backend {
     return inner.decide(levels, v, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos s,
+                                           quota::gateway::LevelKey k, std::int64_t u, Nanos s,
                                            Nanos n) override {
     ++calls;
-    keys.emplace_back(k);
+    keys.emplace_back(k.key);
     return inner.refund(p, v, k, u, s, n);
   }
   absl::StatusOr<quota::MicroUnits> charge(const quota::gateway::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, Nanos n) override {
+                                           quota::gateway::LevelKey k, std::int64_t u,
+                                           Nanos n) override {
     ++calls;
-    keys.emplace_back(k);
+    keys.emplace_back(k.key);
     return inner.charge(p, v, k, u, n);
   }
 };

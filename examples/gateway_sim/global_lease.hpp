@@ -136,13 +136,13 @@ class CountingBackend final : public gw::Backend {
     return inner_.decide(levels, version, now);
   }
   absl::StatusOr<quota::MicroUnits> refund(const gw::RulePolicy& policy, std::uint64_t version,
-                                           std::string_view key, std::int64_t units,
+                                           gw::LevelKey key, std::int64_t units,
                                            quota::Nanos spent_at, quota::Nanos now) override {
     ++calls;
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
   absl::StatusOr<quota::MicroUnits> charge(const gw::RulePolicy& policy, std::uint64_t version,
-                                           std::string_view key, std::int64_t units,
+                                           gw::LevelKey key, std::int64_t units,
                                            quota::Nanos now) override {
     ++calls;
     return inner_.charge(policy, version, key, units, now);

@@ -3,6 +3,7 @@
 // the ones a key given by hand gets; and the Gateway hands every backend its levels with
 // their layouts, so no backend has to read one from a key.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -37,21 +38,23 @@ class RecordingBackend final : public gw::Backend {
     for (const gw::LevelCheck& l : levels) seen.push_back({std::string(l.key), l.layout});
     return inner_.decide(levels, version, now);
   }
-  absl::StatusOr<quota::MicroUnits> refund(const gw::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u, quota::Nanos s,
+  absl::StatusOr<quota::MicroUnits> refund(const gw::RulePolicy& p, std::uint64_t v, gw::LevelKey k,
+                                           std::int64_t u, quota::Nanos s,
                                            quota::Nanos n) override {
+    given.push_back({std::string(k.key), k.layout});
     return inner_.refund(p, v, k, u, s, n);
   }
-  absl::StatusOr<quota::MicroUnits> charge(const gw::RulePolicy& p, std::uint64_t v,
-                                           std::string_view k, std::int64_t u,
-                                           quota::Nanos n) override {
+  absl::StatusOr<quota::MicroUnits> charge(const gw::RulePolicy& p, std::uint64_t v, gw::LevelKey k,
+                                           std::int64_t u, quota::Nanos n) override {
+    given.push_back({std::string(k.key), k.layout});
     return inner_.charge(p, v, k, u, n);
   }
   struct Seen {
     std::string key;
     std::optional<gw::KeyLayout> layout;
   };
-  std::vector<Seen> seen;
+  std::vector<Seen> seen;   // decide's levels
+  std::vector<Seen> given;  // refund's and charge's keys
 
  private:
   gw::Backend& inner_;
@@ -114,8 +117,10 @@ TEST_CASE("a key without braces is its own scope: \"<prefix>{key}\", no record",
   CHECK_FALSE(quota::redis::layout_of("{acme}#" + std::string(65, 'a')).ok());
 }
 
-TEST_CASE("the Gateway gives every backend its levels with the layouts they were built with",
-          "[redis][keys]") {
+namespace {
+
+// User, tenant, a named tenant limit and global levels on route "read", 100 per second each.
+std::shared_ptr<const gw::RuleSet> four_levels() {
   using quota::TokenBucket;
   using namespace std::chrono_literals;
   gw::RuleSetSpec spec;
@@ -143,7 +148,27 @@ TEST_CASE("the Gateway gives every backend its levels with the layouts they were
       {.level = gw::Level::kGlobal, .route = "read", .name = "global", .policy = bucket});
   auto rules = gw::RuleSet::create(spec);
   REQUIRE(rules.ok());
-  gw::RuleRegistry registry(*rules);
+  return *rules;
+}
+
+// Each of `seen` carries a layout, the one read back from its key.
+void check_layouts(const std::vector<RecordingBackend::Seen>& seen) {
+  for (const auto& [key, layout] : seen) {
+    INFO("key " << key);
+    REQUIRE(layout.has_value());
+    auto read_back = quota::redis::layout_of(key);
+    REQUIRE(read_back.ok());
+    CHECK(layout->scope_size == read_back->scope_size);
+    CHECK(layout->record_at == read_back->record_at);
+    CHECK(layout->record_size == read_back->record_size);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the Gateway gives every backend its levels with the layouts they were built with",
+          "[redis][keys]") {
+  gw::RuleRegistry registry(four_levels());
   quota::LocalStore<gw::KeyPolicy> store;
   gw::StoreBackend inner(store);
   RecordingBackend recording(inner);
@@ -153,15 +178,28 @@ TEST_CASE("the Gateway gives every backend its levels with the layouts they were
   REQUIRE(r.ok());
   REQUIRE(r->decision.allowed);
   REQUIRE(recording.seen.size() == 4);
-  for (const auto& [key, layout] : recording.seen) {
-    INFO("key " << key);
-    REQUIRE(layout.has_value());
-    auto read_back = quota::redis::layout_of(key);
-    REQUIRE(read_back.ok());
-    CHECK(layout->scope_size == read_back->scope_size);
-    CHECK(layout->record_at == read_back->record_at);
-    CHECK(layout->record_size == read_back->record_size);
-  }
+  check_layouts(recording.seen);
   CHECK(recording.seen[0].layout->scope(recording.seen[0].key) == "{acme}");
   CHECK(recording.seen.back().layout->scope(recording.seen.back().key) == "{~global}");
+}
+
+TEST_CASE("a settle gives back and charges every level with the layout it was decided with",
+          "[redis][keys]") {
+  gw::RuleRegistry registry(four_levels());
+  quota::LocalStore<gw::KeyPolicy> store;
+  gw::StoreBackend inner(store);
+  RecordingBackend recording(inner);
+  gw::Gateway gateway(recording, registry, {.charge_deficit = true});
+  const gw::Request req{.who = {.tenant = "acme", .plan = "free", .user = "u-1"}, .route = "read"};
+  auto over = gateway.acquire_estimate(req, 30, quota::Nanos{0});
+  REQUIRE(over.ok());
+  REQUIRE(over->ticket.has_value());
+  REQUIRE(gateway.settle(*over->ticket, 10, quota::Nanos{0}).ok());  // a surplus: refunds
+  auto under = gateway.acquire_estimate(req, 5, quota::Nanos{0});
+  REQUIRE(under.ok());
+  REQUIRE(under->ticket.has_value());
+  REQUIRE(gateway.settle(*under->ticket, 8, quota::Nanos{0}).ok());  // a deficit: charges
+  REQUIRE(recording.given.size() == 8);
+  check_layouts(recording.given);
+  CHECK(recording.given[0].key == recording.seen[0].key);
 }

@@ -34,14 +34,14 @@ class CutBackend final : public gateway::Backend {
     return inner_.decide(levels, version, now);
   }
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    gateway::LevelKey key, std::int64_t units, Nanos spent_at,
                                     Nanos now) override {
     calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
     calls_.fetch_add(1, std::memory_order_relaxed);
     if (cut()) return refuse();
     return inner_.charge(policy, version, key, units, now);

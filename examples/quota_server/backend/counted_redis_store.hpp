@@ -60,12 +60,12 @@ class CountedRedisStore final : public gateway::Backend {
     return counted(store_.decide_attempt(levels, version, now, attempt));
   }
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    gateway::LevelKey key, std::int64_t units, Nanos spent_at,
                                     Nanos now) override {
     return counted(store_.refund(policy, version, key, units, spent_at, now));
   }
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
     return counted(store_.charge(policy, version, key, units, now));
   }
 

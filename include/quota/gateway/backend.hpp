@@ -114,11 +114,10 @@ class Backend {
   virtual absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels,
                                               std::uint64_t version, Nanos now) = 0;
   virtual absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
-                                            std::string_view key, std::int64_t units,
-                                            Nanos spent_at, Nanos now) = 0;
-  virtual absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
-                                            std::string_view key, std::int64_t units,
+                                            LevelKey key, std::int64_t units, Nanos spent_at,
                                             Nanos now) = 0;
+  virtual absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
+                                            LevelKey key, std::int64_t units, Nanos now) = 0;
   virtual bool shares_attempts() const { return false; }
   virtual absl::StatusOr<AttemptResult> decide_attempt(std::span<const LevelCheck> /*levels*/,
                                                        std::uint64_t /*version*/, Nanos /*now*/,
@@ -227,18 +226,18 @@ class StoreBackend final : public Backend {
         [&](std::span<const Taken> taken) { give_back(levels, taken, version, now); });
   }
 
-  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) override {
+  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version, LevelKey key,
+                                    std::int64_t units, Nanos spent_at, Nanos now) override {
     const KeyPolicy kp{.policy = &policy, .version = version};
-    return store_.update(kp, key, now,
+    return store_.update(kp, key.key, now,
                          [&](KeyState& s) { return gateway::refund(s, units, spent_at, now); });
   }
 
-  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
+  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version, LevelKey key,
+                                    std::int64_t units, Nanos now) override {
     const KeyPolicy kp{.policy = &policy, .version = version};
-    return store_.update(kp, key, now, [&](KeyState& s) { return gateway::charge(s, units, now); });
+    return store_.update(kp, key.key, now,
+                         [&](KeyState& s) { return gateway::charge(s, units, now); });
   }
 
  private:

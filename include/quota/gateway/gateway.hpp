@@ -163,7 +163,8 @@ class Gateway {
       if (!id.ok()) {
         // No ticket could be kept: give the estimate back rather than strand it.
         for (const TicketLevel& level : levels_copy) {
-          (void)backend_.refund(level.policy, level.version, level.key, estimate, levels.time, now);
+          (void)backend_.refund(level.policy, level.version, level.level_key(), estimate,
+                                levels.time, now);
         }
         return id.status();
       }
@@ -189,12 +190,13 @@ class Gateway {
     for (const TicketLevel& level : ticket->levels) {
       absl::StatusOr<std::pair<MicroUnits, MicroUnits>> r = std::pair<MicroUnits, MicroUnits>{0, 0};
       if (out.surplus > 0) {
-        auto given = backend_.refund(level.policy, level.version, level.key, out.surplus,
+        auto given = backend_.refund(level.policy, level.version, level.level_key(), out.surplus,
                                      ticket->spent_at, now);
         r = given.ok() ? absl::StatusOr<std::pair<MicroUnits, MicroUnits>>({*given, 0})
                        : given.status();
       } else if (out.deficit > 0 && options_.charge_deficit) {
-        auto debt = backend_.charge(level.policy, level.version, level.key, out.deficit, now);
+        auto debt =
+            backend_.charge(level.policy, level.version, level.level_key(), out.deficit, now);
         r = debt.ok() ? absl::StatusOr<std::pair<MicroUnits, MicroUnits>>({0, *debt})
                       : debt.status();
       }
@@ -357,6 +359,7 @@ class Gateway {
       count(*checks[i].rule, Outcome::kAllowed, checks[i].cost);
       if (deducted != nullptr && checks[i].estimate && !origin.replayed) {
         deducted->levels.push_back({.key = std::string(checks[i].key.view()),
+                                    .layout = checks[i].key.layout(),
                                     .policy = checks[i].rule->policy,
                                     .version = version});
       }

@@ -47,6 +47,7 @@
 #include "absl/strings/str_format.h"
 #include "quota/detail/mutex.hpp"
 #include "quota/gateway/key_state.hpp"
+#include "quota/gateway/store_key.hpp"
 #include "quota/units.hpp"
 
 namespace quota::gateway {
@@ -56,8 +57,11 @@ using TicketId = std::uint64_t;
 // One budget level an estimate was deducted from.
 struct TicketLevel {
   std::string key{};
+  KeyLayout layout{};   // where the key's scope and record are (store_key.hpp)
   RulePolicy policy{};  // the rule's policy at acquire (used if the key must be recreated)
   std::uint64_t version = 0;
+
+  LevelKey level_key() const { return {key, layout}; }
 };
 
 struct SettleResult {

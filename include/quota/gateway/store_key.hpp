@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -75,6 +76,19 @@ struct KeyLayout {
     if (record_at == 0) return {key, std::string_view()};
     return {key.substr(0, record_at - 1), key.substr(record_at + record_size)};
   }
+};
+
+// A level's key as a backend is given it outside a decision (refund, charge): the key
+// and, when the gateway built it, its layout. A key given by hand (a test, an operator)
+// converts implicitly, without a layout: a backend that needs one reads it from the key
+// (redis::layout_of).
+struct LevelKey {
+  std::string_view key{};
+  std::optional<KeyLayout> layout{};
+
+  LevelKey(std::string_view k, std::optional<KeyLayout> l = std::nullopt) : key(k), layout(l) {}
+  LevelKey(const std::string& k) : key(k) {}
+  LevelKey(const char* k) : key(k) {}
 };
 
 // A store key held inline (no allocation), at most kMaxLevelKeyBytes, built by level()

@@ -184,15 +184,17 @@ class GatewayStore : public gateway::Backend {
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    gateway::LevelKey key, std::int64_t units, Nanos spent_at,
                                     Nanos now) override {
-    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
+    const gateway::LevelCheck level{
+        .policy = &policy, .key = key.key, .shadow = false, .cost = units, .layout = key.layout};
     return one(level, 'r', version, now, spent_at);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
-    const gateway::LevelCheck level{.policy = &policy, .key = key, .shadow = false, .cost = units};
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
+    const gateway::LevelCheck level{
+        .policy = &policy, .key = key.key, .shadow = false, .cost = units, .layout = key.layout};
     return one(level, 'c', version, now, std::nullopt);
   }
 

@@ -134,16 +134,17 @@ class BasicRegionalPool : public gateway::Backend {
         [&](std::span<const std::size_t> spent) { give_back(levels, spent); });
   }
 
-  absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy&, std::uint64_t, std::string_view key,
-                                    std::int64_t units, Nanos, Nanos) override {
-    auto r = script_.give(key, units);
+  absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy&, std::uint64_t,
+                                    gateway::LevelKey key, std::int64_t units, Nanos,
+                                    Nanos) override {
+    auto r = script_.give(key.key, units);
     if (!r.ok()) return r.status();
     return r->total * kMicro;
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
-    auto r = script_.take(key, units);
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
+    auto r = script_.take(key.key, units);
     if (!r.ok()) return r.status();
     if (r->code == units) return r->total * kMicro;
     return central_.charge(policy, version, key, units - r->code, now);

@@ -115,13 +115,13 @@ class RegionalBackend final : public gateway::Backend {
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    gateway::LevelKey key, std::int64_t units, Nanos spent_at,
                                     Nanos now) override {
     return leased_.refund(policy, version, key, units, spent_at, now);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
     return leased_.charge(policy, version, key, units, now);
   }
 

@@ -84,15 +84,15 @@ class ScopeRouter final : public gateway::Backend {
   }
 
   absl::StatusOr<MicroUnits> refund(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
+                                    gateway::LevelKey key, std::int64_t units, Nanos spent_at,
                                     Nanos now) override {
-    if (is_central(key)) return central_.refund(policy, version, key, units, spent_at, now);
+    if (is_central(key.key)) return central_.refund(policy, version, key, units, spent_at, now);
     return regional_.refund(policy, version, key, units, spent_at, now);
   }
 
   absl::StatusOr<MicroUnits> charge(const gateway::RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
-    if (is_central(key)) return central_.charge(policy, version, key, units, now);
+                                    gateway::LevelKey key, std::int64_t units, Nanos now) override {
+    if (is_central(key.key)) return central_.charge(policy, version, key, units, now);
     return regional_.charge(policy, version, key, units, now);
   }
 

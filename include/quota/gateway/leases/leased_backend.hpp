@@ -155,18 +155,17 @@ class LeasedBackend final : public Backend {
         [&](std::span<const Taken> taken) { give_back(levels, taken, version, now); });
   }
 
-  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos spent_at,
-                                    Nanos now) override {
-    if (detail::KeyLease* k = keys_.find(key)) {
+  absl::StatusOr<MicroUnits> refund(const RulePolicy& policy, std::uint64_t version, LevelKey key,
+                                    std::int64_t units, Nanos spent_at, Nanos now) override {
+    if (detail::KeyLease* k = keys_.find(key.key)) {
       quota::detail::MutexLock lock(k->mu);
       if (k->leasing) return to_micro(k->give_back(units, counters(k->level)));
     }
     return inner_.refund(policy, version, key, units, spent_at, now);
   }
 
-  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version,
-                                    std::string_view key, std::int64_t units, Nanos now) override {
+  absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version, LevelKey key,
+                                    std::int64_t units, Nanos now) override {
     return inner_.charge(policy, version, key, units, now);
   }
 
@@ -367,7 +366,7 @@ class LeasedBackend final : public Backend {
         t.local->give_back(l.cost, counters(l.rule->level));
       } else {
         // An error here cannot over-admit: the level keeps the deduction.
-        (void)inner_.refund(*l.policy, version, l.key, l.cost, t.spent_at, now);
+        (void)inner_.refund(*l.policy, version, {l.key, l.layout}, l.cost, t.spent_at, now);
       }
     }
   }
