@@ -14,7 +14,8 @@
 //       refund must quote as `spent_at`.
 //   refund(policy, version, key, units, spent_at, now) → micro-units given back
 //   charge(policy, version, key, units, now)           → micro-units left as debt
-//       The settle operations of key_state.hpp on one key.
+//       The settle operations of key_state.hpp on one key (a LevelKey: the key with the
+//       layout it was decided with, or a key given by hand).
 //   decide_attempt(levels, version, now, attempt) → AttemptResult
 //       decide() with the attempt recorded in the same call, for a backend whose
 //       shares_attempts() is true (Redis: a retry is replayed at any process).
