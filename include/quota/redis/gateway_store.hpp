@@ -309,28 +309,20 @@ class GatewayStore : public gateway::Backend {
       names.push_back(scope.second);
     }
     call.args.reserve(3 + 2 * levels.size());
-    // The head (twin/gateway.hpp): '<Bi8I4Bi8i8i8Bi8I4BB', then the shadow flags and the
+    // The head (twin/gateway_layout.hpp's kGatewayHead), then the shadow flags and the
     // units per level.
     const bool caller = options_.time == TimeSource::kCaller;
     std::string& head = call.args.emplace_back();
     const auto [sec, ns] = GatewayTwin::limbs(caller ? now : Nanos{0});
     const bool guarded = options_.failover_safety || options_.clock_guard.has_value();
-    detail::pack_le(head, (caller ? 1 : 0) + (guarded ? 2 : 0), 1);
-    detail::pack_le(head, sec, 8);
-    detail::pack_le(head, ns, 4);
-    detail::pack_le(head, static_cast<unsigned char>(op), 1);
-    detail::pack_le(head, std::max<std::int64_t>(options_.ttl_margin.count(), 1), 8);
-    detail::pack_le(head, static_cast<std::int64_t>(version), 8);
     auto units = [](const gateway::LevelCheck& l) {
       return std::clamp<std::int64_t>(l.cost, 0, kMaxUnits);
     };
-    detail::pack_le(head, units(levels.front()), 8);
     const auto [spent_sec, spent_ns] = GatewayTwin::limbs(spent_at.value_or(Nanos{0}));
-    detail::pack_le(head, spent_at.has_value() ? 1 : 0, 1);
-    detail::pack_le(head, spent_sec, 8);
-    detail::pack_le(head, spent_ns, 4);
-    detail::pack_le(head, static_cast<std::int64_t>(levels.size()), 1);
-    detail::pack_le(head, static_cast<std::int64_t>(call.keys.size()), 1);
+    pack<kGatewayHead>(
+        head, (caller ? 1 : 0) + (guarded ? 2 : 0), sec, ns, static_cast<unsigned char>(op),
+        std::max<std::int64_t>(options_.ttl_margin.count(), 1), version, units(levels.front()),
+        spent_at.has_value() ? 1 : 0, spent_sec, spent_ns, levels.size(), call.keys.size());
     if (op == 'd' || op == 'a') {
       for (const gateway::LevelCheck& level : levels) head.push_back(level.shadow ? '1' : '0');
     }

@@ -5,7 +5,7 @@
 // its body, kLuaTail. The token bucket, fixed window and window estimate share one body,
 // kLuaLoop, and fill in its sections with their transitions (detail::loop_script); their
 // Lua text, and the sliding log's and the gateway's, names the shared arithmetic as
-// macros (`@mod(...)`, detail::kLuaMacros), spliced in when the script is built. twin/call.hpp
+// macros (`@mod(...)`, twin/lua_macros.hpp), spliced in when the script is built. twin/call.hpp
 // builds the keys and arguments below and parses the reply; a script runs atomically on the server
 // (nothing interleaves), so a call's buckets are read, decided and written as one step. The Lua
 // constants are pure text, the C++ helpers pure functions: thread-safe.

@@ -45,15 +45,15 @@ namespace quota::redis {
 // gateway_attempt_prelude(); its macros expanded).
 //
 // KEYS[1..nk] the scope keys (one hash slot), then 'a': the attempt key
-// ARGV[1]     the head, '<Bi8I4Bi8i8i8Bi8I4BB' (53 bytes): the caller's time (1) or the
-//             server's TIME (0), plus 2 with the node argument last (twin/common.hpp's
-//             kLuaNodeGuard); the time (s, ns in [0, 10^9)); the op ('d', 'r', 'c', 'a'); the
-//             TTL margin, ms (>= 1); the caller's rule-set version; units (the cost 'd',
-//             to give back 'r', to charge 'c'); 'r': whether the time the units were spent
-//             is given (1; 0: the record's own latest time) and that time (s, ns); n, the
-//             levels; nk, the keys. Then 'd': one shadow flag per level ('1' shadow);
-//             then, when the levels' units differ, each level's units ('<i8' each).
-// ARGV[1+i]   level i's policy, 35 bytes '<BI5I7I7I7I4I4': kind 1 token bucket (burst, m,
+// ARGV[1]     the head, kGatewayHead (twin/gateway_layout.hpp, 53 bytes): the caller's
+//             time (1) or the server's TIME (0), plus 2 with the node argument last
+//             (twin/common.hpp's kLuaNodeGuard); the time (s, ns in [0, 10^9)); the op ('d', 'r',
+//             'c', 'a'); the TTL margin, ms (>= 1); the caller's rule-set version; units (the cost
+//             'd', to give back 'r', to charge 'c'); 'r': whether the time the units were spent is
+//             given (1; 0: the record's own latest time) and that time (s, ns); n, the levels; nk,
+//             the keys. Then 'd': one shadow flag per level ('1' shadow); then, when the levels'
+//             units differ, each level's units ('<i8' each).
+// ARGV[1+i]   level i's policy, 35 bytes, kGatewayPolicy: kind 1 token bucket (burst, m,
 //             p, g, the time to fill as s and ns: LuaTwin<TokenBucket>'s; rate 0: m 0, p 1,
 //             g 1, fill 0) | kind 2 fixed window (limit, w, mode: LuaTwin<FixedWindow>'s
 //             grid, 0, W as s and ns) | kind 3 sliding log, kind 4 window estimate
@@ -76,10 +76,10 @@ namespace quota::redis {
 // charge is whole units, so it touches the units limb; comparisons are of limb pairs.
 // Times are two limbs; a refill is the shared @refill_span up to twice the time to fill
 // (full past it), the time to reach and the window grid the shared @reach, @window_start,
-// @in_window and @to_next, all in limbs (twin/skeleton.hpp).
-// A scope key's value: a header '<BBI2I6' (10 bytes: format 113, the records, the
-// entries' bytes, the expiry as last set in server ms, 0 none or unknown); the records,
-// 34 bytes each '<i6I3I7i6I4I5I3': tokens' units | the window's count, tokens'
+// @in_window and @to_next, all in limbs (twin/lua_macros.hpp).
+// A scope key's value: a header, kGatewayScopeHeader (10 bytes: format 113, the records,
+// the entries' bytes, the expiry as last set in server ms, 0 none or unknown); the records,
+// 34 bytes each, kGatewayRecord: tokens' units | the window's count, tokens'
 // micro-units, the carry over p, the last time (s, ns), the debt's units and micro-units;
 // then one entry per record: its name's length (1 byte), its name (the limit's, at most
 // 64 bytes), the rule-set version '<I7' and the policy argument that wrote it (35 bytes).
@@ -97,7 +97,7 @@ local M6 = 1000000
 local sunpack, spack = struct.unpack, struct.pack
 -- A record: tokens' units | the count, tokens' micro-units, the carry, the last time (s,
 -- ns), the debt's units and micro-units (34 bytes).
-local RF = '<i6I3I7i6I4I5I3'
+local RF = @record_format()
 local function corrupt(key, why)
   return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
 end
@@ -106,7 +106,7 @@ end
 -- conversion); op is a character code: 100 'd', 114 'r', 99 'c'.
 local head = ARGV[1]
 local caller, sec, ns, op, margin, version, units, has_spent, ssec, sns, n, nk =
-  sunpack('<Bi8I4Bi8i8i8Bi8I4BB', head)
+  sunpack(@head_format(), head)
 local now_ms
 if caller % 2 == 0 then
   local now = redis.call('TIME')
@@ -165,7 +165,7 @@ for i = 1, n do
   if cpos then units = sunpack('<i8', head, cpos + 8 * (i - 1)) end
   if pol ~= spol then
     spol = pol
-    pkind, pcap, pm, pp, pg, pfs, pfn = sunpack('<BI5I7I7I7I4I4', pol)
+    pkind, pcap, pm, pp, pg, pfs, pfn = sunpack(@policy_format(), pol)
   end
   -- The level's record: the stored one at place j when the stored entries start with the
   -- call's (then its version and policy are the caller's); else found by name (ri nil:
@@ -202,7 +202,7 @@ for i = 1, n do
       kind, cap, m, p, g, fs, fn = pkind, pcap, pm, pp, pg, pfs, pfn
     else
       same = false
-      kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
+      kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), id)
       --@@ policy_check
     end
     --@@ state_check
@@ -291,7 +291,7 @@ for i = 1, n do
   end
   -- `wide`: past the gateway's narrow range (GatewayTwin::params), the reach macro forms its time
   -- from limbs
-  local wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
+  local wide = @wide(cap, fs, fn)
   if decide then
     local reason, retry, rem = 1, 0, 0
     if units < 1 then

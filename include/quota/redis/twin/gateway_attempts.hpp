@@ -47,6 +47,8 @@
 #include "quota/redis/transport/script.hpp"
 #include "quota/redis/twin/common.hpp"
 #include "quota/redis/twin/gateway_codec.hpp"
+#include "quota/redis/twin/gateway_layout.hpp"
+#include "quota/redis/twin/skeleton.hpp"
 #include "quota/units.hpp"
 
 namespace quota::redis {
@@ -54,7 +56,7 @@ namespace quota::redis {
 // The Lua the gateway script runs for op 'a' (with kLuaRecord of twin/common.hpp at
 // `@record`: gateway_attempt_prelude()).
 // KEYS[nk + 1]: the attempt key, after the call's nk scope keys; ARGV[at] (after the
-// levels' and keys' arguments, twin/gateway.hpp): '<i8i8B': the record's TTL (ms), the
+// levels' and keys' arguments, twin/gateway.hpp): kGatewayAttemptArgs: the record's TTL (ms), the
 // claim (ms) and whether this call decides the request's last levels (1); ARGV[at + 1]:
 // the fingerprint (no control characters); ARGV[at + 2]: the deadline (caller's ns) or "-".
 // A call with an attempt takes the general path (its reply is recorded as it is).
@@ -79,7 +81,7 @@ local function attempt_record(st, fp, dl, claim, text)
 end
 attempt_open = function(nk, at, now_ms)
   local a = {key = KEYS[nk + 1], fp = ARGV[at + 1], dl = ARGV[at + 2]}
-  a.ttl, a.claim, a.last = struct.unpack('<i8i8B', ARGV[at])
+  a.ttl, a.claim, a.last = struct.unpack(@attempt_format(), ARGV[at])
   local prev = redis.call('GET', a.key)
   if not prev then return a end
   local st, fp, dl, claim, rest = string.match(prev, '^([PD])\31(.-)\31(.-)\31(%d+)\31(.*)$')
@@ -114,7 +116,9 @@ end
 )lua";
 
 // kGatewayAttemptHead with kLuaRecord in place (the gateway script's prelude).
-inline std::string gateway_attempt_prelude() { return detail::with_record(kGatewayAttemptHead); }
+inline std::string gateway_attempt_prelude() {
+  return detail::expand_lua(detail::with_record(kGatewayAttemptHead));
+}
 
 // The script that completes or abandons a pending record (two-slot requests).
 // KEYS[1]: the attempt key. ARGV[1]: op 'f' finish, 'a' abandon; ARGV[2]: the
@@ -143,9 +147,7 @@ struct GatewayAttemptTwin {
     std::string& packed = args.emplace_back();
     const std::int64_t ttl =
         std::max<std::int64_t>(std::chrono::ceil<std::chrono::milliseconds>(a.ttl).count(), 1);
-    detail::pack_le(packed, ttl, 8);
-    detail::pack_le(packed, std::max<std::int64_t>(claim_ms, 1), 8);
-    detail::pack_le(packed, last ? 1 : 0, 1);
+    pack<kGatewayAttemptArgs>(packed, ttl, std::max<std::int64_t>(claim_ms, 1), last ? 1 : 0);
     args.emplace_back(a.fingerprint);
     args.push_back(format_deadline(a.deadline));
   }

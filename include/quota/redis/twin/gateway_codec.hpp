@@ -39,6 +39,7 @@
 #include "quota/gateway/key_state.hpp"
 #include "quota/redis/transport/connection.hpp"
 #include "quota/redis/twin/fixed_window.hpp"
+#include "quota/redis/twin/gateway_layout.hpp"
 #include "quota/redis/twin/range.hpp"
 #include "quota/redis/twin/sliding_window_estimate.hpp"
 #include "quota/redis/twin/token_bucket.hpp"
@@ -46,29 +47,7 @@
 
 namespace quota::redis {
 
-// The gateway twin's exact range (see twin/gateway.hpp), passed to each policy's own twin
-// range check (LuaTwin<TokenBucket>::params, LuaTwin<FixedWindow>::params). Tokens and
-// debt are two limbs (units, micro-units) and times two limbs (s, ns), so a level holds
-// up to 10^12 units (a capacity of debt, tokens down to −capacity, a refund of up to
-// 3·capacity + 2 units) and a span (time to fill, window) up to 10^17 ns (~1157 days; a
-// refill from the deepest debt spans two). Within the narrow bounds (capacity <= 2·10^9
-// units, time to fill <= 4·10^15 ns) every value in micro-units and ns stays one number
-// below 2^53; past them a token bucket's reduced rate terms are at most kMaxWideTerm.
-inline constexpr TwinRange kGatewayRange{
-    .max_capacity = kMaxWideCapacity,
-    .max_span_ns = kMaxWideSpanNs,
-    .narrow_capacity = 2'000'000'000,
-    .narrow_span_ns = 4'000'000'000'000'000,
-    .store = "the Redis gateway store",
-    .keeps = "keeps tokens and debt as two limbs (units, micro-units) in Lua doubles"};
-static_assert((3 * kGatewayRange.narrow_capacity + 2) * kMicrosPerUnit < kLuaExact);
-static_assert(2 * kGatewayRange.narrow_span_ns <= kMaxFillNs);
 inline constexpr std::uint64_t kGatewayMaxVersion = (std::uint64_t{1} << 53) - 1;
-// A scope key's value (twin/gateway.hpp): a 10-byte header, then 34 bytes per record,
-// then per record an entry of 43 bytes plus its name's.
-inline constexpr std::size_t kGatewayHeaderBytes = 10;
-inline constexpr std::size_t kGatewayRecordBytes = 34;
-inline constexpr std::size_t kGatewayEntryBytes = 43;
 
 // The C++ side of the gateway twin (twin/gateway.hpp): a policy's one packed argument,
 // and the replies decoded. Pure functions: thread-safe.
@@ -77,20 +56,13 @@ struct GatewayTwin {
   // '<BI5I7I7I7I4I4' (kind, burst|limit, m|w, p|mode, g|0, fill|W as s and ns), or
   // InvalidArgument naming the bound when the Lua twin cannot decide `policy` exactly.
   using PolicyArgs = std::string;
-  static constexpr std::size_t kPolicyArgBytes = 35;
+  static constexpr std::size_t kPolicyArgBytes = kGatewayPolicy.bytes();
   static PolicyArgs pack_policy(int kind, std::int64_t capacity, std::int64_t m, std::int64_t p,
                                 std::int64_t g, std::int64_t fill) {
     PolicyArgs out;
     out.reserve(kPolicyArgBytes);
-    auto put = [&out](std::int64_t v, int bytes) {
-      const auto u = static_cast<std::uint64_t>(v);
-      for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-    };
-    put(kind, 1);
-    put(capacity, 5);
-    for (std::int64_t v : {m, p, g}) put(v, 7);
-    put(fill / kNanosPerSecond, 4);
-    put(fill % kNanosPerSecond, 4);
+    pack<kGatewayPolicy>(out, kind, capacity, m, p, g, fill / kNanosPerSecond,
+                         fill % kNanosPerSecond);
     return out;
   }
   static absl::StatusOr<PolicyArgs> params(const gateway::RulePolicy& policy) {

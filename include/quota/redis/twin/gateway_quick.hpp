@@ -18,8 +18,9 @@
 // hold (a key that is not in the call's layout, a record out of range or with debt, a
 // wide policy, another kind, a TTL to set over records not decided, a record older than
 // the node's failover time under failover safety), nothing is written and the general
-// path decides the call from the start: the same decision, more instructions. tests/redis/redis_gateway_differential_test.cpp and the rule-sets
-// differential test run both paths against the in-process gateway. Spliced at
+// path decides the call from the start: the same decision, more instructions.
+// tests/redis/redis_gateway_differential_test.cpp and the rule-sets differential test run both
+// paths against the in-process gateway. Spliced at
 // `--@@ quick` (detail::gateway_body), after the keys are read (`raws`), on the head's
 // locals. Immutable text: thread-safe.
 //
@@ -40,9 +41,9 @@ if decide and not att then
   for k = 1, nk do
     local raw = raws[k]
     if not raw or type(raw) ~= 'string' or #raw < 10 then quick = false; break end
-    local fmt, cnt, tlen, exp = sunpack('<BBI2I6', raw)
+    local fmt, cnt, tlen, exp = sunpack(@header_format(), raw)
     local toff = 11 + 34 * cnt
-    if fmt ~= 113 or #raw ~= toff - 1 + tlen or
+    if fmt ~= @scope_format() or #raw ~= toff - 1 + tlen or
         string.find(raw, ARGV[2 + n + k], toff, true) ~= toff then
       quick = false
       break
@@ -65,8 +66,8 @@ if decide and not att then
     if pol ~= spol then
       spol = pol
       local kind, g, fs, fn
-      kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', pol)
-      if kind ~= 1 or cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0) then
+      kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), pol)
+      if kind ~= 1 or @wide(cap, fs, fn) then
         quick = false
         break
       end
@@ -170,7 +171,7 @@ if decide and not att then
           local raw, cnt = Q[b - 6], Q[b - 5]
           local e = 0
           if put and now_ms then e = now_ms + put end
-          v = spack('<BBI2I6', 113, cnt, #raw - 10 - 34 * cnt, e) .. v .. string.sub(raw, 11 + 34 * j)
+          v = spack(@header_format(), @scope_format(), cnt, #raw - 10 - 34 * cnt, e) .. v .. string.sub(raw, 11 + 34 * j)
           if put then redis.call('SET', KEYS[k], v, 'PX', put) else redis.call('SET', KEYS[k], v) end
         end
       end

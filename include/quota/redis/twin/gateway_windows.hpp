@@ -11,7 +11,7 @@
 // rule changes, debt, shadow, the TTL — as for its other kinds, so each kind is
 // bit-identical to KeyState (gateway/key_state.hpp, gateway/rules/rule_kinds.hpp). The
 // arithmetic is the RedisStore twins': the estimate's est_* macros and kLuaEstimateMath
-// (twin/sliding_window_estimate.hpp, twin/skeleton.hpp), the log's kLuaLogEvents
+// (twin/sliding_window_estimate.hpp, twin/lua_macros.hpp), the log's kLuaLogEvents
 // (twin/sliding_log.hpp). Immutable text: thread-safe.
 //
 // Fields, in the gateway's record (34 bytes, twin/gateway.hpp) and policy argument (35):

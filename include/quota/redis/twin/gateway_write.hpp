@@ -76,8 +76,8 @@ for k = 1, nk do
   if raw then
     if type(raw) ~= 'string' then return corrupt(key, 'wrong type') end
     local len, fmt, cnt, tlen, exp = #raw, 0, 0, 0, 0
-    if len >= 10 then fmt, cnt, tlen, exp = sunpack('<BBI2I6', raw) end
-    if fmt ~= 113 or len ~= 10 + 34 * cnt + tlen then
+    if len >= 10 then fmt, cnt, tlen, exp = sunpack(@header_format(), raw) end
+    if fmt ~= @scope_format() or len ~= 10 + 34 * cnt + tlen then
       return corrupt(key, len .. ' bytes, not a scope of ' .. cnt .. ' records')
     end
     s.raw, s.cnt, s.exp, s.toff = raw, cnt, exp, 11 + 34 * cnt
@@ -160,8 +160,8 @@ if denied then
     local took = P[b - 5]
     if took > 0 then
       local tu, tl, c, lsec, lns, du, dl = sunpack(RF, P[b - 7])
-      local kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', P[b - 2])
-      local wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
+      local kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), P[b - 2])
+      local wide = @wide(cap, fs, fn)
       local lg = P[b - 4] or nil
       if kind == 1 then tu = tu + took else tu = tu - took end
       local rs, rn = 0, 0
@@ -201,10 +201,10 @@ for k = 1, nk do
         local key, en = s.key, s.ents[r]
         local ver, id = en[2], en[3]
         local tu, tl, c, lsec, lns, du, dl = sunpack(RF, s.raw, 11 + 34 * (r - 1))
-        local kind, cap, m, p, g, fs, fn = sunpack('<BI5I7I7I7I4I4', id)
+        local kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), id)
         --@@ policy_check
         --@@ state_check
-        local wide = cap > 2000000000 or fs > 4000000 or (fs == 4000000 and fn > 0)
+        local wide = @wide(cap, fs, fn)
         local rs, rn = 0, 0
         if kind == 3 then
           -- (its events not read: a window from its last time covers them)
@@ -227,7 +227,7 @@ for k = 1, nk do
     local recs, v = {}
     if fast then
       -- the call's records are the first s.j; the rest and the entries as stored
-      v = spack('<BBI2I6', 113, s.cnt, #s.raw + 1 - s.toff, e)
+      v = spack(@header_format(), @scope_format(), s.cnt, #s.raw + 1 - s.toff, e)
       if s.j == 1 then
         v = v .. P[9 * s.lv[1] - 7]
       else
@@ -255,7 +255,7 @@ for k = 1, nk do
         return redis.error_reply('QUOTA_SCOPE_FULL key ' .. s.key .. ' would hold ' .. s.ncnt ..
           ' limits (' .. #tail .. ' bytes of entries); at most 255 (65535 bytes)')
       end
-      v = spack('<BBI2I6', 113, s.ncnt, #tail, e) .. table.concat(recs) .. tail
+      v = spack(@header_format(), @scope_format(), s.ncnt, #tail, e) .. table.concat(recs) .. tail
     end
     s.v, s.put, s.fast = v, put, fast
     -- the lists of logs not decided now follow the key's TTL when it is set anew

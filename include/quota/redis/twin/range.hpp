@@ -6,7 +6,7 @@
 // spans reach past 2^53 micro-units and ns (kMaxWideCapacity, kMaxWideSpanNs). Each
 // policy's range is defined once (its LuaTwin<P>::params, on the bounds here) and used by
 // every store: RedisStore with kRedisStoreRange, GatewayStore with kGatewayRange (its
-// narrow bounds leave headroom for debt, twin/gateway_codec.hpp). A policy outside it is
+// narrow bounds leave headroom for debt). A policy outside it is
 // kInvalidArgument naming the bound. Pure functions: thread-safe.
 //
 //   auto p = quota::redis::LuaTwin<quota::TokenBucket>::params(tb);   // or the bound
@@ -36,7 +36,7 @@ inline constexpr std::int64_t kMaxFillNs = 9'000'000'000'000'000;
 inline constexpr std::int64_t kMaxWideCapacity = 1'000'000'000'000;
 inline constexpr std::int64_t kMaxWideSpanNs = 100'000'000'000'000'000;
 // Past the narrow bounds a token bucket's reduced rate terms m and p are at most 9·10^9,
-// so that m·(10^6 + 1) and p·(10^6 + 1) + 10^9 stay below 2^53 (twin/skeleton.hpp's
+// so that m·(10^6 + 1) and p·(10^6 + 1) + 10^9 stay below 2^53 (twin/lua_macros.hpp's
 // @refill and @reach form them).
 inline constexpr std::int64_t kMaxWideTerm = 9'000'000'000;
 static_assert(kMaxWideTerm * (1'000'000 + 1) + 1'000'000'000 < kLuaExact);
@@ -46,8 +46,7 @@ static_assert(kMaxWideTerm * (1'000'000 + 1) + 1'000'000'000 < kLuaExact);
 // window), the narrow bounds within which a token bucket's values stay single numbers
 // below 2^53 (past them it is `wide`: LuaTwin<TokenBucket>::params), and, for errors, the
 // store it is and what its capacity bound keeps exact. kRedisStoreRange is RedisStore's;
-// GatewayStore's is kGatewayRange (twin/gateway_codec.hpp: narrower narrow bounds, for
-// debt).
+// GatewayStore's is kGatewayRange (below: narrower narrow bounds, for debt).
 struct TwinRange {
   std::int64_t max_capacity;
   std::int64_t max_span_ns;
@@ -71,6 +70,24 @@ inline constexpr TwinRange kRedisWindowRange{.max_capacity = kLuaExact - 2,
                                              .narrow_span_ns = kMaxWideSpanNs,
                                              .store = "the Redis store",
                                              .keeps = "counts in Lua doubles, exact below 2^53"};
+
+// The gateway twin's exact range (twin/gateway.hpp), passed to each policy's own twin
+// range check (LuaTwin<TokenBucket>::params, LuaTwin<FixedWindow>::params). Tokens and
+// debt are two limbs (units, micro-units) and times two limbs (s, ns), so a level holds
+// up to 10^12 units (a capacity of debt, tokens down to −capacity, a refund of up to
+// 3·capacity + 2 units) and a span (time to fill, window) up to 10^17 ns (~1157 days; a
+// refill from the deepest debt spans two). Within the narrow bounds (capacity <= 2·10^9
+// units, time to fill <= 4·10^15 ns) every value in micro-units and ns stays one number
+// below 2^53; past them a token bucket's reduced rate terms are at most kMaxWideTerm.
+inline constexpr TwinRange kGatewayRange{
+    .max_capacity = kMaxWideCapacity,
+    .max_span_ns = kMaxWideSpanNs,
+    .narrow_capacity = 2'000'000'000,
+    .narrow_span_ns = 4'000'000'000'000'000,
+    .store = "the Redis gateway store",
+    .keeps = "keeps tokens and debt as two limbs (units, micro-units) in Lua doubles"};
+static_assert((3 * kGatewayRange.narrow_capacity + 2) * kMicrosPerUnit < kLuaExact);
+static_assert(2 * kGatewayRange.narrow_span_ns <= kMaxFillNs);
 
 // kInvalidArgument naming `field` and the bound when `capacity` exceeds range's.
 inline absl::Status check_capacity(std::string_view field, std::int64_t capacity,

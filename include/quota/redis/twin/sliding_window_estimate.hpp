@@ -40,7 +40,7 @@
 namespace quota::redis {
 
 // The estimate's exact products in Lua doubles, shared with the gateway's twin
-// (twin/gateway_windows.hpp); skeleton.hpp's est_* macros call them. Needs kLuaMath.
+// (twin/gateway_windows.hpp); lua_macros.hpp's est_* macros call them. Needs kLuaMath.
 inline constexpr const char* kLuaEstimateMath = R"lua(
 local T26 = 67108864
 local T52 = 4503599627370496

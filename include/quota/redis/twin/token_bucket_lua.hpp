@@ -42,7 +42,7 @@ namespace quota::redis {
 //     compared with and deducted from tu alone;
 //   - time is two limbs (seconds, nanoseconds); an elapsed time at or past the time to
 //     fill (fs s + fn ns) fills the bucket (what the C++ refill computes for such a gap),
-//     a shorter one refills in steps below 2^53 ns (@refill_span, twin/skeleton.hpp);
+//     a shorter one refills in steps below 2^53 ns (@refill_span, twin/lua_macros.hpp);
 //   - refill floor((m·dt + c)/p) is split as dt = q·p + r: m·q + floor((m·r + c)/p),
 //     and m·q in limbs when it reaches 2^53 (@refill);
 //   - the time to reach ceil((D·p − c)/m) is kLuaReach's split while D and the time stay
