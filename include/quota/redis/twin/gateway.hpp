@@ -98,9 +98,6 @@ local sunpack, spack = struct.unpack, struct.pack
 -- A record: tokens' units | the count, tokens' micro-units, the carry, the last time (s,
 -- ns), the debt's units and micro-units (34 bytes).
 local RF = @record_format()
-local function corrupt(key, why)
-  return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
-end
 
 -- The head (one struct.unpack where decimal arguments would each cost an argument and a
 -- conversion); op is a character code: 100 'd', 114 'r', 99 'c'.
@@ -118,6 +115,7 @@ end
 if op ~= 100 and op ~= 114 and op ~= 99 and op ~= 97 then
   return redis.error_reply('QUOTA_BAD_OP ' .. op)
 end
+--@@ attempts
 -- 'a' (97): 'd' with the attempt's record, KEYS[nk + 1], in the same call (attempt_open)
 local att
 if op == 97 then op = 100; att = attempt_open(nk, 3 + n + nk, now_ms) end
@@ -132,8 +130,10 @@ local kmap = ARGV[2 + n]
 
 -- The scope keys, read at once (MGET answers nil also for a key of another type, so each
 -- nil is looked at again by the general path, kGatewayReadLua).
-local raws
-if nk > 1 then raws = redis.call('MGET', unpack(KEYS, 1, nk)) else raws = {redis.pcall('GET', KEYS[1])} end
+local raws, raw1
+if nk > 1 then raws = redis.call('MGET', unpack(KEYS, 1, nk)) else raw1 = redis.pcall('GET', KEYS[1]) end
+--@@ quick_one
+if not raws then raws = {raw1} end
 local res
 -- (sized for up to three levels: a table that grows is rehashed)
 if not decide then res = {sec, ns, 0}
@@ -141,6 +141,13 @@ elseif n == 1 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0}
 elseif n == 2 then res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 else res = {sec, ns, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end
 --@@ quick
+-- The general path's functions (kLuaMath's idiv, kLuaReach, the windows' maker): made
+-- only here, after the quick path, so that a call it answers makes no closure (each is
+-- an object for the collector, with one more for each local it captures).
+--@@ functions
+local function corrupt(key, why)
+  return redis.error_reply('QUOTA_CORRUPT key ' .. key .. ' is not a quota gateway state: ' .. why)
+end
 --@@ read
 
 -- P: each level decided, 9 values (one flat table): its scope, the packed record, the TTL
@@ -345,17 +352,31 @@ return res
 
 namespace detail {
 
+// kLuaMath without its first line, `local floor = math.floor` (the script declares that
+// first: the attempt prelude's functions use it), then kLuaReach and the windows' maker.
+inline std::string gateway_functions() {
+  const std::string_view math = kLuaMath;
+  const std::string_view floor = "\nlocal floor = math.floor\n";
+  if (math.substr(0, floor.size()) != floor) lua_fail("kLuaMath does not start with floor");
+  return std::string(math.substr(floor.size())) + kLuaReach + kGatewayWindowsFunctions;
+}
+
 // kGatewayLuaBody with the Lua of twin/gateway_settle.hpp and twin/gateway_write.hpp in
 // place of its `--@@ name` lines (each line replaced, every one of a shared snippet),
 // macros expanded.
 inline std::string gateway_body() {
   std::string body = kGatewayLuaBody;
+  const std::string functions = gateway_functions();
+  const std::string attempts = gateway_attempt_prelude();
   for (const auto& [marker, text] :
        {std::pair<std::string_view, std::string_view>{"--@@ refund\n", kGatewayRefundLua},
         {"--@@ charge\n", kGatewayChargeLua},
         {"--@@ write\n", kGatewayWriteLua},
         {"--@@ scopes\n", kGatewayScopesLua},
         {"--@@ quick\n", kGatewayQuickLua},
+        {"--@@ quick_one\n", kGatewayQuickOneLua},
+        {"--@@ functions\n", functions},
+        {"--@@ attempts\n", attempts},
         {"--@@ read\n", kGatewayReadLua}}) {
     body.replace(body.find(marker), marker.size(), text);
   }
@@ -373,8 +394,6 @@ inline std::string gateway_body() {
 }  // namespace detail
 
 // The whole script.
-inline const std::string kGatewayLua = std::string(kLuaMath) + kLuaReach +
-                                       kGatewayWindowsFunctions + gateway_attempt_prelude() +
-                                       detail::gateway_body();
+inline const std::string kGatewayLua = "local floor = math.floor\n" + detail::gateway_body();
 
 }  // namespace quota::redis

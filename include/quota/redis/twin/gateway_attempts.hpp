@@ -65,11 +65,11 @@ namespace quota::redis {
 // by \31. attempt_open answers from the record (a.reply: {1, deadline, reply} replay,
 // {3, deadline, reply} a pending record taken over, {2} claimed) or lets the call decide;
 // attempt_close writes the record and puts {0, ""} before the reply.
-// Its functions exist only in a call with op 'a' (the head's 14th byte): a decision
-// without an attempt creates none of them.
+// Its functions exist only in a call with op 'a' (spliced after the head is read, on its
+// local `op`): a decision without an attempt creates none of them.
 inline constexpr const char* kGatewayAttemptHead = R"lua(
 local attempt_open, attempt_close, record_text, record_read
-if string.byte(ARGV[1], 14) == 97 then
+if op == 97 then
 @record
 local function attempt_now(now_ms)
   if now_ms then return now_ms end

@@ -31,8 +31,38 @@
 
 namespace quota::redis {
 
+// The quick path of the commonest call, one level in one key (n = 1, nk = 1): the steps
+// of kGatewayQuickLua below (the same macros: @scope_ok, @quick_policy, @quick_record,
+// @quick_step, @quick_write), on locals only — the header and the first record read in
+// one struct.unpack, no table but the reply — so that a one-limit decision costs about
+// what a single-policy script does. Spliced at `--@@ quick_one`, before the general
+// path's functions and tables are made; a call it does not answer goes on to
+// kGatewayQuickLua's checks and then the general path, nothing written.
+inline constexpr const char* kGatewayQuickOneLua = R"lua(
+if decide and not att and n == 1 and nk == 1 and raw1 and #raw1 >= 44 then
+  local fmt, cnt, tlen, exp, tu, tl, c, lsec, lns, du, dl = sunpack(@header_record_format(), raw1)
+  local toff = 11 + 34 * cnt
+  if cpos then units = sunpack('<i8', head, cpos) end
+  local kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), ARGV[2])
+  if @scope_ok(raw1, fmt, toff, tlen, ARGV[4]) and @quick_policy(kind, cap, fs, fn) and
+      @quick_record(tu, tl, c, lsec, lns, du, dl, cap, p) then
+    local capm, t = cap * M6, tu * M6 + tl
+    @quick_step(t, c, lsec, lns, capm, 2 * (fs * 1000000000 + fn), local ok)
+    @ttl_bound(local need, t, c, capm)
+    @ttl_put(local put, need, exp, true)
+    if put == true or cnt == 1 then
+      @mod(tl, t, 1000000)
+      tu = (t - tl) / M6
+      local v = spack(RF, tu, tl, c, lsec, lns, 0, 0)
+      @quick_write(1, raw1, cnt, 1, put, v)
+      return {sec, ns, -1, ok, t, c}
+    end
+  end
+end
+)lua";
+
 inline constexpr const char* kGatewayQuickLua = R"lua(
-if decide and not att then
+if decide and not att and (n > 1 or nk > 1) then
   -- Q: per key, 7 values (one flat table; every table and string a call makes is work for
   -- the server's Lua collector): its value, records, expiry as last set, the levels of it
   -- met, the TTL its levels need (ms from now; false: none), its first level, its TTL to
@@ -43,8 +73,7 @@ if decide and not att then
     if not raw or type(raw) ~= 'string' or #raw < 10 then quick = false; break end
     local fmt, cnt, tlen, exp = sunpack(@header_format(), raw)
     local toff = 11 + 34 * cnt
-    if fmt ~= @scope_format() or #raw ~= toff - 1 + tlen or
-        string.find(raw, ARGV[2 + n + k], toff, true) ~= toff then
+    if not @scope_ok(raw, fmt, toff, tlen, ARGV[2 + n + k]) then
       quick = false
       break
     end
@@ -67,7 +96,7 @@ if decide and not att then
       spol = pol
       local kind, g, fs, fn
       kind, cap, m, p, g, fs, fn = sunpack(@policy_format(), pol)
-      if kind ~= 1 or @wide(cap, fs, fn) then
+      if not @quick_policy(kind, cap, fs, fn) then
         quick = false
         break
       end
@@ -81,27 +110,13 @@ if decide and not att then
     if j == 1 then Q[b - 1] = i end
     local tu, tl, c, lsec, lns, du, dl = sunpack(RF, Q[b - 6], 11 + 34 * (j - 1))
     -- (a record older than the failover time is read as spent: the general path's)
-    if du ~= 0 or dl ~= 0 or lns > 999999999 or tl > 999999 or tu < -cap or tu > cap or
-        (tu == cap and tl > 0) or c >= p or
-        (fsec and (lsec < fsec or (lsec == fsec and lns < fns))) then
+    if not @quick_record(tu, tl, c, lsec, lns, du, dl, cap, p) then
       quick = false
       break
     end
     local t = tu * M6 + tl
-    if sec > lsec or (sec == lsec and ns > lns) then
-      if t < capm and m > 0 then
-        -- full past twice the time to fill (an elapsed time past 2^53 ns is past it too)
-        local el = (sec - lsec) * 1000000000 + ns - lns
-        if el >= f2 then
-          t, c = capm, 0
-        else
-          @refill_narrow(el, t, c, capm)
-        end
-      end
-      lsec, lns = sec, ns
-    end
-    local ok, took = 0, 0
-    if units >= 1 and units * M6 <= t then t = t - units * M6; ok = 1; took = units end
+    @quick_step(t, c, lsec, lns, capm, f2, local ok)
+    local took = ok * units
     local k = 3 * i
     res[3] = -i
     res[k + 1], res[k + 2], res[k + 3] = ok, t, c
@@ -164,16 +179,7 @@ if decide and not att then
           end
           v = table.concat(parts)
         end
-        if put == true then
-          -- (the header is as stored: the records, their entries and the expiry)
-          redis.call('SETRANGE', KEYS[k], '10', v)
-        else
-          local raw, cnt = Q[b - 6], Q[b - 5]
-          local e = 0
-          if put and now_ms then e = now_ms + put end
-          v = spack(@header_format(), @scope_format(), cnt, #raw - 10 - 34 * cnt, e) .. v .. string.sub(raw, 11 + 34 * j)
-          if put then redis.call('SET', KEYS[k], v, 'PX', put) else redis.call('SET', KEYS[k], v) end
-        end
+        @quick_write(k, Q[b - 6], Q[b - 5], j, put, v)
       end
     end
     for k = 3 * last + 4, 6 * n + 3 do res[k] = nil end

@@ -394,12 +394,64 @@ if $cur > 0 then $reset = $win - $off + $win elseif $prev > 0 then $reset = $win
       // Whether a token bucket of capacity $cap units and time to fill $fs s + $fn ns is
       // past the gateway's narrow range (an expression).
       {"wide", "cap fs fn", gateway_wide_text()},
+      // The gateway quick paths' steps (twin/gateway_quick.hpp), one source for the
+      // one-level path and the general quick path. scope_ok: the scope key's value $raw
+      // (its format byte $fmt, records' end $toff, entries' bytes $tlen) is whole and its
+      // entries start with the call's layout $layout (an expression).
+      {"scope_ok", "raw fmt toff tlen layout", R"lua(
+($fmt == @scope_format() and #$raw == $toff - 1 + $tlen and string.find($raw, $layout, $toff, true) == $toff)
+)lua"},
+      // A policy the quick paths decide: a token bucket in the narrow range (an
+      // expression).
+      {"quick_policy", "kind cap fs fn", "($kind == 1 and not @wide($cap, $fs, $fn))"},
+      // A record the quick paths decide (an expression): its fields in range, no debt,
+      // tokens within [-$cap, $cap] units, the carry below $p, and (failover safety) not
+      // older than the node's failover time (the general path reads such a one as spent).
+      {"quick_record", "tu tl c lsec lns du dl cap p", R"lua(
+($du == 0 and $dl == 0 and $lns <= 999999999 and $tl <= 999999 and $tu >= -$cap and $tu <= $cap and ($tu < $cap or $tl == 0) and $c < $p and not (fsec and ($lsec < fsec or ($lsec == fsec and $lns < fns))))
+)lua"},
+      // A narrow token bucket's transition: tokens $t micro-units (one number) carrying $c,
+      // last time ($lsec, $lns), brought to the call's time (sec, ns) — full past $f2 ns,
+      // twice the time to fill, else @refill_narrow up to $capm — then `units` deducted
+      // when they fit: $ok 1, else 0 (reads m, p, units; local el).
+      {"quick_step", "t c lsec lns capm f2 ok", R"lua(
+if sec > $lsec or (sec == $lsec and ns > $lns) then
+  if $t < $capm and m > 0 then
+    local el = (sec - $lsec) * 1000000000 + ns - $lns
+    if el >= $f2 then
+      $t, $c = $capm, 0
+    else
+      @refill_narrow(el, $t, $c, $capm)
+    end
+  end
+  $lsec, $lns = sec, ns
+end
+$ok = 0
+if units >= 1 and units * M6 <= $t then $t = $t - units * M6; $ok = 1 end
+)lua"},
+      // Writes scope key KEYS[$k] (its value $raw, $cnt records) with its first $j
+      // records $v: in place (SETRANGE after the header) when its TTL is kept ($put
+      // true), else the whole value with a new header, the TTL set ($put ms) or none
+      // (reads now_ms; local e).
+      {"quick_write", "k raw cnt j put v", R"lua(
+if $put == true then
+  redis.call('SETRANGE', KEYS[$k], '10', $v)
+else
+  local e = 0
+  if $put and now_ms then e = now_ms + $put end
+  $v = spack(@header_format(), @scope_format(), $cnt, #$raw - 10 - 34 * $cnt, e) .. $v .. string.sub($raw, 11 + 34 * $j)
+  if $put then redis.call('SET', KEYS[$k], $v, 'PX', $put) else redis.call('SET', KEYS[$k], $v) end
+end
+)lua"},
       // The gateway's packed layouts as Lua string literals, and a scope key's format byte
       // (twin/gateway_layout.hpp; expressions).
       {"head_format", "", kGatewayHead.lua()},
       {"policy_format", "", kGatewayPolicy.lua()},
       {"header_format", "", kGatewayScopeHeader.lua()},
       {"record_format", "", kGatewayRecord.lua()},
+      {"header_record_format", "",
+       kGatewayScopeHeader.lua().substr(0, kGatewayScopeHeader.format.size() + 1) +
+           kGatewayRecord.lua().substr(2)},
       {"attempt_format", "", kGatewayAttemptArgs.lua()},
       {"scope_format", "", std::to_string(kGatewayScopeFormat)},
   };
