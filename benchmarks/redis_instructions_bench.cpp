@@ -46,7 +46,10 @@
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
 // one tenant is one script call, at most 1.5x the server instructions of a 1-limit
 // decision" is reported as gateway 3lim's instructions over gateway 1lim's (its first limit
-// alone).
+// alone; since the one-level path, twin/gateway_quick.hpp, made 1lim a quarter cheaper
+// than the 3lim call's general quick path, that ratio is not met: docs/redis.md). Issue
+// 35's "the gateway script's one-limit decision at or below the straightforward script's"
+// is reported as gateway 1lim's instructions over naive-lua d1's in the same run.
 //
 // Run (release build; needs valgrind, else it says so and exits 0):
 //   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
@@ -564,6 +567,8 @@ int main(int argc, char** argv) {
   const Row* three_limits = find("gateway 3lim");
   const double limits_ratio =
       one_limit && three_limits ? three_limits->per_decision() / one_limit->per_decision() : 0;
+  const double one_limit_ratio =
+      one_limit && naive ? one_limit->per_decision() / naive->per_decision() : 0;
   const Row* sketch_one = find("sketch 1lim");
   const Row* sketch_three = find("sketch 3lim");
   if (sketch_one != nullptr && sketch_three != nullptr) {
@@ -573,9 +578,12 @@ int main(int argc, char** argv) {
   std::printf(
       "decisions per Redis core (by instructions) vs the straightforward script: "
       "b16 %.2fx (target >= 2: %s), d1 %.2fx\n"
-      "3 limits of one tenant in one call vs 1 limit: %.2fx (target <= 1.5: %s); errors %d\n",
+      "3 limits of one tenant in one call vs 1 limit: %.2fx (target <= 1.5: %s)\n"
+      "the gateway's 1-limit decision vs the straightforward script: %.2fx (target <= 1: %s); "
+      "errors %d\n",
       b16_ratio, b16_ratio >= 2 ? "met" : "not met", d1_ratio, limits_ratio,
-      limits_ratio > 0 && limits_ratio <= 1.5 ? "met" : "not met", errors);
+      limits_ratio > 0 && limits_ratio <= 1.5 ? "met" : "not met", one_limit_ratio,
+      one_limit_ratio > 0 && one_limit_ratio <= 1 ? "met" : "not met", errors);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << "{\n  \"context\": {\"tool\": \"callgrind --toggle-collect=processInputBuffer\", "
@@ -594,7 +602,10 @@ int main(int argc, char** argv) {
         << "},\n    {\"name\": \"d1_per_core_vs_naive_instructions\", \"value\": " << d1_ratio
         << "},\n    {\"name\": \"gateway_3_limits_vs_1_limit_instructions\", \"value\": "
         << limits_ratio << ", \"target\": 1.5, \"met\": "
-        << (limits_ratio > 0 && limits_ratio <= 1.5 ? "true" : "false") << "}\n  ]\n}\n";
+        << (limits_ratio > 0 && limits_ratio <= 1.5 ? "true" : "false")
+        << "},\n    {\"name\": \"gateway_1_limit_vs_naive_instructions\", \"value\": "
+        << one_limit_ratio << ", \"target\": 1, \"met\": "
+        << (one_limit_ratio > 0 && one_limit_ratio <= 1 ? "true" : "false") << "}\n  ]\n}\n";
   }
   return errors == 0 ? 0 : 1;
 }
