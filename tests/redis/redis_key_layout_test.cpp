@@ -164,15 +164,21 @@ void check_layouts(const std::vector<RecordingBackend::Seen>& seen) {
   }
 }
 
+// four_levels() on an in-process store, every call through a RecordingBackend.
+struct Recorded {
+  gw::RuleRegistry registry{four_levels()};
+  quota::LocalStore<gw::KeyPolicy> store;
+  gw::StoreBackend<quota::LocalStore<gw::KeyPolicy>> inner{store};
+  RecordingBackend recording{inner};
+};
+
 }  // namespace
 
 TEST_CASE("the Gateway gives every backend its levels with the layouts they were built with",
           "[redis][keys]") {
-  gw::RuleRegistry registry(four_levels());
-  quota::LocalStore<gw::KeyPolicy> store;
-  gw::StoreBackend inner(store);
-  RecordingBackend recording(inner);
-  gw::Gateway gateway(recording, registry);
+  Recorded f;
+  RecordingBackend& recording = f.recording;
+  gw::Gateway gateway(recording, f.registry);
   auto r = gateway.decide(
       {.who = {.tenant = "acme", .plan = "free", .user = "u-1"}, .route = "read"}, quota::Nanos{0});
   REQUIRE(r.ok());
@@ -185,11 +191,9 @@ TEST_CASE("the Gateway gives every backend its levels with the layouts they were
 
 TEST_CASE("a settle gives back and charges every level with the layout it was decided with",
           "[redis][keys]") {
-  gw::RuleRegistry registry(four_levels());
-  quota::LocalStore<gw::KeyPolicy> store;
-  gw::StoreBackend inner(store);
-  RecordingBackend recording(inner);
-  gw::Gateway gateway(recording, registry, {.charge_deficit = true});
+  Recorded f;
+  RecordingBackend& recording = f.recording;
+  gw::Gateway gateway(recording, f.registry, {.charge_deficit = true});
   const gw::Request req{.who = {.tenant = "acme", .plan = "free", .user = "u-1"}, .route = "read"};
   auto over = gateway.acquire_estimate(req, 30, quota::Nanos{0});
   REQUIRE(over.ok());
