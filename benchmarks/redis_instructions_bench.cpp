@@ -45,11 +45,9 @@
 // the straightforward script's", as naive-lua's instructions per decision over quota
 // b16's; the same for d1 is reported beside it. Issue 20's "a decision against 3 limits of
 // one tenant is one script call, at most 1.5x the server instructions of a 1-limit
-// decision" is reported as gateway 3lim's instructions over gateway 1lim's (its first limit
-// alone; since the one-level path, twin/gateway_quick.hpp, made 1lim a quarter cheaper
-// than the 3lim call's general quick path, that ratio is not met: docs/redis.md). Issue
-// 35's "the gateway script's one-limit decision at or below the straightforward script's"
-// is reported as gateway 1lim's instructions over naive-lua d1's in the same run.
+// decision" as gateway 3lim's over gateway 1lim's (not met since the one-level path:
+// docs/redis.md); issue 35's "one limit at or below the straightforward script" as
+// gateway 1lim's over naive-lua d1's.
 //
 // Run (release build; needs valgrind, else it says so and exits 0):
 //   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
