@@ -41,8 +41,11 @@
 
 namespace quota::redis {
 
-// The script's body (after kLuaMath and kLuaReach of twin/common.hpp and
-// gateway_attempt_prelude(); its macros expanded).
+// The script's body, its `--@@` lines replaced (detail::gateway_body) in the order a call
+// meets them: the attempt prelude (only a call with op 'a' makes its functions), the
+// one-level and the quick paths (twin/gateway_quick.hpp), then the general path's
+// functions (kLuaMath, kLuaReach, the windows'), its reading, writing and settling steps;
+// its macros expanded.
 //
 // KEYS[1..nk] the scope keys (one hash slot), then 'a': the attempt key
 // ARGV[1]     the head, kGatewayHead (twin/gateway_layout.hpp, 53 bytes): the caller's
