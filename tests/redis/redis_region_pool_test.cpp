@@ -329,3 +329,54 @@ TEST_CASE("over Redis, a lost grant reply and a lost deposit reply are each take
   CHECK((*listed)[0].grant_id == "ab-1");
   CHECK((*listed)[1].grant_id == "ab-2");
 }
+
+// A refill is one decision of the central store at the time of the request that asks for
+// it: with a central store on the caller's clock (TimeSource::kCaller), a virtual second
+// refills the global budget, which the test's few real milliseconds would not.
+TEST_CASE("a region refills at the caller's time from a central store on the caller's clock",
+          "[region]") {
+  quota::testing::ScratchServer central(quota::testing::scratch_dir("quota-pool-caller-central"));
+  quota::testing::ScratchServer regional(quota::testing::scratch_dir("quota-pool-caller-region"));
+  REQUIRE(central.started());
+  REQUIRE(regional.started());
+  const TokenBucket global{.rate = {.units = 100, .per = 1s}, .burst = 200};
+  const TokenBucket tenant{.rate = {.units = 1'000'000, .per = 1s}, .burst = 1'000'000};
+  quota::gateway::RuleRegistry registry(
+      build(quota::testing::levels_spec(1, tenant, std::nullopt, global)));
+  GatewayStore local(
+      {.pool = quota::testing::loopback_connections(regional.port(), 2s), .prefix = "region:"});
+  GatewayStore central_store({.pool = quota::testing::loopback_connections(central.port(), 2s),
+                              .prefix = "central:",
+                              .time = quota::redis::TimeSource::kCaller});
+  RedisGrantLedger ledger(central_store);
+  quota::region::RegionalPool<> pool(
+      quota::testing::loopback_connections(regional.port(), 2s), central_store, ledger,
+      {.region = 0xca11, .units = 100, .expiry = 10s, .low_water = 10});
+  quota::region::PooledRegion<> backend(local, pool);
+  quota::gateway::Gateway gateway(backend, registry);
+  auto admit = [&](int requests, Nanos at) {
+    int admitted = 0;
+    for (int k = 0; k < requests; ++k) {
+      auto r = gateway.decide({.who = {.tenant = "t1", .plan = "free"}, .route = "read"}, at);
+      REQUIRE(r.ok());
+      admitted += r->decision.allowed ? 1 : 0;
+    }
+    return admitted;
+  };
+  auto held = [&] {
+    auto r = pool.read("{~global}read");
+    REQUIRE(r.ok());
+    return r->total;
+  };
+  const Nanos t0 = 1000s;
+  // The first request refills 100 (the central bucket: 200 -> 100); the one that leaves
+  // the low-water mark refills 100 more ahead of need (-> 0 at t0).
+  CHECK(admit(90, t0) == 90);
+  CHECK(held() == 110);
+  CHECK(pool.grant_requests() == 2);
+  // A second later on the caller's clock the central bucket holds 100 again: the refill
+  // ahead of need at t0 + 1 s is granted (on the server's clock it would be denied).
+  CHECK(admit(100, t0 + 1s) == 100);
+  CHECK(pool.grant_requests() == 3);
+  CHECK(held() == 110);
+}
