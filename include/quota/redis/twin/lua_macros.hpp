@@ -26,6 +26,7 @@
 //   //                    if r < 0 then r = r + (g) elseif r >= (g) then r = r - (g) end
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
