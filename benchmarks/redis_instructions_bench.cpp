@@ -47,7 +47,7 @@
 // one tenant is one script call, at most 1.5x the server instructions of a 1-limit
 // decision" as gateway 3lim's over gateway 1lim's (not met since the one-level path:
 // docs/redis.md); issue 35's "one limit at or below the straightforward script" as
-// gateway 1lim's over naive-lua d1's.
+// gateway 1lim's over naive-lua d1's (all in redis_instructions/targets.hpp).
 //
 // Run (release build; needs valgrind, else it says so and exits 0):
 //   ./build/release/benchmarks/redis_instructions_bench [--calls N] [--json FILE]
@@ -84,6 +84,7 @@
 #include "quota/redis/redis_store.hpp"
 #include "quota/redis/transport/connection_pool.hpp"
 #include "redis/support/redis_server.hpp"
+#include "redis_instructions/targets.hpp"
 #include "support/callgrind_server.hpp"
 #include "support/redis_info.hpp"
 #include "support/redis_scripts.hpp"
@@ -95,17 +96,7 @@ using quota::RedisStore;
 using quota::SlidingWindowEstimate;
 using quota::TokenBucket;
 
-namespace {
-
-struct Row {
-  std::string name;
-  long long calls = 0;
-  int decisions_per_call = 1;
-  double per_call = 0;
-  double per_decision() const { return per_call / decisions_per_call; }
-};
-
-}  // namespace
+using Row = quota::bench::InstructionRow;
 
 ABSL_FLAG(std::int64_t, calls, 2000, "script calls per single-decision row");
 ABSL_FLAG(std::string, json, "", "also write the rows as JSON to this file");
@@ -550,60 +541,6 @@ int main(int argc, char** argv) {
   measure("floor 1key/3rec compact", 1, calls,
           [&](std::mt19937_64& r) { return floor_call(r(), 1, "3", 3); });
 
-  auto find = [&](const std::string& name) -> const Row* {
-    for (const Row& r : rows) {
-      if (r.name == name) return &r;
-    }
-    return nullptr;
-  };
-  const Row* naive = find("naive-lua d1");
-  const Row* b16 = find("quota b16");
-  const Row* d1 = find("quota d1");
-  const double b16_ratio = naive && b16 ? naive->per_decision() / b16->per_decision() : 0;
-  const double d1_ratio = naive && d1 ? naive->per_decision() / d1->per_decision() : 0;
-  const Row* one_limit = find("gateway 1lim");
-  const Row* three_limits = find("gateway 3lim");
-  const double limits_ratio =
-      one_limit && three_limits ? three_limits->per_decision() / one_limit->per_decision() : 0;
-  const double one_limit_ratio =
-      one_limit && naive ? one_limit->per_decision() / naive->per_decision() : 0;
-  const Row* sketch_one = find("sketch 1lim");
-  const Row* sketch_three = find("sketch 3lim");
-  if (sketch_one != nullptr && sketch_three != nullptr) {
-    std::printf("the sketch of one key per scope: 3 limits vs 1: %.2fx\n",
-                sketch_three->per_decision() / sketch_one->per_decision());
-  }
-  std::printf(
-      "decisions per Redis core (by instructions) vs the straightforward script: "
-      "b16 %.2fx (target >= 2: %s), d1 %.2fx\n"
-      "3 limits of one tenant in one call vs 1 limit: %.2fx (target <= 1.5: %s)\n"
-      "the gateway's 1-limit decision vs the straightforward script: %.2fx (target <= 1: %s); "
-      "errors %d\n",
-      b16_ratio, b16_ratio >= 2 ? "met" : "not met", d1_ratio, limits_ratio,
-      limits_ratio > 0 && limits_ratio <= 1.5 ? "met" : "not met", one_limit_ratio,
-      one_limit_ratio > 0 && one_limit_ratio <= 1 ? "met" : "not met", errors);
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << "{\n  \"context\": {\"tool\": \"callgrind --toggle-collect=processInputBuffer\", "
-           "\"keys\": "
-        << kKeys << ", \"errors\": " << errors << "},\n  \"benchmarks\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      out << (i ? "," : "") << "\n    {\"name\": \"" << r.name
-          << "\", \"run_type\": \"iteration\", \"iterations\": " << r.calls
-          << ", \"instructions_per_call\": " << r.per_call
-          << ", \"instructions_per_decision\": " << r.per_decision() << "}";
-    }
-    out << "\n  ],\n  \"targets\": [\n    {\"name\": \"b16_per_core_vs_naive_instructions\", "
-           "\"value\": "
-        << b16_ratio << ", \"target\": 2, \"met\": " << (b16_ratio >= 2 ? "true" : "false")
-        << "},\n    {\"name\": \"d1_per_core_vs_naive_instructions\", \"value\": " << d1_ratio
-        << "},\n    {\"name\": \"gateway_3_limits_vs_1_limit_instructions\", \"value\": "
-        << limits_ratio << ", \"target\": 1.5, \"met\": "
-        << (limits_ratio > 0 && limits_ratio <= 1.5 ? "true" : "false")
-        << "},\n    {\"name\": \"gateway_1_limit_vs_naive_instructions\", \"value\": "
-        << one_limit_ratio << ", \"target\": 1, \"met\": "
-        << (one_limit_ratio > 0 && one_limit_ratio <= 1 ? "true" : "false") << "}\n  ]\n}\n";
-  }
+  quota::bench::report_targets(rows, kKeys, errors, json_path);
   return errors == 0 ? 0 : 1;
 }
