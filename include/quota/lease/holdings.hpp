@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,25 @@ struct GrantsHeld {
     std::int64_t n = 0;
     for (const HeldGrant& g : grants) n += g.units;
     return n;
+  }
+
+  // What the grants not expired at `now` hold: their units, the first expiry, the highest
+  // version; nullopt when they hold nothing.
+  struct Held {
+    std::int64_t units = 0;
+    Nanos expires_at = Nanos::max();
+    std::uint64_t version = 0;
+  };
+  std::optional<Held> held_at(Nanos now) const {
+    Held h;
+    for (const HeldGrant& g : grants) {
+      if (reached(now, g.expires_at)) continue;
+      h.units += g.units;
+      h.expires_at = std::min(h.expires_at, g.expires_at);
+      h.version = std::max(h.version, g.version);
+    }
+    if (h.units <= 0) return std::nullopt;
+    return h;
   }
 
   // Drops the grants expired at `now` or taken under an older rule-set version than

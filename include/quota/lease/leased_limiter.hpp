@@ -133,7 +133,7 @@ class LeasedLimiter {
       if (!h->request.last_failure.ok()) return h->request.last_failure;  // backing off
       // A budget that never refills is "never" for what it denied, and for more; a
       // request that needs less may still pass, so it asks.
-      if (!h->never || cost - h->held() >= h->never_need) return wait_decision(*h, now);
+      if (!h->never || cost - h->held() >= h->never_need) return h->wait_decision(now);
     }
     return refill_and_spend(key, *h, now, cost);
   }
@@ -144,19 +144,13 @@ class LeasedLimiter {
     Holding* h = holdings_.find(key);
     if (h == nullptr) return std::nullopt;
     detail::MutexLock lock(h->mu);
-    const Nanos now = clock_.now();
-    Grant g{.grant_id = h->last_grant_id,
-            .incarnation = options_.incarnation,
-            .version = h->version,
-            .units = 0,
-            .expires_at = Nanos::max()};
-    for (const detail::HeldGrant& held : h->grants) {
-      if (detail::reached(now, held.expires_at)) continue;
-      g.units += held.units;
-      g.expires_at = std::min(g.expires_at, held.expires_at);
-    }
-    if (g.units <= 0) return std::nullopt;
-    return g;
+    const auto held = h->held_at(clock_.now());
+    if (!held) return std::nullopt;
+    return Grant{.grant_id = h->last_grant_id,
+                 .incarnation = options_.incarnation,
+                 .version = h->version,
+                 .units = held->units,
+                 .expires_at = held->expires_at};
   }
 
   std::uint64_t incarnation() const { return options_.incarnation; }
@@ -199,12 +193,6 @@ class LeasedLimiter {
     Decision d = h.spend(cost, h.version, &counters_, /*keep_spent=*/false);
     d.version = h.version;
     return d;
-  }
-
-  // A local denial while waiting for retry_at: kNever after a "never" denial, else what
-  // is left of the wait (GrantRequest::wait_left).
-  Decision wait_decision(Holding& h, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
-    return h.wait_decision(now);
   }
 
   // The grant size for the next request: about half a ttl of the local rate since the
@@ -295,9 +283,9 @@ class LeasedLimiter {
       h.never = d->retry_after == kNever;
       h.never_need = need;
       h.deny_until(*d, now, options_.grant_ttl);
-      return wait_decision(h, now);
+      return h.wait_decision(now);
     }
-    return wait_decision(h, now);
+    return h.wait_decision(now);
   }
 
   // After a grant that left `d.remaining` centrally, q more units cannot be there

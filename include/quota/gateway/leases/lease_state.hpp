@@ -40,15 +40,10 @@ struct KeyLease : quota::detail::GrantsHeld {
 
   // What is held of `key` at `now` (grants not expired), or nullopt when nothing.
   std::optional<Holding> holding(const std::string& key, Nanos now) const {
-    Holding h{.key = key, .units = 0, .expires_at = Nanos::max(), .version = 0};
-    for (const quota::detail::HeldGrant& g : grants) {
-      if (quota::detail::reached(now, g.expires_at)) continue;
-      h.units += g.units;
-      h.expires_at = std::min(h.expires_at, g.expires_at);
-      h.version = std::max(h.version, g.version);
-    }
-    if (h.units == 0) return std::nullopt;
-    return h;
+    const auto h = held_at(now);
+    if (!h) return std::nullopt;
+    return Holding{
+        .key = key, .units = h->units, .expires_at = h->expires_at, .version = h->version};
   }
 
   // lease: auto — counts `cost` into the window; at each window's end decides whether the

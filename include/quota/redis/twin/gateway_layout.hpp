@@ -20,6 +20,7 @@
 //   // Lua: local kind, cap, m, p, g, fs, fn = struct.unpack(@policy_format(), ARGV[2])
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -82,15 +83,21 @@ inline constexpr std::size_t kGatewayRecordBytes = kGatewayRecord.bytes();
 inline constexpr std::size_t kGatewayEntryBytes = 1 + 7 + kGatewayPolicy.bytes();
 static_assert(kGatewayHeaderBytes == 10 && kGatewayRecordBytes == 34 && kGatewayEntryBytes == 43);
 
-// Appends `values`, one per field of `L`, each in its field's width.
+// Appends `values`, one per field of `L`, each in its field's width (known at compile
+// time: a decision's head is packed without reading the format).
 template <const PackedLayout& L, class... V>
 void pack(std::string& out, V... values) {
   static_assert(sizeof...(V) == L.fields(), "one value per field of the layout");
+  static constexpr std::array<int, sizeof...(V)> kWidths = [] {
+    std::array<int, sizeof...(V)> w{};
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = L.width(i);
+    return w;
+  }();
   std::size_t i = 0;
   auto put = [&](std::int64_t v) {
     const auto u = static_cast<std::uint64_t>(v);
-    const int w = L.width(i++);
-    for (int b = 0; b < w; ++b) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+    for (int b = 0; b < kWidths[i]; ++b) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+    ++i;
   };
   (put(static_cast<std::int64_t>(values)), ...);
 }
