@@ -1,0 +1,418 @@
+// src/c/limiter.hpp — what one quota_handle holds: rules, a store and the Gateway on it.
+//
+// Limiter::open() checks a quota_config and builds, from the C++ library's parts: the rule
+// set (quota::rules: a file or its text, counting into the limiter's Metrics), the store
+// (a ShardedStore in process, its budgets spent at open unless
+// QUOTA_OPT_OUT_RESTART_SAFETY; or a redis::GatewayStore on one server, a Cluster or
+// Sentinel, with failover safety, the clock-step guard, the eviction check and the
+// breaker on unless opted out, under a LeasedBackend so that rules with `lease:` are
+// leased), and one gateway::Gateway over it. decide(), settle(), reload() and metrics()
+// are the C calls after their arguments were read (quota.cpp checks pointers and sizes;
+// the strings are read here, each with its field's name in errors).
+//
+// Guarantees: those of the Gateway (gateway.hpp): all or nothing over the levels, attempts
+// replayed, an estimate settled once, a reload whole or not at all. Nothing throws: the
+// C++ library reports by absl::Status and quota.cpp catches what the standard library
+// may still throw (std::bad_alloc).
+//
+// Thread safety: every member from any thread at once (the Gateway's and the store's).
+//
+//   auto limiter = Limiter::open(config);       // an error names the field or rule
+//   quota_decision d{.size = sizeof d};
+//   absl::Status s = (*limiter)->decide(request, d);
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "quota/c/quota.h"
+#include "quota/clock.hpp"
+#include "quota/gateway/gateway.hpp"
+#include "quota/gateway/leases/lease_metrics.hpp"
+#include "quota/gateway/leases/lease_revocation.hpp"
+#include "quota/gateway/leases/leased_backend.hpp"
+#include "quota/gateway/metrics.hpp"
+#include "quota/http.hpp"
+#include "quota/redis/gateway_store.hpp"
+#include "quota/redis/grant_ledger.hpp"
+#include "quota/rules/rule_file.hpp"
+#include "quota/store/sharded_store.hpp"
+
+namespace quota::c_api {
+
+// The bytes of `s`, named `field` in errors: InvalidArgument for a null pointer with a
+// length, more than `max` bytes, or a NUL inside (a length that covers a terminator).
+inline absl::StatusOr<std::string_view> read(quota_str s, std::string_view field, std::size_t max) {
+  if (s.data == nullptr) {
+    if (s.len == 0) return std::string_view{};
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: a null pointer with a length of %d", field, s.len));
+  }
+  if (s.len > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d bytes, at most %d", field, s.len, max));
+  }
+  if (const void* nul = std::memchr(s.data, 0, s.len); nul != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: a NUL byte at offset %d of %d (does the length count a terminator?)",
+                        field, static_cast<const char*>(nul) - s.data, s.len));
+  }
+  return std::string_view(s.data, s.len);
+}
+
+// "host:port[,host:port...]" as endpoints; `field` names it in errors.
+inline absl::StatusOr<std::vector<redis::Endpoint>> endpoints(std::string_view text,
+                                                              std::string_view field) {
+  std::vector<redis::Endpoint> out;
+  if (text.empty())
+    return absl::InvalidArgumentError(absl::StrFormat("%s: no address given", field));
+  for (absl::string_view a : absl::StrSplit(quota::detail::to_absl(text), ',')) {
+    const std::size_t colon = a.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtoi(a.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: \"%s\" is not host:port (port 1-65535)", field, a));
+    }
+    out.push_back({.host = std::string(a.substr(0, colon)), .port = port});
+  }
+  return out;
+}
+
+// The clock of a request: its own time (QUOTA_REQUEST_NOW) or the monotonic clock.
+inline Nanos time_of(std::uint32_t flags, std::int64_t now_ns) {
+  return (flags & QUOTA_REQUEST_NOW) != 0 ? Nanos(now_ns) : SteadyClock{}.now();
+}
+
+class Limiter {
+ public:
+  using Leased = gateway::LeasedBackend<redis::GatewayStore, redis::RedisGrantLedger>;
+
+  static absl::StatusOr<std::unique_ptr<Limiter>> open(const quota_config& c) {
+    auto out = std::unique_ptr<Limiter>(new Limiter(c));
+    auto rules = out->load(c.rules_path, c.rules_text, "rules_path", "rules_text");
+    if (!rules.ok()) return rules.status();
+    if (auto s = out->open_store(c); !s.ok()) return s;
+    if (auto s = out->store_takes(**rules); !s.ok()) return s;
+    out->registry_ = std::make_unique<gateway::RuleRegistry>(*std::move(rules));
+    if (out->redis_ != nullptr) {
+      out->ledger_ = std::make_unique<redis::RedisGrantLedger>(*out->redis_);
+      out->leased_ =
+          std::make_unique<Leased>(*out->redis_, *out->ledger_,
+                                   gateway::LeasedBackendOptions{.metrics = &out->lease_metrics_});
+      gateway::revoke_on_publish(*out->registry_, *out->ledger_);
+      out->gateway_ = std::make_unique<gateway::Gateway>(*out->leased_, *out->registry_);
+    } else {
+      out->gateway_ = std::make_unique<gateway::Gateway>(*out->memory_, *out->registry_);
+    }
+    return out;
+  }
+
+  absl::Status decide(const quota_request& r, quota_decision& out) {
+    auto tenant = read(r.tenant, "tenant", QUOTA_MAX_ID_BYTES);
+    auto plan = read(r.plan, "plan", QUOTA_MAX_NAME_BYTES);
+    auto user = read(r.user, "user", QUOTA_MAX_ID_BYTES);
+    auto route = read(r.route, "route", QUOTA_MAX_NAME_BYTES);
+    auto attempt = read(r.attempt_id, "attempt_id", QUOTA_MAX_ATTEMPT_ID_BYTES);
+    for (const auto* s : {&tenant, &plan, &user, &route, &attempt}) {
+      if (!s->ok()) return s->status();
+    }
+    if (tenant->empty()) return absl::InvalidArgumentError("tenant: empty");
+    if (plan->empty()) return absl::InvalidArgumentError("plan: empty");
+    if (route->empty()) return absl::InvalidArgumentError("route: empty");
+    const bool with_cost = (r.flags & QUOTA_REQUEST_COST) != 0;
+    const bool with_estimate = (r.flags & QUOTA_REQUEST_ESTIMATE) != 0;
+    if (with_cost && with_estimate) {
+      return absl::InvalidArgumentError("flags: a cost and an estimate, at most one");
+    }
+    if (with_cost && r.cost < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("cost: %d, at least 1", r.cost));
+    }
+    if (with_estimate && r.estimate < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("estimate: %d, at least 1", r.estimate));
+    }
+    const gateway::Request req{
+        .who = {.tenant = *tenant, .plan = *plan, .user = *user},
+        .route = *route,
+        .cost = with_cost ? std::optional<std::int64_t>(r.cost) : std::nullopt,
+        .attempt_id = *attempt};
+    const Nanos now = time_of(r.flags, r.now_ns);
+    const auto rules = registry_->current();
+    std::uint64_t ticket = 0;
+    gateway::Result result;
+    if (with_estimate) {
+      auto e = gateway_->acquire_estimate(req, r.estimate, now);
+      if (!e.ok()) return e.status();
+      result = {.decision = e->decision, .rule = std::move(e->rule), .request_cap = e->request_cap};
+      ticket = e->ticket.value_or(0);
+    } else {
+      auto d = gateway_->decide(req, now);
+      if (!d.ok()) return d.status();
+      result = *std::move(d);
+    }
+    fill(result, ticket, out);
+    if ((r.flags & QUOTA_REQUEST_HTTP) != 0) {
+      return answer(*rules, req, with_estimate ? std::optional(r.estimate) : req.cost, result, out);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<gateway::SettleResult> settle(const quota_settle_request& r) {
+    if (r.actual < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("actual: %d, at least 0", r.actual));
+    }
+    return gateway_->settle(r.ticket, r.actual, time_of(r.flags, r.now_ns));
+  }
+
+  // Loads and publishes a new rule set; its version, or why nothing changed.
+  absl::StatusOr<std::uint64_t> reload(quota_str path, quota_str text) {
+    std::lock_guard<std::mutex> lock(reload_mu_);  // one successor of the set in force
+    auto next = load(path, text, "path", "text");
+    if (!next.ok()) return next.status();
+    if (auto s = store_takes(**next); !s.ok()) return s;
+    const std::uint64_t version = (*next)->version();
+    if (auto s = registry_->publish(*std::move(next)); !s.ok()) return s;
+    return version;
+  }
+
+  std::string metrics() const {
+    std::string out = gateway::render_prometheus(metrics_);
+    if (leased_ != nullptr) out += gateway::render_prometheus(lease_metrics_);
+    return out;
+  }
+
+ private:
+  explicit Limiter(const quota_config& c) : opt_out_(c.opt_out) {}
+
+  // The rule set of a file (`path`) or of text, exactly one; without a `version:` a
+  // reload's set is the next version.
+  absl::StatusOr<std::shared_ptr<const gateway::RuleSet>> load(quota_str path, quota_str text,
+                                                               std::string_view path_field,
+                                                               std::string_view text_field) {
+    auto p = read(path, path_field, 4096);
+    if (!p.ok()) return p.status();
+    auto t = read(text, text_field, QUOTA_MAX_RULES_BYTES);
+    if (!t.ok()) return t.status();
+    if (p->empty() == t->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s and %s: exactly one must be given", path_field, text_field));
+    }
+    std::string yaml;
+    std::string name = "rules";
+    if (!p->empty()) {
+      name = std::string(*p);
+      auto read_text = rules::detail::read_file(name);
+      if (!read_text.ok()) return read_text.status();
+      yaml = *std::move(read_text);
+      if (yaml.size() > QUOTA_MAX_RULES_BYTES) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: %d bytes, at most %d", name, yaml.size(), QUOTA_MAX_RULES_BYTES));
+      }
+    } else {
+      yaml = std::string(*t);
+    }
+    if (registry_ == nullptr) return rules::load_rules(yaml, name, &metrics_);
+    return rules::load_next_rules(registry_->current()->version(), yaml, name, &metrics_);
+  }
+
+  absl::Status open_store(const quota_config& c) {
+    const auto kind = static_cast<quota_store_kind>(c.store);
+    if (c.max_keys < 0) return absl::InvalidArgumentError("max_keys: below 0");
+    if (kind == QUOTA_STORE_IN_PROCESS) {
+      const bool fresh = (c.opt_out & QUOTA_OPT_OUT_RESTART_SAFETY) != 0;
+      memory_ = std::make_unique<ShardedStore<gateway::KeyPolicy>>(StoreOptions{
+          .max_keys = c.max_keys == 0 ? 1'000'000 : static_cast<std::size_t>(c.max_keys),
+          .assume_spent_at = fresh ? Nanos::min() : SteadyClock{}.now()});
+      return absl::OkStatus();
+    }
+    if (kind != QUOTA_STORE_REDIS && kind != QUOTA_STORE_REDIS_CLUSTER &&
+        kind != QUOTA_STORE_REDIS_SENTINEL) {
+      return absl::InvalidArgumentError(absl::StrFormat("store: unknown kind %d", c.store));
+    }
+    if (c.redis_deadline_ms < 0 || c.redis_deadline_ms > 60'000) {
+      return absl::InvalidArgumentError("redis_deadline_ms: outside [0, 60000]");
+    }
+    if (c.redis_connections < 0 || c.redis_connections > 1024) {
+      return absl::InvalidArgumentError("redis_connections: outside [0, 1024]");
+    }
+    auto addresses = read(c.redis_addresses, "redis_addresses", 4096);
+    auto master = read(c.redis_sentinel_master, "redis_sentinel_master", 256);
+    auto username = read(c.redis_username, "redis_username", 256);
+    auto password = read(c.redis_password, "redis_password", 4096);
+    auto sentinel_password = read(c.redis_sentinel_password, "redis_sentinel_password", 4096);
+    for (const auto* s : {&addresses, &master, &username, &password, &sentinel_password}) {
+      if (!s->ok()) return s->status();
+    }
+    auto nodes = endpoints(*addresses, "redis_addresses");
+    if (!nodes.ok()) return nodes.status();
+    redis::ConnectionConfig config{
+        .host = (*nodes)[0].host,
+        .port = (*nodes)[0].port,
+        .deadline = std::chrono::milliseconds(c.redis_deadline_ms == 0 ? 50 : c.redis_deadline_ms)};
+    config.username = std::string(*username);
+    config.password = std::string(*password);
+    if ((c.opt_out & QUOTA_OPT_OUT_BREAKER) != 0) {
+      config.breaker.failures = 0;
+    } else {
+      config.breaker.failures = 5;
+      config.breaker.cool_down = std::chrono::milliseconds(250);
+    }
+    config.eviction_check = (c.opt_out & QUOTA_OPT_OUT_EVICTION_CHECK) != 0
+                                ? redis::EvictionPolicyCheck::kAllow
+                                : redis::EvictionPolicyCheck::kRefuse;
+    const std::size_t connections =
+        c.redis_connections == 0 ? 4 : static_cast<std::size_t>(c.redis_connections);
+    redis::GatewayStoreOptions o;
+    if (kind == QUOTA_STORE_REDIS) {
+      if (nodes->size() != 1) {
+        return absl::InvalidArgumentError("redis_addresses: one host:port for QUOTA_STORE_REDIS");
+      }
+      o.pool = std::make_shared<redis::ConnectionPool>(config, connections);
+    } else if (kind == QUOTA_STORE_REDIS_CLUSTER) {
+      o.cluster = std::make_shared<redis::ClusterPool>(config, connections);
+      for (const redis::Endpoint& e : *nodes) o.cluster->node(e.host, e.port);
+    } else {
+      if (master->empty()) {
+        return absl::InvalidArgumentError(
+            "redis_sentinel_master: empty (QUOTA_STORE_REDIS_SENTINEL needs the name)");
+      }
+      o.sentinel = std::make_shared<redis::SentinelPool>(
+          redis::SentinelConfig{.name = std::string(*master),
+                                .sentinels = *nodes,
+                                .sentinel_username = {},
+                                .sentinel_password = std::string(*sentinel_password),
+                                .primary = config},
+          connections);
+    }
+    o.limits.in_flight = std::make_shared<redis::InFlightGuard>(4);
+    o.failover_safety = (c.opt_out & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
+    if ((c.opt_out & QUOTA_OPT_OUT_CLOCK_GUARD) == 0) {
+      o.clock_guard = redis::ClockGuard{.tolerance = std::chrono::seconds(1)};
+    }
+    redis_ = std::make_unique<redis::GatewayStore>(std::move(o));
+    return probe();
+  }
+
+  // One decision of 1 unit on a key of its own, in a bucket that never runs dry: OK when
+  // the store decides, else Unavailable saying why (down, AUTH refused, evicting, ...).
+  absl::Status probe() {
+    static const gateway::RulePolicy kProbe =
+        TokenBucket{.rate = {1'000'000'000, std::chrono::seconds(1)}, .burst = 1'000'000'000};
+    const gateway::LevelCheck level{.policy = &kProbe, .key = "c-open", .shadow = false, .cost = 1};
+    auto r = redis_->decide(std::span(&level, 1), 0, SteadyClock{}.now());
+    if (r.ok()) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("the store cannot decide: ", r.status().message()));
+  }
+
+  // Whether the store can decide every rule of `rules` (a Redis store: each policy, and
+  // no sliding_log under failover safety); errors name the rule.
+  absl::Status store_takes(const gateway::RuleSet& rules) const {
+    if (redis_ == nullptr) return absl::OkStatus();
+    absl::Status out;
+    const bool failover_safety = (opt_out_ & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
+    rules.for_each_rule([&](const gateway::Rule& r) {
+      if (!out.ok()) return;
+      if (failover_safety && std::holds_alternative<SlidingLog>(r.policy)) {
+        out = absl::InvalidArgumentError(absl::StrFormat(
+            "rule \"%s\" is a sliding_log, which failover safety does not take (after a "
+            "failover its log cannot be read as spent); use another policy, or "
+            "QUOTA_OPT_OUT_FAILOVER_SAFETY",
+            r.name));
+        return;
+      }
+      if (auto s = redis::GatewayStore::check(r.policy); !s.ok()) {
+        out = absl::InvalidArgumentError(absl::StrFormat("rule \"%s\": %s", r.name, s.message()));
+      }
+    });
+    return out;
+  }
+
+  static void fill(const gateway::Result& r, std::uint64_t ticket, quota_decision& out) {
+    const Decision& d = r.decision;
+    out.allowed = d.allowed ? 1 : 0;
+    out.reason = static_cast<std::int32_t>(d.reason);
+    out.remaining = d.remaining;
+    out.retry_after_ns = d.retry_after == kNever ? -1 : d.retry_after.count();
+    out.reset_after_ns = d.reset_after.count();
+    out.rule_version = d.version;
+    out.ticket = ticket;
+    out.replayed = r.replayed ? 1 : 0;
+    out.rule_len = std::min(r.rule.size(), std::size_t{QUOTA_MAX_NAME_BYTES});
+    std::memcpy(out.rule, r.rule.data(), out.rule_len);
+    out.rule[out.rule_len] = '\0';
+    out.http_status = 0;
+    out.retry_after_s = -1;
+    out.ratelimit[0] = out.ratelimit_policy[0] = '\0';
+    out.ratelimit_len = out.ratelimit_policy_len = 0;
+  }
+
+  // The HTTP answer (quota/http.hpp) with the deciding rule's RateLimit-Policy, found
+  // among the request's budgets in `rules` (the set in force when the call began; a
+  // decision by a newer set found by name in that one).
+  absl::Status answer(const gateway::RuleSet& rules, const gateway::Request& req,
+                      std::optional<std::int64_t> estimate, const gateway::Result& r,
+                      quota_decision& out) const {
+    std::optional<http::PolicyInfo> policy;
+    auto planned = rules.plan(req.who, req.route, {.estimate = estimate});
+    if (planned.ok()) {
+      for (const gateway::Check& c : *planned) {
+        if (c.rule->name != r.rule) continue;
+        auto info = http::describe(c.rule->name, c.rule->policy);
+        if (info.ok()) policy = *std::move(info);
+        break;
+      }
+    }
+    const http::Answer a = http::answer(r.decision, policy.value_or(http::PolicyInfo{}));
+    out.http_status = a.status;
+    out.retry_after_s = a.retry_after_seconds;
+    for (const http::Header& h : a.headers) {
+      char* to = nullptr;
+      std::size_t* len = nullptr;
+      if (h.name == "RateLimit") {
+        to = out.ratelimit;
+        len = &out.ratelimit_len;
+      } else if (h.name == "RateLimit-Policy" && policy.has_value()) {
+        to = out.ratelimit_policy;
+        len = &out.ratelimit_policy_len;
+      }
+      if (to == nullptr || !policy.has_value()) continue;
+      if (h.value.size() >= QUOTA_HEADER_BYTES) {
+        return absl::InternalError(
+            absl::StrFormat("%s: %d bytes, more than a decision holds", h.name, h.value.size()));
+      }
+      std::memcpy(to, h.value.data(), h.value.size());
+      to[h.value.size()] = '\0';
+      *len = h.value.size();
+    }
+    return absl::OkStatus();
+  }
+
+  const std::uint32_t opt_out_;
+  gateway::Metrics metrics_;
+  gateway::LeaseMetrics lease_metrics_;
+  std::unique_ptr<ShardedStore<gateway::KeyPolicy>> memory_;
+  std::unique_ptr<redis::GatewayStore> redis_;
+  std::unique_ptr<gateway::RuleRegistry> registry_;
+  std::unique_ptr<redis::RedisGrantLedger> ledger_;
+  std::unique_ptr<Leased> leased_;
+  std::unique_ptr<gateway::Gateway> gateway_;
+  std::mutex reload_mu_;
+};
+
+}  // namespace quota::c_api

@@ -1,0 +1,227 @@
+// src/c/quota.cpp — the C interface's functions (quota/c/quota.h): each checks its
+// pointers and struct sizes, enters its handle (handle_table.hpp), calls the Limiter
+// (limiter.hpp) and turns an absl::Status into a quota_code and message. Nothing throws
+// out of a function: what the standard library may still throw (std::bad_alloc) is
+// caught at the boundary and returned as QUOTA_RESOURCE_EXHAUSTED or QUOTA_INTERNAL.
+#include "quota/c/quota.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "handle_table.hpp"
+#include "limiter.hpp"
+
+namespace {
+
+using quota::c_api::Limiter;
+
+quota::c_api::HandleTable<Limiter>& handles() {
+  static auto* table = new quota::c_api::HandleTable<Limiter>();  // never destroyed: a
+  return *table;  // host's thread may still call while the process exits
+}
+
+static_assert(QUOTA_REASON_PAUSED == static_cast<int>(quota::Reason::kPaused));
+static_assert(QUOTA_REASON_OVER_SHARE == static_cast<int>(quota::Reason::kOverShare));
+static_assert(QUOTA_MAX_ID_BYTES == quota::gateway::kMaxIdBytes);
+static_assert(QUOTA_MAX_NAME_BYTES == quota::gateway::kMaxNameBytes);
+
+// Fills `e` (if given and large enough) and returns `code`.
+int32_t fail(quota_error* e, int32_t code, std::string_view message) {
+  if (e != nullptr && e->size >= sizeof(quota_error)) {
+    e->code = code;
+    const std::size_t n = std::min(message.size(), std::size_t{QUOTA_MESSAGE_BYTES - 1});
+    std::memcpy(e->message, message.data(), n);
+    e->message[n] = '\0';
+    e->message_len = n;
+  }
+  return code;
+}
+
+int32_t code_of(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return QUOTA_OK;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return QUOTA_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound:
+      return QUOTA_NOT_FOUND;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnauthenticated:
+      return QUOTA_UNAVAILABLE;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return QUOTA_FAILED_PRECONDITION;
+    case absl::StatusCode::kResourceExhausted:
+      return QUOTA_RESOURCE_EXHAUSTED;
+    default:
+      return QUOTA_INTERNAL;
+  }
+}
+
+int32_t fail(quota_error* e, const absl::Status& s) {
+  if (s.ok()) {
+    if (e != nullptr && e->size >= sizeof(quota_error)) fail(e, QUOTA_OK, "");
+    return QUOTA_OK;
+  }
+  return fail(e, code_of(s), std::string_view(s.message().data(), s.message().size()));
+}
+
+// A struct argument: present and at least as large as this version's.
+template <class T>
+bool sized(const T* p) {
+  return p != nullptr && p->size >= sizeof(T);
+}
+
+int32_t bad_struct(quota_error* e, std::string_view what) {
+  return fail(e, QUOTA_INVALID_ARGUMENT,
+              absl::StrFormat("%s: a null pointer, or its size field is below this version's "
+                              "sizeof (set it to sizeof the struct)",
+                              what));
+}
+
+int32_t bad_handle(quota_error* e, quota_handle h) {
+  return fail(e, QUOTA_BAD_HANDLE,
+              absl::StrFormat("handle %d: not open (closed, or never opened)", h));
+}
+
+// Runs `body` (returning an int32_t code) with exceptions turned into codes.
+template <class Body>
+int32_t guarded(quota_error* e, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(e, QUOTA_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& x) {
+    return fail(e, QUOTA_INTERNAL, x.what());
+  } catch (...) {
+    return fail(e, QUOTA_INTERNAL, "unknown exception");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t quota_abi_version(void) { return QUOTA_ABI_VERSION; }
+
+const char* quota_code_name(int32_t code) {
+  switch (code) {
+    case QUOTA_OK:
+      return "QUOTA_OK";
+    case QUOTA_INVALID_ARGUMENT:
+      return "QUOTA_INVALID_ARGUMENT";
+    case QUOTA_NOT_FOUND:
+      return "QUOTA_NOT_FOUND";
+    case QUOTA_UNAVAILABLE:
+      return "QUOTA_UNAVAILABLE";
+    case QUOTA_FAILED_PRECONDITION:
+      return "QUOTA_FAILED_PRECONDITION";
+    case QUOTA_BAD_HANDLE:
+      return "QUOTA_BAD_HANDLE";
+    case QUOTA_BUFFER_TOO_SMALL:
+      return "QUOTA_BUFFER_TOO_SMALL";
+    case QUOTA_RESOURCE_EXHAUSTED:
+      return "QUOTA_RESOURCE_EXHAUSTED";
+    case QUOTA_INTERNAL:
+      return "QUOTA_INTERNAL";
+    default:
+      return "QUOTA_UNKNOWN_CODE";
+  }
+}
+
+int32_t quota_open(const quota_config* config, quota_handle* out, quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    if (out == nullptr) return fail(error, QUOTA_INVALID_ARGUMENT, "out: a null pointer");
+    *out = 0;
+    if (!sized(config)) return bad_struct(error, "config");
+    auto limiter = Limiter::open(*config);
+    if (!limiter.ok()) return fail(error, limiter.status());
+    const quota_handle h = handles().open(*std::move(limiter));
+    if (h == 0) {
+      return fail(error, QUOTA_RESOURCE_EXHAUSTED,
+                  absl::StrFormat("%d limiters open: close one first",
+                                  quota::c_api::HandleTable<Limiter>::kSlots));
+    }
+    *out = h;
+    return fail(error, absl::OkStatus());
+  });
+}
+
+int32_t quota_decide(quota_handle h, const quota_request* request, quota_decision* out,
+                     quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    if (!sized(request)) return bad_struct(error, "request");
+    if (!sized(out)) return bad_struct(error, "out");
+    auto limiter = handles().enter(h);
+    if (!limiter) return bad_handle(error, h);
+    return fail(error, limiter->decide(*request, *out));
+  });
+}
+
+int32_t quota_settle(quota_handle h, const quota_settle_request* request, quota_settlement* out,
+                     quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    if (!sized(request)) return bad_struct(error, "request");
+    if (!sized(out)) return bad_struct(error, "out");
+    auto limiter = handles().enter(h);
+    if (!limiter) return bad_handle(error, h);
+    auto settled = limiter->settle(*request);
+    if (!settled.ok()) return fail(error, settled.status());
+    out->estimate = settled->estimate;
+    out->actual = settled->actual;
+    out->surplus = settled->surplus;
+    out->deficit = settled->deficit;
+    return fail(error, absl::OkStatus());
+  });
+}
+
+int32_t quota_reload(quota_handle h, quota_str path, quota_str text, uint64_t* version,
+                     quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    auto limiter = handles().enter(h);
+    if (!limiter) return bad_handle(error, h);
+    auto v = limiter->reload(path, text);
+    if (!v.ok()) return fail(error, v.status());
+    if (version != nullptr) *version = *v;
+    return fail(error, absl::OkStatus());
+  });
+}
+
+int32_t quota_metrics(quota_handle h, char* buffer, size_t capacity, size_t* length,
+                      quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    if (length == nullptr) return fail(error, QUOTA_INVALID_ARGUMENT, "length: a null pointer");
+    if (buffer == nullptr && capacity != 0) {
+      return fail(error, QUOTA_INVALID_ARGUMENT, "buffer: a null pointer with a capacity");
+    }
+    auto limiter = handles().enter(h);
+    if (!limiter) return bad_handle(error, h);
+    const std::string text = limiter->metrics();
+    *length = text.size();
+    if (capacity <= text.size()) {
+      return fail(
+          error, QUOTA_BUFFER_TOO_SMALL,
+          absl::StrFormat("buffer: %d bytes, the text needs %d and a NUL", capacity, text.size()));
+    }
+    std::memcpy(buffer, text.data(), text.size());
+    buffer[text.size()] = '\0';
+    return fail(error, absl::OkStatus());
+  });
+}
+
+int32_t quota_close(quota_handle h, quota_error* error) {
+  return guarded(error, [&]() -> int32_t {
+    if (!handles().close(h)) return bad_handle(error, h);
+    return fail(error, absl::OkStatus());
+  });
+}
+
+}  // extern "C"
