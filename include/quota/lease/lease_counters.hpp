@@ -33,6 +33,9 @@ struct LeaseCounters {
   std::atomic<std::int64_t> units_revoked{
       0};  // dropped on a revocation (gateway/leases/lease_revocation.hpp)
   std::atomic<std::int64_t> denials_while_leased{0};
+  // Non-blocking (RenewalThread): denials while the key held too little and its grant
+  // request was posted or in flight (false denials when the authority would have granted).
+  std::atomic<std::int64_t> denials_while_renewing{0};
   std::atomic<std::int64_t> record_failures{0};  // grants the ledger failed to record
 
   void add_renewal_latency(std::int64_t ns) {

@@ -32,6 +32,7 @@
 #include "quota/gateway/rules/rules.hpp"
 #include "quota/lease/grant_ledger.hpp"
 #include "quota/lease/holder.hpp"
+#include "quota/lease/renewal_thread.hpp"
 
 namespace quota::gateway {
 
@@ -43,6 +44,9 @@ struct LeasedBackendOptions {
   // Most keys held at once; a key beyond it is decided by the inner backend.
   std::size_t max_keys = 100'000;
   LeaseMetrics* metrics = nullptr;  // optional; must outlive the backend
+  // Non-blocking (renewal_thread.hpp): grant requests are posted to this thread, never
+  // made by a deciding thread; optional, must be stopped before the backend is destroyed.
+  quota::detail::RenewalThread* renewals = nullptr;
 };
 
 // What this process holds of one key (LeasedBackend::holdings).

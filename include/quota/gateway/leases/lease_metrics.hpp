@@ -5,9 +5,9 @@
 // only, never a key — the units held now, grants taken and the units they brought,
 // renewals (grant requests) with their latency and failures, units unused at expiry,
 // units dropped by a rule change, units revoked at once, and denials answered while
-// leased. Units held per key are listed by LeasedBackend::holdings() (keys are not
-// metric labels: they are unbounded). Counters are relaxed atomics, exact once traffic
-// stops.
+// leased (and, in the non-blocking mode, while a grant request was under way). Units held per key
+// are listed by LeasedBackend::holdings() (keys are not metric labels: they are unbounded).
+// Counters are relaxed atomics, exact once traffic stops.
 //
 // Thread safety: any thread.
 //
@@ -48,7 +48,7 @@ inline std::string render_prometheus(const LeaseMetrics& m) {
     std::string_view help;
     std::atomic<std::int64_t> LeaseCounters::*field;
   };
-  static constexpr std::array<Family, 11> kFamilies{{
+  static constexpr std::array<Family, 12> kFamilies{{
       {"quota_lease_units_held", "gauge", "Units held in lease grants by this process.",
        &LeaseCounters::units_held},
       {"quota_lease_grants_total", "counter", "Lease grants taken.", &LeaseCounters::grants},
@@ -72,6 +72,9 @@ inline std::string render_prometheus(const LeaseMetrics& m) {
        &LeaseCounters::denials_while_leased},
       {"quota_lease_record_failures_total", "counter", "Grants the ledger failed to record.",
        &LeaseCounters::record_failures},
+      {"quota_lease_denials_while_renewing_total", "counter",
+       "Non-blocking: denials while a key's grant request was queued or in flight.",
+       &LeaseCounters::denials_while_renewing},
   }};
   std::string out;
   for (const Family& f : kFamilies) {

@@ -50,6 +50,15 @@
 //     the authority. A settle refund on a leased key goes back into the grants held
 //     (never above what each brought), never to the authority; a deficit is charged at
 //     the authority.
+//   - Non-blocking (LeasedBackendOptions::renewals, renewal_thread.hpp), for event-loop
+//     hosts: a deciding thread never waits. A leased level is decided from what is held;
+//     a grant it needs (at the low-water mark, or when too little is held) is posted to
+//     the renewal thread, and a request that finds too little held is denied at once
+//     (kOverLimit, retry_after kWhileRenewing, counted in denials_while_renewing) instead
+//     of waiting for the round trip: the same bound, bought with false denials while a
+//     key's grant is under way. A level the authority would have to decide (no lease, a
+//     cost above lease.units, a version revoked) is kUnavailable (the route's fail mode);
+//     attempts are the Gateway's own; a deficit is charged by the renewal thread.
 //   - Attempts: over an inner backend that shares them (Redis), a request with an attempt
 //     id is decided there entirely, leased levels too: its record lives beside its budget,
 //     so a retry is replayed at any process and across a reload that adds or removes a
@@ -69,6 +78,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -114,6 +124,9 @@ class LeasedBackend final : public Backend {
 
   std::uint64_t incarnation() const { return options_.incarnation; }
 
+  // Non-blocking: the retry_after of a denial while the key's grant request is under way.
+  static constexpr Nanos kWhileRenewing = std::chrono::milliseconds(1);
+
   absl::StatusOr<LevelsResult> decide(std::span<const LevelCheck> levels, std::uint64_t version,
                                       Nanos now) override {
     CheckVector<detail::KeyLease*> leased;
@@ -139,6 +152,12 @@ class LeasedBackend final : public Backend {
         parts.push_back(**local);
         if ((*local)->allowed) taken.push_back({.level = begin, .local = lease, .spent_at = now});
         return RunStep{};
+      }
+      if (options_.renewals != nullptr) {
+        return absl::UnavailableError(absl::StrCat(
+            "non-blocking: the level of ", quota::detail::to_absl(levels[begin].key),
+            " would need the authority (no lease, a cost above lease.units, or its rule "
+            "revoked for this version)"));
       }
       auto r = inner_.decide(levels.subspan(begin, end - begin), version, now);
       if (!r.ok()) return r.status();
@@ -166,12 +185,26 @@ class LeasedBackend final : public Backend {
 
   absl::StatusOr<MicroUnits> charge(const RulePolicy& policy, std::uint64_t version, LevelKey key,
                                     std::int64_t units, Nanos now) override {
-    return inner_.charge(policy, version, key, units, now);
+    if (options_.renewals == nullptr) return inner_.charge(policy, version, key, units, now);
+    // Non-blocking: charged by the renewal thread (an error there leaves the deficit
+    // uncharged, as a failed charge does on the caller's thread).
+    auto owned =
+        std::make_shared<OwnedLevel>(OwnedLevel{std::string(key.key), key.layout, policy, Rule{}});
+    const bool posted = options_.renewals->post(
+        {.run =
+             [this, owned, version, units, now] {
+               (void)inner_.charge(owned->policy, version, {owned->key, owned->layout}, units, now);
+             },
+         .dropped = {}});
+    if (!posted) return absl::UnavailableError("non-blocking: the renewal queue is full");
+    return to_micro(units);
   }
 
   // A request with an attempt id, over an inner backend that shares attempts: decided
   // there, every level (see the header comment).
-  bool shares_attempts() const override { return inner_.shares_attempts(); }
+  bool shares_attempts() const override {
+    return options_.renewals == nullptr && inner_.shares_attempts();
+  }
   absl::StatusOr<AttemptResult> decide_attempt(std::span<const LevelCheck> levels,
                                                std::uint64_t version, Nanos now,
                                                const AttemptRequest& attempt) override {
@@ -238,6 +271,7 @@ class LeasedBackend final : public Backend {
     const LeaseSpec& spec = l.rule->lease;
     LeaseCounters* c = counters(l.rule->level);
     std::unique_lock<quota::detail::Mutex> lock(k.mu);
+    if (options_.renewals != nullptr) return decide_now(k, l, version, now, c);
     bool never = false;  // a grant of spec.units can never pass: ask for the need only
     // Bounded: each round spends, waits for the request in flight, or asks (a grant taken
     // may be spent by other threads before this one gets the lock back).
@@ -283,6 +317,90 @@ class LeasedBackend final : public Backend {
     return k.wait_decision(now);
   }
 
+  // Non-blocking (under k.mu): the level decided from what is held, never waiting; a
+  // grant the key needs is posted to the renewal thread (see the top of this file).
+  absl::StatusOr<std::optional<Decision>> decide_now(detail::KeyLease& k, const LevelCheck& l,
+                                                     std::uint64_t version, Nanos now,
+                                                     LeaseCounters* c) {
+    const LeaseSpec& spec = l.rule->lease;
+    if (version < revoked_below(k, *l.rule)) return std::nullopt;
+    k.drop_stale(version, now, c);
+    if (k.held() >= l.cost) {
+      Decision d = k.spend(l.cost, version, c);
+      if (k.held() <= spec.low_water && !k.renewing && k.request.may_ask(now)) {
+        renew_later(k, l, spec.units, version, now, c);
+      }
+      return d;
+    }
+    if (!k.renewing) {
+      if (!k.request.may_ask(now)) {
+        if (!k.request.last_failure.ok()) return k.request.last_failure;  // backing off
+        return deny(k, now, c);  // the authority denied a whole grant: its wait
+      }
+      renew_later(k, l, std::max(spec.units, l.cost - k.held()), version, now, c);
+    }
+    if (c != nullptr) c->denials_while_renewing.fetch_add(1, std::memory_order_relaxed);
+    return Decision{.allowed = false,
+                    .remaining = k.held(),
+                    .retry_after = kWhileRenewing,
+                    .reset_after = Nanos{0},
+                    .version = version,
+                    .reason = Reason::kOverLimit};
+  }
+
+  // A level's check with everything it points to owned: a renewal outlives the request
+  // (and the rule set) that asked for it.
+  struct OwnedLevel {
+    std::string key;
+    std::optional<KeyLayout> layout;
+    RulePolicy policy;
+    Rule rule;
+    LevelCheck check() const {
+      return {.policy = &policy,
+              .key = key,
+              .shadow = false,
+              .cost = 1,
+              .rule = &rule,
+              .layout = layout};
+    }
+  };
+
+  // Non-blocking (under k.mu): a grant request of `units` posted to the renewal thread,
+  // which makes the round trip and adds the grant (take_and_hold). A full queue leaves the
+  // key as it was: the next request posts again.
+  void renew_later(detail::KeyLease& k, const LevelCheck& l, std::int64_t units,
+                   std::uint64_t version, Nanos now, LeaseCounters* c) {
+    const std::string id = begin_renewal(k, units, version);
+    auto owned =
+        std::make_shared<OwnedLevel>(OwnedLevel{std::string(l.key), l.layout, *l.policy, *l.rule});
+    const bool posted = options_.renewals->post(
+        {.run =
+             [this, &k, owned, id, units, version, now, c] {
+               std::unique_lock<quota::detail::Mutex> lock(k.mu, std::defer_lock);
+               (void)take_and_hold(k, lock, owned->check(), id, units, version, now, c);
+             },
+         .dropped =
+             [&k] {
+               quota::detail::MutexLock lock(k.mu);
+               k.renewing = false;
+             }});
+    if (!posted) k.renewing = false;
+  }
+
+  // The id of a grant request of `units` under `version` (kept while unanswered, so that
+  // a lost reply is replayed, not taken twice); the key is renewing from here (under k.mu).
+  std::string begin_renewal(detail::KeyLease& k, std::int64_t units, std::uint64_t version) {
+    GrantRequest& r = k.request;
+    if (r.pending_id.empty() || r.pending_units != units || r.pending_version != version) {
+      r.pending_id =
+          grant_id(options_.incarnation, sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
+      r.pending_units = units;
+      r.pending_version = version;
+    }
+    k.renewing = true;
+    return r.pending_id;
+  }
+
   // One grant request of `units` on the key: the lock is released for the round trip,
   // `renewing` keeps it the only one in flight. nullopt: the rule is revoked for `version`
   // (the authority refused, or a revocation came while the request was in flight).
@@ -291,16 +409,18 @@ class LeasedBackend final : public Backend {
                                                 const LevelCheck& l, std::int64_t units,
                                                 std::uint64_t version, Nanos now,
                                                 LeaseCounters* c) {
-    GrantRequest& r = k.request;
-    if (r.pending_id.empty() || r.pending_units != units || r.pending_version != version) {
-      r.pending_id =
-          grant_id(options_.incarnation, sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
-      r.pending_units = units;
-      r.pending_version = version;
-    }
-    const std::string id = r.pending_id;
-    k.renewing = true;
+    const std::string id = begin_renewal(k, units, version);
     lock.unlock();
+    return take_and_hold(k, lock, l, id, units, version, now, c);
+  }
+
+  // The round trip of grant request `id` (`lock`, on k.mu, not held), then its answer
+  // applied to the key under the lock, which is held on return.
+  absl::StatusOr<std::optional<Decision>> take_and_hold(
+      detail::KeyLease& k, std::unique_lock<quota::detail::Mutex>& lock, const LevelCheck& l,
+      const std::string& id, std::int64_t units, std::uint64_t version, Nanos now,
+      LeaseCounters* c) {
+    GrantRequest& r = k.request;
     const auto started = std::chrono::steady_clock::now();
     auto got = detail::take_grant(inner_, ledger_, l, id, units, version, now, grant_requests_);
     if (got.ok() && got->revoked_below > version) {
