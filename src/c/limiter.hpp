@@ -6,7 +6,9 @@
 // QUOTA_OPT_OUT_RESTART_SAFETY; or a redis::GatewayStore on one server, a Cluster or
 // Sentinel, with failover safety, the clock-step guard, the eviction check and the
 // breaker on unless opted out, under a LeasedBackend so that rules with `lease:` are
-// leased), and one gateway::Gateway over it. decide(), settle(), reload() and metrics()
+// leased; in QUOTA_MODE_NON_BLOCKING that backend posts every grant request to a
+// RenewalThread of the limiter's and refuses rules without `lease: {mode: on}`), and
+// one gateway::Gateway over it. decide(), settle(), reload() and metrics()
 // are the C calls after their arguments were read (quota.cpp checks pointers and sizes;
 // the strings are read here, each with its field's name in errors).
 //
@@ -49,6 +51,7 @@
 #include "quota/gateway/leases/leased_backend.hpp"
 #include "quota/gateway/metrics.hpp"
 #include "quota/http.hpp"
+#include "quota/lease/renewal_thread.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/rules/rule_file.hpp"
@@ -113,9 +116,11 @@ class Limiter {
     out->registry_ = std::make_unique<gateway::RuleRegistry>(*std::move(rules));
     if (out->redis_ != nullptr) {
       out->ledger_ = std::make_unique<redis::RedisGrantLedger>(*out->redis_);
+      if (out->non_blocking_) out->renewals_ = std::make_unique<quota::detail::RenewalThread>();
       out->leased_ =
           std::make_unique<Leased>(*out->redis_, *out->ledger_,
-                                   gateway::LeasedBackendOptions{.metrics = &out->lease_metrics_});
+                                   gateway::LeasedBackendOptions{.metrics = &out->lease_metrics_,
+                                                                 .renewals = out->renewals_.get()});
       gateway::revoke_on_publish(*out->registry_, *out->ledger_);
       out->gateway_ = std::make_unique<gateway::Gateway>(*out->leased_, *out->registry_);
     } else {
@@ -136,6 +141,10 @@ class Limiter {
     if (tenant->empty()) return absl::InvalidArgumentError("tenant: empty");
     if (plan->empty()) return absl::InvalidArgumentError("plan: empty");
     if (route->empty()) return absl::InvalidArgumentError("route: empty");
+    if ((r.flags & ~kRequestFlags) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("flags: unknown bits 0x%x", r.flags & ~kRequestFlags));
+    }
     const bool with_cost = (r.flags & QUOTA_REQUEST_COST) != 0;
     const bool with_estimate = (r.flags & QUOTA_REQUEST_ESTIMATE) != 0;
     if (with_cost && with_estimate) {
@@ -168,16 +177,25 @@ class Limiter {
     }
     fill(result, ticket, out);
     if ((r.flags & QUOTA_REQUEST_HTTP) != 0) {
-      return answer(*rules, req, with_estimate ? std::optional(r.estimate) : req.cost, result, out);
+      answer(*rules, req, with_estimate ? std::optional(r.estimate) : req.cost, result, out);
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<gateway::SettleResult> settle(const quota_settle_request& r) {
+    if ((r.flags & ~std::uint32_t{QUOTA_REQUEST_NOW}) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("flags: 0x%x, only QUOTA_REQUEST_NOW", r.flags));
+    }
     if (r.actual < 0) {
       return absl::InvalidArgumentError(absl::StrFormat("actual: %d, at least 0", r.actual));
     }
-    return gateway_->settle(r.ticket, r.actual, time_of(r.flags, r.now_ns));
+    auto settled = gateway_->settle(r.ticket, r.actual, time_of(r.flags, r.now_ns));
+    if (settled.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      // The ticket expired (not the store): a precondition of the call.
+      return absl::FailedPreconditionError(settled.status().message());
+    }
+    return settled;
   }
 
   // Loads and publishes a new rule set; its version, or why nothing changed.
@@ -191,6 +209,10 @@ class Limiter {
     return version;
   }
 
+  ~Limiter() {
+    if (renewals_ != nullptr) renewals_->stop();  // no grant lands on a backend being destroyed
+  }
+
   std::string metrics() const {
     std::string out = gateway::render_prometheus(metrics_);
     if (leased_ != nullptr) out += gateway::render_prometheus(lease_metrics_);
@@ -198,7 +220,14 @@ class Limiter {
   }
 
  private:
-  explicit Limiter(const quota_config& c) : opt_out_(c.opt_out) {}
+  static constexpr std::uint32_t kRequestFlags =
+      QUOTA_REQUEST_COST | QUOTA_REQUEST_ESTIMATE | QUOTA_REQUEST_NOW | QUOTA_REQUEST_HTTP;
+  static constexpr std::uint32_t kOptOuts =
+      QUOTA_OPT_OUT_RESTART_SAFETY | QUOTA_OPT_OUT_FAILOVER_SAFETY | QUOTA_OPT_OUT_CLOCK_GUARD |
+      QUOTA_OPT_OUT_EVICTION_CHECK | QUOTA_OPT_OUT_BREAKER;
+
+  explicit Limiter(const quota_config& c)
+      : opt_out_(c.opt_out), non_blocking_(c.mode == QUOTA_MODE_NON_BLOCKING) {}
 
   // The rule set of a file (`path`) or of text, exactly one; without a `version:` a
   // reload's set is the next version.
@@ -234,6 +263,17 @@ class Limiter {
   absl::Status open_store(const quota_config& c) {
     const auto kind = static_cast<quota_store_kind>(c.store);
     if (c.max_keys < 0) return absl::InvalidArgumentError("max_keys: below 0");
+    if ((c.opt_out & ~kOptOuts) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("opt_out: unknown bits 0x%x", c.opt_out & ~kOptOuts));
+    }
+    if (c.mode != QUOTA_MODE_BLOCKING && c.mode != QUOTA_MODE_NON_BLOCKING) {
+      return absl::InvalidArgumentError(absl::StrFormat("mode: unknown mode %d", c.mode));
+    }
+    if (non_blocking_ && kind == QUOTA_STORE_IN_PROCESS) {
+      return absl::InvalidArgumentError(
+          "mode: QUOTA_MODE_NON_BLOCKING is for a Redis store (in process nothing blocks)");
+    }
     if (kind == QUOTA_STORE_IN_PROCESS) {
       const bool fresh = (c.opt_out & QUOTA_OPT_OUT_RESTART_SAFETY) != 0;
       memory_ = std::make_unique<ShardedStore<gateway::KeyPolicy>>(StoreOptions{
@@ -328,6 +368,13 @@ class Limiter {
     const bool failover_safety = (opt_out_ & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
     rules.for_each_rule([&](const gateway::Rule& r) {
       if (!out.ok()) return;
+      if (non_blocking_ && r.lease.mode != gateway::LeaseMode::kOn) {
+        out = absl::InvalidArgumentError(absl::StrFormat(
+            "rule \"%s\" has no `lease: {mode: on}`, which QUOTA_MODE_NON_BLOCKING needs of "
+            "every rule (each level is decided from grants held, never by a round trip)",
+            r.name));
+        return;
+      }
       if (failover_safety && std::holds_alternative<SlidingLog>(r.policy)) {
         out = absl::InvalidArgumentError(absl::StrFormat(
             "rule \"%s\" is a sliding_log, which failover safety does not take (after a "
@@ -364,10 +411,12 @@ class Limiter {
 
   // The HTTP answer (quota/http.hpp) with the deciding rule's RateLimit-Policy, found
   // among the request's budgets in `rules` (the set in force when the call began; a
-  // decision by a newer set found by name in that one).
-  absl::Status answer(const gateway::RuleSet& rules, const gateway::Request& req,
-                      std::optional<std::int64_t> estimate, const gateway::Result& r,
-                      quota_decision& out) const {
+  // decision by a newer set found by name in that one). Cannot fail: the decision is
+  // already taken. The values fit: a name of at most QUOTA_MAX_NAME_BYTES and two
+  // integers are far below QUOTA_HEADER_BYTES (a longer one would be left out).
+  static void answer(const gateway::RuleSet& rules, const gateway::Request& req,
+                     std::optional<std::int64_t> estimate, const gateway::Result& r,
+                     quota_decision& out) {
     std::optional<http::PolicyInfo> policy;
     auto planned = rules.plan(req.who, req.route, {.estimate = estimate});
     if (planned.ok()) {
@@ -391,25 +440,22 @@ class Limiter {
         to = out.ratelimit_policy;
         len = &out.ratelimit_policy_len;
       }
-      if (to == nullptr || !policy.has_value()) continue;
-      if (h.value.size() >= QUOTA_HEADER_BYTES) {
-        return absl::InternalError(
-            absl::StrFormat("%s: %d bytes, more than a decision holds", h.name, h.value.size()));
-      }
+      if (to == nullptr || !policy.has_value() || h.value.size() >= QUOTA_HEADER_BYTES) continue;
       std::memcpy(to, h.value.data(), h.value.size());
       to[h.value.size()] = '\0';
       *len = h.value.size();
     }
-    return absl::OkStatus();
   }
 
   const std::uint32_t opt_out_;
+  const bool non_blocking_;
   gateway::Metrics metrics_;
   gateway::LeaseMetrics lease_metrics_;
   std::unique_ptr<ShardedStore<gateway::KeyPolicy>> memory_;
   std::unique_ptr<redis::GatewayStore> redis_;
   std::unique_ptr<gateway::RuleRegistry> registry_;
   std::unique_ptr<redis::RedisGrantLedger> ledger_;
+  std::unique_ptr<quota::detail::RenewalThread> renewals_;  // non-blocking only
   std::unique_ptr<Leased> leased_;
   std::unique_ptr<gateway::Gateway> gateway_;
   std::mutex reload_mu_;

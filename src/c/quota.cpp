@@ -31,11 +31,15 @@ static_assert(QUOTA_REASON_OVER_SHARE == static_cast<int>(quota::Reason::kOverSh
 static_assert(QUOTA_MAX_ID_BYTES == quota::gateway::kMaxIdBytes);
 static_assert(QUOTA_MAX_NAME_BYTES == quota::gateway::kMaxNameBytes);
 
-// Fills `e` (if given and large enough) and returns `code`.
+// Fills `e` (if given and large enough) and returns `code`. A message past the bound is
+// cut where a UTF-8 character starts.
 int32_t fail(quota_error* e, int32_t code, std::string_view message) {
   if (e != nullptr && e->size >= sizeof(quota_error)) {
     e->code = code;
-    const std::size_t n = std::min(message.size(), std::size_t{QUOTA_MESSAGE_BYTES - 1});
+    std::size_t n = std::min(message.size(), std::size_t{QUOTA_MESSAGE_BYTES - 1});
+    if (n < message.size()) {
+      while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+    }
     std::memcpy(e->message, message.data(), n);
     e->message[n] = '\0';
     e->message_len = n;
@@ -74,7 +78,8 @@ int32_t fail(quota_error* e, const absl::Status& s) {
   return fail(e, code_of(s), std::string_view(s.message().data(), s.message().size()));
 }
 
-// A struct argument: present and at least as large as this version's.
+// A struct argument: present and at least as large as this version's (ABI 1: the first;
+// a later version keeps accepting these sizes and reads only the fields they cover).
 template <class T>
 bool sized(const T* p) {
   return p != nullptr && p->size >= sizeof(T);
@@ -111,6 +116,14 @@ int32_t guarded(quota_error* e, Body&& body) {
 extern "C" {
 
 uint32_t quota_abi_version(void) { return QUOTA_ABI_VERSION; }
+
+int64_t quota_now_ns(void) { return quota::SteadyClock{}.now().count(); }
+
+const char* quota_reason_name(int32_t reason) {
+  if (reason < 0 || reason > QUOTA_REASON_PAUSED) return "unknown";
+  // Literals: to_string's views end in a NUL.
+  return quota::to_string(static_cast<quota::Reason>(reason)).data();
+}
 
 const char* quota_code_name(int32_t code) {
   switch (code) {
@@ -183,12 +196,13 @@ int32_t quota_settle(quota_handle h, const quota_settle_request* request, quota_
   });
 }
 
-int32_t quota_reload(quota_handle h, quota_str path, quota_str text, uint64_t* version,
+int32_t quota_reload(quota_handle h, const quota_rules* rules, uint64_t* version,
                      quota_error* error) {
   return guarded(error, [&]() -> int32_t {
+    if (!sized(rules)) return bad_struct(error, "rules");
     auto limiter = handles().enter(h);
     if (!limiter) return bad_handle(error, h);
-    auto v = limiter->reload(path, text);
+    auto v = limiter->reload(rules->path, rules->text);
     if (!v.ok()) return fail(error, v.status());
     if (version != nullptr) *version = *v;
     return fail(error, absl::OkStatus());

@@ -126,6 +126,7 @@ static void test_sliding_log_refused_under_failover_safety(void) {
   quota_error err = new_error();
   quota_handle h = 0;
   uint64_t version = 0;
+  quota_rules rules;
   char next[1024];
   CHECK_CODE(open_redis(kLog, &h, &err), QUOTA_INVALID_ARGUMENT);
   CHECK(strstr(err.message, "log-read") != NULL &&
@@ -133,7 +134,8 @@ static void test_sliding_log_refused_under_failover_safety(void) {
   CHECK_CODE(open_redis(kRules, &h, &err), QUOTA_OK);
   strcpy(next, kLog);
   next[strlen("version: ")] = '2';
-  CHECK_CODE(quota_reload(h, quota_s(NULL), quota_s(next), &version, &err), QUOTA_INVALID_ARGUMENT);
+  rules = new_rules(NULL, next);
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_INVALID_ARGUMENT);
   CHECK_CODE(quota_close(h, &err), QUOTA_OK);
 }
 

@@ -53,6 +53,11 @@ static void test_version_and_names(void) {
   CHECK(strcmp(quota_code_name(QUOTA_OK), "QUOTA_OK") == 0);
   CHECK(strcmp(quota_code_name(QUOTA_BAD_HANDLE), "QUOTA_BAD_HANDLE") == 0);
   CHECK(strcmp(quota_code_name(999), "QUOTA_UNKNOWN_CODE") == 0);
+  CHECK(strcmp(quota_reason_name(QUOTA_REASON_OVER_LIMIT), "over_limit") == 0);
+  CHECK(strcmp(quota_reason_name(QUOTA_REASON_PAUSED), "paused") == 0);
+  CHECK(strcmp(quota_reason_name(-1), "unknown") == 0 &&
+        strcmp(quota_reason_name(11), "unknown") == 0);
+  CHECK(quota_now_ns() > 0 && quota_now_ns() <= quota_now_ns());
 }
 
 static void test_decide_until_denied(void) {
@@ -148,6 +153,15 @@ static void test_bad_requests(void) {
   r.estimate = 0;
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
 
+  /* Unknown flag bits, a cost with an estimate. */
+  r = new_request("acme", "free", "chat", 0);
+  r.flags |= 1u << 9;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "flags: unknown bits 0x200") != NULL);
+  r.flags = QUOTA_REQUEST_NOW | QUOTA_REQUEST_COST | QUOTA_REQUEST_ESTIMATE;
+  r.cost = r.estimate = 2;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
+
   /* Nothing above was deducted: the whole burst is still there. */
   r = new_request("acme", "free", "read", 0);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
@@ -181,10 +195,25 @@ static void test_estimate_and_settle(void) {
   CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_OK);
   CHECK(out.estimate == 30 && out.actual == 12 && out.surplus == 18 && out.deficit == 0);
   /* Settled once: again is an error, and nothing more comes back. */
-  CHECK(quota_settle(h, &s, &out, &err) != QUOTA_OK);
+  CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_FAILED_PRECONDITION);
+  CHECK(strstr(err.message, "already settled") != NULL);
   r = new_request("acme", "free", "chat", 0);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.remaining == 87); /* 100 - 12 - 1 */
+
+  /* A ticket past its life (10 minutes): expired, its estimate stays spent. */
+  r = new_request("acme", "free", "chat", 0);
+  r.flags |= QUOTA_REQUEST_ESTIMATE;
+  r.estimate = 5;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
+  s.ticket = d.ticket;
+  s.now_ns = 601LL * 1000000000LL;
+  CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_FAILED_PRECONDITION);
+  CHECK(strstr(err.message, "expired") != NULL);
+  s.now_ns = 0;
+  s.flags = QUOTA_REQUEST_HTTP;
+  CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_INVALID_ARGUMENT);
+  s.flags = QUOTA_REQUEST_NOW;
 
   s.ticket = 987654321;
   CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_NOT_FOUND);
@@ -215,9 +244,9 @@ static void test_reload(void) {
   quota_handle h = open_rules(kRules);
   quota_request r = new_request("acme", "free", "read", 0);
   quota_decision d = new_decision();
+  quota_rules rules;
   uint64_t version = 0;
   char next[2048];
-  const quota_str none = {NULL, 0};
 
   /* Version 2: free-read's burst becomes 5 (no burst is handed out: it starts where v1 was). */
   CHECK(strlen(kRules) < sizeof next);
@@ -226,27 +255,32 @@ static void test_reload(void) {
   memcpy(strstr(next, "burst: 3}"), "burst: 5}", strlen("burst: 5}"));
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.remaining == 2 && d.rule_version == 1);
-  CHECK_CODE(quota_reload(h, none, quota_s(next), &version, &err), QUOTA_OK);
+  rules = new_rules(NULL, next);
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_OK);
   CHECK(version == 2);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.allowed == 1 && d.rule_version == 2 && d.remaining == 1);
 
   /* A bad set is refused whole, naming line, column and field; v2 stays in force. */
-  CHECK_CODE(quota_reload(h, none,
-                          quota_s("version: 3\nroutes:\n  - name: read\nrules:\n"
-                                  "  - name: x\n    level: tenant\n    plan: free\n"
-                                  "    route: read\n"
-                                  "    token_bucket: {rate: 1/s, burst: -4}\n"),
-                          &version, &err),
-             QUOTA_INVALID_ARGUMENT);
+  rules = new_rules(NULL,
+                    "version: 3\nroutes:\n  - name: read\nrules:\n"
+                    "  - name: x\n    level: tenant\n    plan: free\n"
+                    "    route: read\n"
+                    "    token_bucket: {rate: 1/s, burst: -4}\n");
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_INVALID_ARGUMENT);
   CHECK(strstr(err.message, "rules:9:") != NULL);
   CHECK(strstr(err.message, "burst") != NULL);
   /* Not newer than the version in force. */
-  CHECK_CODE(quota_reload(h, none, quota_s(kRules), &version, &err), QUOTA_FAILED_PRECONDITION);
-  /* Exactly one of path and text. */
-  CHECK_CODE(quota_reload(h, none, none, &version, &err), QUOTA_INVALID_ARGUMENT);
-  CHECK_CODE(quota_reload(h, quota_s("/x"), quota_s(kRules), &version, &err),
-             QUOTA_INVALID_ARGUMENT);
+  rules = new_rules(NULL, kRules);
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_FAILED_PRECONDITION);
+  /* Exactly one of path and text; the struct itself. */
+  rules = new_rules(NULL, NULL);
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_INVALID_ARGUMENT);
+  rules = new_rules("/x", kRules);
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_INVALID_ARGUMENT);
+  CHECK_CODE(quota_reload(h, NULL, &version, &err), QUOTA_INVALID_ARGUMENT);
+  rules.size = 0;
+  CHECK_CODE(quota_reload(h, &rules, &version, &err), QUOTA_INVALID_ARGUMENT);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.rule_version == 2);
   CHECK_CODE(quota_close(h, &err), QUOTA_OK);
@@ -289,6 +323,17 @@ static void test_rule_files(void) {
   c.rules_text = quota_s(kRules);
   c.store = 42;
   CHECK_CODE(quota_open(&c, &h, &err), QUOTA_INVALID_ARGUMENT);
+  c.store = QUOTA_STORE_IN_PROCESS;
+  c.opt_out = 1u << 20;
+  CHECK_CODE(quota_open(&c, &h, &err), QUOTA_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "opt_out: unknown bits") != NULL);
+  c.opt_out = 0;
+  c.mode = 7;
+  CHECK_CODE(quota_open(&c, &h, &err), QUOTA_INVALID_ARGUMENT);
+  c.mode = QUOTA_MODE_NON_BLOCKING; /* nothing to block on in process */
+  CHECK_CODE(quota_open(&c, &h, &err), QUOTA_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "QUOTA_MODE_NON_BLOCKING is for a Redis store") != NULL);
+  c.mode = QUOTA_MODE_BLOCKING;
   CHECK_CODE(quota_open(NULL, &h, &err), QUOTA_INVALID_ARGUMENT);
   c.store = QUOTA_STORE_IN_PROCESS;
   CHECK_CODE(quota_open(&c, NULL, &err), QUOTA_INVALID_ARGUMENT);
@@ -354,11 +399,11 @@ static void test_closed_handles(void) {
   quota_request r = new_request("acme", "free", "read", 0);
   quota_decision d = new_decision();
   size_t length = 0;
-  const quota_str none = {NULL, 0};
+  const quota_rules rules = new_rules(NULL, kRules);
   CHECK_CODE(quota_close(h, &err), QUOTA_OK);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_BAD_HANDLE);
   CHECK_CODE(quota_metrics(h, NULL, 0, &length, &err), QUOTA_BAD_HANDLE);
-  CHECK_CODE(quota_reload(h, none, quota_s(kRules), NULL, &err), QUOTA_BAD_HANDLE);
+  CHECK_CODE(quota_reload(h, &rules, NULL, &err), QUOTA_BAD_HANDLE);
   CHECK_CODE(quota_close(h, &err), QUOTA_BAD_HANDLE);
   CHECK_CODE(quota_decide(0, &r, &d, &err), QUOTA_BAD_HANDLE);
   CHECK_CODE(quota_decide(0xdeadbeefcafeULL, &r, &d, &err), QUOTA_BAD_HANDLE);

@@ -10,6 +10,9 @@
 
 #include "quota/c/quota.h"
 
+/* Each test uses some of the helpers below. */
+#define HELPER static __attribute__((unused))
+
 static int checks_passed = 0;
 
 #define CHECK(cond)                                                            \
@@ -33,14 +36,14 @@ static int checks_passed = 0;
     ++checks_passed;                                                                         \
   } while (0)
 
-static quota_error new_error(void) {
+HELPER quota_error new_error(void) {
   quota_error e;
   memset(&e, 0, sizeof e);
   e.size = sizeof e;
   return e;
 }
 
-static quota_config new_config(void) {
+HELPER quota_config new_config(void) {
   quota_config c;
   memset(&c, 0, sizeof c);
   c.size = sizeof c;
@@ -48,7 +51,7 @@ static quota_config new_config(void) {
 }
 
 /* A request of tenant `tenant` (plan `plan`) on route `route`, at `now_ns`. */
-static quota_request new_request(const char* tenant, const char* plan, const char* route,
+HELPER quota_request new_request(const char* tenant, const char* plan, const char* route,
                                  int64_t now_ns) {
   quota_request r;
   memset(&r, 0, sizeof r);
@@ -61,7 +64,17 @@ static quota_request new_request(const char* tenant, const char* plan, const cha
   return r;
 }
 
-static quota_decision new_decision(void) {
+/* quota_reload's rules: a path or a text (NULL: not given). */
+HELPER quota_rules new_rules(const char* path, const char* text) {
+  quota_rules r;
+  memset(&r, 0, sizeof r);
+  r.size = sizeof r;
+  r.path = quota_s(path);
+  r.text = quota_s(text);
+  return r;
+}
+
+HELPER quota_decision new_decision(void) {
   quota_decision d;
   memset(&d, 0, sizeof d);
   d.size = sizeof d;

@@ -31,7 +31,7 @@ typedef struct quota_config {
   size_t size; quota_str rules_path; quota_str rules_text; int32_t store; uint32_t opt_out;
   quota_str redis_addresses; quota_str redis_sentinel_master; quota_str redis_username;
   quota_str redis_password; quota_str redis_sentinel_password;
-  int64_t redis_deadline_ms; int64_t redis_connections; int64_t max_keys;
+  int64_t redis_deadline_ms; int64_t redis_connections; int64_t max_keys; int32_t mode;
 } quota_config;
 typedef struct quota_request {
   size_t size; quota_str tenant; quota_str plan; quota_str user; quota_str route;
@@ -65,6 +65,7 @@ local kRequestCost = 1
 local kRequestHttp = 8
 local kBufferTooSmall = 6
 local kStores = { memory = 0, redis = 1, ["redis-cluster"] = 2, ["redis-sentinel"] = 3 }
+local kModes = { blocking = 0, ["non-blocking"] = 1 }
 local kOptOut = { restart_safety = 1, failover_safety = 2, clock_guard = 4,
                   eviction_check = 8, breaker = 16 }
 
@@ -103,7 +104,8 @@ end
 
 -- Opens a limiter: opts.rules_path or opts.rules_text; opts.store ("memory", "redis",
 -- "redis-cluster", "redis-sentinel"), opts.redis_addresses, opts.redis_sentinel_master,
--- opts.redis_password, opts.redis_deadline_ms; opts.opt_out, a list of names
+-- opts.redis_password, opts.redis_deadline_ms; opts.mode ("blocking", or "non-blocking":
+-- decide never waits on Redis, every rule leased); opts.opt_out, a list of names
 -- ("restart_safety", ...). Returns the limiter, or nil and the error.
 function M.open(opts)
   local store = kStores[opts.store or "memory"]
@@ -119,6 +121,7 @@ function M.open(opts)
   set_str(c.redis_sentinel_master, keep[4])
   set_str(c.redis_password, keep[5])
   c.store = store
+  c.mode = kModes[opts.mode or "blocking"] or -1  -- an unknown mode: the library's error
   c.redis_deadline_ms = opts.redis_deadline_ms or 0
   for _, name in ipairs(opts.opt_out or {}) do
     local flag = kOptOut[name]

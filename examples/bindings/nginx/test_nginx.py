@@ -14,10 +14,12 @@ QUOTA_NGINX_DIR (scratch), QUOTA_VERIFY_LOG, QUOTA_REDIS_DIR (optional).
 """
 import http.client
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -103,6 +105,37 @@ class Nginx:
     def log(self, name):
         with open(os.path.join(self.prefix, "logs", name)) as f:
             return f.read()
+
+
+class CdefMatchesTheHeader(unittest.TestCase):
+    def test_every_struct_has_the_header_layout(self):
+        # quota.lua's ffi.cdef is C: compiled beside quota/c/quota.h, each struct's size
+        # and each field's offset must agree.
+        cc = shutil.which("cc")
+        if cc is None:
+            self.skipTest("no C compiler")
+        with open(os.path.join(HERE, "quota.lua")) as f:
+            cdef = re.search(r"ffi\.cdef \[\[(.*?)\]\]", f.read(), re.S).group(1)
+        structs = {}
+        for name, body in re.findall(r"typedef struct (\w+) \{(.*?)\}", cdef, re.S):
+            structs[name] = re.findall(r"(\w+)(?:\[\d+\])?;", body)
+        self.assertEqual(len(structs), 5)
+        prints = "".join('printf("%s %%zu\\n", sizeof(%s));' % (s, s) +
+                         "".join('printf("%s.%s %%zu\\n", offsetof(%s, %s));' % (s, f, s, f)
+                                 for f in fields) for s, fields in structs.items())
+        include = os.path.join(HERE, "..", "..", "..", "include")
+        outputs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for head in ('#include "quota/c/quota.h"\n', cdef):
+                source = os.path.join(tmp, "layout.c")
+                with open(source, "w") as f:
+                    f.write("#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n" +
+                            head + "\nint main(void) {" + prints + "return 0; }\n")
+                subprocess.run([cc, "-std=c99", "-I" + include, "-o", source + ".bin", source],
+                               check=True)
+                outputs.append(subprocess.run([source + ".bin"], check=True,
+                                              capture_output=True, text=True).stdout)
+        self.assertEqual(outputs[0], outputs[1])
 
 
 class InProcess(unittest.TestCase):

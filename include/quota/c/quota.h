@@ -8,9 +8,9 @@
  * Contract:
  *   - Plain C99: no C++ in this header; every string is a pointer and a length (need not
  *     end in NUL); every struct the library reads or fills starts with its `size`, set by
- *     the caller to sizeof(the struct) as it was compiled, so that later versions can add
- *     fields at the end without breaking callers. quota_abi_version() is QUOTA_ABI_VERSION
- *     of the library loaded.
+ *     the caller to sizeof(the struct) as it was compiled: a later version adds fields at
+ *     the end, reads and fills only those the size covers, and accepts the sizes of
+ *     this one. quota_abi_version() is QUOTA_ABI_VERSION of the library loaded.
  *   - Errors are codes (quota_code) with a message in an optional quota_error; nothing is
  *     thrown across the boundary, no call crashes on bad input (null pointers, a length
  *     that covers a NUL or passes a bound, an unknown route, a cost below 1, a closed
@@ -55,7 +55,8 @@ extern "C" {
 /* The interface this header describes; quota_abi_version() is the library's. */
 #define QUOTA_ABI_VERSION 1u
 
-/* Bounds (the C++ library's): tenant and user ids, plan, route and rule names. */
+/* Bounds (the C++ library's): tenant and user ids, plan, route and rule names. Ids and
+ * names are bytes of [A-Za-z0-9._@-]; an attempt id, printable ASCII but space. */
 #define QUOTA_MAX_ID_BYTES 128u
 #define QUOTA_MAX_NAME_BYTES 64u
 #define QUOTA_MAX_ATTEMPT_ID_BYTES 128u
@@ -80,17 +81,26 @@ static inline quota_str quota_s(const char* s) {
 
 typedef enum quota_code {
   QUOTA_OK = 0,
-  QUOTA_INVALID_ARGUMENT = 1,    /* a null pointer, a size, an id, a cost, a rule file */
-  QUOTA_NOT_FOUND = 2,           /* a rule file that does not exist, an unknown ticket */
-  QUOTA_UNAVAILABLE = 3,         /* the store cannot answer (open, settle) */
-  QUOTA_FAILED_PRECONDITION = 4, /* a reload whose version is not newer */
-  QUOTA_BAD_HANDLE = 5,          /* a handle never opened, or closed */
-  QUOTA_BUFFER_TOO_SMALL = 6,    /* quota_metrics: *length says how much is needed */
-  QUOTA_RESOURCE_EXHAUSTED = 7,  /* a bound reached: handles open, tickets kept */
+  /* A null pointer, a struct size, an unknown flag bit, an id, a cost, a rule file. */
+  QUOTA_INVALID_ARGUMENT = 1,
+  /* A rule file that does not exist; an unknown ticket. */
+  QUOTA_NOT_FOUND = 2,
+  /* The store cannot answer (open; settle's charge); non-blocking: a level that would
+   * need it (a decision is given instead where the route's fail mode decides). */
+  QUOTA_UNAVAILABLE = 3,
+  /* A reload whose version is not newer; a ticket already settled or expired. */
+  QUOTA_FAILED_PRECONDITION = 4,
+  /* A handle never opened, or closed. */
+  QUOTA_BAD_HANDLE = 5,
+  /* quota_metrics: *length says how much is needed. */
+  QUOTA_BUFFER_TOO_SMALL = 6,
+  /* A bound reached: handles open, tickets kept, memory. */
+  QUOTA_RESOURCE_EXHAUSTED = 7,
   QUOTA_INTERNAL = 8
 } quota_code;
 
-/* Why a decision is what it is (quota::Reason, quota/decision.hpp). */
+/* Why a decision is what it is (quota::Reason, quota/decision.hpp); quota_reason_name()
+ * gives each its name. */
 typedef enum quota_reason {
   QUOTA_REASON_ALLOWED = 0,
   QUOTA_REASON_OVER_LIMIT = 1,         /* 429; retry_after */
@@ -112,14 +122,30 @@ typedef enum quota_store_kind {
   QUOTA_STORE_REDIS_SENTINEL = 3 /* redis_addresses: the sentinels; redis_sentinel_master */
 } quota_store_kind;
 
-/* quota_config.opt_out: each bit turns one safety off, by name. */
-#define QUOTA_OPT_OUT_RESTART_SAFETY                                                       \
-  (1u << 0)                                     /* in process: budgets start full at open, \
-                                                   not spent (a restart hands out a burst) */
-#define QUOTA_OPT_OUT_FAILOVER_SAFETY (1u << 1) /* Redis: forget the failover guard */
-#define QUOTA_OPT_OUT_CLOCK_GUARD (1u << 2)     /* Redis: no clock-step guard */
-#define QUOTA_OPT_OUT_EVICTION_CHECK (1u << 3)  /* Redis: decide on an evicting server */
-#define QUOTA_OPT_OUT_BREAKER (1u << 4)         /* Redis: no circuit breaker per node */
+typedef enum quota_mode {
+  /* A decision on Redis waits for its round trip (thread-per-request hosts). */
+  QUOTA_MODE_BLOCKING = 0,
+  /* quota_decide does no network I/O (event-loop hosts): every rule must have
+   * `lease: {mode: on}`; each level is decided from the grants this limiter holds, and a
+   * thread of the library's (started only in this mode) takes and renews them. A request
+   * that finds too little held while its key's grant is under way is denied at once
+   * (over_limit, retry after 1 ms): docs/c_interface.md has the bound and its price. */
+  QUOTA_MODE_NON_BLOCKING = 1
+} quota_mode;
+
+/* quota_config.opt_out: each bit turns one safety off, by name (another bit: an error).
+ *   RESTART_SAFETY   in process: budgets start full at open, not spent (a restart of
+ *                    the host hands out a fresh burst)
+ *   FAILOVER_SAFETY  Redis: a promoted replica's or restarted server's missing buckets
+ *                    are not read as spent
+ *   CLOCK_GUARD      Redis: no refusal of a server whose clock runs ahead
+ *   EVICTION_CHECK   Redis: decide on a server that may evict keys
+ *   BREAKER          Redis: no circuit breaker per node */
+#define QUOTA_OPT_OUT_RESTART_SAFETY (1u << 0)
+#define QUOTA_OPT_OUT_FAILOVER_SAFETY (1u << 1)
+#define QUOTA_OPT_OUT_CLOCK_GUARD (1u << 2)
+#define QUOTA_OPT_OUT_EVICTION_CHECK (1u << 3)
+#define QUOTA_OPT_OUT_BREAKER (1u << 4)
 
 typedef struct quota_config {
   size_t size;          /* sizeof(quota_config) */
@@ -135,12 +161,13 @@ typedef struct quota_config {
   int64_t redis_deadline_ms; /* each call's deadline; 0: 50 ms */
   int64_t redis_connections; /* per node; 0: 4 */
   int64_t max_keys;          /* in process: keys kept; 0: 1,000,000 */
+  int32_t mode;              /* quota_mode (non-blocking: a Redis store) */
 } quota_config;
 
-/* quota_request.flags */
+/* quota_request.flags (another bit: an error) */
 #define QUOTA_REQUEST_COST (1u << 0)     /* `cost` is set: what this request costs */
 #define QUOTA_REQUEST_ESTIMATE (1u << 1) /* `estimate` is set: deducted now, settled later */
-#define QUOTA_REQUEST_NOW (1u << 2)      /* `now_ns` is set: decide at that time (tests) */
+#define QUOTA_REQUEST_NOW (1u << 2)      /* `now_ns` is set: decide at that time */
 #define QUOTA_REQUEST_HTTP (1u << 3)     /* fill the decision's HTTP answer */
 
 /* One request. The identity is what the host authenticated (an API key's tenant and
@@ -154,8 +181,8 @@ typedef struct quota_request {
   quota_str attempt_id; /* optional: a retry with the same id replays the decision */
   uint32_t flags;       /* QUOTA_REQUEST_* */
   int64_t cost;         /* whole units >= 1, with QUOTA_REQUEST_COST */
-  int64_t estimate;     /* whole units >= 1, with QUOTA_REQUEST_ESTIMATE */
-  int64_t now_ns;       /* with QUOTA_REQUEST_NOW; else the library's monotonic clock */
+  int64_t estimate;     /* whole units >= 1, with QUOTA_REQUEST_ESTIMATE (not with a cost) */
+  int64_t now_ns;       /* with QUOTA_REQUEST_NOW, on quota_now_ns()'s clock */
 } quota_request;
 
 typedef struct quota_decision {
@@ -163,7 +190,7 @@ typedef struct quota_decision {
   int32_t allowed;
   int32_t reason;                      /* quota_reason */
   int64_t remaining;                   /* whole units left at the tightest level */
-  int64_t retry_after_ns;              /* denied: when a retry can pass; -1: never */
+  int64_t retry_after_ns;              /* denied: when a retry can pass (-1: never); admitted: 0 */
   int64_t reset_after_ns;              /* until the budgets are full again */
   uint64_t rule_version;               /* the version of the rule set that decided */
   uint64_t ticket;                     /* an admitted estimate: what quota_settle takes; else 0 */
@@ -172,7 +199,7 @@ typedef struct quota_decision {
   size_t rule_len;
   /* With QUOTA_REQUEST_HTTP (quota/http.hpp's table): the status to answer, the
    * Retry-After seconds (-1: no header), and the RateLimit and RateLimit-Policy header
-   * values (NUL-terminated; empty: no header). */
+   * values (NUL-terminated; empty: no header). Without it: 0, -1 and empty. */
   int32_t http_status;
   int64_t retry_after_s;
   char ratelimit[QUOTA_HEADER_BYTES];
@@ -186,7 +213,7 @@ typedef struct quota_settle_request {
   size_t size; /* sizeof(quota_settle_request) */
   uint64_t ticket;
   int64_t actual; /* whole units >= 0 */
-  uint32_t flags; /* QUOTA_REQUEST_NOW */
+  uint32_t flags; /* QUOTA_REQUEST_NOW only */
   int64_t now_ns;
 } quota_settle_request;
 
@@ -198,10 +225,19 @@ typedef struct quota_settlement {
   int64_t deficit; /* charged: max(0, actual - estimate) */
 } quota_settlement;
 
+/* quota_reload's new rules: a file or its text, exactly one. */
+typedef struct quota_rules {
+  size_t size; /* sizeof(quota_rules) */
+  quota_str path;
+  quota_str text;
+} quota_rules;
+
+/* Filled when given and its size covers this version's struct. */
 typedef struct quota_error {
-  size_t size;                       /* sizeof(quota_error) */
-  int32_t code;                      /* quota_code */
-  char message[QUOTA_MESSAGE_BYTES]; /* NUL-terminated, cut at the bound */
+  size_t size;  /* sizeof(quota_error) */
+  int32_t code; /* quota_code */
+  /* NUL-terminated; a longer message is cut at a UTF-8 character's start. */
+  char message[QUOTA_MESSAGE_BYTES];
   size_t message_len;
 } quota_error;
 
@@ -214,11 +250,19 @@ QUOTA_C_API uint32_t quota_abi_version(void);
 /* "QUOTA_OK", "QUOTA_INVALID_ARGUMENT", ...; "QUOTA_UNKNOWN_CODE" otherwise. */
 QUOTA_C_API const char* quota_code_name(int32_t code);
 
+/* "allowed", "over_limit", ... (quota/http.hpp's reason strings); "unknown" otherwise. */
+QUOTA_C_API const char* quota_reason_name(int32_t reason);
+
+/* The library's monotonic clock: the time of a request without QUOTA_REQUEST_NOW, and
+ * the clock a host's own times (and a ticket's expiry) are on. */
+QUOTA_C_API int64_t quota_now_ns(void);
+
 /* Opens a limiter: the rules loaded and checked (an error names file, line, column and
- * field), the store reached (Redis: connected, or QUOTA_UNAVAILABLE). */
+ * field), the store reached (Redis: one probe decision, or QUOTA_UNAVAILABLE). */
 QUOTA_C_API int32_t quota_open(const quota_config* config, quota_handle* out, quota_error* error);
 
-/* Decides `request` against every budget level its route pays, all or nothing. */
+/* Decides `request` against every budget level its route pays, all or nothing. An
+ * error deducts nothing. */
 QUOTA_C_API int32_t quota_decide(quota_handle h, const quota_request* request, quota_decision* out,
                                  quota_error* error);
 
@@ -226,18 +270,21 @@ QUOTA_C_API int32_t quota_decide(quota_handle h, const quota_request* request, q
 QUOTA_C_API int32_t quota_settle(quota_handle h, const quota_settle_request* request,
                                  quota_settlement* out, quota_error* error);
 
-/* Replaces the rules in force with a whole, valid new set, or not at all: from a file
- * (path) or text, exactly one. *version (optional) is the version now in force. */
-QUOTA_C_API int32_t quota_reload(quota_handle h, quota_str path, quota_str text, uint64_t* version,
+/* Replaces the rules in force with a whole, valid new set, or not at all. Its version:
+ * the file's `version:` (newer than the one in force, else QUOTA_FAILED_PRECONDITION)
+ * or, without one, the next. *version (optional) is the version now in force. */
+QUOTA_C_API int32_t quota_reload(quota_handle h, const quota_rules* rules, uint64_t* version,
                                  quota_error* error);
 
 /* The limiter's counters as Prometheus text into buffer[0, capacity); *length is the
  * text's length (without the NUL written after it). QUOTA_BUFFER_TOO_SMALL when
- * capacity <= *length: nothing written, call again with *length + 1 bytes. */
+ * capacity <= *length: nothing written; call again with more (the text may have grown
+ * meanwhile: loop). */
 QUOTA_C_API int32_t quota_metrics(quota_handle h, char* buffer, size_t capacity, size_t* length,
                                   quota_error* error);
 
-/* Closes the limiter once the calls in flight on it have returned. */
+/* Closes the limiter once the calls in flight on it have returned (non-blocking: its
+ * thread stopped, grants in flight abandoned: they expire at the authority). */
 QUOTA_C_API int32_t quota_close(quota_handle h, quota_error* error);
 
 #ifdef __cplusplus

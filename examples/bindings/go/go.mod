@@ -1,0 +1,3 @@
+module quota.example/quota
+
+go 1.19
