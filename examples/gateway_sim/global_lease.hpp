@@ -18,7 +18,12 @@
 //     arrivals), together 0.6×, then 1.5×, then 0.9× the global rate, a third of the run
 //     each: below the budget, saturating it, and near it;
 //   - leases: the global rule has `lease: on` (units, low water, expiry below); no-leases:
-//     the same rules without, so every decision is one call to the authority.
+//     the same rules without, so every decision is one call to the authority;
+//   - non-blocking: leases in the non-blocking mode (LeasedBackendOptions::renewals): a
+//     grant request is answered `renewal_latency` of simulated time after it is posted
+//     (SimulatedRenewals), and a request finding too little held meanwhile is denied at
+//     once. Leases above decide with a round trip of no simulated time, so the extra
+//     false denials of non-blocking are the price of never waiting.
 // Everything is single-threaded on simulated time and seeded: the same seed gives the same
 // output.
 //
@@ -40,6 +45,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -72,6 +79,8 @@ struct GlobalLeaseConfig {
   gw::LeaseSpec lease{.mode = gw::LeaseMode::kOn, .units = 1'000, .expiry = 1s, .low_water = 200};
   // The offered load, a multiple of the global rate, in each third of the run.
   double load[3] = {0.6, 1.5, 0.9};
+  // non-blocking: from a grant request posted to its answer.
+  quota::Nanos renewal_latency = 1ms;
 
   // The most the grants can hold: H·(units + low_water).
   std::int64_t grants_bound() const { return gateways * (lease.units + lease.low_water); }
@@ -175,6 +184,33 @@ class CountingLedger {
 
 enum class Outcome : std::uint8_t { kAdmitted, kDeniedGlobal, kDeniedTenant };
 
+// The renewal thread of a non-blocking holder on simulated time: a task posted at t (the
+// time of the last run_until) runs at t + latency, in the order posted.
+class SimulatedRenewals final : public quota::detail::Renewals {
+ public:
+  explicit SimulatedRenewals(quota::Nanos latency) : latency_(latency) {}
+  bool post(Task task) override {
+    queue_.push_back({now_ + latency_, std::move(task.run)});
+    return true;
+  }
+  // Runs the tasks due by `now`; later posts are due from `now`.
+  void run_until(quota::Nanos now) {
+    now_ = now;
+    while (!queue_.empty() && queue_.front().first <= now) {
+      auto run = std::move(queue_.front().second);
+      queue_.pop_front();
+      run();
+    }
+  }
+
+ private:
+  quota::Nanos latency_;
+  quota::Nanos now_{0};
+  std::deque<std::pair<quota::Nanos, std::function<void()>>> queue_;
+};
+
+enum class Strategy : std::uint8_t { kNoLeases, kLeases, kNonBlocking };
+
 struct GlobalLeaseRun {
   std::string name;
   bool leased = false;
@@ -206,13 +242,16 @@ inline gw::RuleSetSpec global_lease_rules(const GlobalLeaseConfig& c, bool lease
 
 // Replays the stream through G gateway processes over one authority.
 inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
-                                       const std::vector<GlobalRequest>& reqs, bool leased) {
+                                       const std::vector<GlobalRequest>& reqs, Strategy strategy) {
+  const bool leased = strategy != Strategy::kNoLeases;
   using Store = quota::LocalStore<gw::KeyPolicy>;
   using Authority = CountingBackend<gw::StoreBackend<Store>>;
   using Split = quota::region::ScopeRouter<gw::StoreBackend<Store>, Authority>;
   using Leased = gw::LeasedBackend<Split, CountingLedger>;
   GlobalLeaseRun out;
-  out.name = leased ? "leases" : "no-leases";
+  out.name = strategy == Strategy::kNoLeases ? "no-leases"
+             : strategy == Strategy::kLeases ? "leases"
+                                             : "non-blocking";
   out.leased = leased;
   auto rules = gw::RuleSet::create(global_lease_rules(c, leased));
   if (!rules.ok()) {
@@ -223,60 +262,88 @@ inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
   gw::StoreBackend<Store> authority_backend(authority_store);
   Authority authority(authority_backend);
   CountingLedger ledger;
+  // leases: LeasedBackend over ScopeRouter(tenants, authority), the tenants' levels passing
+  // through. non-blocking: ScopeRouter(tenants, LeasedBackend over the authority), so that
+  // only the global level is the leased backend's (which never lets a deciding thread
+  // reach the authority: every level it is given must be leased).
+  using Central = gw::LeasedBackend<Authority, CountingLedger>;
+  using CentralSplit = quota::region::ScopeRouter<gw::StoreBackend<Store>, Central>;
   struct Process {
-    Process(Authority& a, CountingLedger& l, std::shared_ptr<const gw::RuleSet> r, bool leased,
-            std::uint64_t incarnation)
+    Process(Authority& a, CountingLedger& l, std::shared_ptr<const gw::RuleSet> r,
+            Strategy strategy, std::uint64_t incarnation, quota::Nanos latency)
         : local(tenants),
           split(local, a),
           backend(split, l, {.incarnation = incarnation}),
+          renewals(latency),
+          central(a, l, {.incarnation = incarnation, .renewals = &renewals}),
+          central_split(local, central),
           registry(std::move(r)) {
-      if (leased) {
-        leased_gateway = std::make_unique<gw::Gateway>(backend, registry);
+      if (strategy == Strategy::kLeases) {
+        grant_requests = [this] { return backend.grant_requests(); };
+        holdings = [this](quota::Nanos now) { return backend.holdings(now); };
       } else {
-        direct_gateway = std::make_unique<gw::Gateway>(split, registry);
+        grant_requests = [this] { return central.grant_requests(); };
+        holdings = [this](quota::Nanos now) { return central.holdings(now); };
       }
+      gw::Backend& decider = strategy == Strategy::kNoLeases ? static_cast<gw::Backend&>(split)
+                             : strategy == Strategy::kLeases ? static_cast<gw::Backend&>(backend)
+                                                             : central_split;
+      gateway = std::make_unique<gw::Gateway>(decider, registry);
     }
     absl::StatusOr<gw::Result> decide(const gw::Request& r, quota::Nanos now) {
-      return leased_gateway ? leased_gateway->decide(r, now) : direct_gateway->decide(r, now);
+      return gateway->decide(r, now);
     }
     Store tenants;
     gw::StoreBackend<Store> local;
     Split split;
     Leased backend;
+    SimulatedRenewals renewals;  // non-blocking's
+    Central central;
+    CentralSplit central_split;
     gw::RuleRegistry registry;
-    std::unique_ptr<gw::Gateway> leased_gateway;
-    std::unique_ptr<gw::Gateway> direct_gateway;
+    // The leased backend of the strategy: its grant requests and what it holds.
+    std::function<std::int64_t()> grant_requests;
+    std::function<std::vector<gw::Holding>(quota::Nanos)> holdings;
+    std::unique_ptr<gw::Gateway> gateway;
   };
   std::vector<std::unique_ptr<Process>> processes;
   for (int g = 0; g < c.gateways; ++g) {
-    processes.push_back(std::make_unique<Process>(authority, ledger, *rules, leased,
-                                                  static_cast<std::uint64_t>(g) + 1));
+    processes.push_back(std::make_unique<Process>(
+        authority, ledger, *rules, strategy, static_cast<std::uint64_t>(g) + 1, c.renewal_latency));
   }
   std::vector<std::int64_t> grants_seen(processes.size(), 0);
   std::vector<std::string> names;
   for (int i = 0; i < c.tenants; ++i) names.push_back(absl::StrCat("t", i));
   out.outcome.reserve(reqs.size());
+  // After a grant arrives anywhere: Σ held by every holder (it only grows then).
+  const auto sample_held = [&](quota::Nanos now) {
+    bool granted = false;
+    for (std::size_t g = 0; g < processes.size(); ++g) {
+      const std::int64_t asked = processes[g]->grant_requests();
+      granted = granted || asked != grants_seen[g];
+      grants_seen[g] = asked;
+    }
+    if (!granted) return;
+    std::int64_t held = 0;
+    for (auto& p : processes) {
+      for (const gw::Holding& h : p->holdings(now)) held += h.units;
+    }
+    out.max_held = std::max(out.max_held, held);
+    out.held_curve.emplace_back(static_cast<double>(now.count()) / 1e9, static_cast<double>(held));
+  };
   for (const GlobalRequest& r : reqs) {
+    const quota::Nanos now{r.time_ns};
+    if (strategy == Strategy::kNonBlocking) {
+      for (auto& p : processes) p->renewals.run_until(now);
+      sample_held(now);
+    }
     auto d = processes[r.gateway]->decide(
-        {.who = {.tenant = names[r.tenant], .plan = "free"}, .route = "read"},
-        quota::Nanos{r.time_ns});
+        {.who = {.tenant = names[r.tenant], .plan = "free"}, .route = "read"}, now);
     if (!d.ok()) {
       out.error = std::string(d.status().message());
       return out;
     }
-    if (leased) {
-      const std::int64_t asked = processes[r.gateway]->backend.grant_requests();
-      if (asked != grants_seen[r.gateway]) {
-        grants_seen[r.gateway] = asked;
-        std::int64_t held = 0;
-        for (auto& p : processes) {
-          for (const gw::Holding& h : p->backend.holdings(quota::Nanos{r.time_ns})) held += h.units;
-        }
-        out.max_held = std::max(out.max_held, held);
-        out.held_curve.emplace_back(static_cast<double>(r.time_ns) / 1e9,
-                                    static_cast<double>(held));
-      }
-    }
+    if (leased) sample_held(now);
     out.outcome.push_back(d->decision.allowed   ? Outcome::kAdmitted
                           : d->rule == "global" ? Outcome::kDeniedGlobal
                                                 : Outcome::kDeniedTenant);
@@ -284,7 +351,7 @@ inline GlobalLeaseRun run_global_lease(const GlobalLeaseConfig& c,
   out.authority_calls = authority.calls;
   out.grant_records = ledger.records;
   out.max_listed = ledger.max_outstanding;
-  for (auto& p : processes) out.grant_requests += p->backend.grant_requests();
+  for (auto& p : processes) out.grant_requests += p->grant_requests();
   return out;
 }
 

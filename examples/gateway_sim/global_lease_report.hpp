@@ -1,13 +1,15 @@
 // global_lease_report.hpp — runs the global-lease scenario (global_lease.hpp) with and
 // without leases, prints its table and verdict lines, and writes its SVG chart.
 //
-// Lines, one per strategy (no-leases, leases) and check:
+// Lines, one per strategy (no-leases, leases, non-blocking) and check:
 //   <strategy>  global budget within r*T + B [+ sum of outstanding grants (max S <= bound)]
 //               | OVER ...: worst excess X units; worst interval ...
 //   <strategy>  N authority round trips for D decisions (...)
 //   verdict: leases vs no-leases: authority round trips per decision x vs y (Kx fewer),
 //            false denials F vs G, admitted A vs B units, global envelope holds for both
 //            (leases within r*T + B + sum of outstanding grants) | BROKEN
+//   verdict: non-blocking vs leases (grant round trip L): false denials F vs G (+x % of
+//            decisions), admitted A vs B units
 // Exit status (run_global_lease_scenario): 0 when the envelope each strategy promises
 // holds (no-leases: r·T + B; leases: r·T + B + Σ outstanding grants, with Σ at most
 // H·(units + low_water)); 1 when not; 3 when a call failed or the chart could not be
@@ -59,8 +61,8 @@ inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::stri
   std::printf("  %s requests\n", with_commas(static_cast<std::int64_t>(reqs.size())).c_str());
 
   std::vector<std::pair<GlobalLeaseRun, GlobalLeaseAnalysis>> rows;
-  for (bool leased : {false, true}) {
-    GlobalLeaseRun run = run_global_lease(c, reqs, leased);
+  for (Strategy strategy : {Strategy::kNoLeases, Strategy::kLeases, Strategy::kNonBlocking}) {
+    GlobalLeaseRun run = run_global_lease(c, reqs, strategy);
     if (!run.error.empty()) {
       std::fprintf(stderr, "gateway_sim: %s: %s\n", run.name.c_str(), run.error.c_str());
       return 3;
@@ -74,12 +76,12 @@ inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::stri
     rows.emplace_back(std::move(run), *std::move(a));
   }
 
-  std::printf("\n%-10s %10s %10s %10s %12s %12s %12s %12s\n", "strategy", "admitted", "denied",
+  std::printf("\n%-12s %10s %10s %10s %12s %12s %12s %12s\n", "strategy", "admitted", "denied",
               "false", "authority", "round trips", "over", "most units");
-  std::printf("%-10s %10s %10s %10s %12s %12s %12s %12s\n", "", "units", "requests", "denials",
+  std::printf("%-12s %10s %10s %10s %12s %12s %12s %12s\n", "", "units", "requests", "denials",
               "round trips", "/ decision", "r*T+B", "held");
   for (const auto& [run, a] : rows) {
-    std::printf("%-10s %10s %10s %10s %12s %12.6f %12s %12s\n", run.name.c_str(),
+    std::printf("%-12s %10s %10s %10s %12s %12.6f %12s %12s\n", run.name.c_str(),
                 with_commas(a.admitted).c_str(),
                 with_commas(a.denied_global + a.denied_tenant).c_str(),
                 with_commas(a.false_denials).c_str(), with_commas(a.round_trips).c_str(),
@@ -139,6 +141,15 @@ inline int run_global_lease_scenario(const GlobalLeaseConfig& c, const std::stri
       with_commas(leases.false_denials).c_str(), with_commas(direct.false_denials).c_str(),
       with_commas(leases.admitted).c_str(), with_commas(direct.admitted).c_str(),
       both_hold ? "holds for both (leases within r*T + B + sum of outstanding grants)" : "BROKEN");
+  const GlobalLeaseAnalysis& non_blocking = rows[2].second;
+  std::printf(
+      "verdict: non-blocking vs leases (grant round trip %lld us of simulated time vs none): "
+      "false denials %s vs %s (+%.3f %% of decisions), admitted %s vs %s units\n",
+      static_cast<long long>(c.renewal_latency.count() / 1000),
+      with_commas(non_blocking.false_denials).c_str(), with_commas(leases.false_denials).c_str(),
+      100.0 * static_cast<double>(non_blocking.false_denials - leases.false_denials) /
+          static_cast<double>(std::max<std::int64_t>(1, non_blocking.decisions)),
+      with_commas(non_blocking.admitted).c_str(), with_commas(leases.admitted).c_str());
   std::printf(
       "\nfalse denials: denied by the global rule while the global contract, charged with every "
       "admission, had room for the request.\n");

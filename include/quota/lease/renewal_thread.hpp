@@ -32,13 +32,21 @@
 
 namespace quota::detail {
 
-class RenewalThread {
+// Where a non-blocking holder posts its grant requests: RenewalThread, or a simulation's
+// queue on simulated time (examples/gateway_sim).
+class Renewals {
  public:
   struct Task {
     std::function<void()> run;
-    std::function<void()> dropped;  // when stop() drops it unrun (may be empty)
+    std::function<void()> dropped;  // when it is dropped unrun (may be empty)
   };
+  virtual ~Renewals() = default;
+  // Queues `task` to run later, on another thread or time; false: not queued.
+  virtual bool post(Task task) = 0;
+};
 
+class RenewalThread final : public Renewals {
+ public:
   explicit RenewalThread(std::size_t max_queued = 100'000)
       : max_queued_(max_queued), thread_([this] { loop(); }) {}
   RenewalThread(const RenewalThread&) = delete;
@@ -46,7 +54,7 @@ class RenewalThread {
   ~RenewalThread() { stop(); }
 
   // Queues `task`; false when stopped or max_queued tasks wait (nothing queued).
-  bool post(Task task) {
+  bool post(Task task) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || queue_.size() >= max_queued_) return false;

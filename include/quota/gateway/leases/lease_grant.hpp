@@ -46,7 +46,7 @@ struct LeasedBackendOptions {
   LeaseMetrics* metrics = nullptr;  // optional; must outlive the backend
   // Non-blocking (renewal_thread.hpp): grant requests are posted to this thread, never
   // made by a deciding thread; optional, must be stopped before the backend is destroyed.
-  quota::detail::RenewalThread* renewals = nullptr;
+  quota::detail::Renewals* renewals = nullptr;
 };
 
 // What this process holds of one key (LeasedBackend::holdings).
