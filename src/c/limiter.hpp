@@ -37,6 +37,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -98,10 +99,41 @@ inline absl::StatusOr<std::vector<redis::Endpoint>> endpoints(std::string_view t
   return out;
 }
 
-// The clock of a request: its own time (QUOTA_REQUEST_NOW) or the monotonic clock.
-inline Nanos time_of(std::uint32_t flags, std::int64_t now_ns) {
-  return (flags & QUOTA_REQUEST_NOW) != 0 ? Nanos(now_ns) : SteadyClock{}.now();
+// A request's own time (QUOTA_REQUEST_NOW), in [0, kMaxNow] (the library's clock reads
+// from 0; the bound keeps every sum of a time and a period within 64 bits), else the
+// monotonic clock.
+inline constexpr std::int64_t kMaxNow = std::int64_t{1} << 62;
+inline absl::StatusOr<Nanos> time_of(std::uint32_t flags, std::int64_t now_ns) {
+  if ((flags & QUOTA_REQUEST_NOW) == 0) return SteadyClock{}.now();
+  if (now_ns < 0 || now_ns > kMaxNow) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("now_ns: %d, outside [0, 2^62] (quota_now_ns()'s clock)", now_ns));
+  }
+  return Nanos(now_ns);
 }
+
+// The RateLimit-Policy description of every rule name of one rule set; nullopt for a name
+// two rules with different policies share (found by planning the request instead).
+struct Policies {
+  std::uint64_t version = 0;
+  absl::flat_hash_map<std::string, std::optional<http::PolicyInfo>> by_name;
+
+  static std::shared_ptr<const Policies> of(const gateway::RuleSet& rules) {
+    auto out = std::make_shared<Policies>();
+    out->version = rules.version();
+    rules.for_each_rule([&](const gateway::Rule& r) {
+      auto info = http::describe(r.name, r.policy);
+      std::optional<http::PolicyInfo> described =
+          info.ok() ? std::optional(*std::move(info)) : std::nullopt;
+      auto [it, added] = out->by_name.try_emplace(r.name, described);
+      if (!added && (!it->second.has_value() || !described.has_value() ||
+                     http::policy_field(*it->second) != http::policy_field(*described))) {
+        it->second = std::nullopt;
+      }
+    });
+    return out;
+  }
+};
 
 class Limiter {
  public:
@@ -113,6 +145,7 @@ class Limiter {
     if (!rules.ok()) return rules.status();
     if (auto s = out->open_store(c); !s.ok()) return s;
     if (auto s = out->store_takes(**rules); !s.ok()) return s;
+    out->set_policies(Policies::of(**rules));
     out->registry_ = std::make_unique<gateway::RuleRegistry>(*std::move(rules));
     if (out->redis_ != nullptr) {
       out->ledger_ = std::make_unique<redis::RedisGrantLedger>(*out->redis_);
@@ -161,8 +194,9 @@ class Limiter {
         .route = *route,
         .cost = with_cost ? std::optional<std::int64_t>(r.cost) : std::nullopt,
         .attempt_id = *attempt};
-    const Nanos now = time_of(r.flags, r.now_ns);
-    const auto rules = registry_->current();
+    const auto at = time_of(r.flags, r.now_ns);
+    if (!at.ok()) return at.status();
+    const Nanos now = *at;
     std::uint64_t ticket = 0;
     gateway::Result result;
     if (with_estimate) {
@@ -177,7 +211,7 @@ class Limiter {
     }
     fill(result, ticket, out);
     if ((r.flags & QUOTA_REQUEST_HTTP) != 0) {
-      answer(*rules, req, with_estimate ? std::optional(r.estimate) : req.cost, result, out);
+      answer(req, with_estimate ? std::optional(r.estimate) : req.cost, result, out);
     }
     return absl::OkStatus();
   }
@@ -190,7 +224,9 @@ class Limiter {
     if (r.actual < 0) {
       return absl::InvalidArgumentError(absl::StrFormat("actual: %d, at least 0", r.actual));
     }
-    auto settled = gateway_->settle(r.ticket, r.actual, time_of(r.flags, r.now_ns));
+    const auto at = time_of(r.flags, r.now_ns);
+    if (!at.ok()) return at.status();
+    auto settled = gateway_->settle(r.ticket, r.actual, *at);
     if (settled.status().code() == absl::StatusCode::kDeadlineExceeded) {
       // The ticket expired (not the store): a precondition of the call.
       return absl::FailedPreconditionError(settled.status().message());
@@ -205,7 +241,9 @@ class Limiter {
     if (!next.ok()) return next.status();
     if (auto s = store_takes(**next); !s.ok()) return s;
     const std::uint64_t version = (*next)->version();
+    auto described = Policies::of(**next);
     if (auto s = registry_->publish(*std::move(next)); !s.ok()) return s;
+    set_policies(std::move(described));
     return version;
   }
 
@@ -261,6 +299,9 @@ class Limiter {
   }
 
   absl::Status open_store(const quota_config& c) {
+    if (c.store < QUOTA_STORE_IN_PROCESS || c.store > QUOTA_STORE_REDIS_SENTINEL) {
+      return absl::InvalidArgumentError(absl::StrFormat("store: unknown kind %d", c.store));
+    }
     const auto kind = static_cast<quota_store_kind>(c.store);
     if (c.max_keys < 0) return absl::InvalidArgumentError("max_keys: below 0");
     if ((c.opt_out & ~kOptOuts) != 0) {
@@ -409,17 +450,33 @@ class Limiter {
     out.ratelimit_len = out.ratelimit_policy_len = 0;
   }
 
-  // The HTTP answer (quota/http.hpp) with the deciding rule's RateLimit-Policy, found
-  // among the request's budgets in `rules` (the set in force when the call began; a
-  // decision by a newer set found by name in that one). Cannot fail: the decision is
-  // already taken. The values fit: a name of at most QUOTA_MAX_NAME_BYTES and two
-  // integers are far below QUOTA_HEADER_BYTES (a longer one would be left out).
-  static void answer(const gateway::RuleSet& rules, const gateway::Request& req,
-                     std::optional<std::int64_t> estimate, const gateway::Result& r,
-                     quota_decision& out) {
+  // The rule set's policy descriptions (set at open and at each reload).
+  std::shared_ptr<const Policies> policies() const {
+    std::lock_guard<std::mutex> lock(policies_mu_);
+    return policies_;
+  }
+  void set_policies(std::shared_ptr<const Policies> p) {
+    std::lock_guard<std::mutex> lock(policies_mu_);
+    policies_ = std::move(p);
+  }
+
+  // The HTTP answer (quota/http.hpp) with the deciding rule's RateLimit-Policy: from the
+  // descriptions of the set that decided, or — a name two rules share, a set replaced
+  // meanwhile — the deciding rule found among the request's budgets in the set in force.
+  // Cannot fail: the decision is already taken. The values fit: a name of at most
+  // QUOTA_MAX_NAME_BYTES and two integers are far below QUOTA_HEADER_BYTES (a longer one
+  // would be left out).
+  void answer(const gateway::Request& req, std::optional<std::int64_t> estimate,
+              const gateway::Result& r, quota_decision& out) const {
     std::optional<http::PolicyInfo> policy;
-    auto planned = rules.plan(req.who, req.route, {.estimate = estimate});
-    if (planned.ok()) {
+    const auto described = policies();
+    auto it = described->by_name.find(r.rule);
+    if (described->version == r.decision.version && it != described->by_name.end() &&
+        it->second.has_value()) {
+      policy = it->second;
+    } else if (auto planned =
+                   registry_->current()->plan(req.who, req.route, {.estimate = estimate});
+               planned.ok()) {
       for (const gateway::Check& c : *planned) {
         if (c.rule->name != r.rule) continue;
         auto info = http::describe(c.rule->name, c.rule->policy);
@@ -459,6 +516,8 @@ class Limiter {
   std::unique_ptr<Leased> leased_;
   std::unique_ptr<gateway::Gateway> gateway_;
   std::mutex reload_mu_;
+  mutable std::mutex policies_mu_;
+  std::shared_ptr<const Policies> policies_;
 };
 
 }  // namespace quota::c_api

@@ -104,6 +104,36 @@ static void test_decide_until_denied(void) {
   CHECK_CODE(quota_close(h, &err), QUOTA_OK);
 }
 
+static void test_shared_rule_name(void) {
+  /* Two rules of one name, different policies: each plan's answer describes its own. */
+  static const char* kShared =
+      "version: 1\n"
+      "routes:\n"
+      "  - name: read\n"
+      "rules:\n"
+      "  - name: read-budget\n"
+      "    level: tenant\n"
+      "    plan: free\n"
+      "    route: read\n"
+      "    token_bucket: {rate: 1/100s, burst: 3}\n"
+      "  - name: read-budget\n"
+      "    level: tenant\n"
+      "    plan: pro\n"
+      "    route: read\n"
+      "    token_bucket: {rate: 1/100s, burst: 7}\n";
+  quota_error err = new_error();
+  quota_handle h = open_rules(kShared);
+  quota_request r = new_request("acme", "free", "read", 0);
+  quota_decision d = new_decision();
+  r.flags |= QUOTA_REQUEST_HTTP;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
+  CHECK(strcmp(d.ratelimit_policy, "\"read-budget\";q=3;w=300") == 0);
+  r.plan = quota_s("pro");
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
+  CHECK(strcmp(d.ratelimit_policy, "\"read-budget\";q=7;w=700") == 0);
+  CHECK_CODE(quota_close(h, &err), QUOTA_OK);
+}
+
 static void test_bad_requests(void) {
   quota_error err = new_error();
   quota_handle h = open_rules(kRules);
@@ -160,6 +190,13 @@ static void test_bad_requests(void) {
   CHECK(strstr(err.message, "flags: unknown bits 0x200") != NULL);
   r.flags = QUOTA_REQUEST_NOW | QUOTA_REQUEST_COST | QUOTA_REQUEST_ESTIMATE;
   r.cost = r.estimate = 2;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
+
+  /* A time outside [0, 2^62]. */
+  r = new_request("acme", "free", "read", -1);
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "now_ns: -1") != NULL);
+  r.now_ns = INT64_MAX;
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_INVALID_ARGUMENT);
 
   /* Nothing above was deducted: the whole burst is still there. */
@@ -480,6 +517,7 @@ static void test_threads(void) {
 int main(void) {
   test_version_and_names();
   test_decide_until_denied();
+  test_shared_rule_name();
   test_bad_requests();
   test_estimate_and_settle();
   test_attempt_replayed();
