@@ -75,8 +75,9 @@ case "$what" in
     cmake -S . -B build/fuzz -DQUOTA_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DQUOTA_BUILD_TESTS=OFF \
           -DQUOTA_BUILD_BENCHMARKS=OFF -DQUOTA_BUILD_EXAMPLES=OFF -DQUOTA_INSTALL=OFF >/dev/null
     cmake --build build/fuzz -j2
-    for t in policy lease; do
+    for t in policy lease c_api; do
       bin=build/fuzz/fuzz/${t}_fuzz
+      [ -x "$bin" ] || { echo "== $bin was not built (c_api needs the C interface's packages)"; continue; }
       mkdir -p "build/fuzz/corpus/$t"
       echo "== $bin, ${QUOTA_FUZZ_SECONDS:-60} s"
       "$bin" -max_total_time="${QUOTA_FUZZ_SECONDS:-60}" -print_final_stats=1 \

@@ -1,6 +1,7 @@
 // fuzz/corpus_test.cpp — runs every file of a fuzz corpus directory through the same
 // check function as the libFuzzer target, without libFuzzer: the corpus as a regular
-// test in every build (tests/CMakeLists.txt registers one per target).
+// test in every build (tests/CMakeLists.txt registers one per target). The c_api target
+// is there when the driver is built with QUOTA_FUZZ_C_API (linked with quota::c_static).
 //
 //   fuzz_corpus_test policy fuzz/corpus/policy
 //
@@ -16,14 +17,22 @@
 
 #include "check/lease_check.hpp"
 #include "check/policy_check.hpp"
+#ifdef QUOTA_FUZZ_C_API
+#include "check/c_api_check.hpp"
+#endif
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s policy|lease <corpus dir>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s policy|lease|c_api <corpus dir>\n", argv[0]);
     return 2;
   }
   const std::string target = argv[1];
-  if (target != "policy" && target != "lease") {
+#ifdef QUOTA_FUZZ_C_API
+  const bool c_api = target == "c_api";
+#else
+  const bool c_api = false;
+#endif
+  if (target != "policy" && target != "lease" && !c_api) {
     std::fprintf(stderr, "unknown target %s\n", argv[1]);
     return 2;
   }
@@ -44,8 +53,12 @@ int main(int argc, char** argv) {
     const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
     if (target == "policy") {
       quota::fuzz::check_policy_input(data, bytes.size());
-    } else {
+    } else if (target == "lease") {
       quota::fuzz::check_lease_input(data, bytes.size());
+    } else {
+#ifdef QUOTA_FUZZ_C_API
+      quota::fuzz::check_c_api_input(data, bytes.size());
+#endif
     }
   }
   std::printf("%zu inputs passed\n", files.size());
