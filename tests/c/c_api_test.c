@@ -15,27 +15,21 @@
 
 #include "check.h"
 
-static const char* kRules =
-    "version: 1\n"
-    "routes:\n"
-    "  - name: read\n"
-    "  - name: chat\n"
-    "rules:\n"
-    "  - name: free-read\n"
-    "    level: tenant\n"
-    "    plan: free\n"
-    "    route: read\n"
-    "    token_bucket: {rate: 1/100s, burst: 3}\n"
-    "  - name: free-chat\n"
-    "    level: tenant\n"
-    "    plan: free\n"
-    "    route: chat\n"
-    "    token_bucket: {rate: 1/100s, burst: 100}\n"
-    "  - name: pro-read\n"
-    "    level: tenant\n"
-    "    plan: pro\n"
-    "    route: read\n"
-    "    token_bucket: {rate: 1/100s, burst: 4000}\n";
+/* tests/c/rules.yaml (QUOTA_C_TEST_RULES), read by main(). */
+static char kRules[4096];
+
+static void read_rules(void) {
+  const char* path = getenv("QUOTA_C_TEST_RULES");
+  FILE* f = NULL;
+  size_t n = 0;
+  CHECK(path != NULL);
+  f = fopen(path, "r");
+  CHECK(f != NULL);
+  n = fread(kRules, 1, sizeof kRules - 1, f);
+  CHECK(n > 0 && n < sizeof kRules - 1 && !ferror(f));
+  kRules[n] = '\0';
+  fclose(f);
+}
 
 static quota_handle open_rules(const char* text) {
   quota_error err = new_error();
@@ -288,7 +282,7 @@ static void test_reload(void) {
   /* Version 2: free-read's burst becomes 5 (no burst is handed out: it starts where v1 was). */
   CHECK(strlen(kRules) < sizeof next);
   strcpy(next, kRules);
-  next[strlen("version: ")] = '2';
+  strstr(next, "version: 1")[strlen("version: ")] = '2';
   memcpy(strstr(next, "burst: 3}"), "burst: 5}", strlen("burst: 5}"));
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.remaining == 2 && d.rule_version == 1);
@@ -515,6 +509,7 @@ static void test_threads(void) {
 }
 
 int main(void) {
+  read_rules();
   test_version_and_names();
   test_decide_until_denied();
   test_shared_rule_name();

@@ -12,27 +12,19 @@ import (
 	"quota.example/quota"
 )
 
-const rules = `version: 1
-routes:
-  - name: read
-  - name: chat
-rules:
-  - name: free-read
-    level: tenant
-    plan: free
-    route: read
-    token_bucket: {rate: 1/100s, burst: 3}
-  - name: free-chat
-    level: tenant
-    plan: free
-    route: chat
-    token_bucket: {rate: 1/100s, burst: 100}
-  - name: pro-read
-    level: tenant
-    plan: pro
-    route: read
-    token_bucket: {rate: 1/100s, burst: 4000}
-`
+// rules are tests/c/rules.yaml ($QUOTA_C_TEST_RULES): the rules of every test of the C
+// interface.
+var rules = func() string {
+	path := os.Getenv("QUOTA_C_TEST_RULES")
+	if path == "" {
+		path = "../../../tests/c/rules.yaml"
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return string(text)
+}()
 
 // open opens the rules above in process, budgets full at time 0 (exact counts).
 func open(t *testing.T) *quota.Limiter {

@@ -14,27 +14,10 @@ import unittest
 
 import quota
 
-RULES = """version: 1
-routes:
-  - name: read
-  - name: chat
-rules:
-  - name: free-read
-    level: tenant
-    plan: free
-    route: read
-    token_bucket: {rate: 1/100s, burst: 3}
-  - name: free-chat
-    level: tenant
-    plan: free
-    route: chat
-    token_bucket: {rate: 1/100s, burst: 100}
-  - name: pro-read
-    level: tenant
-    plan: pro
-    route: read
-    token_bucket: {rate: 1/100s, burst: 4000}
-"""
+# tests/c/rules.yaml: the rules of every test of the C interface.
+RULES = pathlib.Path(os.environ.get(
+    "QUOTA_C_TEST_RULES",
+    pathlib.Path(__file__).resolve().parents[3] / "tests/c/rules.yaml")).read_text()
 BAD_RULES = ("version: 3\nroutes:\n  - name: read\nrules:\n  - name: x\n    level: tenant\n"
              "    plan: free\n    route: read\n    token_bucket: {rate: 1/s, burst: -4}\n")
 SECOND = 100 * 10**9  # one unit per 100 s, in ns
