@@ -1,0 +1,221 @@
+// quota-replay — a request trace through a rule file in virtual time, in process: every
+// decision, each rule's envelope checked on what it admitted, and two rule sets compared.
+//
+//   quota_replay --rules rules.yaml [--expect RULE=ENVELOPE,...] [--decisions FILE] TRACE
+//   quota_replay --rules new.yaml --compare old.yaml TRACE
+//
+// TRACE (or `-` for stdin) is CSV, `time_ns,tenant,plan,user,route[,cost]`
+// (quota/testing/trace.hpp). The rules are quota's YAML (quota/rules/rule_file.hpp). Each
+// request is decided at its own time by one Gateway on an in-process store, budgets full
+// at time 0 (quota/testing/replay.hpp); --decisions writes them as CSV
+// (`line,time_ns,tenant,route,allowed,reason,rule,remaining`). Then one line per rule:
+// admitted requests and units, keys, denied requests, and the envelope its keys were held
+// to — the rule's own (a token bucket's r·T + B; N per window of a sliding log; 2N for the
+// fixed and estimated windows), or the one --expect asserts for it
+// (`free-read=token-bucket:10/1s:5`, `free-read=window:100:1min`) — with the worst key's
+// interval, as line numbers of the trace, when it breaks it.
+//
+// --compare OTHER decides the trace under OTHER too, each rule set on budgets of its own,
+// and prints, per tenant and rule, the requests one set denies that the other admits:
+// "newly denied" by --rules (attributed to its deciding rule) and "newly admitted" (to
+// OTHER's deciding rule) — what a rule change would have done to this traffic.
+//
+// Exit status: 0 every envelope holds; 1 one does not; 2 bad usage, a bad rule file or a
+// malformed trace line (its number on stderr).
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/cli.hpp"
+#include "quota/gateway/gateway.hpp"
+#include "quota/rules/rule_file.hpp"
+#include "quota/rules/scalars.hpp"
+#include "quota/store/local_store.hpp"
+#include "quota/testing/replay.hpp"
+#include "quota/testing/trace.hpp"
+
+ABSL_FLAG(std::string, rules, "", "the rule file the trace is decided with");
+ABSL_FLAG(std::string, compare, "", "another rule file: what it decides differently");
+ABSL_FLAG(std::string, decisions, "", "write every decision as CSV to this file ('-': stdout)");
+ABSL_FLAG(std::vector<std::string>, expect, {},
+          "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated");
+
+namespace {
+
+constexpr int kBroken = 1;
+constexpr int kBadInput = 2;
+
+constexpr const char* kUsage =
+    "usage: quota_replay --rules FILE [--compare FILE] [--expect RULE=ENVELOPE,...]\n"
+    "                    [--decisions FILE] TRACE\n"
+    "  TRACE            CSV time_ns,tenant,plan,user,route[,cost]; - for stdin\n"
+    "  --rules FILE     the rule file (quota's YAML) the trace is decided with\n"
+    "  --compare FILE   also decide it with FILE: the requests each set denies alone\n"
+    "  --expect LIST    hold a rule's keys to another envelope than its own:\n"
+    "                   free-read=token-bucket:10/1s:5 or free-read=window:100:1min\n"
+    "  --decisions FILE every decision as CSV (- for stdout)\n"
+    "exit: 0 every envelope holds, 1 one does not, 2 bad usage or input\n";
+
+[[noreturn]] void die(int code, const std::string& what) {
+  std::fprintf(stderr, "quota_replay: %s\n", what.c_str());
+  std::exit(code);
+}
+
+// RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW; nullopt when it is not.
+std::optional<std::pair<std::string, quota::testing::Envelope>> parse_expect(
+    std::string_view text) {
+  const std::vector<std::string> eq =
+      absl::StrSplit(absl::string_view(text.data(), text.size()), absl::MaxSplits('=', 1));
+  if (eq.size() != 2 || eq[0].empty()) return std::nullopt;
+  const std::vector<std::string> f = absl::StrSplit(eq[1], ':');
+  if (f.size() != 3) return std::nullopt;
+  if (f[0] == "token-bucket") {
+    auto rate = quota::rules::parse_rate(f[1]);
+    std::int64_t burst = 0;
+    if (!rate.ok() || !absl::SimpleAtoi(f[2], &burst) ||
+        !quota::verify::TokenBucketVerifier::check_params(*rate, burst, 0).ok()) {
+      return std::nullopt;
+    }
+    return std::pair{eq[0], quota::testing::Envelope{
+                                quota::testing::Envelope::Bucket{.rate = *rate, .burst = burst}}};
+  }
+  if (f[0] == "window") {
+    std::int64_t limit = 0;
+    auto window = quota::rules::parse_duration(f[2]);
+    if (!absl::SimpleAtoi(f[1], &limit) || !window.ok() ||
+        !quota::verify::WindowVerifier::check_params(limit, *window).ok()) {
+      return std::nullopt;
+    }
+    return std::pair{eq[0], quota::testing::Envelope{quota::testing::Envelope::Window{
+                                .limit = limit, .window = *window}}};
+  }
+  return std::nullopt;
+}
+
+// One rule set deciding on its own in-process store.
+struct Decider {
+  explicit Decider(std::shared_ptr<const quota::gateway::RuleSet> set)
+      : rules(set), registry(set), gateway(store, registry), book(set) {}
+  std::shared_ptr<const quota::gateway::RuleSet> rules;
+  quota::LocalStore<quota::gateway::KeyPolicy> store;
+  quota::gateway::RuleRegistry registry;
+  quota::gateway::Gateway gateway;
+  quota::testing::EnvelopeBook book;
+};
+
+std::unique_ptr<Decider> load(const std::string& path) {
+  auto set = quota::rules::load_rule_file(path);
+  if (!set.ok()) die(kBadInput, std::string(set.status().message()));
+  return std::make_unique<Decider>(*std::move(set));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto args = quota::cli::parse(
+      {.name = "quota_replay",
+       .usage = kUsage,
+       .checks = {quota::cli::custom(
+           "expect", "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated",
+           [](std::string_view v) {
+             for (absl::string_view e :
+                  absl::StrSplit(absl::string_view(v.data(), v.size()), ',')) {
+               if (!parse_expect(std::string_view(e.data(), e.size()))) return false;
+             }
+             return true;
+           })},
+       .positional = true},
+      argc, argv);
+  if (args.positional.size() != 2) die(kBadInput, "expected one TRACE (see --help)");
+  if (absl::GetFlag(FLAGS_rules).empty()) die(kBadInput, "missing --rules");
+  const std::string trace_name = args.positional[1];
+  auto main_rules = load(absl::GetFlag(FLAGS_rules));
+  std::unique_ptr<Decider> other;
+  if (!absl::GetFlag(FLAGS_compare).empty()) other = load(absl::GetFlag(FLAGS_compare));
+  for (const std::string& e : absl::GetFlag(FLAGS_expect)) {
+    auto [rule, envelope] = *parse_expect(e);  // checked by cli::parse
+    main_rules->book.expect(rule, envelope);
+  }
+  std::FILE* in = trace_name == "-" ? stdin : std::fopen(trace_name.c_str(), "rb");
+  if (in == nullptr) die(kBadInput, absl::StrFormat("cannot read %s", trace_name));
+  std::FILE* out = nullptr;
+  const std::string decisions = absl::GetFlag(FLAGS_decisions);
+  if (!decisions.empty()) {
+    out = decisions == "-" ? stdout : std::fopen(decisions.c_str(), "w");
+    if (out == nullptr) die(kBadInput, absl::StrFormat("cannot write %s", decisions));
+    std::fputs("line,time_ns,tenant,route,allowed,reason,rule,remaining\n", out);
+  }
+
+  quota::testing::TraceReader reader(in, trace_name);
+  std::int64_t requests = 0, admitted = 0, errors = 0;
+  // --compare: (tenant, rule) -> {denied by --rules alone, admitted by --rules alone}.
+  std::map<std::pair<std::string, std::string>, std::pair<std::int64_t, std::int64_t>> diff;
+  for (;;) {
+    auto next = reader.next();
+    if (!next.ok()) die(kBadInput, std::string(next.status().message()));
+    if (!next->has_value()) break;
+    const quota::testing::TraceRequest& r = **next;
+    const auto line = static_cast<std::uint64_t>(reader.line());
+    ++requests;
+    auto d = main_rules->gateway.decide(quota::testing::to_request(r), r.time);
+    if (!d.ok()) {
+      die(kBadInput, absl::StrFormat("%s:%d: %s", trace_name, line, d.status().message()));
+    }
+    if (auto s = main_rules->book.record(r, d, line); !s.ok()) {
+      die(kBadInput, absl::StrFormat("%s:%d: %s", trace_name, line, s.message()));
+    }
+    admitted += d->decision.allowed;
+    if (out != nullptr) {
+      std::fprintf(out, "%llu,%lld,%s,%s,%d,%s,%s,%lld\n", static_cast<unsigned long long>(line),
+                   static_cast<long long>(r.time.count()), r.tenant.c_str(), r.route.c_str(),
+                   d->decision.allowed ? 1 : 0, std::string(to_string(d->decision.reason)).c_str(),
+                   d->rule.c_str(), static_cast<long long>(d->decision.remaining));
+    }
+    if (other != nullptr) {
+      auto o = other->gateway.decide(quota::testing::to_request(r), r.time);
+      if (!o.ok()) {
+        ++errors;  // a route or cost the other set does not know: counted, not compared
+        continue;
+      }
+      if (d->decision.allowed && !o->decision.allowed) ++diff[{r.tenant, o->rule}].second;
+      if (!d->decision.allowed && o->decision.allowed) ++diff[{r.tenant, d->rule}].first;
+    }
+  }
+  if (out != nullptr && out != stdout) std::fclose(out);
+  if (in != stdin) std::fclose(in);
+
+  bool holds = true;
+  for (const auto& v : main_rules->book.verdicts()) {
+    std::printf("%s\n", v.text.c_str());
+    holds = holds && v.holds;
+  }
+  std::printf("summary: %lld requests, %lld admitted, %lld denied; envelopes %s\n",
+              static_cast<long long>(requests), static_cast<long long>(admitted),
+              static_cast<long long>(requests - admitted), holds ? "hold" : "BROKEN");
+  if (other != nullptr) {
+    std::int64_t denied_alone = 0, admitted_alone = 0;
+    for (const auto& [key, counts] : diff) {
+      std::printf("compare: tenant %s rule %s: %lld newly denied, %lld newly admitted\n",
+                  key.first.c_str(), key.second.c_str(), static_cast<long long>(counts.first),
+                  static_cast<long long>(counts.second));
+      denied_alone += counts.first;
+      admitted_alone += counts.second;
+    }
+    std::printf(
+        "compare: %s denies %lld requests %s admits and admits %lld it denies (%lld requests "
+        "it could not decide)\n",
+        absl::GetFlag(FLAGS_rules).c_str(), static_cast<long long>(denied_alone),
+        absl::GetFlag(FLAGS_compare).c_str(), static_cast<long long>(admitted_alone),
+        static_cast<long long>(errors));
+  }
+  return holds ? 0 : kBroken;
+}

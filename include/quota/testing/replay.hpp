@@ -1,0 +1,201 @@
+// quota/testing/replay.hpp — a trace replayed through a Gateway in virtual time, and the
+// envelope of every rule checked on what it admitted.
+//
+// replay() decides each TraceRequest at its own time (a virtual clock: a day of traffic
+// replays in seconds) and hands the decision to a callback. EnvelopeBook watches the
+// admissions: for each admitted request it asks the rule set which budgets the request
+// paid (RuleSet::plan, as the Gateway does) and feeds each budget's key a streaming
+// verifier (quota/verify/envelope.hpp) of its rule's envelope — a token bucket's
+// A(T) <= r·T + B; a sliding log's N per window; a fixed window's and a two-window
+// estimate's 2N per window (their true bound across a boundary) — or of the envelope the
+// caller asserts for a rule instead (`expect`), e.g. a tighter one than the rule file's,
+// which is how a test says "this rule must keep the budget to X". Memory grows with the
+// keys, not with the trace (a window verifier keeps one window's events per key).
+//
+// Thread safety: one replay per Gateway and EnvelopeBook at a time.
+//
+//   quota::testing::EnvelopeBook book(rules);
+//   quota::testing::replay(gateway, trace, [&](const auto& req, const auto& result) {
+//     book.record(req, result);
+//   });
+//   for (const auto& v : book.verdicts()) std::puts(v.text.c_str());  // "... holds" / "..."
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "quota/gateway/gateway.hpp"
+#include "quota/testing/trace.hpp"
+#include "quota/verify/envelope.hpp"
+
+namespace quota::testing {
+
+// The request a trace line asks the Gateway (its strings stay owned by `r`).
+inline gateway::Request to_request(const TraceRequest& r) {
+  return {.who = {.tenant = r.tenant, .plan = r.plan, .user = r.user},
+          .route = r.route,
+          .cost = r.cost > 0 ? std::optional<std::int64_t>(r.cost) : std::nullopt};
+}
+
+// Decides every request of `trace` at its time; `on` sees each decision (or the error a
+// bad request gets: an unknown route, a cost out of range). Stops at nothing.
+template <class OnDecision>
+void replay(gateway::Gateway& g, std::span<const TraceRequest> trace, OnDecision&& on) {
+  for (const TraceRequest& r : trace) on(r, g.decide(to_request(r), r.time));
+}
+
+// An envelope to hold a rule's keys to: a token bucket's r·T + B, or N per window of W.
+struct Envelope {
+  struct Bucket {
+    Rate rate;
+    std::int64_t burst = 0;
+  };
+  struct Window {
+    std::int64_t limit = 0;
+    Nanos window{0};
+  };
+  std::variant<Bucket, Window> bound;
+
+  // The envelope a policy keeps every key within (see the top of this file).
+  static Envelope of(const gateway::RulePolicy& p) {
+    return std::visit(
+        [](const auto& x) -> Envelope {
+          using P = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<P, TokenBucket>) {
+            return {Bucket{.rate = x.rate, .burst = x.burst}};
+          } else if constexpr (std::is_same_v<P, SlidingLog>) {
+            return {Window{.limit = x.limit, .window = x.window}};
+          } else {
+            return {Window{.limit = 2 * x.limit, .window = x.window}};
+          }
+        },
+        p);
+  }
+  std::string text() const {
+    if (const auto* b = std::get_if<Bucket>(&bound)) {
+      return absl::StrFormat("token-bucket %d/%dns burst %d", b->rate.units, b->rate.per.count(),
+                             b->burst);
+    }
+    const auto& w = std::get<Window>(bound);
+    return absl::StrFormat("window %d per %dns", w.limit, w.window.count());
+  }
+};
+
+// One rule's verdict over every key it decided.
+struct RuleVerdict {
+  std::string rule;
+  std::string envelope;  // Envelope::text()
+  std::int64_t keys = 0, admitted = 0, admitted_units = 0, denied = 0;
+  bool holds = true;
+  // The worst key when it does not hold: its key and the verifier's report, whose witness
+  // tags are the trace's request numbers (1-based), or line numbers when given.
+  std::string worst{};
+  std::string text{};  // one line: rule, counts, envelope, verdict
+};
+
+class EnvelopeBook {
+ public:
+  // Watches admissions decided under `rules` (the set the Gateway decides with).
+  explicit EnvelopeBook(std::shared_ptr<const gateway::RuleSet> rules) : rules_(std::move(rules)) {}
+
+  // Holds the keys of the rule named `rule` to `e` instead of its own envelope.
+  void expect(const std::string& rule, Envelope e) {
+    expected_.insert_or_assign(rule, std::move(e));
+  }
+
+  // One decision of `r`; `tag` labels it in a witness (a line number; 0: its count).
+  absl::Status record(const TraceRequest& r, const absl::StatusOr<gateway::Result>& d,
+                      std::uint64_t tag = 0) {
+    ++requests_;
+    if (tag == 0) tag = requests_;
+    if (!d.ok()) return absl::OkStatus();
+    if (!d->decision.allowed) {
+      rule_stats(d->rule).denied += 1;
+      return absl::OkStatus();
+    }
+    auto planned = rules_->plan(to_request(r).who, r.route,
+                                {.estimate = r.cost > 0 ? std::optional(r.cost) : std::nullopt});
+    if (!planned.ok()) return planned.status();
+    for (const gateway::Check& c : *planned) {
+      if (c.shadow) continue;  // a shadow budget admits what it would deny
+      Stats& s = rule_stats(c.rule->name);
+      s.admitted += 1;
+      s.admitted_units += c.cost;
+      auto it = s.keys.find(quota::detail::to_absl(c.key.view()));
+      if (it == s.keys.end())
+        it = s.keys.emplace(std::string(c.key.view()), verifier_for(*c.rule)).first;
+      const verify::AdmittedEvent e{.time_ns = r.time.count(), .cost = c.cost};
+      auto status = std::visit([&](auto& v) { return v.add(e, tag); }, it->second);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
+  // Every rule seen, by name.
+  std::vector<RuleVerdict> verdicts() const {
+    std::vector<RuleVerdict> out;
+    for (const auto& [name, s] : stats_) {
+      RuleVerdict v{.rule = name,
+                    .envelope = s.envelope,
+                    .keys = static_cast<std::int64_t>(s.keys.size()),
+                    .admitted = s.admitted,
+                    .admitted_units = s.admitted_units,
+                    .denied = s.denied};
+      for (const auto& [key, verifier] : s.keys) {
+        std::visit(
+            [&](const auto& x) {
+              const auto report = x.report();
+              if (report.holds() || !v.holds) return;
+              v.holds = false;
+              v.worst = absl::StrFormat("key %s: %s; lines %d..%d", key, verify::to_string(report),
+                                        report.witness.first_tag, report.witness.last_tag);
+            },
+            verifier);
+      }
+      v.text = absl::StrFormat("rule %s: %d admitted (%d units) over %d keys, %d denied; %s: %s%s",
+                               name, v.admitted, v.admitted_units, v.keys, v.denied, v.envelope,
+                               v.holds ? "holds" : "VIOLATED", v.holds ? "" : "; " + v.worst);
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+ private:
+  using Verifier = std::variant<verify::TokenBucketVerifier, verify::WindowVerifier>;
+  struct Stats {
+    std::string envelope;
+    std::int64_t admitted = 0, admitted_units = 0, denied = 0;
+    absl::flat_hash_map<std::string, Verifier> keys;
+  };
+
+  Stats& rule_stats(const std::string& name) { return stats_[name]; }
+
+  Verifier verifier_for(const gateway::Rule& rule) {
+    auto it = expected_.find(rule.name);
+    const Envelope e = it != expected_.end() ? it->second : Envelope::of(rule.policy);
+    stats_[rule.name].envelope = e.text();
+    if (const auto* b = std::get_if<Envelope::Bucket>(&e.bound)) {
+      return verify::TokenBucketVerifier(b->rate, b->burst);
+    }
+    const auto& w = std::get<Envelope::Window>(e.bound);
+    return verify::WindowVerifier(w.limit, w.window);
+  }
+
+  std::shared_ptr<const gateway::RuleSet> rules_;
+  std::map<std::string, Envelope> expected_;
+  std::map<std::string, Stats> stats_;  // by rule name: verdicts in a stable order
+  std::int64_t requests_ = 0;
+};
+
+}  // namespace quota::testing
