@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake make g++ pkg-config libabsl-dev catch2 libbenchmark-dev libhiredis-dev
           redis-server redis-sentinel redis-tools libcpp-httplib-dev libyaml-cpp-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc nginx dpkg-dev
-          lua5.1 libnginx-mod-http-lua python3 golang-go)
+          lua5.1 libnginx-mod-http-lua python3 golang-go libgtest-dev)
 
 install_missing() {
   local missing=()

@@ -1,50 +1,32 @@
 // Tests for quota/testing/trace.hpp and quota/testing/replay.hpp: trace lines read and
 // refused with their line, a trace replayed through a Gateway in virtual time, and the
 // envelope book's verdicts — a rule's own envelope holds, a tighter one asserted for it
-// breaks on the interval the admissions exceed it.
+// breaks on the interval the admissions exceed it; the Catch2 matcher says both.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "quota/store/local_store.hpp"
+#include "quota/testing/catch2.hpp"
 #include "quota/testing/replay.hpp"
 #include "quota/testing/trace.hpp"
+#include "support/replay_rules.hpp"
 
 using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::testing::EnvelopeBook;
 using quota::testing::TraceRequest;
 
+using quota::testing::burst_rules;
+
 namespace {
 
-std::shared_ptr<const quota::gateway::RuleSet> burst_rules(std::int64_t burst) {
-  quota::gateway::RuleSetSpec s;
-  s.version = 1;
-  s.routes = {{.name = "read"}};
-  s.rules.push_back({.level = quota::gateway::Level::kTenant,
-                     .plan = "free",
-                     .route = "read",
-                     .name = "free-read",
-                     .policy = quota::TokenBucket{.rate = {10, 1s}, .burst = burst}});
-  auto set = quota::gateway::RuleSet::create(s);
-  REQUIRE(set.ok());
-  return *set;
-}
-
-// Replays `trace` under `rules` into `book`; the number admitted.
 int run(std::shared_ptr<const quota::gateway::RuleSet> rules, EnvelopeBook& book,
         const std::vector<TraceRequest>& trace) {
-  quota::LocalStore<quota::gateway::KeyPolicy> store;
-  quota::gateway::RuleRegistry registry(rules);
-  quota::gateway::Gateway g(store, registry);
-  int admitted = 0;
-  quota::testing::replay(g, trace, [&](const TraceRequest& r, const auto& d) {
-    REQUIRE(d.ok());
-    REQUIRE(book.record(r, d).ok());
-    admitted += d->decision.allowed ? 1 : 0;
-  });
+  REQUIRE(rules != nullptr);
+  const int admitted = quota::testing::replay_into(rules, book, trace);
+  REQUIRE(admitted >= 0);
   return admitted;
 }
 
@@ -103,4 +85,19 @@ TEST_CASE("a rule's own envelope holds over a replay; a tighter one asserted bre
   CHECK(v[0].worst.find("key {acme}read") == 0);
   CHECK(v[0].worst.find("lines 1..20") != std::string::npos);
   CHECK(v[0].text.find("VIOLATED") != std::string::npos);
+}
+
+TEST_CASE("the Catch2 matcher passes a book that holds and fails one that does not") {
+  const auto trace =
+      quota::testing::every({.tenant = "acme", .plan = "free", .route = "read"}, 30, 1ms);
+  EnvelopeBook tight(burst_rules(5));
+  run(burst_rules(5), tight, trace);
+  CHECK_THAT(tight, quota::testing::EnvelopesHold());
+  // A rule loosened to burst 20, held to the contract of burst 5.
+  EnvelopeBook loosened(burst_rules(20));
+  loosened.expect("free-read", {quota::testing::Envelope::Bucket{.rate = {10, 1s}, .burst = 5}});
+  run(burst_rules(20), loosened, trace);
+  CHECK_FALSE(quota::testing::EnvelopesHold().match(loosened));
+  CHECK(Catch::StringMaker<EnvelopeBook>::convert(loosened).find("lines 1..20") !=
+        std::string::npos);
 }
