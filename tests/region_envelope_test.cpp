@@ -18,8 +18,8 @@
 #include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/region/regional_backend.hpp"
 #include "quota/store/sharded_store.hpp"
+#include "quota/testing/fault_backend.hpp"
 #include "quota/verify/envelope.hpp"
-#include "support/cut_backend.hpp"
 #include "support/gateway_rules.hpp"
 
 using namespace std::chrono_literals;
@@ -30,14 +30,14 @@ using quota::TokenBucket;
 using quota::gateway::KeyPolicy;
 using quota::gateway::StoreBackend;
 using quota::testing::build;
-using quota::testing::CutBackend;
+using quota::testing::FaultBackend;
 using quota::verify::AdmittedEvent;
 
 namespace {
 
 using Store = quota::ShardedStore<KeyPolicy>;
 using Central = StoreBackend<Store>;
-using Cut = CutBackend<Central>;
+using Cut = FaultBackend<Central>;
 using Backend = quota::region::RegionalBackend<StoreBackend<Store>, Cut>;
 
 // One region: its own authority (store) for its tenants, its own path to the central
@@ -102,9 +102,9 @@ Run run(quota::gateway::RuleSetSpec spec, quota::gateway::LeaseSpec lease, std::
       cut_from = t;
       cut_until = t + 1000ms;
       out.held_at_cut = regions[2]->held(t);
-      regions[2]->path.set_cut(true);
+      regions[2]->path.fail(absl::UnavailableError("cut off from the central authority"));
     }
-    if (t == cut_until) regions[2]->path.set_cut(false);
+    if (t == cut_until) regions[2]->path.heal();
     const bool cut = t >= cut_from && t < cut_until;
     for (int i = 0; i < 3; ++i) {
       const int n = static_cast<int>(rng() % 4);
@@ -235,7 +235,7 @@ TEST_CASE("the regional overshoot is the regional grants outstanding, and no mor
   std::int64_t outstanding = 0;
   for (const auto& g : ledger.outstanding(later)) outstanding += g.units;
   CHECK(outstanding == 3 * 20);
-  regions[2]->path.set_cut(true);
+  regions[2]->path.fail(absl::UnavailableError("cut off from the central authority"));
   CHECK(regions[2]->held(later) == 19);
   for (auto& r : regions) {
     for (int i = 0; i < 1000 && request(*r, later).allowed; ++i) {

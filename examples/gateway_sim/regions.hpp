@@ -5,7 +5,7 @@
 // request to one of them in turn) that serve its tenants from the region's own in-process
 // authority (a ShardedStore: their tenant budgets) and reach the central authority
 // (another store: the global budget) through the region's path, which the scenario cuts
-// (tests/support/cut_backend.hpp: every call fails as unavailable). Two ways to decide
+// (quota/testing/fault_backend.hpp: every call fails as unavailable). Two ways to decide
 // the global level, on the same seeded request stream:
 //
 //   regional-leases  quota::region::BasicRegionalPool in every gateway, over the region's ONE
@@ -40,9 +40,9 @@
 #include "quota/region/basic_regional_pool.hpp"
 #include "quota/region/scope_router.hpp"
 #include "quota/store/sharded_store.hpp"
+#include "quota/testing/fault_backend.hpp"
 #include "quota/verify/envelope.hpp"
 #include "regions_pool.hpp"
-#include "support/cut_backend.hpp"
 
 namespace gateway_sim::regions {
 
@@ -99,7 +99,7 @@ namespace detail {
 
 using Store = quota::ShardedStore<quota::gateway::KeyPolicy>;
 using Local = quota::gateway::StoreBackend<Store>;
-using Path = quota::testing::CutBackend<Local>;
+using Path = quota::testing::FaultBackend<Local>;
 
 using Pool = quota::region::BasicRegionalPool<quota::GrantLedger, PoolRecord, Path>;
 using PoolBackend = quota::region::ScopeRouter<Local, Pool>;
@@ -200,9 +200,10 @@ RegionsRun run(const RegionsConfig& c, std::string name, MakeNode node) {
     if (t == c.cut_from()) {
       regions[c.cut_region]->record.set_now(t);
       out.regions[c.cut_region].held_at_cut = regions[c.cut_region]->held();
-      regions[c.cut_region]->path.set_cut(true);
+      regions[c.cut_region]->path.fail(
+          absl::UnavailableError("cut off from the central authority"));
     }
-    if (t == c.cut_until()) regions[c.cut_region]->path.set_cut(false);
+    if (t == c.cut_until()) regions[c.cut_region]->path.heal();
     const bool cut = t >= c.cut_from() && t < c.cut_until();
     std::vector<Denial> denials;  // judged after this millisecond's admissions
     for (std::size_t i = 0; i < regions.size(); ++i) {
