@@ -33,17 +33,17 @@ int run(std::shared_ptr<const quota::gateway::RuleSet> rules, EnvelopeBook& book
 }  // namespace
 
 TEST_CASE("trace lines: fields, an optional cost, errors naming the line") {
-  auto r = quota::testing::parse_trace_line("1500,acme,free,bob,read,3", "t.csv:2");
+  auto r = quota::testing::parse_trace_line("1500,acme,free,bob,read,3", "t.csv", 2);
   REQUIRE(r.ok());
   CHECK(r->time == Nanos{1500});
   CHECK((r->tenant == "acme" && r->plan == "free" && r->user == "bob" && r->route == "read"));
   CHECK(r->cost == 3);
-  CHECK(quota::testing::parse_trace_line("0,acme,free,,read", "t.csv:3")->cost == 0);
-  CHECK(quota::testing::parse_trace_line("0,acme,free,read", "t.csv:4").status().message() ==
+  CHECK(quota::testing::parse_trace_line("0,acme,free,,read", "t.csv", 3)->cost == 0);
+  CHECK(quota::testing::parse_trace_line("0,acme,free,read", "t.csv", 4).status().message() ==
         "t.csv:4: expected time_ns,tenant,plan,user,route[,cost], got 4 fields");
-  CHECK(quota::testing::parse_trace_line("-1,a,b,,c", "t.csv:5").status().message() ==
+  CHECK(quota::testing::parse_trace_line("-1,a,b,,c", "t.csv", 5).status().message() ==
         "t.csv:5: time '-1' is not a whole number of ns >= 0");
-  CHECK(quota::testing::parse_trace_line("0,a,b,,c,0", "t.csv:6").status().message() ==
+  CHECK(quota::testing::parse_trace_line("0,a,b,,c,0", "t.csv", 6).status().message() ==
         "t.csv:6: cost '0' is not a whole number of units >= 1");
 }
 

@@ -121,7 +121,7 @@ class EnvelopeBook {
     if (tag == 0) tag = requests_;
     if (!d.ok()) return absl::OkStatus();
     if (!d->decision.allowed) {
-      rule_stats(d->rule).denied += 1;
+      stats_[d->rule].denied += 1;
       return absl::OkStatus();
     }
     auto planned = rules_->plan(to_request(r).who, r.route,
@@ -129,7 +129,7 @@ class EnvelopeBook {
     if (!planned.ok()) return planned.status();
     for (const gateway::Check& c : *planned) {
       if (c.shadow) continue;  // a shadow budget admits what it would deny
-      Stats& s = rule_stats(c.rule->name);
+      Stats& s = rule_stats(*c.rule);
       s.admitted += 1;
       s.admitted_units += c.cost;
       auto it = s.keys.find(quota::detail::to_absl(c.key.view()));
@@ -179,7 +179,13 @@ class EnvelopeBook {
     absl::flat_hash_map<std::string, Verifier> keys;
   };
 
-  Stats& rule_stats(const std::string& name) { return stats_[name]; }
+  // A rule's stats, found by its address after the first time (the rule set outlives the
+  // book's use of it).
+  Stats& rule_stats(const gateway::Rule& rule) {
+    auto it = by_rule_.find(&rule);
+    if (it == by_rule_.end()) it = by_rule_.emplace(&rule, &stats_[rule.name]).first;
+    return *it->second;
+  }
 
   Verifier verifier_for(const gateway::Rule& rule) {
     auto it = expected_.find(rule.name);
@@ -195,6 +201,7 @@ class EnvelopeBook {
   std::shared_ptr<const gateway::RuleSet> rules_;
   std::map<std::string, Envelope> expected_;
   std::map<std::string, Stats> stats_;  // by rule name: verdicts in a stable order
+  absl::flat_hash_map<const gateway::Rule*, Stats*> by_rule_;  // into stats_ (map: stable)
   std::int64_t requests_ = 0;
 };
 

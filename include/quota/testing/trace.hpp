@@ -59,30 +59,40 @@ inline std::vector<TraceRequest> every(const TraceRequest& r, int n, Nanos step)
   return out;
 }
 
-// One CSV line (see the top of this file) as a request; `where` ("file:line") names it in
-// errors.
-inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line,
-                                                     std::string_view where) {
-  const std::vector<absl::string_view> f =
-      absl::StrSplit(absl::string_view(line.data(), line.size()), ',');
-  if (f.size() != 5 && f.size() != 6) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: expected time_ns,tenant,plan,user,route[,cost], got %d fields", where, f.size()));
+// One CSV line (see the top of this file) as a request; line `number` of `file` in errors
+// ("trace.csv:7: ...").
+inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std::string_view file,
+                                                     std::int64_t number) {
+  const auto where = [&] { return absl::StrFormat("%s:%d", file, number); };
+  // Up to 6 fields, split without allocating.
+  std::string_view f[7];
+  std::size_t n = 0;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = line.find(',', start);
+    if (n < 7) f[n] = line.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    ++n;
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
   }
+  if (n != 5 && n != 6) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: expected time_ns,tenant,plan,user,route[,cost], got %d fields", where(), n));
+  }
+  const auto av = [](std::string_view v) { return absl::string_view(v.data(), v.size()); };
   TraceRequest r;
   std::int64_t t = 0;
-  if (!absl::SimpleAtoi(f[0], &t) || t < 0) {
+  if (!absl::SimpleAtoi(av(f[0]), &t) || t < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: time '%s' is not a whole number of ns >= 0", where, f[0]));
+        absl::StrFormat("%s: time '%s' is not a whole number of ns >= 0", where(), f[0]));
   }
   r.time = Nanos(t);
-  r.tenant = std::string(f[1]);
-  r.plan = std::string(f[2]);
-  r.user = std::string(f[3]);
-  r.route = std::string(f[4]);
-  if (f.size() == 6 && !(absl::SimpleAtoi(f[5], &r.cost) && r.cost >= 1)) {
+  r.tenant = f[1];
+  r.plan = f[2];
+  r.user = f[3];
+  r.route = f[4];
+  if (n == 6 && !(absl::SimpleAtoi(av(f[5]), &r.cost) && r.cost >= 1)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: cost '%s' is not a whole number of units >= 1", where, f[5]));
+        absl::StrFormat("%s: cost '%s' is not a whole number of units >= 1", where(), f[5]));
   }
   return r;
 }
@@ -95,11 +105,11 @@ class TraceReader {
   // The next request; nullopt at the end of the file; an error naming the line (a
   // malformed line, a time before the previous one, a read error).
   absl::StatusOr<std::optional<TraceRequest>> next() {
-    std::string text;
+    std::string& text = text_;
     while (read_line(text)) {
       ++line_;
       if (text.empty() || text[0] == '#' || (line_ == 1 && text.rfind("time", 0) == 0)) continue;
-      auto r = parse_trace_line(text, absl::StrFormat("%s:%d", name_, line_));
+      auto r = parse_trace_line(text, name_, line_);
       if (!r.ok()) return r.status();
       if (r->time < last_) {
         return absl::InvalidArgumentError(
@@ -147,6 +157,7 @@ class TraceReader {
 
   std::FILE* file_;
   std::string name_;
+  std::string text_;  // the line being read
   char buf_[1 << 16];
   std::size_t pos_ = 0, len_ = 0;
   std::int64_t line_ = 0;
