@@ -4,7 +4,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/quota DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS quota EXPORT quotaTargets)
+install(TARGETS quota quota_testing EXPORT quotaTargets)
 install(EXPORT quotaTargets NAMESPACE quota:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/quota)
 if(QUOTA_HAVE_REDIS)
   install(TARGETS quota_redis EXPORT quotaRedisTargets)
