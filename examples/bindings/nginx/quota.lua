@@ -80,6 +80,8 @@ local request = ffi.new("quota_request")
 local decision = ffi.new("quota_decision")
 local err = ffi.new("quota_error")
 err.size = ffi.sizeof("quota_error")
+local kRequestSize = ffi.sizeof("quota_request")
+local kDecisionSize = ffi.sizeof("quota_decision")
 
 local function set_str(field, s)
   s = s or ""
@@ -136,8 +138,9 @@ end
 
 -- Decides one request: {tenant, plan, route, user, cost}. Returns the decision (a
 -- table), or nil and the error.
-function M.decide(limiter, r)
-  request.size = ffi.sizeof("quota_request")
+-- Decides `r` into the worker's `decision` cdata; the code (0: decided), and the error.
+local function decide_into(limiter, r)
+  request.size = kRequestSize
   set_str(request.tenant, r.tenant)
   set_str(request.plan, r.plan)
   set_str(request.user, r.user)
@@ -147,9 +150,17 @@ function M.decide(limiter, r)
     request.flags = bit.bor(kRequestHttp, kRequestCost)
     request.cost = r.cost
   end
-  decision.size = ffi.sizeof("quota_decision")
+  decision.size = kDecisionSize
   local code = lib.quota_decide(limiter.handle, request, decision, err)
-  if code ~= 0 then return nil, failure(code) end
+  if code ~= 0 then return code, failure(code) end
+  return 0
+end
+
+-- Decides one request: {tenant, plan, route, user, cost}. Returns the decision (a
+-- table), or nil and the error.
+function M.decide(limiter, r)
+  local code, e = decide_into(limiter, r)
+  if code ~= 0 then return nil, e end
   return {
     allowed = decision.allowed == 1,
     reason = decision.reason,
@@ -165,23 +176,27 @@ end
 -- The access phase: 401 without an identity, else decides; an admitted request goes on
 -- with its RateLimit headers, a refused one is answered here (429, 503, ...). Once per
 -- client request: an internal redirect (an index file, error_page) is not decided again.
+-- Reads the decision's fields in place (no table per request).
 function M.access(limiter, identity)
   if ngx.req.is_internal() then return end
   if identity.tenant == nil or identity.tenant == "" then return ngx.exit(401) end
-  local d, e = M.decide(limiter, identity)
-  if d == nil then
+  local code, e = decide_into(limiter, identity)
+  if code ~= 0 then
     ngx.log(ngx.ERR, e)
     return ngx.exit(500)
   end
-  ngx.ctx.quota_allowed = d.allowed
-  if d.policy ~= "" then ngx.header["RateLimit-Policy"] = d.policy end
-  if d.ratelimit ~= "" then ngx.header["RateLimit"] = d.ratelimit end
-  if d.allowed then return end
-  if d.retry_after >= 0 then ngx.header["Retry-After"] = d.retry_after end
-  ngx.status = d.status
+  local d = decision
+  if d.ratelimit_policy_len > 0 then
+    ngx.header["RateLimit-Policy"] = ffi.string(d.ratelimit_policy, d.ratelimit_policy_len)
+  end
+  if d.ratelimit_len > 0 then ngx.header["RateLimit"] = ffi.string(d.ratelimit, d.ratelimit_len) end
+  if d.allowed == 1 then return end
+  local status = d.http_status
+  if d.retry_after_s >= 0 then ngx.header["Retry-After"] = tonumber(d.retry_after_s) end
+  ngx.status = status
   ngx.header["Content-Type"] = "text/plain"
-  ngx.say(d.status == 503 and "rate limit store unavailable" or "over the rate limit")
-  return ngx.exit(d.status)
+  ngx.say(status == 503 and "rate limit store unavailable" or "over the rate limit")
+  return ngx.exit(status)
 end
 
 -- The limiter's counters as Prometheus text.
