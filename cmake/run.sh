@@ -6,7 +6,8 @@
 #
 # Also: `bash cmake/run.sh test asan|tsan|release` (other presets), `bash cmake/run.sh
 # bench` (release build, benchmarks as JSON into build/release/bench/), `bash cmake/run.sh
-# fuzz` (clang++ and libFuzzer: each fuzz target under UBSan for QUOTA_FUZZ_SECONDS, 60 by
+# fuzz` (clang++ and libFuzzer: each fuzz target of QUOTA_FUZZ_TARGETS, all by default,
+# under UBSan for QUOTA_FUZZ_SECONDS, 60 by
 # default, from its corpus fuzz/corpus/<target>/; new inputs go to build/fuzz/corpus/,
 # a failing input to build/fuzz/crash-*). Debian packages
 # are installed with apt-get as root, with sudo otherwise; nothing else is downloaded.
@@ -75,8 +76,10 @@ case "$what" in
     cmake -S . -B build/fuzz -DQUOTA_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DQUOTA_BUILD_TESTS=OFF \
           -DQUOTA_BUILD_BENCHMARKS=OFF -DQUOTA_BUILD_EXAMPLES=OFF -DQUOTA_INSTALL=OFF \
           -DQUOTA_BUILD_C=OFF >/dev/null  # c_api_fuzz compiles src/c itself
-    cmake --build build/fuzz -j2
-    for t in policy lease c_api; do
+    targets=${QUOTA_FUZZ_TARGETS:-policy lease c_api}
+    # shellcheck disable=SC2086
+    cmake --build build/fuzz -j2 --target $(printf '%s_fuzz ' $targets)
+    for t in $targets; do
       bin=build/fuzz/fuzz/${t}_fuzz
       [ -x "$bin" ] || { echo "== $bin was not built (c_api needs the C interface's packages)"; continue; }
       mkdir -p "build/fuzz/corpus/$t"
