@@ -383,3 +383,18 @@ TEST_CASE("two gateways given one FairLimits hold a tenant to one share, whereve
   }
   CHECK(admitted == 2'000);
 }
+
+TEST_CASE("fair shares at the ends of the clock: boundaries and waits saturate") {
+  // A caller's clock may read anything; the period arithmetic must not overflow (the
+  // asan stage's UBSan traps if it does). Near the lowest time, then the highest.
+  Fixture f(
+      fair_spec(kFair, {.rate = {0, 1s}, .burst = 1'000'000}, {.rate = {0, 1s}, .burst = 750}));
+  const Nanos low = Nanos::min() + 1ms;
+  CHECK(f.admits("a", 400, low));
+  const Nanos high = Nanos::max() - 1ms;  // another period: a's 400 are no longer in use
+  CHECK(f.admits("a", 300, high));
+  CHECK(f.admits("b", 500, high));               // 800 in use: borrowed
+  const auto paused = f.decide("b", 200, high);  // 1,000 > 900: paused
+  CHECK(paused.decision.reason == Reason::kPaused);
+  CHECK(paused.decision.retry_after >= Nanos{1});
+}

@@ -287,3 +287,21 @@ TEST_CASE("the ticket book: tickets left by a quiet spell drain as new ones are 
   CHECK(book.take(100, 1h).status().code() == absl::StatusCode::kNotFound);
   CHECK(book.take(101, 1h).ok());
 }
+
+TEST_CASE("tickets at the ends of the clock are kept and forgotten without overflow") {
+  // The ticket book compares times a caller's clock gave, whatever they are (the asan
+  // stage's UBSan traps an overflow).
+  RuleRegistry registry(build(quota::testing::basic_spec(1, 0, 100)));
+  quota::LocalStore<KeyPolicy> store;
+  Gateway gw(store, registry, {.ticket_ttl = 10s});
+  auto early = gw.acquire_estimate(kChat, 5, Nanos{-35'201'652'629'508});
+  REQUIRE(early.ok());
+  REQUIRE(early->ticket.has_value());
+  auto late = gw.acquire_estimate(kChat, 5, Nanos::max() - Nanos{2});
+  REQUIRE(late.ok());
+  REQUIRE(late->ticket.has_value());
+  // The early ticket was forgotten long ago by the late clock; the late one settles.
+  CHECK(gw.settle(*early->ticket, 1, Nanos::max() - Nanos{1}).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(gw.settle(*late->ticket, 1, Nanos::max() - Nanos{1}).ok());
+}

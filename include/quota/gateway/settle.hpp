@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -161,7 +162,11 @@ class TicketBook {
   void forget_old(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (int i = 0; i < kForgottenPerIssue && !tickets_.empty(); ++i) {
       const Entry& oldest = tickets_.front();
-      if (oldest.status == Status::kSettling || now - oldest.ticket.expires_at <= ttl_) return;
+      // In 128 bits: `now` and an expiry may be any times (the caller's clock).
+      if (oldest.status == Status::kSettling ||
+          absl::int128(now.count()) - oldest.ticket.expires_at.count() <= ttl_.count()) {
+        return;
+      }
       tickets_.pop_front();
       ++first_id_;
     }

@@ -79,12 +79,6 @@ class RenewalThread final : public Renewals {
     }
   }
 
-  // Tasks waiting (not counting one running).
-  std::size_t queued() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return queue_.size();
-  }
-
  private:
   void loop() {
     for (;;) {

@@ -70,6 +70,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
@@ -260,6 +261,15 @@ class FairLimits {
     return fresh;
   }
 
+  // The start of period `b` of length `period`: b·period, saturated at the ends of Nanos
+  // (a time near them has no boundary beyond them to reach).
+  static Nanos boundary(std::int64_t b, std::int64_t period) {
+    const absl::int128 t = absl::int128(b) * period;
+    if (t > Nanos::max().count()) return Nanos::max();
+    if (t < Nanos::min().count()) return Nanos::min();
+    return Nanos{static_cast<std::int64_t>(t)};
+  }
+
   // Expires what is due and allocates at every period boundary passed, in time order.
   void tick(detail::FairLimitState& s, std::string_view key, Nanos now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
@@ -273,16 +283,19 @@ class FairLimits {
     };
     if (!s.started) {  // the first request: the boundary of its period starts the first
       s.started = true;
-      s.period_index = index - 1;
+      s.period_index = index == INT64_MIN ? index : index - 1;
     }
     if (index > s.period_index && exchange_ != nullptr) {
-      expire_until(Nanos{index * period});
+      expire_until(boundary(index, period));
       allocate_shared(s, key, index);
       s.period_index = index;
     } else if (index > s.period_index) {
-      for (std::int64_t b = std::max(s.period_index + 1, index - kMaxCatchUp + 1); b <= index;
-           ++b) {
-        expire_until(Nanos{b * period});
+      // The last kMaxCatchUp periods up to `index`, counted down from it (index > period_index,
+      // so neither end leaves int64).
+      const std::int64_t count = static_cast<std::int64_t>(
+          std::min<absl::int128>(absl::int128(index) - s.period_index, kMaxCatchUp));
+      for (std::int64_t left = count; left > 0; --left) {
+        expire_until(boundary(index - (left - 1), period));
         auto a = s.share->allocate();
         ++s.stats.allocations;
         if (!a.ok()) {
@@ -343,8 +356,10 @@ class FairLimits {
   static Denial refusal(detail::FairLimitState& s, fair::FairShareVerdict v, std::int64_t units,
                         std::uint64_t version, Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     const std::int64_t period = s.spec.period.count();
-    const Nanos next_allocation{(s.period_index + 1) * period};
-    Nanos wait = std::max(Nanos{1}, next_allocation - now);
+    const absl::int128 until =
+        absl::int128(boundary(s.period_index, period).count()) + period - now.count();
+    const Nanos wait{
+        static_cast<std::int64_t>(std::clamp<absl::int128>(until, 1, Nanos::max().count()))};
     Decision d{.allowed = false,
                .remaining = 0,
                .retry_after = wait,
