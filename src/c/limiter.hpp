@@ -54,6 +54,7 @@
 #include "quota/http.hpp"
 #include "quota/lease/renewal_thread.hpp"
 #include "quota/redis/gateway_store.hpp"
+#include "quota/redis/gateway_store_setup.hpp"
 #include "quota/redis/grant_ledger.hpp"
 #include "quota/rules/rule_file.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -342,63 +343,35 @@ class Limiter {
     }
     auto nodes = endpoints(*addresses, "redis_addresses");
     if (!nodes.ok()) return nodes.status();
-    redis::ConnectionConfig config{
-        .host = (*nodes)[0].host,
-        .port = (*nodes)[0].port,
-        .deadline = std::chrono::milliseconds(c.redis_deadline_ms == 0 ? 50 : c.redis_deadline_ms)};
-    config.username = std::string(*username);
-    config.password = std::string(*password);
-    if ((c.opt_out & QUOTA_OPT_OUT_BREAKER) != 0) {
-      config.breaker.failures = 0;
-    } else {
-      config.breaker.failures = 5;
-      config.breaker.cool_down = std::chrono::milliseconds(250);
+    if (kind == QUOTA_STORE_REDIS && nodes->size() != 1) {
+      return absl::InvalidArgumentError("redis_addresses: one host:port for QUOTA_STORE_REDIS");
     }
-    config.eviction_check = (c.opt_out & QUOTA_OPT_OUT_EVICTION_CHECK) != 0
-                                ? redis::EvictionPolicyCheck::kAllow
-                                : redis::EvictionPolicyCheck::kRefuse;
-    const std::size_t connections =
-        c.redis_connections == 0 ? 4 : static_cast<std::size_t>(c.redis_connections);
-    redis::GatewayStoreOptions o;
-    if (kind == QUOTA_STORE_REDIS) {
-      if (nodes->size() != 1) {
-        return absl::InvalidArgumentError("redis_addresses: one host:port for QUOTA_STORE_REDIS");
-      }
-      o.pool = std::make_shared<redis::ConnectionPool>(config, connections);
-    } else if (kind == QUOTA_STORE_REDIS_CLUSTER) {
-      o.cluster = std::make_shared<redis::ClusterPool>(config, connections);
-      for (const redis::Endpoint& e : *nodes) o.cluster->node(e.host, e.port);
-    } else {
-      if (master->empty()) {
-        return absl::InvalidArgumentError(
-            "redis_sentinel_master: empty (QUOTA_STORE_REDIS_SENTINEL needs the name)");
-      }
-      o.sentinel = std::make_shared<redis::SentinelPool>(
-          redis::SentinelConfig{.name = std::string(*master),
-                                .sentinels = *nodes,
-                                .sentinel_username = {},
-                                .sentinel_password = std::string(*sentinel_password),
-                                .primary = config},
-          connections);
+    if (kind == QUOTA_STORE_REDIS_SENTINEL && master->empty()) {
+      return absl::InvalidArgumentError(
+          "redis_sentinel_master: empty (QUOTA_STORE_REDIS_SENTINEL needs the name)");
     }
-    o.limits.in_flight = std::make_shared<redis::InFlightGuard>(4);
-    o.failover_safety = (c.opt_out & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
-    if ((c.opt_out & QUOTA_OPT_OUT_CLOCK_GUARD) == 0) {
-      o.clock_guard = redis::ClockGuard{.tolerance = std::chrono::seconds(1)};
+    redis::RedisSetup setup{.topology = kind == QUOTA_STORE_REDIS ? redis::RedisTopology::kServer
+                                        : kind == QUOTA_STORE_REDIS_CLUSTER
+                                            ? redis::RedisTopology::kCluster
+                                            : redis::RedisTopology::kSentinel,
+                            .nodes = *std::move(nodes),
+                            .sentinel_master = std::string(*master),
+                            .username = std::string(*username),
+                            .password = std::string(*password),
+                            .sentinel_password = std::string(*sentinel_password)};
+    if (c.redis_deadline_ms > 0) setup.deadline = std::chrono::milliseconds(c.redis_deadline_ms);
+    if (c.redis_connections > 0) setup.connections = static_cast<std::size_t>(c.redis_connections);
+    // The safe defaults of RedisSetup, each opt-out bit turning one off.
+    if ((c.opt_out & QUOTA_OPT_OUT_BREAKER) != 0) setup.breaker_failures = 0;
+    setup.allow_evicting = (c.opt_out & QUOTA_OPT_OUT_EVICTION_CHECK) != 0;
+    setup.failover_safety = (c.opt_out & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
+    if ((c.opt_out & QUOTA_OPT_OUT_CLOCK_GUARD) != 0)
+      setup.clock_guard = std::chrono::milliseconds(0);
+    redis_ = redis::make_gateway_store(setup);
+    if (auto s = redis::probe(*redis_, "c-open", 0, SteadyClock{}.now()); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("the store cannot decide: ", s.message()));
     }
-    redis_ = std::make_unique<redis::GatewayStore>(std::move(o));
-    return probe();
-  }
-
-  // One decision of 1 unit on a key of its own, in a bucket that never runs dry: OK when
-  // the store decides, else Unavailable saying why (down, AUTH refused, evicting, ...).
-  absl::Status probe() {
-    static const gateway::RulePolicy kProbe =
-        TokenBucket{.rate = {1'000'000'000, std::chrono::seconds(1)}, .burst = 1'000'000'000};
-    const gateway::LevelCheck level{.policy = &kProbe, .key = "c-open", .shadow = false, .cost = 1};
-    auto r = redis_->decide(std::span(&level, 1), 0, SteadyClock{}.now());
-    if (r.ok()) return absl::OkStatus();
-    return absl::UnavailableError(absl::StrCat("the store cannot decide: ", r.status().message()));
+    return absl::OkStatus();
   }
 
   // Whether the store can decide every rule of `rules` (a Redis store: each policy, and

@@ -71,6 +71,7 @@
 #include "quota/gateway/rules/rules.hpp"
 #include "quota/http.hpp"
 #include "quota/redis/gateway_store.hpp"
+#include "quota/redis/gateway_store_setup.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "rules/envoy_rules.hpp"
 
@@ -263,11 +264,7 @@ class Checker {
     if (options_.redis == nullptr) return absl::OkStatus();
     std::lock_guard lock(ready_mu_);
     if (ready_probed_ && now - ready_probed_at_ < kReadyProbeEvery) return ready_;
-    static const gateway::RulePolicy kProbe =
-        TokenBucket{.rate = {1'000'000'000, std::chrono::seconds(1)}, .burst = 1'000'000'000};
-    const gateway::LevelCheck level{.policy = &kProbe, .key = "readyz", .shadow = false, .cost = 1};
-    auto r = options_.redis->decide(std::span(&level, 1), rule_version(), now);
-    ready_ = r.ok() ? absl::OkStatus() : r.status();
+    ready_ = redis::probe(*options_.redis, "readyz", rule_version(), now);
     ready_probed_ = true;
     ready_probed_at_ = now;
     return ready_;

@@ -39,74 +39,56 @@
 #include "config/options.hpp"
 #include "config/redis_flags.hpp"
 #include "quota/redis/gateway_store.hpp"
+#include "quota/redis/gateway_store_setup.hpp"
 
 namespace quota::server {
 
-// The connections the --redis* options describe, one of the three set (all null
-// without --redis*): `connections` per server (per node on a cluster), each call bounded
-// by `deadline` (the store's --redis-deadline-ms; the shared rules' own, shared_rules.hpp).
-struct RedisConnections {
-  std::shared_ptr<redis::ConnectionPool> pool{};
-  std::shared_ptr<redis::ClusterPool> cluster{};
-  std::shared_ptr<redis::SentinelPool> sentinel{};
-};
+// What the --redis* options describe, as the library builds it (quota/redis/
+// gateway_store_setup.hpp): the topology, credentials, deadline, connections and guards.
+inline redis::RedisSetup redis_setup(const Options& o) {
+  redis::RedisSetup s;
+  if (o.redis_mode == RedisMode::kSentinel) {
+    s.topology = redis::RedisTopology::kSentinel;
+    for (const auto& [host, port] : o.redis_sentinels) s.nodes.push_back({host, port});
+  } else {
+    s.topology = o.redis_mode == RedisMode::kCluster ? redis::RedisTopology::kCluster
+                                                     : redis::RedisTopology::kServer;
+    s.nodes.push_back({o.redis_host, o.redis_port});
+    for (const auto& [host, port] : o.redis_cluster_seeds) s.nodes.push_back({host, port});
+  }
+  s.sentinel_master = o.redis_sentinel_master;
+  s.username = o.redis_user;
+  s.password = o.redis_password;
+  s.sentinel_password = o.redis_sentinel_password;
+  s.deadline = std::chrono::milliseconds(o.redis_deadline_ms);
+  s.connections = static_cast<std::size_t>(o.redis_connections);
+  s.breaker_failures = static_cast<int>(o.redis_breaker_failures);
+  s.breaker_cool_down = std::chrono::milliseconds(o.redis_breaker_cooldown_ms);
+  s.allow_evicting = o.redis_allow_evicting;
+  s.max_in_flight = static_cast<int>(o.redis_max_in_flight);
+  s.failover_safety = o.redis_failover_safety;
+  s.clock_guard = std::chrono::milliseconds(o.redis_clock_guard_ms);
+  s.replicas = static_cast<int>(o.redis_replicas);
+  s.replica_timeout = std::chrono::milliseconds(o.redis_replica_timeout_ms);
+  s.coalesce = static_cast<int>(o.redis_coalesce);
+  s.coalesce_calls = static_cast<int>(o.redis_coalesce_calls);
+  return s;
+}
 
+// The connections the --redis* options describe (all null without --redis*):
+// `connections` per server (per node on a cluster), each call bounded by `deadline` (the
+// store's --redis-deadline-ms; the shared rules' own, shared_rules.hpp).
+using RedisConnections = redis::RedisConnections;
 inline RedisConnections make_redis_connections(const Options& o, std::size_t connections,
                                                std::chrono::milliseconds deadline) {
-  RedisConnections out;
-  if (o.redis_mode == RedisMode::kNone) return out;
-  redis::ConnectionConfig config{.host = o.redis_host, .port = o.redis_port, .deadline = deadline};
-  config.username = o.redis_user;
-  config.password = o.redis_password;
-  config.breaker.failures = static_cast<int>(o.redis_breaker_failures);
-  config.breaker.cool_down = std::chrono::milliseconds(o.redis_breaker_cooldown_ms);
-  config.eviction_check = o.redis_allow_evicting ? redis::EvictionPolicyCheck::kAllow
-                                                 : redis::EvictionPolicyCheck::kRefuse;
-  switch (o.redis_mode) {
-    case RedisMode::kCluster:
-      out.cluster = std::make_shared<redis::ClusterPool>(config, connections);
-      for (const auto& [host, port] : o.redis_cluster_seeds) out.cluster->node(host, port);
-      break;
-    case RedisMode::kSentinel: {
-      redis::SentinelConfig s{.name = o.redis_sentinel_master,
-                              .sentinels = {},
-                              .sentinel_username = {},
-                              .sentinel_password = o.redis_sentinel_password,
-                              .primary = config};
-      for (const auto& [host, port] : o.redis_sentinels) s.sentinels.push_back({host, port});
-      out.sentinel = std::make_shared<redis::SentinelPool>(std::move(s), connections);
-      break;
-    }
-    default:
-      out.pool = std::make_shared<redis::ConnectionPool>(config, connections);
-      break;
-  }
-  return out;
+  if (o.redis_mode == RedisMode::kNone) return {};
+  return redis::make_connections(redis_setup(o), connections, deadline);
 }
 
 // The GatewayStore of the --redis* options; null when the budgets are in process.
 inline std::unique_ptr<redis::GatewayStore> make_redis_store(const Options& o) {
   if (o.redis_mode == RedisMode::kNone) return nullptr;
-  RedisConnections c = make_redis_connections(o, static_cast<std::size_t>(o.redis_connections),
-                                              std::chrono::milliseconds(o.redis_deadline_ms));
-  redis::GatewayStoreOptions store_options;
-  store_options.pool = std::move(c.pool);
-  store_options.cluster = std::move(c.cluster);
-  store_options.sentinel = std::move(c.sentinel);
-  if (o.redis_max_in_flight > 0) {
-    store_options.limits.in_flight =
-        std::make_shared<redis::InFlightGuard>(static_cast<int>(o.redis_max_in_flight));
-  }
-  store_options.failover_safety = o.redis_failover_safety;
-  if (o.redis_clock_guard_ms > 0) {
-    store_options.clock_guard =
-        redis::ClockGuard{.tolerance = std::chrono::milliseconds(o.redis_clock_guard_ms)};
-  }
-  store_options.replicas = static_cast<int>(o.redis_replicas);
-  store_options.replica_timeout = std::chrono::milliseconds(o.redis_replica_timeout_ms);
-  store_options.coalesce = static_cast<int>(o.redis_coalesce);
-  store_options.coalesce_calls = static_cast<int>(o.redis_coalesce_calls);
-  return std::make_unique<redis::GatewayStore>(std::move(store_options));
+  return redis::make_gateway_store(redis_setup(o));
 }
 
 // The budgets in Redis the --redis* options name, counting Redis errors into `stats`:
