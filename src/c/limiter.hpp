@@ -378,22 +378,22 @@ class Limiter {
   // no sliding_log under failover safety); errors name the rule.
   absl::Status store_takes(const gateway::RuleSet& rules) const {
     if (redis_ == nullptr) return absl::OkStatus();
+    if ((opt_out_ & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0) {
+      if (const gateway::Rule* r = redis::refused_under_failover_safety(rules)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "rule \"%s\" is a sliding_log, which failover safety does not take (after a "
+            "failover its log cannot be read as spent); use another policy, or "
+            "QUOTA_OPT_OUT_FAILOVER_SAFETY",
+            r->name));
+      }
+    }
     absl::Status out;
-    const bool failover_safety = (opt_out_ & QUOTA_OPT_OUT_FAILOVER_SAFETY) == 0;
     rules.for_each_rule([&](const gateway::Rule& r) {
       if (!out.ok()) return;
       if (non_blocking_ && r.lease.mode != gateway::LeaseMode::kOn) {
         out = absl::InvalidArgumentError(absl::StrFormat(
             "rule \"%s\" has no `lease: {mode: on}`, which QUOTA_MODE_NON_BLOCKING needs of "
             "every rule (each level is decided from grants held, never by a round trip)",
-            r.name));
-        return;
-      }
-      if (failover_safety && std::holds_alternative<SlidingLog>(r.policy)) {
-        out = absl::InvalidArgumentError(absl::StrFormat(
-            "rule \"%s\" is a sliding_log, which failover safety does not take (after a "
-            "failover its log cannot be read as spent); use another policy, or "
-            "QUOTA_OPT_OUT_FAILOVER_SAFETY",
             r.name));
         return;
       }

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "backend/checker.hpp"
 #include "quota/gateway/rules/rules.hpp"
+#include "quota/redis/gateway_store_setup.hpp"
 #include "quota/rules/rule_parser.hpp"
 
 namespace quota::server {
@@ -37,14 +38,7 @@ namespace quota::server {
 inline absl::Status check_failover_safety_rules(const LoadedRules& rules, std::string_view text,
                                                 std::string_view origin) {
   if (rules.rules == nullptr) return absl::OkStatus();
-  const gateway::Rule* refused = nullptr;
-  rules.rules->for_each_rule([&](const gateway::Rule& r) {
-    // The smallest name when the text cannot place them: the same rule on every run.
-    if (std::holds_alternative<SlidingLog>(r.policy) &&
-        (refused == nullptr || r.name < refused->name)) {
-      refused = &r;
-    }
-  });
+  const gateway::Rule* refused = redis::refused_under_failover_safety(*rules.rules);
   if (refused == nullptr) return absl::OkStatus();
   const std::string what =
       absl::StrCat("rule \"", refused->name,

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -113,6 +114,20 @@ inline std::unique_ptr<GatewayStore> make_gateway_store(const RedisSetup& s) {
   o.coalesce = s.coalesce;
   o.coalesce_calls = s.coalesce_calls;
   return std::make_unique<GatewayStore>(std::move(o));
+}
+
+// The rule of `rules` a store with failover safety does not take: a sliding_log (after a
+// failover its log cannot be read as spent); the smallest such name (the same on every
+// run), or null.
+inline const gateway::Rule* refused_under_failover_safety(const gateway::RuleSet& rules) {
+  const gateway::Rule* refused = nullptr;
+  rules.for_each_rule([&](const gateway::Rule& r) {
+    if (std::holds_alternative<SlidingLog>(r.policy) &&
+        (refused == nullptr || r.name < refused->name)) {
+      refused = &r;
+    }
+  });
+  return refused;
 }
 
 // One decision of 1 unit on `key` in a bucket that never runs dry, through `store` (a
