@@ -7,6 +7,7 @@ port and asks it over real sockets:
     nothing, no API key is 401, and /metrics counts the decisions;
   - in process, budgets start spent when a worker starts (restart safety, the default);
   - in process with two workers: nginx refuses to start, naming the reason;
+  - Redis killed under a fail-closed route: 503;
   - on Redis ($QUOTA_REDIS_DIR) in the non-blocking mode (decisions from leased grants,
     never a round trip in a request), two workers share one budget: both admit, and the
     union of their admissions passes the envelope verifier (verify_log) with the lease
@@ -188,6 +189,37 @@ class InProcess(unittest.TestCase):
             self.assertIn("worker_processes 2 with an in-process store", stderr)
         finally:
             n.stop()
+
+
+class StoreDown(unittest.TestCase):
+    def test_503_when_redis_cannot_decide_on_a_fail_closed_route(self):
+        # A redis-server of this test's own, killed by its pid while nginx runs (blocking
+        # mode: every decision asks Redis; routes fail closed by default).
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):  # 5 s
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            n = Nginx("down", 1, "redis", "10/1s", 10,
+                      redis="127.0.0.1:%d" % port).wait_ready()
+            try:
+                self.assertEqual(n.get(headers={"X-Api-Key": "acme-key"})[0], 200)
+                redis.kill()
+                redis.wait(timeout=10)
+                status, _, body = n.get(headers={"X-Api-Key": "acme-key"})
+                self.assertEqual((status, body), (503, "rate limit store unavailable\n"))
+            finally:
+                n.stop()
+        finally:
+            if redis.poll() is None:
+                redis.kill()
+                redis.wait(timeout=10)
 
 
 @unittest.skipUnless(os.environ.get("QUOTA_REDIS_DIR"), "no redis-server ($QUOTA_REDIS_DIR)")
