@@ -39,5 +39,5 @@ set(QUOTA_TEST_UNITY_BATCHES
   batch redis_cluster_batch_test redis_cluster_failover_safety_test redis_cluster_failover_test
         redis_cluster_routing_test redis_cluster_tryagain_test
   batch fair_holder_split_test fair_newcomer_parts_test region_envelope_test
-  batch redis_breaker_test redis_region_pool_test
+  batch redis_breaker_test redis_region_pool_test testing_redis_server_test
 )

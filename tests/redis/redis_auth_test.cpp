@@ -25,7 +25,7 @@ using quota::RedisStoreOptions;
 using quota::TokenBucket;
 using quota::redis::ConnectionConfig;
 using quota::redis::ConnectionPool;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 
 namespace {
 
@@ -96,7 +96,7 @@ TEST_CASE("error replies of authentication map to kUnauthenticated, NOPERM to kP
 TEST_CASE(
     "standalone with requirepass: the right password decides, a wrong or missing one is "
     "kUnauthenticated") {
-  ConfiguredServer server("auth-pass", {"requirepass s3cret"});
+  RedisServer server("auth-pass", {"requirepass s3cret"});
   REQUIRE(server.started());
   SECTION("right password") {
     auto pool = std::make_shared<ConnectionPool>(config(server.port(), "", "s3cret"), 2);
@@ -118,7 +118,7 @@ TEST_CASE(
 TEST_CASE(
     "standalone with an ACL user: user and password decide; a wrong password, an unknown "
     "user or the disabled default user are kUnauthenticated") {
-  ConfiguredServer server("auth-acl", kAclLines);
+  RedisServer server("auth-acl", kAclLines);
   REQUIRE(server.started());
   SECTION("right user and password") {
     auto pool = std::make_shared<ConnectionPool>(config(server.port(), "alice", "alice-pw"), 2);
@@ -145,7 +145,7 @@ TEST_CASE(
 TEST_CASE(
     "the Redis gateway store with an ACL user: decides with the right credentials; a wrong "
     "password is an error, not a decision") {
-  ConfiguredServer server("auth-gw", kAclLines);
+  RedisServer server("auth-gw", kAclLines);
   REQUIRE(server.started());
   const bool right = GENERATE(true, false);
   auto pool = std::make_shared<ConnectionPool>(

@@ -32,7 +32,7 @@ using quota::TokenBucket;
 using quota::redis::ConnectionConfig;
 using quota::redis::ConnectionPool;
 using quota::redis::EvictionPolicyCheck;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 
 namespace {
 
@@ -71,7 +71,7 @@ void expect_decides(RedisStore<TokenBucket>& store) {
 
 TEST_CASE("an evicting maxmemory-policy is refused with the policy named; nothing is written") {
   const std::string policy = GENERATE(std::string("allkeys-lru"), std::string("volatile-lru"));
-  ConfiguredServer server("evict-" + policy, {"maxmemory 64mb", "maxmemory-policy " + policy});
+  RedisServer server("evict-" + policy, {"maxmemory 64mb", "maxmemory-policy " + policy});
   REQUIRE(server.started());
   auto pool = std::make_shared<ConnectionPool>(config(server.port()), 2);
   auto store = store_on(pool, "evict-refused");
@@ -106,7 +106,7 @@ TEST_CASE("an evicting maxmemory-policy is refused with the policy named; nothin
 }
 
 TEST_CASE("noeviction is accepted") {
-  ConfiguredServer server("evict-none", {"maxmemory 64mb", "maxmemory-policy noeviction"});
+  RedisServer server("evict-none", {"maxmemory 64mb", "maxmemory-policy noeviction"});
   REQUIRE(server.started());
   auto pool = std::make_shared<ConnectionPool>(config(server.port()), 2);
   auto store = store_on(pool, "evict-none");
@@ -139,7 +139,7 @@ std::optional<std::chrono::milliseconds> refused_after(
 }
 
 TEST_CASE("a policy set to evict on a live server is refused within eviction_recheck") {
-  ConfiguredServer server("evict-live", {"maxmemory 64mb", "maxmemory-policy noeviction"});
+  RedisServer server("evict-live", {"maxmemory 64mb", "maxmemory-policy noeviction"});
   REQUIRE(server.started());
   auto pool = std::make_shared<ConnectionPool>(config(server.port()), 3);
   REQUIRE(pool->config().eviction_recheck == std::chrono::seconds(1));
@@ -195,7 +195,7 @@ TEST_CASE("a policy set to evict on a live server is refused within eviction_rec
 }
 
 TEST_CASE("kAllow: a policy set to evict on a live server is not re-read; decisions go on") {
-  ConfiguredServer server("evict-live-allow", {"maxmemory 64mb", "maxmemory-policy noeviction"});
+  RedisServer server("evict-live-allow", {"maxmemory 64mb", "maxmemory-policy noeviction"});
   REQUIRE(server.started());
   auto pool =
       std::make_shared<ConnectionPool>(config(server.port(), EvictionPolicyCheck::kAllow), 2);
@@ -216,7 +216,7 @@ TEST_CASE("kAllow: a policy set to evict on a live server is not re-read; decisi
 }
 
 TEST_CASE("EvictionPolicyCheck::kAllow decides over an evicting policy, counted and warned once") {
-  ConfiguredServer server("evict-allow", {"maxmemory 64mb", "maxmemory-policy allkeys-lru"});
+  RedisServer server("evict-allow", {"maxmemory 64mb", "maxmemory-policy allkeys-lru"});
   REQUIRE(server.started());
   auto pool =
       std::make_shared<ConnectionPool>(config(server.port(), EvictionPolicyCheck::kAllow), 2);
@@ -230,7 +230,7 @@ TEST_CASE("EvictionPolicyCheck::kAllow decides over an evicting policy, counted 
 
 TEST_CASE("CONFIG disabled (renamed away) or not permitted: said once, and decided") {
   SECTION("rename-command CONFIG \"\" in the config file, even over allkeys-lru") {
-    ConfiguredServer server("evict-noconfig", {"maxmemory 64mb", "maxmemory-policy allkeys-lru",
+    RedisServer server("evict-noconfig", {"maxmemory 64mb", "maxmemory-policy allkeys-lru",
                                                "rename-command CONFIG \"\""});
     REQUIRE(server.started());
     auto pool = std::make_shared<ConnectionPool>(config(server.port()), 2);
@@ -240,7 +240,7 @@ TEST_CASE("CONFIG disabled (renamed away) or not permitted: said once, and decid
     CHECK(pool->handshake_stats().warned_unread.load());
   }
   SECTION("an ACL user without CONFIG") {
-    ConfiguredServer server("evict-noperm",
+    RedisServer server("evict-noperm",
                             {"user bob on >bob-pw ~* &* +@all -config", "user default off"});
     REQUIRE(server.started());
     ConnectionConfig c = config(server.port());

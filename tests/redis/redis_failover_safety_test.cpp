@@ -30,7 +30,7 @@
 using namespace std::chrono_literals;
 using quota::Nanos;
 using quota::TokenBucket;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::verify::AdmittedEvent;
 
 namespace {
@@ -109,9 +109,9 @@ void drain(const Decide& decide, std::vector<AdmittedEvent>& log, int n) {
 quota::verify::TokenBucketReport promote_stale_replica(
     const std::function<Decide(std::shared_ptr<quota::redis::ConnectionPool>)>& make,
     std::uint64_t& failovers) {
-  ConfiguredServer primary("failover-primary", {});
+  RedisServer primary("failover-primary", {});
   REQUIRE(primary.started());
-  ConfiguredServer replica("failover-replica",
+  RedisServer replica("failover-replica",
                            {"replicaof 127.0.0.1 " + std::to_string(primary.port())});
   REQUIRE(replica.started());
   await_sync(primary.port(), replica.port());
@@ -208,8 +208,8 @@ TEST_CASE("failover safety: a promoted replica that missed deductions overshoots
 TEST_CASE(
     "a connect that runs out of time before its handshake is dropped; the next one sees the "
     "failover") {
-  ConfiguredServer first("handshake-first", {});
-  ConfiguredServer second("handshake-second", {});
+  RedisServer first("handshake-first", {});
+  RedisServer second("handshake-second", {});
   REQUIRE(first.started());
   REQUIRE(second.started());
   auto address = std::make_shared<SwitchedAddress>(first.port());

@@ -39,7 +39,7 @@ using quota::RedisStoreOptions;
 using quota::TokenBucket;
 using quota::redis::ConnectionConfig;
 using quota::redis::EvictionPolicyCheck;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::testing::eventually;
 using quota::testing::redis_ask;
 using quota::testing::SentinelCredentials;
@@ -305,7 +305,7 @@ class SwitchingResolver final : public quota::redis::AddressResolver {
 TEST_CASE(
     "a resolved address is dropped on READONLY (a primary demoted under an open "
     "connection) and when ROLE says replica") {
-  ConfiguredServer a("resolve-a", {}), b("resolve-b", {});
+  RedisServer a("resolve-a", {}), b("resolve-b", {});
   REQUIRE(a.started());
   REQUIRE(b.started());
   auto resolver = std::make_shared<SwitchingResolver>(a.port(), b.port());

@@ -1,5 +1,5 @@
 // Tests for quota/redis/transport/subscriber.hpp against a redis-server of its own
-// (ConfiguredServer: the test kills and restarts it): messages delivered in order; a
+// (RedisServer: the test kills and restarts it): messages delivered in order; a
 // subscription cut off (CLIENT KILL, a server restart) comes back by itself and says so
 // (on_subscribed, subscriptions()); stop() ends the thread and no callback runs after it.
 #include "quota/redis/transport/subscriber.hpp"
@@ -63,7 +63,7 @@ bool publish_until(quota::redis::Connection& c, Inbox& in, std::size_t n, const 
 
 TEST_CASE("a subscriber delivers messages, comes back after a cut, and stops cleanly",
           "[redis][subscriber]") {
-  quota::testing::ConfiguredServer server("subscriber", {});
+  quota::testing::RedisServer server("subscriber", {});
   REQUIRE(server.started());
   Inbox in;
   quota::redis::Subscriber sub(
@@ -123,7 +123,7 @@ TEST_CASE("a subscriber to a server that is not there keeps trying, and stops cl
   // A port nothing listens on: a server started and stopped again.
   int port = 0;
   {
-    quota::testing::ConfiguredServer gone("subscriber-gone", {});
+    quota::testing::RedisServer gone("subscriber-gone", {});
     REQUIRE(gone.started());
     port = gone.port();
   }
@@ -140,7 +140,7 @@ TEST_CASE("a subscriber to a server that is not there keeps trying, and stops cl
 
 TEST_CASE("a subscriber whose catch-up fails is not subscribed, and tries again",
           "[redis][subscriber]") {
-  quota::testing::ConfiguredServer server("subscriber-catch-up", {});
+  quota::testing::RedisServer server("subscriber-catch-up", {});
   REQUIRE(server.started());
   std::atomic<int> attempts{0};
   quota::redis::Subscriber sub(

@@ -1,6 +1,6 @@
 // quota_server_redis_auth_test — quota-server's production Redis flags against real
 // redis-server (and redis-sentinel) processes the test starts on free loopback ports
-// (tests/redis/support/redis_server.hpp ConfiguredServer), stopped by pid:
+// (quota/testing/redis_server.hpp RedisServer), stopped by pid:
 //   - a Redis with requirepass: --redis-password-file with the right password decides;
 //     with a wrong one every call answers 503 / UNAVAILABLE (never an admission), the log
 //     names authentication and quota_redis_errors_total{kind="unauthenticated"} moves;
@@ -37,7 +37,7 @@
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::testing::metric_value;
 using quota::testing::post_check;
 using quota::testing::ServerProcess;
@@ -95,7 +95,7 @@ std::pair<int, std::string> run_bad(const std::string& args) {
 }  // namespace
 
 TEST_CASE("AUTH: the right password decides, a wrong one is 503 and logged; a breaker opens") {
-  ConfiguredServer redis("server-auth", {"requirepass s3cret-pw"});
+  RedisServer redis("server-auth", {"requirepass s3cret-pw"});
   REQUIRE(redis.started());
   TempDir dir("auth");
   const std::string rules = dir.write("rules.yaml", kRules);
@@ -155,9 +155,9 @@ TEST_CASE("AUTH: the right password decides, a wrong one is 503 and logged; a br
 }
 
 TEST_CASE("--redis-sentinel: the primary a sentinel names decides, with AUTH") {
-  ConfiguredServer primary("server-sentinel-primary", {"requirepass s3cret-pw"});
+  RedisServer primary("server-sentinel-primary", {"requirepass s3cret-pw"});
   REQUIRE(primary.started());
-  ConfiguredServer sentinel(
+  RedisServer sentinel(
       "server-sentinel",
       {"sentinel monitor quota 127.0.0.1 " + std::to_string(primary.port()) + " 1",
        "sentinel auth-pass quota s3cret-pw"},

@@ -1,6 +1,6 @@
 // quota_server_redis_production_test — quota-server's production Redis options
 // (redis_flags.hpp) against real redis-server and redis-sentinel processes the test
-// starts on free loopback ports (tests/redis/support/redis_server.hpp ConfiguredServer;
+// starts on free loopback ports (quota/testing/redis_server.hpp RedisServer;
 // the failover's primary, replica and sentinel: sentinel_deployment.hpp, shared with
 // redis_sentinel_test), stopped by pid:
 //   - an evicting Redis (maxmemory-policy allkeys-lru) answers 503 unless the server runs
@@ -54,7 +54,7 @@ namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 using namespace std::chrono_literals;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::testing::env;
 using quota::testing::eventually;
 using quota::testing::post_check;
@@ -103,7 +103,7 @@ long long info_number(const std::string& info, const std::string& from, const st
 // The replica has everything the primary wrote: a write made now on the primary is
 // acknowledged by it. (A replica just synced is listed online before the primary streams
 // it anything: until its first acknowledgement, up to a second, WAIT counts it out.)
-bool synced(const ConfiguredServer& primary) {
+bool synced(const RedisServer& primary) {
   const auto info = [&] {
     return quota::testing::redis_ask(primary.port(), "", {"INFO", "replication"});
   };
@@ -144,7 +144,7 @@ void check_envelope(const std::vector<quota::verify::AdmittedEvent>& admitted) {
 }  // namespace
 
 TEST_CASE("--redis-allow-evicting: an evicting Redis is 503 without it, decides with it") {
-  ConfiguredServer redis("server-evicting", {"maxmemory 64mb", "maxmemory-policy allkeys-lru"});
+  RedisServer redis("server-evicting", {"maxmemory 64mb", "maxmemory-policy allkeys-lru"});
   REQUIRE(redis.started());
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
@@ -170,7 +170,7 @@ TEST_CASE("--redis-allow-evicting: an evicting Redis is 503 without it, decides 
 }
 
 TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once one does") {
-  ConfiguredServer primary("server-wait-primary", {"repl-diskless-sync-delay 0"});
+  RedisServer primary("server-wait-primary", {"repl-diskless-sync-delay 0"});
   REQUIRE(primary.started());
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
@@ -186,7 +186,7 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
     CHECK(a.first == 503);
   }
   CHECK(grpc_check(s.port("grpc"), t) == grpc::StatusCode::UNAVAILABLE);
-  ConfiguredServer replica("server-wait-replica",
+  RedisServer replica("server-wait-replica",
                            {"replicaof 127.0.0.1 " + std::to_string(primary.port())});
   REQUIRE(replica.started());
   REQUIRE(synced(primary));
@@ -205,7 +205,7 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
 }
 
 TEST_CASE("--redis-coalesce with --redis-clock-guard-ms: 4 threads admit exactly the burst") {
-  ConfiguredServer redis("server-coalesce", {});
+  RedisServer redis("server-coalesce", {});
   REQUIRE(redis.started());
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
@@ -246,9 +246,9 @@ TEST_CASE(
     "replica; with default flags no fresh burst") {
   // A primary, its replica and one sentinel (quorum 1), all up and known to each other.
   SentinelDeployment d("server-fo", {.replicas = 1, .sentinels = 1, .quorum = 1});
-  ConfiguredServer& primary = *d.primary;
-  ConfiguredServer& replica = *d.replicas[0];
-  ConfiguredServer& sentinel = *d.sentinels[0];
+  RedisServer& primary = *d.primary;
+  RedisServer& replica = *d.replicas[0];
+  RedisServer& sentinel = *d.sentinels[0];
 
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);
@@ -335,8 +335,8 @@ TEST_CASE(
 }
 
 TEST_CASE("one Redis, no replica, restarted empty under the server: default flags give no burst") {
-  // No persistence (ConfiguredServer: save "" and appendonly no): a restart loses every key.
-  ConfiguredServer redis("server-restart", {});
+  // No persistence (RedisServer: save "" and appendonly no): a restart loses every key.
+  RedisServer redis("server-restart", {});
   REQUIRE(redis.started());
   TempDir dir("prod");
   const std::string rules = dir.write("rules.yaml", kRules);

@@ -1,7 +1,7 @@
 // quota_server_failover_safety_rules_test — a sliding_log rule under
 // --redis-failover-safety is refused when the rules are loaded
 // (failover_safety_rules.hpp), over real processes: a real redis-server
-// (tests/redis/support/redis_server.hpp ConfiguredServer, stopped by pid) and quota-server.
+// (quota/testing/redis_server.hpp RedisServer, stopped by pid) and quota-server.
 //
 //   - at start, from a rule file or from rules published in Redis: exit 2, the message
 //     names the rule, its place (file:line:column: rules[i].sliding_log, or the published
@@ -32,7 +32,7 @@
 namespace {
 
 using quota::testing::check_body;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::testing::env;
 using quota::testing::eventually;
 using quota::testing::http_get;
@@ -76,7 +76,7 @@ void check_names_rule_and_option(const std::string& out) {
 }  // namespace
 
 TEST_CASE("a sliding_log rule under failover safety (the default) is refused at start") {
-  ConfiguredServer redis("server-fs-start", {});
+  RedisServer redis("server-fs-start", {});
   REQUIRE(redis.started());
   TempDir dir("fs_start");
   const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());
@@ -118,7 +118,7 @@ TEST_CASE("a sliding_log rule under failover safety (the default) is refused at 
 }
 
 TEST_CASE("a reload that adds a sliding_log rule under --redis-failover-safety changes nothing") {
-  ConfiguredServer redis("server-fs-reload", {});
+  RedisServer redis("server-fs-reload", {});
   REQUIRE(redis.started());
   TempDir dir("fs_reload");
   const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());

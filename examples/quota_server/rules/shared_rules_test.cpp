@@ -1,6 +1,6 @@
 // quota_server_shared_rules_test — one rule set for every server, published in Redis
 // (shared_rules.hpp, rule_subscriber.hpp, rules_admin.hpp), over real processes: a real
-// redis-server (tests/redis/support/redis_server.hpp ConfiguredServer, stopped by pid),
+// redis-server (quota/testing/redis_server.hpp RedisServer, stopped by pid),
 // two quota-server processes with --rules-from-redis and the `publish` and `instances`
 // subcommands, all on loopback.
 //
@@ -46,7 +46,7 @@
 namespace {
 
 using quota::testing::check_body;
-using quota::testing::ConfiguredServer;
+using quota::testing::RedisServer;
 using quota::testing::eventually;
 using quota::testing::metric_value;
 using quota::testing::read_all;
@@ -89,7 +89,7 @@ TEST_CASE(
     "a published rule set reaches every server; invalid files and a paused Redis change "
     "nothing",
     "[single]") {
-  ConfiguredServer redis("server-shared-rules", {});
+  RedisServer redis("server-shared-rules", {});
   REQUIRE(redis.started());
   TempDir dir("shared");
   const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());
@@ -255,7 +255,7 @@ TEST_CASE(
     "Redis restarted empty: a lower or equal version with another digest is refused loudly; "
     "--force-version recovers",
     "[drift]") {
-  ConfiguredServer redis("server-shared-drift", {});
+  RedisServer redis("server-shared-drift", {});
   REQUIRE(redis.started());
   TempDir dir("drift");
   const std::string where = "--redis=127.0.0.1:" + std::to_string(redis.port());

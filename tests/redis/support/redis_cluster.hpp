@@ -270,7 +270,7 @@ class LoadThreads {
   std::vector<std::thread> threads_;
 };
 
-// A Redis Cluster of 3 masters of one test (ConfiguredServer each, with `lines` added to
+// A Redis Cluster of 3 masters of one test (RedisServer each, with `lines` added to
 // every node's config: "requirepass pw", "masterauth pw", an ACL user ...), its slots
 // split evenly with CLUSTER ADDSLOTSRANGE and the nodes joined with CLUSTER MEET; `admin`
 // (the credentials the test's admin connections use) must be able to do that. ok() once
@@ -284,7 +284,7 @@ class ScratchCluster {
           "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000"};
       node_lines.insert(node_lines.end(), lines.begin(), lines.end());
       nodes_.push_back(
-          std::make_unique<ConfiguredServer>(name + "-node" + std::to_string(i), node_lines));
+          std::make_unique<RedisServer>(name + "-node" + std::to_string(i), node_lines));
       if (!nodes_.back()->started()) return;
     }
     const int per = redis::kClusterSlots / 3;
@@ -319,7 +319,7 @@ class ScratchCluster {
   }
 
  private:
-  std::vector<std::unique_ptr<ConfiguredServer>> nodes_;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
   bool ok_ = false;
 };
 

@@ -6,6 +6,8 @@
 // restart it through the same script (QUOTA_REDIS_SCRIPT).
 //
 // A program's own server (benchmarks, gateway_sim --redis local): ScratchServer, below.
+// A test's own server with its own config lines (auth, eviction policy, sentinels): the
+// kit's RedisServer (quota/testing/redis_server.hpp).
 // Benchmarks include it as "redis/support/redis_server.hpp" (tests/ on their path).
 #pragma once
 
@@ -19,15 +21,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "quota/redis/transport/connection_pool.hpp"
+#include "quota/testing/redis_server.hpp"
 
 namespace quota::testing {
 
@@ -160,129 +160,6 @@ class ScratchServer {
   }
 
   std::string dir_;
-  int port_ = 0;
-  long pid_ = 0;
-};
-
-// A redis-server (or, with `sentinel`, a redis-sentinel) of one test, started on a free
-// loopback port with a config file: the usual lines (port, bind 127.0.0.1, daemonized,
-// pid file, log, no persistence) plus the test's `lines` ("requirepass pw", "user alice
-// on >pw ~* &* +@all", "rename-command CONFIG \"\"", "sentinel monitor ..."), written
-// to <dir>/redis.conf (a sentinel rewrites it). It is up when it answers PING (PONG or
-// NOAUTH). Stopped by pid (SIGTERM, then SIGKILL) when it goes out of scope; `kill`
-// sends a signal as a crash or pause would, `restart` starts it again on its port with
-// the same file. Not thread-safe: one owner.
-//
-//   quota::testing::ConfiguredServer server("auth", {"requirepass s3cret"});
-//   if (!server.started()) FAIL("no redis-server");
-class ConfiguredServer {
- public:
-  ConfiguredServer(const std::string& name, std::vector<std::string> lines, bool sentinel = false)
-      : dir_(scratch_dir("quota-" + name)), lines_(std::move(lines)), sentinel_(sentinel) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    std::filesystem::create_directories(dir_, ec);
-    std::mt19937 rng(std::random_device{}());
-    for (int i = 0; i < 50 && port_ == 0; ++i) {
-      // Below the ephemeral range, as cmake/redis_server.sh (and its cluster bus port,
-      // +10000, stays below 42000).
-      const int port = 20000 + static_cast<int>(rng() % 12000);
-      if (launch(port)) port_ = port;
-    }
-  }
-  ~ConfiguredServer() {
-    stop();
-    if (started()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-    }
-  }
-  ConfiguredServer(const ConfiguredServer&) = delete;
-  ConfiguredServer& operator=(const ConfiguredServer&) = delete;
-
-  bool started() const { return port_ > 0; }
-  int port() const { return port_; }
-  long pid() const { return pid_; }
-  const std::string& dir() const { return dir_; }
-
-  // Sends `sig` to the process; true when it was delivered.
-  bool kill(int sig) const { return pid_ > 0 && ::kill(static_cast<pid_t>(pid_), sig) == 0; }
-
-  // Starts it again on its port (after kill(SIGKILL)); true when it answers.
-  bool restart() {
-    stop();
-    for (int i = 0; i < 40; ++i) {
-      if (launch(port_)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  // SIGTERM, then SIGKILL after 2.5 s.
-  void stop() {
-    if (pid_ <= 0) return;
-    const auto pid = static_cast<pid_t>(pid_);
-    ::kill(pid, SIGCONT);
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < 50 && alive(pid); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ::kill(pid, SIGKILL);
-    pid_ = 0;
-  }
-
- private:
-  // Running (a zombie left unreaped by the container's init counts as gone).
-  static bool alive(pid_t pid) {
-    if (::kill(pid, 0) != 0) return false;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string id, name, state;
-    return !(stat >> id >> name >> state) || state != "Z";
-  }
-
-  bool launch(int port) {
-    const std::string conf = dir_ + "/redis.conf";
-    const std::string pidfile = dir_ + "/redis.pid";
-    std::filesystem::remove(pidfile);
-    {
-      std::ofstream out(conf);
-      out << "port " << port << "\nbind 127.0.0.1\ndaemonize yes\nprotected-mode no\n"
-          << "pidfile " << pidfile << "\nlogfile " << dir_ << "/redis.log\ndir " << dir_ << "\n";
-      if (!sentinel_) out << "save \"\"\nappendonly no\n";
-      for (const auto& line : lines_) out << line << "\n";
-    }
-    const std::string cmd =
-        std::string(sentinel_ ? "redis-sentinel '" : "redis-server '") + conf + "' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0) return false;
-    for (int i = 0; i < 100; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      long pid = 0;
-      std::ifstream(pidfile) >> pid;
-      if (pid > 0 && !alive(static_cast<pid_t>(pid))) return false;  // it exited
-      // redis-server writes its pid file only once it has bound its port, so a server
-      // answering now is this one, not another process's on the same port.
-      if (pid <= 0) continue;
-      redis::Connection c(
-          redis::ConnectionConfig{.host = "127.0.0.1",
-                                  .port = port,
-                                  .deadline = std::chrono::seconds(1),
-                                  .eviction_check = redis::EvictionPolicyCheck::kSkip});
-      auto pong = c.command({"PING"});
-      if (pong.ok() &&
-          (redis::reply_string(**pong) == "PONG" || redis::is_error(**pong, "NOAUTH"))) {
-        pid_ = pid;
-        return true;
-      }
-    }
-    long pid = 0;
-    std::ifstream(pidfile) >> pid;
-    if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
-    return false;
-  }
-
-  std::string dir_;
-  std::vector<std::string> lines_;
-  bool sentinel_ = false;
   int port_ = 0;
   long pid_ = 0;
 };

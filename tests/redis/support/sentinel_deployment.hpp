@@ -1,5 +1,5 @@
 // tests/redis/support/sentinel_deployment.hpp — a primary, its replicas and
-// redis-sentinel processes monitoring it, as real processes on loopback (ConfiguredServer
+// redis-sentinel processes monitoring it, as real processes on loopback (RedisServer
 // of redis_server.hpp, each stopped by pid when the deployment goes out of scope), for the
 // tests that fail a primary over under a client: redis_sentinel_test (the library's
 // SentinelPool) and quota_server_redis_production_test (quota-server --redis-sentinel).
@@ -91,8 +91,8 @@ struct SentinelDeploymentOptions {
 
 class SentinelDeployment {
  public:
-  std::unique_ptr<ConfiguredServer> primary;
-  std::vector<std::unique_ptr<ConfiguredServer>> replicas, sentinels;
+  std::unique_ptr<RedisServer> primary;
+  std::vector<std::unique_ptr<RedisServer>> replicas, sentinels;
   SentinelCredentials creds;
 
   // `name` prefixes the processes' scratch directories.
@@ -103,13 +103,13 @@ class SentinelDeployment {
       data_lines.push_back("requirepass " + creds.data);
       data_lines.push_back("masterauth " + creds.data);
     }
-    primary = std::make_unique<ConfiguredServer>(name + "-primary", data_lines);
+    primary = std::make_unique<RedisServer>(name + "-primary", data_lines);
     REQUIRE(primary->started());
     for (int i = 0; i < o.replicas; ++i) {
       auto lines = data_lines;
       lines.push_back("replicaof 127.0.0.1 " + std::to_string(primary->port()));
       replicas.push_back(
-          std::make_unique<ConfiguredServer>(name + "-replica" + std::to_string(i), lines));
+          std::make_unique<RedisServer>(name + "-replica" + std::to_string(i), lines));
       REQUIRE(replicas.back()->started());
     }
     // Every replica synced (state=online), not just connected.
@@ -136,7 +136,7 @@ class SentinelDeployment {
       lines.push_back("sentinel sentinel-pass " + creds.sentinel);
     }
     for (int i = 0; i < o.sentinels; ++i) {
-      sentinels.push_back(std::make_unique<ConfiguredServer>(name + "-sentinel" + std::to_string(i),
+      sentinels.push_back(std::make_unique<RedisServer>(name + "-sentinel" + std::to_string(i),
                                                              lines, /*sentinel=*/true));
       REQUIRE(sentinels.back()->started());
     }
