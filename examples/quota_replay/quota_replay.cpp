@@ -5,10 +5,13 @@
 //   quota_replay --rules new.yaml --compare old.yaml TRACE
 //
 // TRACE (or `-` for stdin) is CSV, `time_ns,tenant,plan,user,route[,cost]`
-// (quota/testing/trace.hpp). The rules are quota's YAML (quota/rules/rule_file.hpp). Each
+// (quota/testing/trace.hpp), or JSON lines, one flat object per line with the same names
+// (`{"time_ns":0,"tenant":"acme","plan":"free","route":"read"}`; user and cost optional),
+// the two mixed freely. The rules are quota's YAML (quota/rules/rule_file.hpp). Each
 // request is decided at its own time by one Gateway on an in-process store, budgets full
 // at time 0 (quota/testing/replay.hpp); --decisions writes them as CSV
-// (`line,time_ns,tenant,route,allowed,reason,rule,remaining`). Then one line per rule:
+// (`line,time_ns,tenant,route,allowed,reason,rule,remaining`) or, with
+// --decisions-format=json, as JSON lines with those names. Then one line per rule:
 // admitted requests and units, keys, denied requests, and the envelope its keys were held
 // to — the rule's own (a token bucket's r·T + B; N per window of a sliding log; 2N for the
 // fixed and estimated windows), or the one --expect asserts for it
@@ -42,10 +45,12 @@
 #include "quota/store/local_store.hpp"
 #include "quota/testing/replay.hpp"
 #include "quota/testing/trace.hpp"
+#include "quota_server/api/http/json.hpp"
 
 ABSL_FLAG(std::string, rules, "", "the rule file the trace is decided with");
 ABSL_FLAG(std::string, compare, "", "another rule file: what it decides differently");
-ABSL_FLAG(std::string, decisions, "", "write every decision as CSV to this file ('-': stdout)");
+ABSL_FLAG(std::string, decisions, "", "write every decision to this file ('-': stdout)");
+ABSL_FLAG(std::string, decisions_format, "csv", "csv or json (JSON lines) for --decisions");
 ABSL_FLAG(std::vector<std::string>, expect, {},
           "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated");
 
@@ -56,13 +61,15 @@ constexpr int kBadInput = 2;
 
 constexpr const char* kUsage =
     "usage: quota_replay --rules FILE [--compare FILE] [--expect RULE=ENVELOPE,...]\n"
-    "                    [--decisions FILE] TRACE\n"
-    "  TRACE            CSV time_ns,tenant,plan,user,route[,cost]; - for stdin\n"
+    "                    [--decisions FILE [--decisions-format csv|json]] TRACE\n"
+    "  TRACE            CSV time_ns,tenant,plan,user,route[,cost], or JSON lines with\n"
+    "                   those names (user and cost optional); - for stdin\n"
     "  --rules FILE     the rule file (quota's YAML) the trace is decided with\n"
     "  --compare FILE   also decide it with FILE: the requests each set denies alone\n"
     "  --expect LIST    hold a rule's keys to another envelope than its own:\n"
     "                   free-read=token-bucket:10/1s:5 or free-read=window:100:1min\n"
-    "  --decisions FILE every decision as CSV (- for stdout)\n"
+    "  --decisions FILE every decision (- for stdout), as CSV or, with\n"
+    "                   --decisions-format=json, as JSON lines\n"
     "exit: 0 every envelope holds, 1 one does not, 2 bad usage or input\n";
 
 [[noreturn]] void die(int code, const std::string& what) {
@@ -101,6 +108,65 @@ std::optional<std::pair<std::string, quota::testing::Envelope>> parse_expect(
   return std::nullopt;
 }
 
+// A JSON line of the trace: a flat object with the CSV's names; an error names the line
+// and the member.
+absl::StatusOr<quota::testing::TraceRequest> parse_json_line(std::string_view line,
+                                                             std::string_view file,
+                                                             std::int64_t number) {
+  const auto fail = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", file, number, what));
+  };
+  auto object = quota::server::parse_flat_object(line);
+  if (!object.ok()) return fail(std::string(object.status().message()));
+  quota::testing::TraceRequest r;
+  bool has_time = false, has_tenant = false, has_route = false;
+  for (const auto& [name, v] : *object) {
+    using K = quota::server::JsonValue;
+    const bool is_string = v.kind == K::kString;
+    if (name == "time_ns" && v.kind == K::kInteger && v.integer >= 0) {
+      r.time = quota::Nanos(v.integer);
+      has_time = true;
+    } else if (name == "cost" && v.kind == K::kInteger && v.integer >= 1) {
+      r.cost = v.integer;
+    } else if (name == "tenant" && is_string) {
+      r.tenant = v.string;
+      has_tenant = true;
+    } else if (name == "plan" && is_string) {
+      r.plan = v.string;
+    } else if (name == "user" && is_string) {
+      r.user = v.string;
+    } else if (name == "route" && is_string) {
+      r.route = v.string;
+      has_route = true;
+    } else if (name == "time_ns" || name == "cost") {
+      return fail(absl::StrFormat("\"%s\" must be a whole number %s", name,
+                                  name == "cost" ? ">= 1 (units)" : ">= 0 (ns)"));
+    } else if (name == "tenant" || name == "plan" || name == "user" || name == "route") {
+      return fail(absl::StrFormat("\"%s\" must be a string", name));
+    } else {
+      return fail(absl::StrFormat(
+          "unknown member \"%s\" (expected time_ns, tenant, plan, user, route, cost)", name));
+    }
+  }
+  if (!has_time || !has_tenant || !has_route) {
+    return fail(absl::StrFormat("\"%s\" is missing", !has_time     ? "time_ns"
+                                                     : !has_tenant ? "tenant"
+                                                                   : "route"));
+  }
+  return r;
+}
+
+// A trace line in either format: a JSON object when it starts with '{', else CSV.
+absl::StatusOr<quota::testing::TraceRequest> parse_any_line(std::string_view line,
+                                                            std::string_view file,
+                                                            std::int64_t number) {
+  const std::size_t first = line.find_first_not_of(" \t");
+  if (first != std::string_view::npos && line[first] == '{') {
+    return parse_json_line(line, file, number);
+  }
+  return quota::testing::parse_trace_line(line, file, number);
+}
+
 // One rule set deciding on its own in-process store.
 struct Decider {
   explicit Decider(std::shared_ptr<const quota::gateway::RuleSet> set)
@@ -111,6 +177,27 @@ struct Decider {
   quota::gateway::Gateway gateway;
   quota::testing::EnvelopeBook book;
 };
+
+// One decision of --decisions: a CSV row, or a JSON line with the CSV header's names.
+void write_decision(std::FILE* out, bool json, std::uint64_t line,
+                    const quota::testing::TraceRequest& r, const quota::gateway::Result& d) {
+  const std::string reason(to_string(d.decision.reason));
+  if (json) {
+    using quota::server::json_quote;
+    std::fprintf(out,
+                 "{\"line\":%llu,\"time_ns\":%lld,\"tenant\":%s,\"route\":%s,\"allowed\":%s,"
+                 "\"reason\":\"%s\",\"rule\":%s,\"remaining\":%lld}\n",
+                 static_cast<unsigned long long>(line), static_cast<long long>(r.time.count()),
+                 json_quote(r.tenant).c_str(), json_quote(r.route).c_str(),
+                 d.decision.allowed ? "true" : "false", reason.c_str(), json_quote(d.rule).c_str(),
+                 static_cast<long long>(d.decision.remaining));
+    return;
+  }
+  std::fprintf(out, "%llu,%lld,%s,%s,%d,%s,%s,%lld\n", static_cast<unsigned long long>(line),
+               static_cast<long long>(r.time.count()), r.tenant.c_str(), r.route.c_str(),
+               d.decision.allowed ? 1 : 0, reason.c_str(), d.rule.c_str(),
+               static_cast<long long>(d.decision.remaining));
+}
 
 std::unique_ptr<Decider> load(const std::string& path) {
   auto set = quota::rules::load_rule_file(path);
@@ -125,14 +212,17 @@ int main(int argc, char** argv) {
       {.name = "quota_replay",
        .usage = kUsage,
        .checks = {quota::cli::custom(
-           "expect", "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated",
-           [](std::string_view v) {
-             for (absl::string_view e :
-                  absl::StrSplit(absl::string_view(v.data(), v.size()), ',')) {
-               if (!parse_expect(std::string_view(e.data(), e.size()))) return false;
-             }
-             return true;
-           })},
+                      "expect",
+                      "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated",
+                      [](std::string_view v) {
+                        for (absl::string_view e :
+                             absl::StrSplit(absl::string_view(v.data(), v.size()), ',')) {
+                          if (!parse_expect(std::string_view(e.data(), e.size()))) return false;
+                        }
+                        return true;
+                      }),
+                  quota::cli::custom("decisions_format", "csv or json",
+                                     [](std::string_view v) { return v == "csv" || v == "json"; })},
        .positional = true},
       argc, argv);
   if (args.positional.size() != 2) die(kBadInput, "expected one TRACE (see --help)");
@@ -149,13 +239,14 @@ int main(int argc, char** argv) {
   if (in == nullptr) die(kBadInput, absl::StrFormat("cannot read %s", trace_name));
   std::FILE* out = nullptr;
   const std::string decisions = absl::GetFlag(FLAGS_decisions);
+  const bool json = absl::GetFlag(FLAGS_decisions_format) == "json";
   if (!decisions.empty()) {
     out = decisions == "-" ? stdout : std::fopen(decisions.c_str(), "w");
     if (out == nullptr) die(kBadInput, absl::StrFormat("cannot write %s", decisions));
-    std::fputs("line,time_ns,tenant,route,allowed,reason,rule,remaining\n", out);
+    if (!json) std::fputs("line,time_ns,tenant,route,allowed,reason,rule,remaining\n", out);
   }
 
-  quota::testing::TraceReader reader(in, trace_name);
+  quota::testing::TraceReader reader(in, trace_name, &parse_any_line);
   std::int64_t requests = 0, admitted = 0, errors = 0;
   // --compare: (tenant, rule) -> {denied by --rules alone, admitted by --rules alone}.
   std::map<std::pair<std::string, std::string>, std::pair<std::int64_t, std::int64_t>> diff;
@@ -174,12 +265,7 @@ int main(int argc, char** argv) {
       die(kBadInput, absl::StrFormat("%s:%d: %s", trace_name, line, s.message()));
     }
     admitted += d->decision.allowed;
-    if (out != nullptr) {
-      std::fprintf(out, "%llu,%lld,%s,%s,%d,%s,%s,%lld\n", static_cast<unsigned long long>(line),
-                   static_cast<long long>(r.time.count()), r.tenant.c_str(), r.route.c_str(),
-                   d->decision.allowed ? 1 : 0, std::string(to_string(d->decision.reason)).c_str(),
-                   d->rule.c_str(), static_cast<long long>(d->decision.remaining));
-    }
+    if (out != nullptr) write_decision(out, json, line, r, *d);
     if (other != nullptr) {
       auto o = other->gateway.decide(quota::testing::to_request(r), r.time);
       if (!o.ok()) {

@@ -100,7 +100,13 @@ inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std:
 // Reads a CSV trace from `file` (named `name` in errors) one request at a time.
 class TraceReader {
  public:
-  TraceReader(std::FILE* file, std::string name) : file_(file), name_(std::move(name)) {}
+  // How one line becomes a request (parse_trace_line; a tool may read other formats too,
+  // e.g. quota_replay's JSON lines): the line, the file's name and the line's number.
+  using LineParser = absl::StatusOr<TraceRequest> (*)(std::string_view line, std::string_view file,
+                                                      std::int64_t number);
+
+  TraceReader(std::FILE* file, std::string name, LineParser parse = &parse_trace_line)
+      : file_(file), name_(std::move(name)), parse_(parse) {}
 
   // The next request; nullopt at the end of the file; an error naming the line (a
   // malformed line, a time before the previous one, a read error).
@@ -109,7 +115,7 @@ class TraceReader {
     while (read_line(text)) {
       ++line_;
       if (text.empty() || text[0] == '#' || (line_ == 1 && text.rfind("time", 0) == 0)) continue;
-      auto r = parse_trace_line(text, name_, line_);
+      auto r = parse_(text, name_, line_);
       if (!r.ok()) return r.status();
       if (r->time < last_) {
         return absl::InvalidArgumentError(
@@ -157,6 +163,7 @@ class TraceReader {
 
   std::FILE* file_;
   std::string name_;
+  LineParser parse_;
   std::string text_;  // the line being read
   char buf_[1 << 16];
   std::size_t pos_ = 0, len_ = 0;

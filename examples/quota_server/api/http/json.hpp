@@ -1,5 +1,6 @@
 // examples/quota_server/api/http/json.hpp — a strict reader for one flat JSON object, and JSON
-// string quoting: what the HTTP check API needs, with no JSON library.
+// string quoting: what the HTTP check API needs (and quota_replay's JSON lines), with no
+// JSON library.
 //
 // parse_flat_object() accepts exactly one object (RFC 8259) whose values are strings,
 // integers, true/false or null — nothing nested — surrounded by optional whitespace, and
