@@ -10,7 +10,8 @@
 // estimate's 2N per window (their true bound across a boundary) — or of the envelope the
 // caller asserts for a rule instead (`expect`), e.g. a tighter one than the rule file's,
 // which is how a test says "this rule must keep the budget to X". Memory grows with the
-// keys, not with the trace (a window verifier keeps one window's events per key).
+// keys, not with the trace (a window verifier keeps one window's events per key; the
+// budgets each caller pays are planned once and kept, up to 2^20 callers).
 //
 // Thread safety: one replay per Gateway and EnvelopeBook at a time.
 //
@@ -22,18 +23,22 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/gateway.hpp"
 #include "quota/testing/trace.hpp"
@@ -106,8 +111,10 @@ struct RuleVerdict {
 
 class EnvelopeBook {
  public:
-  // Watches admissions decided under `rules` (the set the Gateway decides with).
-  explicit EnvelopeBook(std::shared_ptr<const gateway::RuleSet> rules) : rules_(std::move(rules)) {}
+  // Watches admissions decided under `rules` (the set the Gateway decides with); without
+  // a set, only record_admitted() and record_denied() record.
+  explicit EnvelopeBook(std::shared_ptr<const gateway::RuleSet> rules = nullptr)
+      : rules_(std::move(rules)) {}
 
   // Holds the keys of the rule named `rule` to `e` instead of its own envelope.
   void expect(const std::string& rule, Envelope e) {
@@ -124,22 +131,41 @@ class EnvelopeBook {
       stats_[d->rule].denied += 1;
       return absl::OkStatus();
     }
-    auto planned = rules_->plan(to_request(r).who, r.route,
-                                {.estimate = r.cost > 0 ? std::optional(r.cost) : std::nullopt});
-    if (!planned.ok()) return planned.status();
-    for (const gateway::Check& c : *planned) {
-      if (c.shadow) continue;  // a shadow budget admits what it would deny
-      Stats& s = rule_stats(*c.rule);
-      s.admitted += 1;
-      s.admitted_units += c.cost;
-      auto it = s.keys.find(quota::detail::to_absl(c.key.view()));
-      if (it == s.keys.end())
-        it = s.keys.emplace(std::string(c.key.view()), verifier_for(*c.rule)).first;
-      const verify::AdmittedEvent e{.time_ns = r.time.count(), .cost = c.cost};
-      auto status = std::visit([&](auto& v) { return v.add(e, tag); }, it->second);
+    if (rules_ == nullptr) return absl::FailedPreconditionError("the book has no rule set");
+    auto paid = budgets_paid(r);
+    if (!paid.ok()) return paid.status();
+    for (const Paid& p : **paid) {
+      p.stats->admitted += 1;
+      p.stats->admitted_units += p.cost;
+      const verify::AdmittedEvent e{.time_ns = r.time.count(), .cost = p.cost};
+      auto status = std::visit([&](auto& v) { return v.add(e, tag); }, verifiers_[p.verifier]);
       if (!status.ok()) return status;
     }
     return absl::OkStatus();
+  }
+
+  // Decisions made outside a RuleSet, by a tool's own rules (quota_replay's
+  // envoyproxy/ratelimit files): `cost` units of budget `key` admitted at `time` under the
+  // rule named `rule`, held to `policy`'s envelope unless expect() named another; or a
+  // request that rule denied.
+  absl::Status record_admitted(const std::string& rule, const gateway::RulePolicy& policy,
+                               std::string_view key, Nanos time, std::int64_t cost,
+                               std::uint64_t tag) {
+    ++requests_;
+    Stats& s = stats_[rule];
+    s.admitted += 1;
+    s.admitted_units += cost;
+    auto it = s.keys.find(quota::detail::to_absl(key));
+    if (it == s.keys.end()) {
+      verifiers_.push_back(verifier_for(rule, policy));
+      it = s.keys.emplace(std::string(key), verifiers_.size() - 1).first;
+    }
+    const verify::AdmittedEvent e{.time_ns = time.count(), .cost = cost};
+    return std::visit([&](auto& v) { return v.add(e, tag); }, verifiers_[it->second]);
+  }
+  void record_denied(const std::string& rule) {
+    ++requests_;
+    stats_[rule].denied += 1;
   }
 
   // Every rule seen, by name.
@@ -152,7 +178,7 @@ class EnvelopeBook {
                     .admitted = s.admitted,
                     .admitted_units = s.admitted_units,
                     .denied = s.denied};
-      for (const auto& [key, verifier] : s.keys) {
+      for (const auto& [key, index] : s.keys) {
         std::visit(
             [&](const auto& x) {
               const auto report = x.report();
@@ -161,7 +187,7 @@ class EnvelopeBook {
               v.worst = absl::StrFormat("key %s: %s; lines %d..%d", key, verify::to_string(report),
                                         report.witness.first_tag, report.witness.last_tag);
             },
-            verifier);
+            verifiers_[index]);
       }
       v.text = absl::StrFormat("rule %s: %d admitted (%d units) over %d keys, %d denied; %s: %s%s",
                                name, v.admitted, v.admitted_units, v.keys, v.denied, v.envelope,
@@ -176,8 +202,44 @@ class EnvelopeBook {
   struct Stats {
     std::string envelope;
     std::int64_t admitted = 0, admitted_units = 0, denied = 0;
-    absl::flat_hash_map<std::string, Verifier> keys;
+    absl::flat_hash_map<std::string, std::size_t> keys;  // a key's verifier in verifiers_
   };
+  // A budget an admitted request paid: its rule's stats, the units, its key's verifier.
+  struct Paid {
+    Stats* stats;
+    std::int64_t cost;
+    std::size_t verifier;
+  };
+  using PaidVector = absl::InlinedVector<Paid, 4>;
+
+  // The budgets a request of r's identity, route and cost pays (shadow ones left out): the
+  // rule set's plan, as the Gateway made it, kept per identity so that a trace's repeated
+  // callers are planned once. The cache is dropped when it reaches kMaxPlans entries, so
+  // its memory stays bounded when every request carries another cost.
+  absl::StatusOr<const PaidVector*> budgets_paid(const TraceRequest& r) {
+    plan_key_.clear();
+    absl::StrAppend(&plan_key_, r.tenant.size(), ":", r.tenant, r.plan.size(), ":", r.plan,
+                    r.user.size(), ":", r.user, r.route.size(), ":", r.route, r.cost);
+    if (auto it = plans_.find(plan_key_); it != plans_.end()) return &it->second;
+    auto planned = rules_->plan(to_request(r).who, r.route,
+                                {.estimate = r.cost > 0 ? std::optional(r.cost) : std::nullopt});
+    if (!planned.ok()) return planned.status();
+    PaidVector paid;
+    for (const gateway::Check& c : *planned) {
+      if (c.shadow) continue;  // a shadow budget admits what it would deny
+      Stats& s = rule_stats(*c.rule);
+      auto it = s.keys.find(quota::detail::to_absl(c.key.view()));
+      if (it == s.keys.end()) {
+        verifiers_.push_back(verifier_for(c.rule->name, c.rule->policy));
+        it = s.keys.emplace(std::string(c.key.view()), verifiers_.size() - 1).first;
+      }
+      paid.push_back({.stats = &s, .cost = c.cost, .verifier = it->second});
+    }
+    if (plans_.size() >= kMaxPlans) plans_.clear();
+    return &plans_.emplace(plan_key_, std::move(paid)).first->second;
+  }
+
+  static constexpr std::size_t kMaxPlans = 1 << 20;
 
   // A rule's stats, found by its address after the first time (the rule set outlives the
   // book's use of it).
@@ -187,10 +249,12 @@ class EnvelopeBook {
     return *it->second;
   }
 
-  Verifier verifier_for(const gateway::Rule& rule) {
-    auto it = expected_.find(rule.name);
-    const Envelope e = it != expected_.end() ? it->second : Envelope::of(rule.policy);
-    stats_[rule.name].envelope = e.text();
+  // The verifier of a new key of the rule named `rule` with `policy`: the envelope
+  // expect() gave it, else the policy's.
+  Verifier verifier_for(const std::string& rule, const gateway::RulePolicy& policy) {
+    auto it = expected_.find(rule);
+    const Envelope e = it != expected_.end() ? it->second : Envelope::of(policy);
+    stats_[rule].envelope = e.text();
     if (const auto* b = std::get_if<Envelope::Bucket>(&e.bound)) {
       return verify::TokenBucketVerifier(b->rate, b->burst);
     }
@@ -202,6 +266,9 @@ class EnvelopeBook {
   std::map<std::string, Envelope> expected_;
   std::map<std::string, Stats> stats_;  // by rule name: verdicts in a stable order
   absl::flat_hash_map<const gateway::Rule*, Stats*> by_rule_;  // into stats_ (map: stable)
+  std::deque<Verifier> verifiers_;                             // one per key
+  absl::flat_hash_map<std::string, PaidVector> plans_;         // budgets_paid's cache
+  std::string plan_key_;                                       // its lookup key, reused
   std::int64_t requests_ = 0;
 };
 
