@@ -7,9 +7,13 @@
 // TRACE (or `-` for stdin) is CSV, `time_ns,tenant,plan,user,route[,cost]`
 // (quota/testing/trace.hpp), or JSON lines, one flat object per line with the same names
 // (`{"time_ns":0,"tenant":"acme","plan":"free","route":"read"}`; user and cost optional),
-// the two mixed freely. The rules are quota's YAML (quota/rules/rule_file.hpp). Each
-// request is decided at its own time by one Gateway on an in-process store, budgets full
-// at time 0 (quota/testing/replay.hpp); --decisions writes them as CSV
+// the two mixed freely. The rules are quota's YAML (quota/rules/rule_file.hpp), or
+// envoyproxy/ratelimit's (quota-server's envoy_rules.hpp; told apart by a top-level
+// `domain` or `descriptors`), where each request is one descriptor whose entries are the
+// trace fields --descriptor names (`tenant=tenant,path=route`: key `tenant` with the
+// request's tenant, then key `path` with its route), decided as quota-server decides it.
+// Each request is decided at its own time on an in-process store, budgets full at time 0
+// (quota/testing/replay.hpp: by one Gateway for quota's rules); --decisions writes them as CSV
 // (`line,time_ns,tenant,route,allowed,reason,rule,remaining`) or, with
 // --decisions-format=json, as JSON lines with those names. Then one line per rule:
 // admitted requests and units, keys, denied requests, and the envelope its keys were held
@@ -46,11 +50,15 @@
 #include "quota/testing/replay.hpp"
 #include "quota/testing/trace.hpp"
 #include "quota_server/api/http/json.hpp"
+#include "quota_server/rules/envoy_rules.hpp"
 
 ABSL_FLAG(std::string, rules, "", "the rule file the trace is decided with");
 ABSL_FLAG(std::string, compare, "", "another rule file: what it decides differently");
 ABSL_FLAG(std::string, decisions, "", "write every decision to this file ('-': stdout)");
 ABSL_FLAG(std::string, decisions_format, "csv", "csv or json (JSON lines) for --decisions");
+ABSL_FLAG(std::string, descriptor, "tenant=tenant",
+          "with envoyproxy/ratelimit rules: a request's descriptor, KEY=FIELD,... (FIELD: "
+          "tenant, plan, user or route)");
 ABSL_FLAG(std::vector<std::string>, expect, {},
           "RULE=token-bucket:RATE:BURST or RULE=window:LIMIT:WINDOW, comma-separated");
 
@@ -64,7 +72,10 @@ constexpr const char* kUsage =
     "                    [--decisions FILE [--decisions-format csv|json]] TRACE\n"
     "  TRACE            CSV time_ns,tenant,plan,user,route[,cost], or JSON lines with\n"
     "                   those names (user and cost optional); - for stdin\n"
-    "  --rules FILE     the rule file (quota's YAML) the trace is decided with\n"
+    "  --rules FILE     the rule file the trace is decided with: quota's YAML, or\n"
+    "                   envoyproxy/ratelimit's (by its shape: a top-level domain)\n"
+    "  --descriptor D   with envoyproxy/ratelimit rules, a request's descriptor:\n"
+    "                   KEY=FIELD,... (FIELD tenant, plan, user, route); tenant=tenant\n"
     "  --compare FILE   also decide it with FILE: the requests each set denies alone\n"
     "  --expect LIST    hold a rule's keys to another envelope than its own:\n"
     "                   free-read=token-bucket:10/1s:5 or free-read=window:100:1min\n"
@@ -167,15 +178,119 @@ absl::StatusOr<quota::testing::TraceRequest> parse_any_line(std::string_view lin
   return quota::testing::parse_trace_line(line, file, number);
 }
 
-// One rule set deciding on its own in-process store.
-struct Decider {
-  explicit Decider(std::shared_ptr<const quota::gateway::RuleSet> set)
-      : rules(set), registry(set), gateway(store, registry), book(set) {}
-  std::shared_ptr<const quota::gateway::RuleSet> rules;
-  quota::LocalStore<quota::gateway::KeyPolicy> store;
-  quota::gateway::RuleRegistry registry;
-  quota::gateway::Gateway gateway;
+// A rule set deciding the trace on its own in-process store, budgets full at time 0,
+// every decision recorded in its book.
+class Decider {
+ public:
+  virtual ~Decider() = default;
+  // Decides `r`, line `line` of the trace, and records the decision.
+  virtual absl::StatusOr<quota::gateway::Result> decide(const quota::testing::TraceRequest& r,
+                                                        std::uint64_t line) = 0;
   quota::testing::EnvelopeBook book;
+
+ protected:
+  explicit Decider(std::shared_ptr<const quota::gateway::RuleSet> rules) : book(std::move(rules)) {}
+};
+
+// quota's rule file, through a Gateway.
+class QuotaDecider final : public Decider {
+ public:
+  explicit QuotaDecider(std::shared_ptr<const quota::gateway::RuleSet> set)
+      : Decider(set), registry_(set), gateway_(store_, registry_) {}
+
+  absl::StatusOr<quota::gateway::Result> decide(const quota::testing::TraceRequest& r,
+                                                std::uint64_t line) override {
+    auto d = gateway_.decide(quota::testing::to_request(r), r.time);
+    if (!d.ok()) return d;
+    if (auto s = book.record(r, d, line); !s.ok()) return s;
+    return d;
+  }
+
+ private:
+  quota::LocalStore<quota::gateway::KeyPolicy> store_;
+  quota::gateway::RuleRegistry registry_;
+  quota::gateway::Gateway gateway_;
+};
+
+// The trace fields a request's envoyproxy/ratelimit descriptor is made of (--descriptor).
+enum class Field { kTenant, kPlan, kUser, kRoute };
+using Descriptor = std::vector<std::pair<std::string, Field>>;
+
+std::optional<Descriptor> parse_descriptor(std::string_view text) {
+  Descriptor out;
+  for (absl::string_view entry : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    const std::vector<std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) return std::nullopt;
+    const std::optional<Field> f = kv[1] == "tenant"  ? std::optional(Field::kTenant)
+                                   : kv[1] == "plan"  ? std::optional(Field::kPlan)
+                                   : kv[1] == "user"  ? std::optional(Field::kUser)
+                                   : kv[1] == "route" ? std::optional(Field::kRoute)
+                                                      : std::nullopt;
+    if (!f) return std::nullopt;
+    out.emplace_back(kv[0], *f);
+  }
+  return out;
+}
+
+// envoyproxy/ratelimit's rules (quota-server's envoy_rules.hpp): each request is one
+// descriptor, its entries the fields --descriptor names, matched as envoyproxy/ratelimit
+// matches and decided on the limit's budget as quota-server decides it (a denied request
+// spends nothing; shadow_mode admits; requests_per_unit 0 denies). A request with an empty
+// field, or whose descriptor matches no limit or an unlimited one, is admitted under no
+// rule, as envoyproxy/ratelimit answers OK to a descriptor without a limit.
+class EnvoyDecider final : public Decider {
+ public:
+  EnvoyDecider(std::shared_ptr<const quota::server::EnvoyRules> rules, Descriptor descriptor)
+      : Decider(nullptr), rules_(std::move(rules)), descriptor_(std::move(descriptor)) {}
+
+  absl::StatusOr<quota::gateway::Result> decide(const quota::testing::TraceRequest& r,
+                                                std::uint64_t line) override {
+    using quota::Decision;
+    using quota::Reason;
+    entries_.clear();
+    for (const auto& [key, field] : descriptor_) {
+      const std::string& value = field == Field::kTenant ? r.tenant
+                                 : field == Field::kPlan ? r.plan
+                                 : field == Field::kUser ? r.user
+                                                         : r.route;
+      if (value.empty()) return quota::gateway::Result{.decision = Decision{.allowed = true}};
+      entries_.emplace_back(key, value);
+    }
+    const quota::server::EnvoyRateLimit* l = rules_->match(entries_);
+    if (l == nullptr || l->unlimited) {
+      return quota::gateway::Result{.decision = Decision{.allowed = true}};
+    }
+    quota::gateway::Result out{.rule = l->name};
+    if (l->blocks()) {
+      out.decision = Decision{.allowed = false, .reason = Reason::kOverLimit};
+      book.record_denied(l->name);
+      return out;
+    }
+    const std::string key = rules_->budget_key(entries_);
+    const std::int64_t cost = r.cost > 0 ? r.cost : 1;  // hits_addend
+    auto d =
+        store_.apply(quota::gateway::KeyPolicy{.policy = &l->policy, .version = rules_->version},
+                     key, r.time, cost);
+    if (!d.ok()) return d.status();
+    out.decision = *d;
+    if (d->allowed) {
+      if (auto s = book.record_admitted(l->name, l->policy, key, r.time, cost, line); !s.ok()) {
+        return s;
+      }
+    } else if (l->shadow) {
+      out.decision.allowed = true;  // decided, nothing deducted, answered OK
+      out.decision.reason = Reason::kShadow;
+    } else {
+      book.record_denied(l->name);
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<const quota::server::EnvoyRules> rules_;
+  Descriptor descriptor_;
+  quota::LocalStore<quota::gateway::KeyPolicy> store_;
+  std::vector<std::pair<std::string, std::string>> entries_;  // the request's, reused
 };
 
 // One decision of --decisions: a CSV row, or a JSON line with the CSV header's names.
@@ -199,10 +314,20 @@ void write_decision(std::FILE* out, bool json, std::uint64_t line,
                static_cast<long long>(d.decision.remaining));
 }
 
+// The rule file at `path`, in quota's format or, by its shape (a top-level `domain` or
+// `descriptors`), in envoyproxy/ratelimit's.
 std::unique_ptr<Decider> load(const std::string& path) {
-  auto set = quota::rules::load_rule_file(path);
+  auto text = quota::rules::detail::read_file(path);
+  if (!text.ok()) die(kBadInput, std::string(text.status().message()));
+  if (quota::server::looks_like_envoy_rules(*text)) {
+    auto rules = quota::server::parse_envoy_rules(*text, path, 1);
+    if (!rules.ok()) die(kBadInput, std::string(rules.status().message()));
+    return std::make_unique<EnvoyDecider>(*std::move(rules),
+                                          *parse_descriptor(absl::GetFlag(FLAGS_descriptor)));
+  }
+  auto set = quota::rules::load_rules(*text, path);
   if (!set.ok()) die(kBadInput, std::string(set.status().message()));
-  return std::make_unique<Decider>(*std::move(set));
+  return std::make_unique<QuotaDecider>(*std::move(set));
 }
 
 }  // namespace
@@ -221,6 +346,9 @@ int main(int argc, char** argv) {
                         }
                         return true;
                       }),
+                  quota::cli::custom(
+                      "descriptor", "KEY=FIELD,... with FIELD tenant, plan, user or route",
+                      [](std::string_view v) { return parse_descriptor(v).has_value(); }),
                   quota::cli::custom("decisions_format", "csv or json",
                                      [](std::string_view v) { return v == "csv" || v == "json"; })},
        .positional = true},
@@ -257,17 +385,14 @@ int main(int argc, char** argv) {
     const quota::testing::TraceRequest& r = **next;
     const auto line = static_cast<std::uint64_t>(reader.line());
     ++requests;
-    auto d = main_rules->gateway.decide(quota::testing::to_request(r), r.time);
+    auto d = main_rules->decide(r, line);
     if (!d.ok()) {
       die(kBadInput, absl::StrFormat("%s:%d: %s", trace_name, line, d.status().message()));
-    }
-    if (auto s = main_rules->book.record(r, d, line); !s.ok()) {
-      die(kBadInput, absl::StrFormat("%s:%d: %s", trace_name, line, s.message()));
     }
     admitted += d->decision.allowed;
     if (out != nullptr) write_decision(out, json, line, r, *d);
     if (other != nullptr) {
-      auto o = other->gateway.decide(quota::testing::to_request(r), r.time);
+      auto o = other->decide(r, line);
       if (!o.ok()) {
         ++errors;  // a route or cost the other set does not know: counted, not compared
         continue;

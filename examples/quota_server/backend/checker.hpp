@@ -310,9 +310,7 @@ class Checker {
       out.limit = nullptr;
     }
     if (out.limit == nullptr || out.limit->unlimited) return out;
-    std::string key = absl::StrCat("rls:", rules->domain.size(), ":", rules->domain);
-    for (const auto& [k, v] : entries)
-      absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    const std::string key = rules->budget_key(entries);
     if (options_.redis != nullptr) {
       const std::string redis_key = redis_envoy_key(key);
       const gateway::LevelCheck level{

@@ -122,6 +122,16 @@ class EnvoyRules {
     return nullptr;
   }
 
+  // The budget of a descriptor's entries under this domain: each distinct list of entry
+  // values is its own ("rls:<len>:<domain>|<len>:<key><len>:<value>..."; the lengths keep
+  // any two lists apart).
+  std::string budget_key(Entries entries) const {
+    std::string key = absl::StrCat("rls:", domain.size(), ":", domain);
+    for (const auto& [k, v] : entries)
+      absl::StrAppend(&key, "|", k.size(), ":", k, v.size(), ":", v);
+    return key;
+  }
+
   // The label `limit` (matched for `entries`) is counted under on /metrics: its name, or
   // with detailed_metric the request's own path, `key_value` per entry joined by '.'
   // (envoyproxy/ratelimit's detailed key without the domain).
