@@ -124,7 +124,9 @@ class RuleSet {
   const Rule* find(Level level, const Identity& who, std::string_view route,
                    std::string_view limit = {}) const {
     if (level == Level::kGlobal) return lookup(level, "", "", route, limit);
-    if (const Rule* own = lookup(level, "t:", who.tenant, route, limit)) return own;
+    if (tenant_rules_[static_cast<std::size_t>(level)]) {
+      if (const Rule* own = lookup(level, "t:", who.tenant, route, limit)) return own;
+    }
     return lookup(level, "p:", who.plan, route, limit);
   }
 
@@ -262,6 +264,7 @@ class RuleSet {
     } else if (!r.tenant.empty()) {
       if (auto s = check_id(r.tenant, "tenant"); !s.ok()) return s;
       scope = "t:" + r.tenant;
+      tenant_rules_[static_cast<std::size_t>(r.level)] = true;
     } else {
       if (auto s = check_name(r.plan, "plan"); !s.ok()) return s;
       scope = "p:" + r.plan;
@@ -356,6 +359,8 @@ class RuleSet {
 
   std::uint64_t version_ = 0;
   bool shadow_all_ = false;
+  // Per level: some rule names a tenant (else find() looks up the plan's rule alone).
+  std::array<bool, 3> tenant_rules_{};
   absl::flat_hash_map<std::string, RouteEntry> routes_;
   absl::flat_hash_map<std::string, Rule> rules_;
 };
