@@ -73,7 +73,7 @@ void BM_ReplayCsvThreeLevels(benchmark::State& state) {
     quota::testing::TraceReader in(f, "trace");
     for (;;) {
       auto next = in.next();
-      if (!next.ok() || !next->has_value()) break;
+      if (!next.ok() || *next == nullptr) break;
       const quota::testing::TraceRequest& r = **next;
       auto d = g.decide(quota::testing::to_request(r), r.time);
       if (!d.ok() || !book.record(r, d, static_cast<std::uint64_t>(in.line())).ok()) {

@@ -121,15 +121,16 @@ std::optional<std::pair<std::string, quota::testing::Envelope>> parse_expect(
 
 // A JSON line of the trace: a flat object with the CSV's names; an error names the line
 // and the member.
-absl::StatusOr<quota::testing::TraceRequest> parse_json_line(std::string_view line,
-                                                             std::string_view file,
-                                                             std::int64_t number) {
+absl::Status parse_json_line(std::string_view line, std::string_view file, std::int64_t number,
+                             quota::testing::TraceRequest& r) {
   const auto fail = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", file, number, what));
   };
   auto object = quota::server::parse_flat_object(line);
   if (!object.ok()) return fail(std::string(object.status().message()));
-  quota::testing::TraceRequest r;
+  r.plan.clear();  // the optional members; the required ones are checked below
+  r.user.clear();
+  r.cost = 0;
   bool has_time = false, has_tenant = false, has_route = false;
   for (const auto& [name, v] : *object) {
     using K = quota::server::JsonValue;
@@ -164,18 +165,17 @@ absl::StatusOr<quota::testing::TraceRequest> parse_json_line(std::string_view li
                                                      : !has_tenant ? "tenant"
                                                                    : "route"));
   }
-  return r;
+  return absl::OkStatus();
 }
 
 // A trace line in either format: a JSON object when it starts with '{', else CSV.
-absl::StatusOr<quota::testing::TraceRequest> parse_any_line(std::string_view line,
-                                                            std::string_view file,
-                                                            std::int64_t number) {
+absl::Status parse_any_line(std::string_view line, std::string_view file, std::int64_t number,
+                            quota::testing::TraceRequest& r) {
   const std::size_t first = line.find_first_not_of(" \t");
   if (first != std::string_view::npos && line[first] == '{') {
-    return parse_json_line(line, file, number);
+    return parse_json_line(line, file, number, r);
   }
-  return quota::testing::parse_trace_line(line, file, number);
+  return quota::testing::parse_trace_line(line, file, number, r);
 }
 
 // A rule set deciding the trace on its own in-process store, budgets full at time 0,
@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
   for (;;) {
     auto next = reader.next();
     if (!next.ok()) die(kBadInput, std::string(next.status().message()));
-    if (!next->has_value()) break;
+    if (*next == nullptr) break;
     const quota::testing::TraceRequest& r = **next;
     const auto line = static_cast<std::uint64_t>(reader.line());
     ++requests;

@@ -38,7 +38,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "quota/gateway/gateway.hpp"
 #include "quota/testing/trace.hpp"
@@ -217,9 +216,18 @@ class EnvelopeBook {
   // callers are planned once. The cache is dropped when it reaches kMaxPlans entries, so
   // its memory stays bounded when every request carries another cost.
   absl::StatusOr<const PaidVector*> budgets_paid(const TraceRequest& r) {
+    // Each field after its length's bytes, then the cost's bytes: two callers never share
+    // a key, and nothing is formatted.
     plan_key_.clear();
-    absl::StrAppend(&plan_key_, r.tenant.size(), ":", r.tenant, r.plan.size(), ":", r.plan,
-                    r.user.size(), ":", r.user, r.route.size(), ":", r.route, r.cost);
+    const auto put = [this](const void* bytes, std::size_t n) {
+      plan_key_.append(static_cast<const char*>(bytes), n);
+    };
+    for (const std::string* f : {&r.tenant, &r.plan, &r.user, &r.route}) {
+      const std::size_t n = f->size();
+      put(&n, sizeof n);
+      put(f->data(), n);
+    }
+    put(&r.cost, sizeof r.cost);
     if (auto it = plans_.find(plan_key_); it != plans_.end()) return &it->second;
     auto planned = rules_->plan(to_request(r).who, r.route,
                                 {.estimate = r.cost > 0 ? std::optional(r.cost) : std::nullopt});

@@ -18,14 +18,17 @@
 //   std::vector<quota::testing::TraceRequest> trace = quota::testing::every(
 //       {.tenant = "acme", .plan = "free", .route = "read"}, 100, 10ms);  // 0, 10 ms, ...
 //   quota::testing::TraceReader in(stdin, "-");
-//   while (auto r = in.next()) { if (!r->has_value()) break; ... }  // r.ok() checked first
+//   for (;;) {
+//     auto r = in.next();  // an error names the line: r.status()
+//     if (!r.ok() || *r == nullptr) break;
+//     decide(**r);         // the reader's request, until the next call
+//   }
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,10 +62,10 @@ inline std::vector<TraceRequest> every(const TraceRequest& r, int n, Nanos step)
   return out;
 }
 
-// One CSV line (see the top of this file) as a request; line `number` of `file` in errors
-// ("trace.csv:7: ...").
-inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std::string_view file,
-                                                     std::int64_t number) {
+// One CSV line (see the top of this file) into `r` (its strings' capacity reused); line
+// `number` of `file` in errors ("trace.csv:7: ..."), and then `r` is unspecified.
+inline absl::Status parse_trace_line(std::string_view line, std::string_view file,
+                                     std::int64_t number, TraceRequest& r) {
   const auto where = [&] { return absl::StrFormat("%s:%d", file, number); };
   // Up to 6 fields, split without allocating.
   std::string_view f[7];
@@ -79,7 +82,6 @@ inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std:
         "%s: expected time_ns,tenant,plan,user,route[,cost], got %d fields", where(), n));
   }
   const auto av = [](std::string_view v) { return absl::string_view(v.data(), v.size()); };
-  TraceRequest r;
   std::int64_t t = 0;
   if (!absl::SimpleAtoi(av(f[0]), &t) || t < 0) {
     return absl::InvalidArgumentError(
@@ -90,10 +92,19 @@ inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std:
   r.plan = f[2];
   r.user = f[3];
   r.route = f[4];
+  r.cost = 0;
   if (n == 6 && !(absl::SimpleAtoi(av(f[5]), &r.cost) && r.cost >= 1)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: cost '%s' is not a whole number of units >= 1", where(), f[5]));
   }
+  return absl::OkStatus();
+}
+
+// The same, into a new request.
+inline absl::StatusOr<TraceRequest> parse_trace_line(std::string_view line, std::string_view file,
+                                                     std::int64_t number) {
+  TraceRequest r;
+  if (auto s = parse_trace_line(line, file, number, r); !s.ok()) return s;
   return r;
 }
 
@@ -102,33 +113,34 @@ class TraceReader {
  public:
   // How one line becomes a request (parse_trace_line; a tool may read other formats too,
   // e.g. quota_replay's JSON lines): the line, the file's name and the line's number.
-  using LineParser = absl::StatusOr<TraceRequest> (*)(std::string_view line, std::string_view file,
-                                                      std::int64_t number);
+  using LineParser = absl::Status (*)(std::string_view line, std::string_view file,
+                                      std::int64_t number, TraceRequest& out);
 
-  TraceReader(std::FILE* file, std::string name, LineParser parse = &parse_trace_line)
+  TraceReader(std::FILE* file, std::string name,
+              LineParser parse = static_cast<LineParser>(&parse_trace_line))
       : file_(file), name_(std::move(name)), parse_(parse) {}
 
-  // The next request; nullopt at the end of the file; an error naming the line (a
-  // malformed line, a time before the previous one, a read error).
-  absl::StatusOr<std::optional<TraceRequest>> next() {
+  // The next request, the reader's own until the next call; nullptr at the end of the
+  // file; an error naming the line (a malformed line, a time before the previous one, a
+  // read error).
+  absl::StatusOr<const TraceRequest*> next() {
     std::string& text = text_;
     while (read_line(text)) {
       ++line_;
       if (text.empty() || text[0] == '#' || (line_ == 1 && text.rfind("time", 0) == 0)) continue;
-      auto r = parse_(text, name_, line_);
-      if (!r.ok()) return r.status();
-      if (r->time < last_) {
+      if (auto s = parse_(text, name_, line_, current_); !s.ok()) return s;
+      if (current_.time < last_) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s:%d: time %d ns is earlier than the line before (%d ns)", name_,
-                            line_, r->time.count(), last_.count()));
+                            line_, current_.time.count(), last_.count()));
       }
-      last_ = r->time;
-      return std::optional<TraceRequest>(*std::move(r));
+      last_ = current_.time;
+      return &current_;
     }
     if (std::ferror(file_)) {
       return absl::DataLossError(absl::StrFormat("%s: read error after line %d", name_, line_));
     }
-    return std::optional<TraceRequest>();
+    return nullptr;
   }
 
   // The line of the last request returned (1-based).
@@ -164,7 +176,8 @@ class TraceReader {
   std::FILE* file_;
   std::string name_;
   LineParser parse_;
-  std::string text_;  // the line being read
+  TraceRequest current_;  // the request next() returned
+  std::string text_;      // the line being read
   char buf_[1 << 16];
   std::size_t pos_ = 0, len_ = 0;
   std::int64_t line_ = 0;
