@@ -1,13 +1,15 @@
 // Tests for quota/testing/trace.hpp and quota/testing/replay.hpp: trace lines read and
 // refused with their line, a trace replayed through a Gateway in virtual time, and the
 // envelope book's verdicts — a rule's own envelope holds, a tighter one asserted for it
-// breaks on the interval the admissions exceed it; the Catch2 matcher says both.
+// breaks on the interval the admissions exceed it; the Catch2 matcher says both; a
+// Limiter replayed on its ManualClock, its policy's envelope checked the same way.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "quota/store/local_store.hpp"
 #include "quota/testing/catch2.hpp"
 #include "quota/testing/replay.hpp"
 #include "quota/testing/trace.hpp"
@@ -100,4 +102,36 @@ TEST_CASE("the Catch2 matcher passes a book that holds and fails one that does n
   CHECK_FALSE(quota::testing::EnvelopesHold().match(loosened));
   CHECK(Catch::StringMaker<EnvelopeBook>::convert(loosened).find("lines 1..20") !=
         std::string::npos);
+}
+
+TEST_CASE("a Limiter replays a trace on its ManualClock; its envelope is checked as a rule's") {
+  const quota::TokenBucket loose{.rate = {10, 1s}, .burst = 20};
+  auto limiter =
+      quota::Limiter<quota::TokenBucket, quota::LocalStore, quota::ManualClock>::create(loose);
+  REQUIRE(limiter.ok());
+  auto trace = quota::testing::every({.tenant = "acme", .plan = "free", .route = "read"}, 30, 1ms);
+  trace.push_back({.time = 200ms, .tenant = "beta", .route = "read", .cost = 3});
+  EnvelopeBook book;  // no rule set: decisions of one budget
+  book.expect("reads", {quota::testing::Envelope::Bucket{.rate = {10, 1s}, .burst = 5}});
+  std::vector<std::string> keys;
+  quota::testing::replay(
+      *limiter, trace, [](const TraceRequest& r) { return r.tenant + ":" + r.route; },
+      [&](const TraceRequest& r, const std::string& key, const auto& d) {
+        REQUIRE(d.ok());
+        CHECK(limiter->clock().now() == r.time);  // decided at the request's own time
+        keys.push_back(key);
+        REQUIRE(book.record("reads", limiter->policy(), key, r.cost > 0 ? r.cost : 1, r, d).ok());
+      });
+  CHECK(keys.front() == "acme:read");
+  CHECK(keys.back() == "beta:read");
+  const auto v = book.verdicts();
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].admitted == 21);  // acme's burst of 20, beta's one request
+  CHECK(v[0].admitted_units == 23);
+  CHECK(v[0].denied == 10);
+  CHECK(v[0].keys == 2);
+  CHECK_FALSE(v[0].holds);  // burst 20 against the asserted 5
+  CHECK(v[0].worst.find("key acme:read") == 0);
+  CHECK(v[0].worst.find("lines 1..20") != std::string::npos);
+  CHECK_FALSE(quota::testing::EnvelopesHold().match(book));
 }

@@ -260,29 +260,21 @@ class EnvoyDecider final : public Decider {
     if (l == nullptr || l->unlimited) {
       return quota::gateway::Result{.decision = Decision{.allowed = true}};
     }
-    quota::gateway::Result out{.rule = l->name};
-    if (l->blocks()) {
-      out.decision = Decision{.allowed = false, .reason = Reason::kOverLimit};
-      book.record_denied(l->name);
-      return out;
-    }
     const std::string key = rules_->budget_key(entries_);
     const std::int64_t cost = r.cost > 0 ? r.cost : 1;  // hits_addend
-    auto d =
-        store_.apply(quota::gateway::KeyPolicy{.policy = &l->policy, .version = rules_->version},
-                     key, r.time, cost);
-    if (!d.ok()) return d.status();
-    out.decision = *d;
-    if (d->allowed) {
-      if (auto s = book.record_admitted(l->name, l->policy, key, r.time, cost, line); !s.ok()) {
-        return s;
-      }
-    } else if (l->shadow) {
+    absl::StatusOr<Decision> d = Decision{.allowed = false, .reason = Reason::kOverLimit};
+    if (!l->blocks()) {
+      d = store_.apply(quota::gateway::KeyPolicy{.policy = &l->policy, .version = rules_->version},
+                       key, r.time, cost);
+      if (!d.ok()) return d.status();
+    }
+    quota::gateway::Result out{.decision = *d, .rule = l->name};
+    if (!d->allowed && l->shadow) {
       out.decision.allowed = true;  // decided, nothing deducted, answered OK
       out.decision.reason = Reason::kShadow;
-    } else {
-      book.record_denied(l->name);
+      return out;
     }
+    if (auto s = book.record(l->name, l->policy, key, cost, r, d, line); !s.ok()) return s;
     return out;
   }
 

@@ -1,8 +1,10 @@
-// quota/testing/replay.hpp — a trace replayed through a Gateway in virtual time, and the
-// envelope of every rule checked on what it admitted.
+// quota/testing/replay.hpp — a trace replayed through a Gateway (or a Limiter) in virtual
+// time, and the envelope of every rule checked on what it admitted.
 //
 // replay() decides each TraceRequest at its own time (a virtual clock: a day of traffic
-// replays in seconds) and hands the decision to a callback. EnvelopeBook watches the
+// replays in seconds) and hands the decision to a callback: through a Gateway, or through
+// a Limiter on a ManualClock with the key a function of the caller's makes of each
+// request. EnvelopeBook watches the
 // admissions: for each admitted request it asks the rule set which budgets the request
 // paid (RuleSet::plan, as the Gateway does) and feeds each budget's key a streaming
 // verifier (quota/verify/envelope.hpp) of its rule's envelope — a token bucket's
@@ -22,6 +24,7 @@
 //   for (const auto& v : book.verdicts()) std::puts(v.text.c_str());  // "... holds" / "..."
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -39,7 +42,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
+#include "quota/limiter.hpp"
 #include "quota/testing/trace.hpp"
 #include "quota/verify/envelope.hpp"
 
@@ -57,6 +62,21 @@ inline gateway::Request to_request(const TraceRequest& r) {
 template <class OnDecision>
 void replay(gateway::Gateway& g, std::span<const TraceRequest> trace, OnDecision&& on) {
   for (const TraceRequest& r : trace) on(r, g.decide(to_request(r), r.time));
+}
+
+// Decides every request of `trace` with `limiter`, on the key `key_of(request)` returns,
+// at the request's time: the limiter's ManualClock is set to it. `on` sees the request,
+// its key and the decision (or the error a bad key gets). A request's cost is 1 when the
+// trace gives none.
+template <class L, class KeyOf, class OnDecision>
+requires std::same_as<typename L::clock_type, ManualClock>  // a Limiter<P, Store, ManualClock>
+void replay(L& limiter, std::span<const TraceRequest> trace, KeyOf&& key_of, OnDecision&& on) {
+  ManualClock clock = limiter.clock();  // a copy shares the limiter's time
+  for (const TraceRequest& r : trace) {
+    clock.set(r.time);
+    const std::string key = key_of(r);
+    on(r, key, limiter.acquire(key, r.cost > 0 ? r.cost : 1));
+  }
 }
 
 // An envelope to hold a rule's keys to: a token bucket's r·T + B, or N per window of W.
@@ -111,7 +131,7 @@ struct RuleVerdict {
 class EnvelopeBook {
  public:
   // Watches admissions decided under `rules` (the set the Gateway decides with); without
-  // a set, only record_admitted() and record_denied() record.
+  // a set, only decisions of one budget are recorded (the second record()).
   explicit EnvelopeBook(std::shared_ptr<const gateway::RuleSet> rules = nullptr)
       : rules_(std::move(rules)) {}
 
@@ -143,15 +163,21 @@ class EnvelopeBook {
     return absl::OkStatus();
   }
 
-  // Decisions made outside a RuleSet, by a tool's own rules (quota_replay's
-  // envoyproxy/ratelimit files): `cost` units of budget `key` admitted at `time` under the
-  // rule named `rule`, held to `policy`'s envelope unless expect() named another; or a
-  // request that rule denied.
-  absl::Status record_admitted(const std::string& rule, const gateway::RulePolicy& policy,
-                               std::string_view key, Nanos time, std::int64_t cost,
-                               std::uint64_t tag) {
+  // A decision of one budget outside a RuleSet — a Limiter's (replay() above), or a tool's
+  // own rules (quota_replay's envoyproxy/ratelimit files): `cost` units of `key` for `r`
+  // under the rule named `rule`, whose keys are held to `policy`'s envelope unless
+  // expect() named another. An error decision records nothing.
+  absl::Status record(const std::string& rule, const gateway::RulePolicy& policy,
+                      std::string_view key, std::int64_t cost, const TraceRequest& r,
+                      const absl::StatusOr<Decision>& d, std::uint64_t tag = 0) {
     ++requests_;
+    if (tag == 0) tag = requests_;
+    if (!d.ok()) return absl::OkStatus();
     Stats& s = stats_[rule];
+    if (!d->allowed) {
+      s.denied += 1;
+      return absl::OkStatus();
+    }
     s.admitted += 1;
     s.admitted_units += cost;
     auto it = s.keys.find(quota::detail::to_absl(key));
@@ -159,12 +185,8 @@ class EnvelopeBook {
       verifiers_.push_back(verifier_for(rule, policy));
       it = s.keys.emplace(std::string(key), verifiers_.size() - 1).first;
     }
-    const verify::AdmittedEvent e{.time_ns = time.count(), .cost = cost};
+    const verify::AdmittedEvent e{.time_ns = r.time.count(), .cost = cost};
     return std::visit([&](auto& v) { return v.add(e, tag); }, verifiers_[it->second]);
-  }
-  void record_denied(const std::string& rule) {
-    ++requests_;
-    stats_[rule].denied += 1;
   }
 
   // Every rule seen, by name.
