@@ -151,6 +151,13 @@ std::vector<BadFile> bad_files() {
        "routes:\n  - name: read\n    fail_mode: open\n"
        "    emergency: {rate: 10/s, burst: 0, max_duration: 30s}\nrules: []\n",
        "4:36: routes[0].emergency.burst: burst must be in [1, ", false},
+      {"a prompt factor of 0", "routes:\n  - name: chat\n    prompt_factor: 0/2\nrules: []\n",
+       "3:20: routes[0].prompt_factor: expected an integer or a ratio such as 3/2, each part in "
+       "[1, 1000000], got \"0/2\""},
+      {"a prompt factor that is not a ratio",
+       "routes:\n  - name: chat\n    prompt_factor: 1.5\nrules: []\n",
+       "3:20: routes[0].prompt_factor: expected an integer or a ratio such as 3/2, each part in "
+       "[1, 1000000], got \"1.5\""},
       {"an unknown fail mode", "routes:\n  - name: read\n    fail_mode: maybe\nrules: []\n",
        "3:16: routes[0].fail_mode: expected closed | open, got \"maybe\""},
       {"a cost of the wrong type", "routes:\n  - name: read\n    costs: {units: [1]}\nrules: []\n",

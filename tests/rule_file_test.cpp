@@ -33,6 +33,7 @@ routes:
     costs: {units: 1, tokens: estimate, requests: {units: 2, estimate: false}}
   - name: create
     cost: 5
+    prompt_factor: 3/2
 rules:
   - name: free-units
     level: tenant
@@ -80,6 +81,9 @@ TEST_CASE("a rule file parses into the spec it describes, field by field") {
   CHECK(spec->routes[1].cost == 5);
   CHECK(spec->routes[1].fail_mode == FailMode::kClosed);
   CHECK(spec->routes[1].costs.empty());
+  CHECK(spec->routes[1].estimate_formula.numerator == 3);
+  CHECK(spec->routes[1].estimate_formula.denominator == 2);
+  CHECK_FALSE(read.estimate_formula.enabled());
 
   REQUIRE(spec->rules.size() == 5);
   const auto& free = spec->rules[0];
@@ -128,6 +132,10 @@ TEST_CASE("fields left out take the spec's defaults") {
   CHECK(spec->routes[0].cost == 1);
   CHECK(spec->routes[0].max_cost == 0);
   CHECK(spec->routes[0].fail_mode == FailMode::kClosed);
+  CHECK_FALSE(spec->routes[0].estimate_formula.enabled());
+  CHECK(parse_rules("routes: [{name: chat, prompt_factor: 4}]\nrules: []\n", "f.yaml")
+            ->routes[0]
+            .estimate_formula.denominator == 1);
   CHECK(spec->rules[0].limit.empty());
   CHECK_FALSE(spec->rules[0].shadow);
   CHECK(spec->rules[0].enforce_percent == 100);

@@ -19,7 +19,7 @@ set(QUOTA_TEST_UNITY_BATCHES
         gateway_rules_test gateway_settle_test gateway_window_rules_test
   batch gateway_lease_test gateway_lease_envelope_test gateway_lease_revoke_test gateway_test
         gateway_fair_share_test gateway_fair_weights_test
-  batch gateway_attempt_errors_test gateway_fail_mode_test
+  batch gateway_attempt_errors_test gateway_fail_mode_test gateway_estimate_formula_test
   batch redis_auth_test redis_coalesce_test redis_concurrency_test redis_connection_test
         redis_differential_test redis_key_layout_test
   batch redis_durability_test redis_failover_safety_differential_test redis_lease_test

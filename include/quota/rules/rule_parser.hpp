@@ -14,7 +14,7 @@
 // details):
 //
 //   version, shadow_all
-//   routes*: [{name*, cost, max_cost, fail_mode: closed|open,
+//   routes*: [{name*, cost, max_cost, prompt_factor, fail_mode: closed|open,
 //              emergency: {rate*, burst*, max_duration*} (required with open, else refused),
 //              costs: {<limit>: <units> | estimate | {units, estimate}}}]
 //   rules*:  [{name*, level*: user|tenant|global, tenant | plan, route, limit,
@@ -170,8 +170,8 @@ class Parser : private FieldReader {
   }
 
   gateway::RouteClass route(const Field& item, EntrySource& entry) const {
-    static constexpr std::array<std::string_view, 6> kRouteFields{
-        "name", "cost", "max_cost", "fail_mode", "emergency", "costs"};
+    static constexpr std::array<std::string_view, 7> kRouteFields{
+        "name", "cost", "max_cost", "fail_mode", "emergency", "costs", "prompt_factor"};
     if (!item.node.IsMap()) wrong_type(item, "a route class (a mapping with a name)");
     entry.at = item.at;
     gateway::RouteClass r;
@@ -185,6 +185,9 @@ class Parser : private FieldReader {
         r.cost = integer(f);
       } else if (f.key == "max_cost") {
         r.max_cost = integer(f, 0);
+      } else if (f.key == "prompt_factor") {
+        const auto [numerator, denominator] = ratio(f, gateway::kMaxFactorPart);
+        r.estimate_formula = {.numerator = numerator, .denominator = denominator};
       } else if (f.key == "fail_mode") {
         static constexpr std::array<std::string_view, 2> kModes{"closed", "open"};
         r.fail_mode =

@@ -4,7 +4,8 @@
 // only, no floating point): integers are whole numbers in int64, with optional `_`
 // between digits (`1_000_000`); durations are `<integer><ns|us|ms|s|min|h|d>` (`60s`,
 // `30d`), at most 2^63 - 1 ns; percentages are `10%` or `72.5%` (in permille); rates are
-// `<units>/<period>` with the period a unit or a duration (`100/s`, `1000000/1min`, `20/100ms`).
+// `<units>/<period>` with the period a unit or a duration (`100/s`, `1000000/1min`, `20/100ms`);
+// ratios are `<integer>` or `<integer>/<integer>` (`2`, `3/2`).
 // Anything else — `1.5`, `1e3`, `10` for a duration, an overflow — is InvalidArgument with a
 // message that quotes the text, never a rounded or wrapped value. Needs no YAML: quota::quota is
 // enough.
@@ -149,6 +150,24 @@ inline absl::StatusOr<Rate> parse_rate(std::string_view text) {
         absl::StrFormat("rate %s: the period must be positive", detail::sv(text)));
   }
   return Rate{.units = *units, .per = per};
+}
+
+// "<integer>" or "<integer>/<integer>" (`2`, `3/2`) as {numerator, denominator}, each in
+// [1, max_part]; an integer's denominator is 1. Nothing is reduced or rounded.
+inline absl::StatusOr<std::pair<std::int64_t, std::int64_t>> parse_ratio(std::string_view text,
+                                                                         std::int64_t max_part) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expected an integer or a ratio such as 3/2, each part in [1, %d], got \"%s\"", max_part,
+        detail::sv(text)));
+  };
+  const std::size_t slash = text.find('/');
+  auto numerator = parse_integer(text.substr(0, slash), 1, max_part);
+  if (!numerator.ok()) return bad();
+  if (slash == std::string_view::npos) return std::pair{*numerator, std::int64_t{1}};
+  auto denominator = parse_integer(text.substr(slash + 1), 1, max_part);
+  if (!denominator.ok()) return bad();
+  return std::pair{*numerator, *denominator};
 }
 
 // "<digits>%" or "<digits>.<digit>%" (10%, 72.5%), in permille: 100, 725. Exact: no

@@ -172,6 +172,11 @@ class FieldReader {
     return s == "true";
   }
 
+  // parse_ratio(), each part in [1, max_part].
+  std::pair<std::int64_t, std::int64_t> ratio(const Field& f, std::int64_t max_part) const {
+    return check(f, parse_ratio(plain(f, "an integer or a ratio such as 3/2"), max_part));
+  }
+
   // parse_duration().
   Nanos duration(const Field& f) const {
     return check(f, parse_duration(plain(f, "a duration such as 60s")));

@@ -49,6 +49,7 @@
 #include "quota/gateway/fair_share/fair_share_spec.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/leases/lease_spec.hpp"
+#include "quota/gateway/rules/estimate_formula.hpp"
 #include "quota/policy/token_bucket.hpp"
 #include "quota/units.hpp"
 
@@ -133,6 +134,9 @@ struct RouteClass {
   EmergencyBucket emergency{};  // used when fail_mode == kOpen
   std::vector<RouteCost> costs{};
   std::int64_t max_cost = 0;  // a request costing more on any budget: kRequestTooLarge; 0: none
+  // The estimate of a request from its prompt tokens and max output (estimate_formula.hpp);
+  // off by default.
+  EstimateFormula estimate_formula{};
 };
 
 // A rule: one budget (see the header comment).

@@ -211,6 +211,7 @@ class RuleSet {
     if (auto s = check_name(r.name, "route name"); !s.ok()) return s;
     if (auto s = validate_amount(r.cost, "cost"); !s.ok()) return s;
     if (r.max_cost < 0) return absl::InvalidArgumentError("max_cost must be >= 0 (0: no cap)");
+    if (auto s = r.estimate_formula.validate(); !s.ok()) return s;
     if (r.fail_mode == FailMode::kOpen) {
       if (auto s = r.emergency.validate(); !s.ok()) return s;
       if (r.cost > r.emergency.burst) {
