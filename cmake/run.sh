@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake make g++ pkg-config libabsl-dev catch2 libbenchmark-dev libhiredis-dev
           redis-server redis-sentinel redis-tools libcpp-httplib-dev libyaml-cpp-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc nginx dpkg-dev
-          lua5.1 libnginx-mod-http-lua python3 golang-go libgtest-dev)
+          lua5.1 libnginx-mod-http-lua python3 golang-go libgtest-dev prometheus)
 
 install_missing() {
   local missing=()

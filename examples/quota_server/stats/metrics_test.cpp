@@ -3,13 +3,15 @@
 // call, near-limit counts the admission that leaves a rule under 10 % of its burst, and the
 // top-K lists the heaviest tenant first with its units, bounded to at most 20 series
 // however many tenants call; a global rule with `fair_share` is served as one
-// quota_fair_share_* series per budget (no tenant label), its use moving with the calls.
+// quota_fair_share_* series per budget (no tenant label), its use moving with the calls;
+// each scrape passes `promtool check metrics`.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -45,6 +47,29 @@ bool check(int port, const std::string& tenant, int cost) {
   REQUIRE(r);
   REQUIRE(r->status == 200);
   return r->body.find("\"allowed\":true") != std::string::npos;
+}
+
+// `promtool check metrics` (Debian's prometheus, QUOTA_PROMTOOL) on a scrape: the text
+// is valid exposition format and lints clean (names, HELP, TYPE, units). Without promtool
+// the check is skipped with a warning.
+void check_with_promtool(const std::string& scrape, const std::string& dir) {
+  const char* promtool = std::getenv("QUOTA_PROMTOOL");
+  if (promtool == nullptr || *promtool == '\0') {
+    WARN("QUOTA_PROMTOOL is not set: promtool check metrics skipped");
+    return;
+  }
+  const std::string file = dir + "/scrape.txt";
+  const std::string out = dir + "/promtool.out";
+  std::ofstream(file) << scrape;
+  const int rc = std::system((std::string("'") + promtool + "' check metrics < '" + file +
+                              "' > '" + out + "' 2>&1")
+                                 .c_str());
+  std::ifstream in(out);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO("promtool check metrics: " << said);
+  CHECK(rc == 0);
+  std::remove(file.c_str());
+  std::remove(out.c_str());
 }
 
 }  // namespace
@@ -116,6 +141,7 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   }
   CHECK(series == 20);
   CHECK(after.find("rank=\"21\"") == std::string::npos);
+  check_with_promtool(after, dir_template);
   CHECK(s.stop() == 0);
   std::remove(rules.c_str());
   rmdir(dir_template);
@@ -151,6 +177,7 @@ TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its us
   CHECK(fair_sample(m, "quota_fair_share_fallback_periods_total") == 0);
   // No tenant is ever a label.
   CHECK(m.find("quota_fair_share_budget_units{rule=\"provider\",budget=\"t0") == std::string::npos);
+  check_with_promtool(m, dir_template);
   CHECK(s.stop() == 0);
   std::remove(rules.c_str());
   rmdir(dir_template);
