@@ -40,4 +40,7 @@ set(QUOTA_TEST_UNITY_BATCHES
         redis_cluster_routing_test redis_cluster_tryagain_test
   batch fair_holder_split_test fair_newcomer_parts_test region_envelope_test
   batch redis_breaker_test redis_region_pool_test testing_redis_server_test
+  batch redis_gateway_attempt_errors_test redis_gateway_fair_shared_test
+  batch testing_replay_test testing_fault_backend_test scope_router_test
+  batch gateway_lease_non_blocking_test gateway_attempts_test
 )
