@@ -12,7 +12,9 @@
 //       clock_ahead:
 //       redis::ErrorKind);
 //   quota_top_tenant_units{rank,tenant}  the heaviest tenants by units asked for
-//       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K).
+//       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K);
+//   quota_top_tenant_denied_units{rank,tenant}  of those units, the ones refused since
+//       the tenant took its place (its 429 share: denied / units over the same window).
 //
 // The kind of a Redis error is the one the transport marked it with
 // (quota/redis/transport/error_kind.hpp redis::error_kind), never read from its message.
@@ -96,9 +98,11 @@ class DecisionStats {
     return it == near_limit_.end() ? 0 : it->second;
   }
 
-  // `units` asked for by `tenant` (the top-K sketch).
-  void observe_tenant(std::string_view tenant, std::int64_t units) {
-    if (!tenant.empty() && units > 0) top_.add(tenant, static_cast<std::uint64_t>(units));
+  // `units` asked for by `tenant` (the top-K sketch), refused when not `allowed`.
+  void observe_tenant(std::string_view tenant, std::int64_t units, bool allowed) {
+    if (tenant.empty() || units <= 0) return;
+    const auto u = static_cast<std::uint64_t>(units);
+    top_.add(tenant, u, allowed ? 0 : u);
   }
 
   void count_redis_error(const absl::Status& s) {
@@ -150,10 +154,20 @@ class DecisionStats {
                     "# HELP quota_top_tenant_units Units asked for by the heaviest tenants "
                     "(Space-Saving sketch: over by at most total/K).\n"
                     "# TYPE quota_top_tenant_units gauge\n");
+    const std::vector<HeavyHitters::Entry> top = top_.top();
     int rank = 0;
-    for (const HeavyHitters::Entry& e : top_.top()) {
+    for (const HeavyHitters::Entry& e : top) {
       absl::StrAppend(&out, "quota_top_tenant_units{rank=\"", ++rank, "\",tenant=\"",
                       prometheus_label(e.key), "\"} ", e.count, "\n");
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_top_tenant_denied_units Units refused to the heaviest "
+                    "tenants, since each took its place in the list.\n"
+                    "# TYPE quota_top_tenant_denied_units gauge\n");
+    rank = 0;
+    for (const HeavyHitters::Entry& e : top) {
+      absl::StrAppend(&out, "quota_top_tenant_denied_units{rank=\"", ++rank, "\",tenant=\"",
+                      prometheus_label(e.key), "\"} ", e.denied, "\n");
     }
     return out;
   }

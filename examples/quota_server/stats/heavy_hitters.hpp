@@ -8,14 +8,18 @@
 //   - a tenant with more than N/K of the units holds a counter (it is in top());
 //   - a listed tenant's count overestimates its true units by at most its error <= N/K
 //     (and never underestimates them).
-// Memory is K keys and counts whatever the number of tenants; /metrics shows at most K
-// series (quota_top_tenant_units{rank,tenant}: server_stats.hpp).
+// Each counter also counts the units marked denied since its key took it, so a listed
+// tenant's denied share is known (over the span it has held its counter). Memory is K
+// keys and counts whatever the number of tenants; /metrics shows at most K series of each
+// (quota_top_tenant_units and quota_top_tenant_denied_units{rank,tenant}:
+// decision_stats.hpp).
 //
 // Thread safety: add() and top() lock one mutex; any thread. add() scans the K counters
 // only when a tenant without one arrives and all are taken (K = 20 by default).
 //
 //   quota::server::HeavyHitters top(20);
 //   top.add("acme", 5);
+//   top.add("acme", 2, /*denied=*/2);
 //   for (const auto& e : top.top()) { /* e.key, e.count, e.error, largest count first */ }
 #pragma once
 
@@ -38,6 +42,9 @@ class HeavyHitters {
     std::string key;
     std::uint64_t count = 0;  // true units <= count <= true units + error
     std::uint64_t error = 0;  // the count the counter had when this key took it over
+    // Of the units added since this key took the counter, those marked denied: exact
+    // for that span (never more than the key's true denied units).
+    std::uint64_t denied = 0;
   };
 
   // `k` >= 1 counters.
@@ -48,19 +55,22 @@ class HeavyHitters {
 
   std::size_t capacity() const { return k_; }
 
-  void add(std::string_view key, std::uint64_t units) {
+  // `units` of `key`, of them `denied` units refused (0 <= denied <= units).
+  void add(std::string_view key, std::uint64_t units, std::uint64_t denied = 0) {
     if (units == 0) return;
+    denied = std::min(denied, units);
     std::lock_guard lock(mu_);
     total_ += units;
     // Debian's abseil has its own absl::string_view; the map looks it up without a copy.
     if (const auto it = index_.find(absl::string_view(key.data(), key.size()));
         it != index_.end()) {
       entries_[it->second].count += units;
+      entries_[it->second].denied += denied;
       return;
     }
     if (entries_.size() < k_) {
       index_.emplace(std::string(key), entries_.size());
-      entries_.push_back({.key = std::string(key), .count = units, .error = 0});
+      entries_.push_back({.key = std::string(key), .count = units, .error = 0, .denied = denied});
       return;
     }
     std::size_t min = 0;
@@ -72,6 +82,7 @@ class HeavyHitters {
     e.key = std::string(key);
     e.error = e.count;
     e.count += units;
+    e.denied = denied;
     index_.emplace(e.key, min);
   }
 

@@ -61,9 +61,9 @@ void check_with_promtool(const std::string& scrape, const std::string& dir) {
   const std::string file = dir + "/scrape.txt";
   const std::string out = dir + "/promtool.out";
   std::ofstream(file) << scrape;
-  const int rc = std::system((std::string("'") + promtool + "' check metrics < '" + file +
-                              "' > '" + out + "' 2>&1")
-                                 .c_str());
+  const int rc = std::system(
+      (std::string("'") + promtool + "' check metrics < '" + file + "' > '" + out + "' 2>&1")
+          .c_str());
   std::ifstream in(out);
   const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   INFO("promtool check metrics: " << said);
@@ -134,6 +134,8 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   // heavy asked for 8+1+1+1 units over HTTP and 1 over gRPC (the rule file's cost): 12, the
   // most of all (a light tenant's count is over by at most N/K = 42/20).
   CHECK(metric_value(after, "quota_top_tenant_units{rank=\"1\",tenant=\"heavy\"}") == 12);
+  // Of them, 1 refused over HTTP and 1 over gRPC.
+  CHECK(metric_value(after, "quota_top_tenant_denied_units{rank=\"1\",tenant=\"heavy\"}") == 2);
   std::size_t series = 0;
   for (std::size_t at = after.find("\nquota_top_tenant_units{"); at != std::string::npos;
        at = after.find("\nquota_top_tenant_units{", at + 1)) {

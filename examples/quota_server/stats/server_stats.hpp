@@ -63,13 +63,13 @@ class ServerStats {
  public:
   // A check `req` decided as `c`: near the limit of its deciding rule (capacity: the
   // rule's RateLimit-Policy quota, a bucket's burst or a window's limit) and the tenant's
-  // units (its cost, 1 when the rule file's costs apply) in the top-K.
+  // units (its cost, 1 when the rule file's costs apply) in the top-K, denied or not.
   void observe(const CheckRequest& req, const Checked& c) {
     if (c.policy) {
       decisions.observe_decision(c.result.rule, c.result.decision.remaining, c.policy->quota,
                                  c.result.decision.allowed);
     }
-    decisions.observe_tenant(req.tenant, req.cost.value_or(1));
+    decisions.observe_tenant(req.tenant, req.cost.value_or(1), c.result.decision.allowed);
   }
 
   void count(Api api, Answer answer) {

@@ -86,6 +86,24 @@ TEST_CASE("heavy hitters: fewer tenants than counters are counted exactly") {
   CHECK(top.back().count == 1);
 }
 
+TEST_CASE("heavy hitters: a listed tenant's denied units, exact since it took its counter") {
+  HeavyHitters sketch(2);
+  sketch.add("a", 10, 4);
+  sketch.add("b", 6, 0);
+  sketch.add("a", 5, 5);
+  sketch.add("b", 3, 9);  // never more denied than asked for
+  auto top = sketch.top();
+  REQUIRE(top.size() == 2);
+  CHECK((top[0].key == "a" && top[0].count == 15 && top[0].denied == 9));
+  CHECK((top[1].key == "b" && top[1].count == 9 && top[1].denied == 3));
+  // c takes b's counter (the smallest): its count carries b's as error, its denied only
+  // its own.
+  sketch.add("c", 1, 1);
+  top = sketch.top();
+  REQUIRE(top.size() == 2);
+  CHECK((top[1].key == "c" && top[1].count == 10 && top[1].error == 9 && top[1].denied == 1));
+}
+
 TEST_CASE("decision stats: histogram, near-limit, Redis error kinds") {
   DecisionStats d;
   d.observe_latency(std::chrono::microseconds(5));    // le 1e-05
@@ -148,7 +166,10 @@ TEST_CASE("decision stats: histogram, near-limit, Redis error kinds") {
   CHECK(d.render().find("quota_redis_errors_total{kind=\"breaker_open\"} 1\n") !=
         std::string::npos);
 
-  d.observe_tenant("a\"b", 3);
-  CHECK(d.render().find("quota_top_tenant_units{rank=\"1\",tenant=\"a\\\"b\"} 3\n") !=
+  d.observe_tenant("a\"b", 3, /*allowed=*/true);
+  d.observe_tenant("a\"b", 2, /*allowed=*/false);
+  CHECK(d.render().find("quota_top_tenant_units{rank=\"1\",tenant=\"a\\\"b\"} 5\n") !=
+        std::string::npos);
+  CHECK(d.render().find("quota_top_tenant_denied_units{rank=\"1\",tenant=\"a\\\"b\"} 2\n") !=
         std::string::npos);
 }
