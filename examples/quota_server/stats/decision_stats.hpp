@@ -14,7 +14,10 @@
 //   quota_top_tenant_units{rank,tenant}  the heaviest tenants by units asked for
 //       (heavy_hitters.hpp: at most kTopTenants series, counts over by at most N/K);
 //   quota_top_tenant_denied_units{rank,tenant}  of those units, the ones refused since
-//       the tenant took its place (its 429 share: denied / units over the same window).
+//       the tenant took its place (its 429 share: denied / units over the same window);
+//   quota_top_tenant_budget_used_ratio{rank,tenant}  the share of its budget in use after
+//       its last request, 1 - remaining / capacity of the rule that decided it (a daily
+//       window's use grows through the day: its rise over ten minutes is what it spent).
 //
 // The kind of a Redis error is the one the transport marked it with
 // (quota/redis/transport/error_kind.hpp redis::error_kind), never read from its message.
@@ -28,6 +31,7 @@
 //   std::string text = d.render();
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -38,8 +42,10 @@
 #include <string>
 #include <string_view>
 
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "quota/redis/transport/error_kind.hpp"
 #include "stats/heavy_hitters.hpp"
 
@@ -98,11 +104,19 @@ class DecisionStats {
     return it == near_limit_.end() ? 0 : it->second;
   }
 
-  // `units` asked for by `tenant` (the top-K sketch), refused when not `allowed`.
-  void observe_tenant(std::string_view tenant, std::int64_t units, bool allowed) {
+  // `units` asked for by `tenant` (the top-K sketch), refused when not `allowed`; with a
+  // `capacity` > 0, `remaining` of it left in the deciding rule afterwards (its share in
+  // use: 1 - remaining / capacity, in [0, 1]).
+  void observe_tenant(std::string_view tenant, std::int64_t units, bool allowed,
+                      std::int64_t remaining = 0, std::int64_t capacity = 0) {
     if (tenant.empty() || units <= 0) return;
     const auto u = static_cast<std::uint64_t>(units);
-    top_.add(tenant, u, allowed ? 0 : u);
+    std::int64_t used_ppm = -1;
+    if (capacity > 0) {
+      const absl::int128 left = std::clamp<std::int64_t>(remaining, 0, capacity);
+      used_ppm = static_cast<std::int64_t>((absl::int128(capacity) - left) * 1'000'000 / capacity);
+    }
+    top_.add(tenant, u, allowed ? 0 : u, used_ppm);
   }
 
   void count_redis_error(const absl::Status& s) {
@@ -168,6 +182,19 @@ class DecisionStats {
     for (const HeavyHitters::Entry& e : top) {
       absl::StrAppend(&out, "quota_top_tenant_denied_units{rank=\"", ++rank, "\",tenant=\"",
                       prometheus_label(e.key), "\"} ", e.denied, "\n");
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_top_tenant_budget_used_ratio Share of the heaviest tenants' "
+                    "budget in use after their last request (the rule that decided it).\n"
+                    "# TYPE quota_top_tenant_budget_used_ratio gauge\n");
+    rank = 0;
+    for (const HeavyHitters::Entry& e : top) {
+      ++rank;
+      if (e.used_ppm < 0) continue;
+      absl::StrAppend(&out, "quota_top_tenant_budget_used_ratio{rank=\"", rank, "\",tenant=\"",
+                      prometheus_label(e.key), "\"} ",
+                      absl::StrFormat("%d.%06d", e.used_ppm / 1'000'000, e.used_ppm % 1'000'000),
+                      "\n");
     }
     return out;
   }

@@ -9,7 +9,8 @@
 //   - a listed tenant's count overestimates its true units by at most its error <= N/K
 //     (and never underestimates them).
 // Each counter also counts the units marked denied since its key took it, so a listed
-// tenant's denied share is known (over the span it has held its counter). Memory is K
+// tenant's denied share is known (over the span it has held its counter), and keeps the
+// share of the key's budget in use that its last add() reported. Memory is K
 // keys and counts whatever the number of tenants; /metrics shows at most K series of each
 // (quota_top_tenant_units and quota_top_tenant_denied_units{rank,tenant}:
 // decision_stats.hpp).
@@ -45,6 +46,9 @@ class HeavyHitters {
     // Of the units added since this key took the counter, those marked denied: exact
     // for that span (never more than the key's true denied units).
     std::uint64_t denied = 0;
+    // What add() last said of the key's budget: the share of it in use, in millionths
+    // (-1: nothing said since the key took the counter).
+    std::int64_t used_ppm = -1;
   };
 
   // `k` >= 1 counters.
@@ -55,8 +59,10 @@ class HeavyHitters {
 
   std::size_t capacity() const { return k_; }
 
-  // `units` of `key`, of them `denied` units refused (0 <= denied <= units).
-  void add(std::string_view key, std::uint64_t units, std::uint64_t denied = 0) {
+  // `units` of `key`, of them `denied` units refused (0 <= denied <= units); `used_ppm`,
+  // when >= 0, the share of the key's budget in use after them, in millionths.
+  void add(std::string_view key, std::uint64_t units, std::uint64_t denied = 0,
+           std::int64_t used_ppm = -1) {
     if (units == 0) return;
     denied = std::min(denied, units);
     std::lock_guard lock(mu_);
@@ -64,13 +70,19 @@ class HeavyHitters {
     // Debian's abseil has its own absl::string_view; the map looks it up without a copy.
     if (const auto it = index_.find(absl::string_view(key.data(), key.size()));
         it != index_.end()) {
-      entries_[it->second].count += units;
-      entries_[it->second].denied += denied;
+      Entry& e = entries_[it->second];
+      e.count += units;
+      e.denied += denied;
+      if (used_ppm >= 0) e.used_ppm = used_ppm;
       return;
     }
     if (entries_.size() < k_) {
       index_.emplace(std::string(key), entries_.size());
-      entries_.push_back({.key = std::string(key), .count = units, .error = 0, .denied = denied});
+      entries_.push_back({.key = std::string(key),
+                          .count = units,
+                          .error = 0,
+                          .denied = denied,
+                          .used_ppm = used_ppm});
       return;
     }
     std::size_t min = 0;
@@ -83,6 +95,7 @@ class HeavyHitters {
     e.error = e.count;
     e.count += units;
     e.denied = denied;
+    e.used_ppm = used_ppm;
     index_.emplace(e.key, min);
   }
 

@@ -134,8 +134,10 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   // heavy asked for 8+1+1+1 units over HTTP and 1 over gRPC (the rule file's cost): 12, the
   // most of all (a light tenant's count is over by at most N/K = 42/20).
   CHECK(metric_value(after, "quota_top_tenant_units{rank=\"1\",tenant=\"heavy\"}") == 12);
-  // Of them, 1 refused over HTTP and 1 over gRPC.
+  // Of them, 1 refused over HTTP and 1 over gRPC; its budget all in use after the last.
   CHECK(metric_value(after, "quota_top_tenant_denied_units{rank=\"1\",tenant=\"heavy\"}") == 2);
+  CHECK(metric_value(after, "quota_top_tenant_budget_used_ratio{rank=\"1\",tenant=\"heavy\"}") ==
+        1.0);
   std::size_t series = 0;
   for (std::size_t at = after.find("\nquota_top_tenant_units{"); at != std::string::npos;
        at = after.find("\nquota_top_tenant_units{", at + 1)) {

@@ -69,7 +69,8 @@ class ServerStats {
       decisions.observe_decision(c.result.rule, c.result.decision.remaining, c.policy->quota,
                                  c.result.decision.allowed);
     }
-    decisions.observe_tenant(req.tenant, req.cost.value_or(1), c.result.decision.allowed);
+    decisions.observe_tenant(req.tenant, req.cost.value_or(1), c.result.decision.allowed,
+                             c.result.decision.remaining, c.policy ? c.policy->quota : 0);
   }
 
   void count(Api api, Answer answer) {

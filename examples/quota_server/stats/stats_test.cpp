@@ -172,4 +172,19 @@ TEST_CASE("decision stats: histogram, near-limit, Redis error kinds") {
         std::string::npos);
   CHECK(d.render().find("quota_top_tenant_denied_units{rank=\"1\",tenant=\"a\\\"b\"} 2\n") !=
         std::string::npos);
+  // No capacity said yet: no used-ratio series for the tenant.
+  CHECK(d.render().find("quota_top_tenant_budget_used_ratio{") == std::string::npos);
+  // 3 of 4 units left: a quarter in use; a negative remaining (a debt) counts as none left.
+  d.observe_tenant("a\"b", 1, true, /*remaining=*/3, /*capacity=*/4);
+  CHECK(d.render().find(
+            "quota_top_tenant_budget_used_ratio{rank=\"1\",tenant=\"a\\\"b\"} 0.250000\n") !=
+        std::string::npos);
+  d.observe_tenant("a\"b", 1, false, /*remaining=*/-7, /*capacity=*/3);
+  CHECK(d.render().find(
+            "quota_top_tenant_budget_used_ratio{rank=\"1\",tenant=\"a\\\"b\"} 1.000000\n") !=
+        std::string::npos);
+  d.observe_tenant("a\"b", 1, true, /*remaining=*/1, /*capacity=*/3);
+  CHECK(d.render().find(
+            "quota_top_tenant_budget_used_ratio{rank=\"1\",tenant=\"a\\\"b\"} 0.666666\n") !=
+        std::string::npos);
 }
