@@ -4,7 +4,7 @@
 // top-K lists the heaviest tenant first with its units, bounded to at most 20 series
 // however many tenants call; a global rule with `fair_share` is served as one
 // quota_fair_share_* series per budget (no tenant label), its use moving with the calls;
-// each scrape passes `promtool check metrics`.
+// a retried attempt counts as replayed; each scrape passes `promtool check metrics`.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -146,6 +146,39 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   CHECK(series == 20);
   CHECK(after.find("rank=\"21\"") == std::string::npos);
   check_with_promtool(after, dir_template);
+  CHECK(s.stop() == 0);
+  std::remove(rules.c_str());
+  rmdir(dir_template);
+}
+
+TEST_CASE("metrics: a retried attempt is counted as replayed") {
+  char dir_template[] = "/tmp/quota_server_attempts_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string rules = std::string(dir_template) + "/rules.yaml";
+  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n"
+                          "    level: tenant\n    plan: free\n    route: read\n"
+                          "    token_bucket: {rate: 1/100s, burst: 10}\n";
+  quota::testing::ServerProcess s;
+  REQUIRE(
+      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
+               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
+              {"grpc", "http"}));
+  const int http = s.port("http");
+  CHECK(metric_value(metrics(http), "quota_attempts_total{outcome=\"replayed\"}") == 0);
+  httplib::Client c("127.0.0.1", http);
+  c.set_read_timeout(10);
+  for (int i = 0; i < 3; ++i) {  // the first decides, the two retries replay it
+    auto r = c.Post("/v1/check", R"({"tenant":"acme","attempt_id":"req-1"})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  auto other = c.Post("/v1/check", R"({"tenant":"acme","attempt_id":"req-2"})", "application/json");
+  REQUIRE(other);
+  const std::string m = metrics(http);
+  INFO(m);
+  CHECK(metric_value(m, "quota_attempts_total{outcome=\"replayed\"}") == 2);
+  CHECK(metric_value(m, "quota_attempts_total{outcome=\"expired\"}") == 0);
+  check_with_promtool(m, dir_template);
   CHECK(s.stop() == 0);
   std::remove(rules.c_str());
   rmdir(dir_template);

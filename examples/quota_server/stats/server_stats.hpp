@@ -6,7 +6,9 @@
 // not_found, unavailable, error) — a fixed set of labels, never a tenant id — and
 // renders them with the rule version in force as Prometheus text. It also counts the rule
 // file's loads (the first and every hot reload) by outcome, ok or error, with the Unix
-// time of the last refused one. Its `decisions` member (decision_stats.hpp) holds the
+// time of the last refused one, and the checks with an attempt id answered by the
+// attempt's recorded decision (quota_attempts_total{outcome="replayed"}) or refused as past
+// their deadline ({outcome="expired"}). Its `decisions` member (decision_stats.hpp) holds the
 // decision-latency histogram, the near-limit counter per rule, the Redis errors by kind
 // and the top-K tenants by units; observe() feeds it one decided check.
 //
@@ -71,6 +73,10 @@ class ServerStats {
     }
     decisions.observe_tenant(req.tenant, req.cost.value_or(1), c.result.decision.allowed,
                              c.result.decision.remaining, c.policy ? c.policy->quota : 0);
+    if (c.result.replayed) attempts_replayed_.fetch_add(1, std::memory_order_relaxed);
+    if (c.result.decision.reason == Reason::kAttemptExpired) {
+      attempts_expired_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
   void count(Api api, Answer answer) {
@@ -193,6 +199,14 @@ class ServerStats {
       digest_line("applied", applied_digest_.load(std::memory_order_relaxed));
       digest_line("published", published_digest_.load(std::memory_order_relaxed));
     }
+    absl::StrAppend(&out,
+                    "# HELP quota_attempts_total Checks with an attempt id answered by the "
+                    "attempt's recorded decision (replayed) or past their deadline (expired).\n"
+                    "# TYPE quota_attempts_total counter\n"
+                    "quota_attempts_total{outcome=\"replayed\"} ",
+                    attempts_replayed_.load(std::memory_order_relaxed),
+                    "\nquota_attempts_total{outcome=\"expired\"} ",
+                    attempts_expired_.load(std::memory_order_relaxed), "\n");
     absl::StrAppend(&out, decisions.render());
     return out;
   }
@@ -211,6 +225,8 @@ class ServerStats {
   std::atomic<std::uint64_t> published_digest_{0};
   std::atomic<std::uint64_t> refused_version_{0};
   std::atomic<std::uint64_t> refused_{0};
+  std::atomic<std::uint64_t> attempts_replayed_{0};
+  std::atomic<std::uint64_t> attempts_expired_{0};
 };
 
 // Times one call, from its construction to its destruction, into the decision-latency
