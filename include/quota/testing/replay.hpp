@@ -3,9 +3,9 @@
 //
 // replay() decides each TraceRequest at its own time (a virtual clock: a day of traffic
 // replays in seconds) and hands the decision to a callback: through a Gateway, or through
-// a Limiter on a ManualClock with the key a function of the caller's makes of each
-// request. EnvelopeBook watches the
-// admissions: for each admitted request it asks the rule set which budgets the request
+// a Limiter on a ManualClock, on the key a function of the caller's makes of each
+// request. EnvelopeBook watches the admissions: for each admitted request it asks the
+// rule set which budgets the request
 // paid (RuleSet::plan, as the Gateway does) and feeds each budget's key a streaming
 // verifier (quota/verify/envelope.hpp) of its rule's envelope — a token bucket's
 // A(T) <= r·T + B; a sliding log's N per window; a fixed window's and a two-window
@@ -180,13 +180,9 @@ class EnvelopeBook {
     }
     s.admitted += 1;
     s.admitted_units += cost;
-    auto it = s.keys.find(quota::detail::to_absl(key));
-    if (it == s.keys.end()) {
-      verifiers_.push_back(verifier_for(rule, policy));
-      it = s.keys.emplace(std::string(key), verifiers_.size() - 1).first;
-    }
     const verify::AdmittedEvent e{.time_ns = r.time.count(), .cost = cost};
-    return std::visit([&](auto& v) { return v.add(e, tag); }, verifiers_[it->second]);
+    return std::visit([&](auto& v) { return v.add(e, tag); },
+                      verifiers_[verifier_of(s, rule, policy, key)]);
   }
 
   // Every rule seen, by name.
@@ -258,12 +254,9 @@ class EnvelopeBook {
     for (const gateway::Check& c : *planned) {
       if (c.shadow) continue;  // a shadow budget admits what it would deny
       Stats& s = rule_stats(*c.rule);
-      auto it = s.keys.find(quota::detail::to_absl(c.key.view()));
-      if (it == s.keys.end()) {
-        verifiers_.push_back(verifier_for(c.rule->name, c.rule->policy));
-        it = s.keys.emplace(std::string(c.key.view()), verifiers_.size() - 1).first;
-      }
-      paid.push_back({.stats = &s, .cost = c.cost, .verifier = it->second});
+      paid.push_back({.stats = &s,
+                      .cost = c.cost,
+                      .verifier = verifier_of(s, c.rule->name, c.rule->policy, c.key.view())});
     }
     if (plans_.size() >= kMaxPlans) plans_.clear();
     return &plans_.emplace(plan_key_, std::move(paid)).first->second;
@@ -279,8 +272,18 @@ class EnvelopeBook {
     return *it->second;
   }
 
-  // The verifier of a new key of the rule named `rule` with `policy`: the envelope
-  // expect() gave it, else the policy's.
+  // The index in verifiers_ of `key`'s verifier under the rule named `rule` (its stats
+  // `s`), made for a new key from the envelope expect() gave the rule, else `policy`'s.
+  std::size_t verifier_of(Stats& s, const std::string& rule, const gateway::RulePolicy& policy,
+                          std::string_view key) {
+    auto it = s.keys.find(quota::detail::to_absl(key));
+    if (it == s.keys.end()) {
+      verifiers_.push_back(verifier_for(rule, policy));
+      it = s.keys.emplace(std::string(key), verifiers_.size() - 1).first;
+    }
+    return it->second;
+  }
+
   Verifier verifier_for(const std::string& rule, const gateway::RulePolicy& policy) {
     auto it = expected_.find(rule);
     const Envelope e = it != expected_.end() ? it->second : Envelope::of(policy);
