@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "testing/scratch.hpp"
@@ -191,16 +192,20 @@ TEST_CASE("health, readiness and metrics") {
                           "level=\"tenant\",outcome=\"denied\"} "));
   CHECK_THAT(r->body, Catch::Matchers::Contains(
                           "quota_server_requests_total{api=\"check\",answer=\"over_limit\"} "));
-  // Tenant ids are labels of the top-K series only (at most 20 of them).
-  std::size_t tenant_labels = 0;
+  // Tenant ids are labels of the top-K families only (units, denied units, budget in use),
+  // at most 20 series each.
+  std::map<std::string, std::size_t> tenant_labels;  // family → series
   for (std::size_t at = r->body.find("tenant=\""); at != std::string::npos;
        at = r->body.find("tenant=\"", at + 1)) {
     const std::size_t line = r->body.rfind('\n', at) + 1;
-    CHECK(r->body.compare(line, 24, "quota_top_tenant_units{r") == 0);
-    ++tenant_labels;
+    const std::string family = r->body.substr(line, r->body.find('{', line) - line);
+    CHECK_THAT(family, Catch::Matchers::Equals("quota_top_tenant_units") ||
+                           Catch::Matchers::Equals("quota_top_tenant_denied_units") ||
+                           Catch::Matchers::Equals("quota_top_tenant_budget_used_ratio"));
+    ++tenant_labels[family];
   }
-  CHECK(tenant_labels >= 1);
-  CHECK(tenant_labels <= 20);
+  CHECK(tenant_labels["quota_top_tenant_units"] >= 1);
+  for (const auto& [family, series] : tenant_labels) CHECK(series <= 20);
 }
 
 TEST_CASE("SIGTERM stops the server with exit status 0") {
