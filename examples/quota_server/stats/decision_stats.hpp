@@ -164,38 +164,35 @@ class DecisionStats {
       absl::StrAppend(&out, "quota_redis_errors_total{kind=\"", kRedisErrorNames[k], "\"} ",
                       redis_errors_[k].load(std::memory_order_relaxed), "\n");
     }
-    absl::StrAppend(&out,
-                    "# HELP quota_top_tenant_units Units asked for by the heaviest tenants "
-                    "(Space-Saving sketch: over by at most total/K).\n"
-                    "# TYPE quota_top_tenant_units gauge\n");
+    // The top-K families: one series per listed tenant, by rank; `value` gives a series'
+    // value, or "" for none.
     const std::vector<HeavyHitters::Entry> top = top_.top();
-    int rank = 0;
-    for (const HeavyHitters::Entry& e : top) {
-      absl::StrAppend(&out, "quota_top_tenant_units{rank=\"", ++rank, "\",tenant=\"",
-                      prometheus_label(e.key), "\"} ", e.count, "\n");
-    }
-    absl::StrAppend(&out,
-                    "# HELP quota_top_tenant_denied_units Units refused to the heaviest "
-                    "tenants, since each took its place in the list.\n"
-                    "# TYPE quota_top_tenant_denied_units gauge\n");
-    rank = 0;
-    for (const HeavyHitters::Entry& e : top) {
-      absl::StrAppend(&out, "quota_top_tenant_denied_units{rank=\"", ++rank, "\",tenant=\"",
-                      prometheus_label(e.key), "\"} ", e.denied, "\n");
-    }
-    absl::StrAppend(&out,
-                    "# HELP quota_top_tenant_budget_used_ratio Share of the heaviest tenants' "
-                    "budget in use after their last request (the rule that decided it).\n"
-                    "# TYPE quota_top_tenant_budget_used_ratio gauge\n");
-    rank = 0;
-    for (const HeavyHitters::Entry& e : top) {
-      ++rank;
-      if (e.used_ppm < 0) continue;
-      absl::StrAppend(&out, "quota_top_tenant_budget_used_ratio{rank=\"", rank, "\",tenant=\"",
-                      prometheus_label(e.key), "\"} ",
-                      absl::StrFormat("%d.%06d", e.used_ppm / 1'000'000, e.used_ppm % 1'000'000),
-                      "\n");
-    }
+    const auto top_family = [&](const char* name, const char* help, const auto& value) {
+      absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
+      int rank = 0;
+      for (const HeavyHitters::Entry& e : top) {
+        ++rank;
+        const std::string v = value(e);
+        if (v.empty()) continue;
+        absl::StrAppend(&out, name, "{rank=\"", rank, "\",tenant=\"", prometheus_label(e.key),
+                        "\"} ", v, "\n");
+      }
+    };
+    top_family("quota_top_tenant_units",
+               "Units asked for by the heaviest tenants (Space-Saving sketch: over by at most "
+               "total/K).",
+               [](const HeavyHitters::Entry& e) { return absl::StrCat(e.count); });
+    top_family("quota_top_tenant_denied_units",
+               "Units refused to the heaviest tenants, since each took its place in the list.",
+               [](const HeavyHitters::Entry& e) { return absl::StrCat(e.denied); });
+    top_family("quota_top_tenant_budget_used_ratio",
+               "Share of the heaviest tenants' budget in use after their last request (the rule "
+               "that decided it).",
+               [](const HeavyHitters::Entry& e) {
+                 return e.used_ppm < 0 ? std::string()
+                                       : absl::StrFormat("%d.%06d", e.used_ppm / 1'000'000,
+                                                         e.used_ppm % 1'000'000);
+               });
     return out;
   }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -49,6 +50,19 @@ bool check(int port, const std::string& tenant, int cost) {
   return r->body.find("\"allowed\":true") != std::string::npos;
 }
 
+// A rule file: tenants of plan free read under "per-tenant", `burst` units refilled at 1
+// per 100 s; more rules may follow.
+std::string per_tenant_rules(int burst) {
+  return "routes:\n  - name: read\nrules:\n  - name: per-tenant\n    level: tenant\n"
+         "    plan: free\n    route: read\n    token_bucket: {rate: 1/100s, burst: " +
+         std::to_string(burst) + "}\n";
+}
+
+// quota-server on `rules` with fresh budgets (the test counts from a full burst).
+std::vector<std::string> server_args(const std::string& rules) {
+  return quota::testing::server_args(rules, {"--fresh-budgets-at-start"});
+}
+
 // `promtool check metrics` (Debian's prometheus, QUOTA_PROMTOOL) on a scrape: the text
 // is valid exposition format and lints clean (names, HELP, TYPE, units). Without promtool
 // the check is skipped with a warning.
@@ -75,18 +89,9 @@ void check_with_promtool(const std::string& scrape, const std::string& dir) {
 }  // namespace
 
 TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real calls") {
-  char dir_template[] = "/tmp/quota_server_metrics_XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string rules = std::string(dir_template) + "/rules.yaml";
-  std::ofstream(rules)
-      << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n    level: tenant\n"
-         "    plan: free\n    route: read\n"
-         "    token_bucket: {rate: 1/100s, burst: 10}\n";
+  quota::testing::TempDir dir("metrics");
   quota::testing::ServerProcess s;
-  REQUIRE(
-      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
-               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
-              {"grpc", "http"}));
+  REQUIRE(s.start(server_args(dir.write("rules.yaml", per_tenant_rules(10))), {"grpc", "http"}));
   const int http = s.port("http");
 
   const std::string before = metrics(http);
@@ -145,24 +150,14 @@ TEST_CASE("metrics: latency histogram, near-limit and top tenants move with real
   }
   CHECK(series == 20);
   CHECK(after.find("rank=\"21\"") == std::string::npos);
-  check_with_promtool(after, dir_template);
+  check_with_promtool(after, dir.path);
   CHECK(s.stop() == 0);
-  std::remove(rules.c_str());
-  rmdir(dir_template);
 }
 
 TEST_CASE("metrics: a retried attempt is counted as replayed") {
-  char dir_template[] = "/tmp/quota_server_attempts_XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string rules = std::string(dir_template) + "/rules.yaml";
-  std::ofstream(rules) << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n"
-                          "    level: tenant\n    plan: free\n    route: read\n"
-                          "    token_bucket: {rate: 1/100s, burst: 10}\n";
+  quota::testing::TempDir dir("attempts");
   quota::testing::ServerProcess s;
-  REQUIRE(
-      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
-               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
-              {"grpc", "http"}));
+  REQUIRE(s.start(server_args(dir.write("rules.yaml", per_tenant_rules(10))), {"grpc", "http"}));
   const int http = s.port("http");
   CHECK(metric_value(metrics(http), "quota_attempts_total{outcome=\"replayed\"}") == 0);
   httplib::Client c("127.0.0.1", http);
@@ -178,29 +173,21 @@ TEST_CASE("metrics: a retried attempt is counted as replayed") {
   INFO(m);
   CHECK(metric_value(m, "quota_attempts_total{outcome=\"replayed\"}") == 2);
   CHECK(metric_value(m, "quota_attempts_total{outcome=\"expired\"}") == 0);
-  check_with_promtool(m, dir_template);
+  check_with_promtool(m, dir.path);
   CHECK(s.stop() == 0);
-  std::remove(rules.c_str());
-  rmdir(dir_template);
 }
 
 TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its use moving") {
-  char dir_template[] = "/tmp/quota_server_metrics_XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string rules = std::string(dir_template) + "/rules.yaml";
-  std::ofstream(rules)
-      << "routes:\n  - name: read\nrules:\n  - name: per-tenant\n    level: tenant\n"
-         "    plan: free\n    route: read\n"
-         "    token_bucket: {rate: 1/100s, burst: 100}\n"
-         "  - name: provider\n    level: global\n    route: read\n"
-         "    token_bucket: {rate: 1/100s, burst: 100}\n"
-         "    fair_share: {reserve: 10%, shares_above: 70%, pause_above: 90%, period: 10s,\n"
-         "                 budget: 100}\n";
+  quota::testing::TempDir dir("fair_metrics");
   quota::testing::ServerProcess s;
-  REQUIRE(
-      s.start({env("QUOTA_SERVER"), "--rules", rules, "--default-plan", "free", "--default-route",
-               "read", "--grpc-port", "0", "--http-port", "0", "--fresh-budgets-at-start"},
-              {"grpc", "http"}));
+  REQUIRE(s.start(server_args(dir.write(
+                      "rules.yaml", per_tenant_rules(100) +
+                                        "  - name: provider\n    level: global\n    route: read\n"
+                                        "    token_bucket: {rate: 1/100s, burst: 100}\n"
+                                        "    fair_share: {reserve: 10%, shares_above: 70%, "
+                                        "pause_above: 90%, period: 10s,\n"
+                                        "                 budget: 100}\n")),
+                  {"grpc", "http"}));
   const int http = s.port("http");
   // Three tenants spend 30 of the 100 units: below the 70 % threshold, all admitted.
   for (int i = 0; i < 30; ++i) CHECK(check(http, "t" + std::to_string(i % 3), 1));
@@ -214,8 +201,6 @@ TEST_CASE("metrics: a fair-share budget is one quota_fair_share_* series, its us
   CHECK(fair_sample(m, "quota_fair_share_fallback_periods_total") == 0);
   // No tenant is ever a label.
   CHECK(m.find("quota_fair_share_budget_units{rule=\"provider\",budget=\"t0") == std::string::npos);
-  check_with_promtool(m, dir_template);
+  check_with_promtool(m, dir.path);
   CHECK(s.stop() == 0);
-  std::remove(rules.c_str());
-  rmdir(dir_template);
 }
