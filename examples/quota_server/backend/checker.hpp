@@ -67,6 +67,7 @@
 #include "quota/gateway/key_state.hpp"
 #include "quota/gateway/leases/lease_revocation.hpp"
 #include "quota/gateway/metrics.hpp"
+#include "quota/gateway/rules/estimate_formula.hpp"
 #include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/gateway/rules/rules.hpp"
 #include "quota/http.hpp"
@@ -84,6 +85,10 @@ struct CheckRequest {
   std::string route{};                 // "" → --default-route
   std::optional<std::int64_t> cost{};  // absent: the rule file's costs
   std::string attempt_id{};            // optional: a retry replays the first decision
+  // An LLM call's prompt tokens and max output: the cost is the route's estimate of them
+  // (its prompt_factor: quota/gateway/rules/estimate_formula.hpp), never with `cost`.
+  std::optional<std::int64_t> prompt_tokens{};
+  std::optional<std::int64_t> max_output{};
 };
 
 struct CheckerOptions {
@@ -199,11 +204,12 @@ class Checker {
     if (req.route.empty()) {
       return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
     }
+    const auto rules = registry_.current();
+    if (auto s = estimate_cost(*rules, req); !s.ok()) return s;
     if (req.cost && (*req.cost < 1 || *req.cost > options_.max_cost)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("cost %d is outside [1, %d] (--max-cost)", *req.cost, options_.max_cost));
     }
-    const auto rules = registry_.current();
     auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
     if (!planned.ok()) return planned.status();
     // A cost is what the budgets paying by estimate pay; a route whose every budget has a
@@ -379,6 +385,26 @@ class Checker {
                    "quota-server: note: `lease:` options are ignored: the budgets are in "
                    "process, with nothing to lease from (they apply with --redis*)\n");
     }
+  }
+
+  // On a route with a prompt_factor, a request without a cost of its own gets the
+  // estimate of its prompt_tokens and max_output as its cost (both required); elsewhere,
+  // and beside a cost, those two are refused.
+  static absl::Status estimate_cost(const gateway::RuleSet& rules, CheckRequest& req) {
+    auto route = rules.route(req.route);
+    if (!route.ok()) return route.status();
+    const bool given = req.prompt_tokens.has_value() || req.max_output.has_value();
+    if (given && req.cost) {
+      return absl::InvalidArgumentError(
+          "cost and prompt_tokens/max_output are exclusive: the route's prompt_factor makes the "
+          "cost of the last two");
+    }
+    if (req.cost || (!given && !(*route)->estimate_formula.enabled())) return absl::OkStatus();
+    auto estimate = gateway::estimate_of(req.route, (*route)->estimate_formula, req.prompt_tokens,
+                                         req.max_output);
+    if (!estimate.ok()) return estimate.status();
+    req.cost = *estimate;
+    return absl::OkStatus();
   }
 
   static gateway::Identity identity(const CheckRequest& req) {

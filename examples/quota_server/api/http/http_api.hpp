@@ -1,6 +1,8 @@
 // examples/quota_server/api/http/http_api.hpp — quota-server's HTTP endpoints (cpp-httplib).
 //
-//   POST /v1/check   JSON {tenant, route, cost, attempt_id, rule_version} (plus plan, user)
+//   POST /v1/check   JSON {tenant, route, cost, attempt_id, rule_version} (plus plan, user;
+//                    or, on a route with a prompt_factor, prompt_tokens and max_output
+//                    instead of cost: the route's estimate of them is the cost)
 //                    → 200 {allowed, remaining, retry_after_ms, reset_after_ms, rule,
 //                    applied_rule_version, reason} for every decision the rules made
 //                    (allowed or not); 503 with that body when the store cannot decide
@@ -111,9 +113,11 @@ inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
     if (text != nullptr) {
       if (auto s = want(JsonValue::kString, "a string"); !s.ok()) return s;
       *text = v.string;
-    } else if (key == "cost") {
+    } else if (key == "cost" || key == "prompt_tokens" || key == "max_output") {
       if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
-      req.cost = v.integer;
+      (key == "cost"            ? req.cost
+       : key == "prompt_tokens" ? req.prompt_tokens
+                                : req.max_output) = v.integer;
     } else if (key == "rule_version") {
       if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
       if (v.integer < 0) return absl::InvalidArgumentError("member \"rule_version\": must be >= 0");
@@ -121,7 +125,7 @@ inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
           "unknown member \"%s\" (expected tenant, route, cost, attempt_id, rule_version, plan, "
-          "user)",
+          "user, prompt_tokens, max_output)",
           key));
     }
   }
