@@ -21,7 +21,7 @@
 //   quota::testing::replay(gateway, trace, [&](const auto& req, const auto& result) {
 //     book.record(req, result);
 //   });
-//   for (const auto& v : book.verdicts()) std::puts(v.text.c_str());  // "... holds" / "..."
+//   for (const auto& v : book.verdicts()) std::puts(v.text.c_str());  // "...: holds; closest: ..."
 #pragma once
 
 #include <concepts>
@@ -39,6 +39,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -122,8 +123,9 @@ struct RuleVerdict {
   std::string envelope;  // Envelope::text()
   std::int64_t keys = 0, admitted = 0, admitted_units = 0, denied = 0;
   bool holds = true;
-  // The worst key when it does not hold: its key and the verifier's report, whose witness
-  // tags are the trace's request numbers (1-based), or line numbers when given.
+  // The worst key — the one whose admissions came nearest the envelope, or went furthest
+  // past it — and the verifier's report of its worst interval, whose witness tags are the
+  // trace's request numbers (1-based), or line numbers when given.
   std::string worst{};
   std::string text{};  // one line: rule, counts, envelope, verdict
 };
@@ -195,12 +197,16 @@ class EnvelopeBook {
                     .admitted = s.admitted,
                     .admitted_units = s.admitted_units,
                     .denied = s.denied};
+      // Every key of a rule has the rule's envelope, so their excesses compare.
+      std::optional<absl::int128> worst_excess;
       for (const auto& [key, index] : s.keys) {
         std::visit(
             [&](const auto& x) {
               const auto report = x.report();
-              if (report.holds() || !v.holds) return;
-              v.holds = false;
+              const absl::int128 excess = excess_of(report);
+              if (worst_excess.has_value() && excess <= *worst_excess) return;
+              worst_excess = excess;
+              v.holds = report.holds();  // the worst key holds only if every key does
               v.worst = absl::StrFormat("key %s: %s; lines %d..%d", key, verify::to_string(report),
                                         report.witness.first_tag, report.witness.last_tag);
             },
@@ -208,7 +214,8 @@ class EnvelopeBook {
       }
       v.text = absl::StrFormat("rule %s: %d admitted (%d units) over %d keys, %d denied; %s: %s%s",
                                name, v.admitted, v.admitted_units, v.keys, v.denied, v.envelope,
-                               v.holds ? "holds" : "VIOLATED", v.holds ? "" : "; " + v.worst);
+                               v.holds ? "holds" : "VIOLATED",
+                               v.worst.empty() ? "" : (v.holds ? "; closest: " : "; ") + v.worst);
       out.push_back(std::move(v));
     }
     return out;
@@ -216,6 +223,10 @@ class EnvelopeBook {
 
  private:
   using Verifier = std::variant<verify::TokenBucketVerifier, verify::WindowVerifier>;
+
+  // How far past its envelope a key went (<= 0: within it), on the rule's own scale.
+  static absl::int128 excess_of(const verify::TokenBucketReport& r) { return r.excess_scaled; }
+  static absl::int128 excess_of(const verify::WindowReport& r) { return r.excess; }
   struct Stats {
     std::string envelope;
     std::int64_t admitted = 0, admitted_units = 0, denied = 0;
