@@ -262,18 +262,15 @@ class EnvoyDecider final : public Decider {
     }
     const std::string key = rules_->budget_key(entries_);
     const std::int64_t cost = r.cost > 0 ? r.cost : 1;  // hits_addend
-    absl::StatusOr<Decision> d = Decision{.allowed = false, .reason = Reason::kOverLimit};
+    absl::StatusOr<Decision> d = quota::server::EnvoyRateLimit::blocked(rules_->version);
     if (!l->blocks()) {
       d = store_.apply(quota::gateway::KeyPolicy{.policy = &l->policy, .version = rules_->version},
                        key, r.time, cost);
       if (!d.ok()) return d.status();
     }
-    quota::gateway::Result out{.decision = *d, .rule = l->name};
-    if (!d->allowed && l->shadow) {
-      out.decision.allowed = true;  // decided, nothing deducted, answered OK
-      out.decision.reason = Reason::kShadow;
-      return out;
-    }
+    const quota::gateway::Result out{.decision = l->answer(*d), .rule = l->name};
+    // A shadow limit's denial deducted nothing and denied nothing: not in the book.
+    if (out.decision.reason == Reason::kShadow) return out;
     if (auto s = book.record(l->name, l->policy, key, cost, r, d, line); !s.ok()) return s;
     return out;
   }

@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "quota/decision.hpp"
 #include "quota/gateway/key_state.hpp"
 #include "quota/rules/yaml_fields.hpp"
 
@@ -73,6 +74,28 @@ struct EnvoyRateLimit {
 
   // requests_per_unit: 0 — every request is over the limit, whatever it costs.
   bool blocks() const { return !unlimited && requests_per_unit == 0; }
+
+  // What a blocking limit answers (blocks()): over the limit, and waiting never helps
+  // (no Retry-After).
+  static Decision blocked(std::uint64_t version) {
+    return Decision{.allowed = false,
+                    .remaining = 0,
+                    .retry_after = kNever,
+                    .reset_after = kNever,
+                    .version = version,
+                    .reason = Reason::kOverLimit};
+  }
+
+  // The answer to the store's decision `d` of this limit: in shadow mode a denial is
+  // answered OK (decided, nothing deducted), reason kShadow.
+  Decision answer(Decision d) const {
+    if (shadow && !d.allowed) {
+      d.allowed = true;
+      d.retry_after = Nanos{0};
+      d.reason = Reason::kShadow;
+    }
+    return d;
+  }
 };
 
 struct EnvoyNode {

@@ -212,8 +212,10 @@ class EnvelopeBook {
             },
             verifiers_[index]);
       }
+      // A rule that admitted nothing has no key, and no envelope was set up for it.
       v.text = absl::StrFormat("rule %s: %d admitted (%d units) over %d keys, %d denied; %s: %s%s",
-                               name, v.admitted, v.admitted_units, v.keys, v.denied, v.envelope,
+                               name, v.admitted, v.admitted_units, v.keys, v.denied,
+                               v.envelope.empty() ? "nothing admitted" : v.envelope,
                                v.holds ? "holds" : "VIOLATED",
                                v.worst.empty() ? "" : (v.holds ? "; closest: " : "; ") + v.worst);
       out.push_back(std::move(v));

@@ -164,13 +164,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
       }
       Decision d;
       if (l->blocks()) {
-        // requests_per_unit: 0 — over the limit, and waiting never helps (no Retry-After).
-        d = Decision{.allowed = false,
-                     .remaining = 0,
-                     .retry_after = kNever,
-                     .reset_after = kNever,
-                     .version = rules.version,
-                     .reason = Reason::kOverLimit};
+        d = EnvoyRateLimit::blocked(rules.version);
         out.policy = http::PolicyInfo{.name = l->name, .quota = 0, .window_seconds = 0};
         out.rate = RateInfo{.units = 0, .per = l->per};
       } else {
@@ -198,13 +192,7 @@ class RateLimitServiceImpl final : public rls::RateLimitService::Service {
                                             d.remaining, out.policy->quota, d.allowed);
         }
       }
-      // Shadow mode: decided (a denied request spends nothing) and answered OK.
-      if (l->shadow && !d.allowed) {
-        d.allowed = true;
-        d.retry_after = Nanos{0};
-        d.reason = Reason::kShadow;
-      }
-      out.result.decision = d;
+      out.result.decision = l->answer(d);  // shadow mode: decided, answered OK
       out.result.rule = l->name;
       checked.push_back(std::move(out));
     }
