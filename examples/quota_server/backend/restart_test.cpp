@@ -66,10 +66,11 @@ TEST_CASE("a restarted quota-server admits nothing beyond r*T + B over both live
 TEST_CASE("--fresh-budgets-at-start: the restart hands out a second burst") {
   const auto [report, gap_ns] = two_lives({"--fresh-budgets-at-start"});
   // Over both lives 20 + 20 units in 2 s and the gap: a burst of 20 - r·gap is needed,
-  // less 2 for the calls at the edges (a slow start, under a sanitizer, refills more).
+  // less 1 for the calls at the edges (a slow start, under a sanitizer, refills more; a
+  // restart within 0.1 s keeps the bound this test always had, 18).
   const std::int64_t refilled = (gap_ns * 10 + 999'999'999) / 1'000'000'000;
   INFO("required burst " << report.required_burst() << ", " << gap_ns << " ns between lives");
   CHECK_FALSE(report.holds());
-  CHECK(report.required_burst() >= 20 - refilled - 2);
+  CHECK(report.required_burst() >= 19 - refilled);
   CHECK(report.required_burst() > 10);  // more than the one burst the contract allows
 }
