@@ -119,7 +119,7 @@ TEST_CASE("a route's formula gives the estimate a Gateway deducts and settles") 
   CHECK(acquired->decision.allowed);
   CHECK(acquired->decision.remaining == 10000 - 5502);
   REQUIRE(acquired->ticket.has_value());
-  auto settled = gateway.settle(*acquired->ticket, 4000, quota::Nanos{1});
+  auto settled = gateway.settle("acme", *acquired->ticket, 4000, quota::Nanos{1});
   REQUIRE(settled.ok());
   CHECK(settled->surplus == 1502);
   // The surplus is back: a second estimate of 5502 fits (10000 - 4000 = 6000 left).

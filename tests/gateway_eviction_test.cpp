@@ -50,7 +50,7 @@ TEMPLATE_TEST_CASE("a full store evicts a key a settle's refund made idle", "",
   REQUIRE(refused.ok());
   CHECK(refused->decision.reason == Reason::kUnavailable);
   // "a" used nothing of its estimate: the refund makes it whole again, idle now.
-  auto settled = gw.settle(*a->ticket, 0, 2s);
+  auto settled = gw.settle("a", *a->ticket, 0, 2s);
   REQUIRE(settled.ok());
   auto admitted = gw.decide(read("c"), 3s);
   REQUIRE(admitted.ok());

@@ -168,7 +168,7 @@ TEST_CASE("a settle corrects only the budgets paid by estimate") {
   auto r = gw.acquire_estimate(on("complete"), 500, Nanos{0});
   REQUIRE(r->decision.allowed);
   REQUIRE(r->ticket.has_value());
-  auto settled = gw.settle(*r->ticket, 100, 1s);
+  auto settled = gw.settle("acme", *r->ticket, 100, 1s);
   REQUIRE(settled.ok());
   REQUIRE(settled->refunded.size() == 1);  // the token budget only
   CHECK(settled->refunded[0] == quota::to_micro(400));

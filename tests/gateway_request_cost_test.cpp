@@ -41,7 +41,7 @@ TEST_CASE("decide with a cost pays it, as an estimate settled with the same unit
     REQUIRE(direct.ok());
     auto est = estimate_gw.acquire_estimate(read_request(std::nullopt), c, Nanos{0});
     REQUIRE(est.ok());
-    if (est->ticket) REQUIRE(estimate_gw.settle(*est->ticket, c, Nanos{0}).ok());
+    if (est->ticket) REQUIRE(estimate_gw.settle("acme", *est->ticket, c, Nanos{0}).ok());
     CHECK(direct->decision.allowed == est->decision.allowed);
     CHECK(direct->decision.remaining == est->decision.remaining);
     CHECK(direct->rule == est->rule);

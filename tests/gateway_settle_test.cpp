@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "quota/gateway/gateway.hpp"
 #include "quota/store/local_store.hpp"
 #include "quota/store/sharded_store.hpp"
@@ -57,30 +58,37 @@ TEST_CASE("settle refunds the surplus once; twice, late or unknown is an error, 
   REQUIRE(est->decision.allowed);
   REQUIRE(est->ticket.has_value());
   CHECK(est->decision.remaining == 70);
-  auto s = gw.settle(*est->ticket, 12, 1s);
+  // Another tenant's settle of it: refused, nothing given back, the ticket still open.
+  auto stranger = gw.settle("other", *est->ticket, 0, 1s);
+  CHECK(stranger.status().code() == absl::StatusCode::kNotFound);
+  CHECK(absl::StrContains(stranger.status().message(), "no such ticket of tenant \"other\""));
+  CHECK(tokens(store, registry, 1s) == quota::to_micro(70));
+  auto s = gw.settle("acme", *est->ticket, 12, 1s);
   REQUIRE(s.ok());
   CHECK(s->surplus == 18);
   CHECK(s->deficit == 0);
   CHECK(s->refunded == std::vector<quota::MicroUnits>{quota::to_micro(18)});
   CHECK(tokens(store, registry, 1s) == quota::to_micro(88));
 
-  auto twice = gw.settle(*est->ticket, 12, 2s);
+  auto twice = gw.settle("acme", *est->ticket, 12, 2s);
   CHECK(twice.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(tokens(store, registry, 2s) == quota::to_micro(88));
 
-  CHECK(gw.settle(987654, 1, 2s).status().code() == absl::StatusCode::kNotFound);
-  CHECK(gw.settle(*est->ticket, -1, 2s).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(gw.settle("acme", 987654, 1, 2s).status().code() == absl::StatusCode::kNotFound);
+  CHECK(gw.settle("acme", *est->ticket, -1, 2s).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 
   auto late = gw.acquire_estimate(kChat, 20, 2s);
   REQUIRE(late->ticket.has_value());
-  CHECK(gw.settle(*late->ticket, 0, 12s + 1ns).status().code() ==
+  CHECK(gw.settle("acme", *late->ticket, 0, 12s + 1ns).status().code() ==
         absl::StatusCode::kDeadlineExceeded);
   CHECK(tokens(store, registry, 13s) == quota::to_micro(68));  // the estimate stays spent
   // Still expired (not "unknown") on a second late try, and never settled.
-  CHECK(gw.settle(*late->ticket, 0, 13s).status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(gw.settle("acme", *late->ticket, 0, 13s).status().code() ==
+        absl::StatusCode::kDeadlineExceeded);
   // At exactly the expiry it is still in time.
   auto edge = gw.acquire_estimate(kChat, 8, 20s);
-  CHECK(gw.settle(*edge->ticket, 8, 30s).ok());
+  CHECK(gw.settle("acme", *edge->ticket, 8, 30s).ok());
 }
 
 TEST_CASE("the refund never goes above the burst") {
@@ -90,14 +98,14 @@ TEST_CASE("the refund never goes above the burst") {
   auto est = gw.acquire_estimate(kChat, 30, Nanos{0});
   REQUIRE(est->ticket.has_value());
   // 1 s later the bucket has refilled to 100 at 100/s: nothing can be given back.
-  auto s = gw.settle(*est->ticket, 0, 1s);
+  auto s = gw.settle("acme", *est->ticket, 0, 1s);
   REQUIRE(s.ok());
   CHECK(s->surplus == 30);
   CHECK(s->refunded == std::vector<quota::MicroUnits>{0});
   CHECK(tokens(store, registry, 1s) == quota::to_micro(100));
   // Partly refilled: the refund fills it up to the burst and no further.
   auto est2 = gw.acquire_estimate(kChat, 50, 2s);
-  auto s2 = gw.settle(*est2->ticket, 0, 2s + 300ms);  // 50 + 30 refilled, 20 room left
+  auto s2 = gw.settle("acme", *est2->ticket, 0, 2s + 300ms);  // 50 + 30 refilled, 20 room left
   CHECK(s2->refunded == std::vector<quota::MicroUnits>{quota::to_micro(20)});
   CHECK(tokens(store, registry, 2s + 300ms) == quota::to_micro(100));
 }
@@ -108,7 +116,7 @@ TEST_CASE("a deficit is recorded; with charge_deficit it is charged, as debt bey
     quota::LocalStore<KeyPolicy> store;
     Gateway gw(store, registry);
     auto est = gw.acquire_estimate(kChat, 10, Nanos{0});
-    auto s = gw.settle(*est->ticket, 25, Nanos{0});
+    auto s = gw.settle("acme", *est->ticket, 25, Nanos{0});
     REQUIRE(s.ok());
     CHECK(s->deficit == 15);
     CHECK(s->debt == std::vector<quota::MicroUnits>{0});
@@ -119,7 +127,7 @@ TEST_CASE("a deficit is recorded; with charge_deficit it is charged, as debt bey
     quota::LocalStore<KeyPolicy> store;
     Gateway gw(store, registry, {.charge_deficit = true});
     auto est = gw.acquire_estimate(kChat, 90, Nanos{0});
-    auto s = gw.settle(*est->ticket, 115, Nanos{0});  // deficit 25, only 10 left
+    auto s = gw.settle("acme", *est->ticket, 115, Nanos{0});  // deficit 25, only 10 left
     REQUIRE(s.ok());
     CHECK(s->deficit == 25);
     CHECK(s->debt == std::vector<quota::MicroUnits>{quota::to_micro(15)});
@@ -144,7 +152,7 @@ TEST_CASE("settle gives back to every level the estimate was taken from") {
   auto est = gw.acquire_estimate(req, 30, Nanos{0});
   REQUIRE(est->ticket.has_value());
   CHECK(est->decision.remaining == 10);  // the user level is the tighter one
-  auto s = gw.settle(*est->ticket, 5, Nanos{0});
+  auto s = gw.settle("acme", *est->ticket, 5, Nanos{0});
   REQUIRE(s.ok());
   CHECK(s->refunded == std::vector<quota::MicroUnits>{quota::to_micro(25), quota::to_micro(25)});
   CHECK(gw.acquire_estimate(req, 35, Nanos{0})->decision.allowed);  // user level: 35 back
@@ -192,20 +200,20 @@ TEST_CASE("settles racing new acquires on 8 threads: each ticket once, exact acc
             errors.fetch_add(1);
           } else {
             const auto actual = static_cast<std::int64_t>(r() % 13);
-            if (gw.settle(*e->ticket, actual, Nanos{0}).ok()) {
+            if (gw.settle("acme", *e->ticket, actual, Nanos{0}).ok()) {
               spent_new.fetch_add(actual);
             } else {
               errors.fetch_add(1);
             }
             // A second settle of the same ticket never applies.
-            if (gw.settle(*e->ticket, actual, Nanos{0}).status().code() !=
+            if (gw.settle("acme", *e->ticket, actual, Nanos{0}).status().code() !=
                 absl::StatusCode::kFailedPrecondition) {
               errors.fetch_add(1);
             }
           }
         }
         if (next_pre < kPre) {
-          auto s = gw.settle(pre[next_pre], pre_actual[next_pre], Nanos{0});
+          auto s = gw.settle("acme", pre[next_pre], pre_actual[next_pre], Nanos{0});
           if (s.ok()) {
             wins[next_pre].fetch_add(1);
           } else if (s.status().code() != absl::StatusCode::kFailedPrecondition) {
@@ -231,8 +239,13 @@ namespace {
 using quota::gateway::TicketBook;
 
 // A ticket issued at `at` that expires ttl (10 s) later, as the Gateway issues them.
-TicketBook::Ticket ticket_at(Nanos at) {
-  return {.levels = {}, .estimate = 1, .acquired_at = at, .spent_at = at, .expires_at = at + 10s};
+quota::gateway::Ticket ticket_at(Nanos at) {
+  return {.tenant = "acme",
+          .levels = {},
+          .estimate = 1,
+          .acquired_at = at,
+          .spent_at = at,
+          .expires_at = at + 10s};
 }
 
 }  // namespace
@@ -249,16 +262,16 @@ TEST_CASE(
   // Ticket 1 expires at 10 s and is kept as a tombstone until one ttl later.
   CHECK(book.issue(ticket_at(15s), 15s).status().code() == absl::StatusCode::kResourceExhausted);
   CHECK(book.issue(ticket_at(20s), 20s).status().code() == absl::StatusCode::kResourceExhausted);
-  CHECK(book.take(1, 20s).status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(book.take("acme", 1, 20s).status().code() == absl::StatusCode::kDeadlineExceeded);
   auto next = book.issue(ticket_at(20s + 1ns), 20s + 1ns);
   REQUIRE(next.ok());
   CHECK(*next == 4);  // ids keep counting past the forgotten ones
   CHECK(book.size() == 3);
-  CHECK(book.take(1, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
-  CHECK(book.take(2, 20s + 1ns).status().code() == absl::StatusCode::kDeadlineExceeded);
-  CHECK(book.take(0, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
-  CHECK(book.take(5, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
-  auto open = book.take(4, 21s);
+  CHECK(book.take("acme", 1, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take("acme", 2, 20s + 1ns).status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(book.take("acme", 0, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take("acme", 5, 20s + 1ns).status().code() == absl::StatusCode::kNotFound);
+  auto open = book.take("acme", 4, 21s);
   REQUIRE(open.ok());
   CHECK(open->acquired_at == 20s + 1ns);
 }
@@ -266,15 +279,15 @@ TEST_CASE(
 TEST_CASE("the ticket book: a ticket being settled is kept, and holds the ones behind it") {
   TicketBook book(10s, 3);
   for (Nanos t : {Nanos{0}, Nanos{1s}, Nanos{2s}}) REQUIRE(book.issue(ticket_at(t), t).ok());
-  REQUIRE(book.take(1, 5s).ok());  // a settle in flight
+  REQUIRE(book.take("acme", 1, 5s).ok());  // a settle in flight
   // An hour on, every ticket is forgettable but the first is still being settled.
   CHECK(book.issue(ticket_at(1h), 1h).status().code() == absl::StatusCode::kResourceExhausted);
-  book.done(1);
+  book.done("acme", 1);
   REQUIRE(book.issue(ticket_at(1h), 1h).ok());  // forgets tickets 1 and 2
   CHECK(book.size() == 2);
-  CHECK(book.take(1, 1h).status().code() == absl::StatusCode::kNotFound);
-  CHECK(book.take(2, 1h).status().code() == absl::StatusCode::kNotFound);
-  CHECK(book.take(3, 1h).status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(book.take("acme", 1, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take("acme", 2, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take("acme", 3, 1h).status().code() == absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_CASE("the ticket book: tickets left by a quiet spell drain as new ones are issued") {
@@ -284,8 +297,8 @@ TEST_CASE("the ticket book: tickets left by a quiet spell drain as new ones are 
   // An hour later each issue forgets two old tickets and adds one.
   for (int i = 0; i < 50; ++i) REQUIRE(book.issue(ticket_at(1h), 1h).ok());
   CHECK(book.size() == 50);
-  CHECK(book.take(100, 1h).status().code() == absl::StatusCode::kNotFound);
-  CHECK(book.take(101, 1h).ok());
+  CHECK(book.take("acme", 100, 1h).status().code() == absl::StatusCode::kNotFound);
+  CHECK(book.take("acme", 101, 1h).ok());
 }
 
 TEST_CASE("tickets at the ends of the clock are kept and forgotten without overflow") {
@@ -301,7 +314,7 @@ TEST_CASE("tickets at the ends of the clock are kept and forgotten without overf
   REQUIRE(late.ok());
   REQUIRE(late->ticket.has_value());
   // The early ticket was forgotten long ago by the late clock; the late one settles.
-  CHECK(gw.settle(*early->ticket, 1, Nanos::max() - Nanos{1}).status().code() ==
+  CHECK(gw.settle("acme", *early->ticket, 1, Nanos::max() - Nanos{1}).status().code() ==
         absl::StatusCode::kNotFound);
-  CHECK(gw.settle(*late->ticket, 1, Nanos::max() - Nanos{1}).ok());
+  CHECK(gw.settle("acme", *late->ticket, 1, Nanos::max() - Nanos{1}).ok());
 }

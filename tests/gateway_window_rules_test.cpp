@@ -96,7 +96,7 @@ TEMPLATE_TEST_CASE("settle refunds a surplus to a log and to an estimator", "",
     REQUIRE(est.ok());
     REQUIRE(est->ticket.has_value());
     CHECK(est->decision.remaining == 70);
-    auto s = gw.settle(*est->ticket, 12, 1s);
+    auto s = gw.settle("acme", *est->ticket, 12, 1s);
     REQUIRE(s.ok());
     CHECK(s->refunded == std::vector<quota::MicroUnits>{quota::to_micro(18)});
     auto d = gw.decide(kRead, 1s);
@@ -114,7 +114,7 @@ TEMPLATE_TEST_CASE("a refund after the window: the log gives nothing, the estima
     Gateway gw(store, registry);
     auto est = gw.acquire_estimate(kRead, 30, Nanos{0});
     REQUIRE(est.ok());
-    auto s = gw.settle(*est->ticket, 12, 61s);
+    auto s = gw.settle("acme", *est->ticket, 12, 61s);
     REQUIRE(s.ok());
     CHECK(s->refunded == std::vector<quota::MicroUnits>{0});
     CHECK(gw.decide(kRead, 61s)->decision.remaining == 99);
@@ -126,7 +126,7 @@ TEMPLATE_TEST_CASE("a refund after the window: the log gives nothing, the estima
     Gateway gw(store, registry);
     auto est = gw.acquire_estimate(kRead, 30, Nanos{0});
     REQUIRE(est.ok());
-    auto s = gw.settle(*est->ticket, 12, 61s);
+    auto s = gw.settle("acme", *est->ticket, 12, 61s);
     REQUIRE(s.ok());
     CHECK(s->refunded == std::vector<quota::MicroUnits>{quota::to_micro(18)});
     // prev 12 at 1 s into the window: floor(100 − 12 + 12·1/60) = 88, then 1 is taken.
@@ -142,7 +142,7 @@ TEMPLATE_TEST_CASE("settle charges a deficit to a log: counted now, the rest as 
   Gateway gw(store, registry, {.charge_deficit = true});
   auto est = gw.acquire_estimate(kRead, 4, Nanos{0});
   REQUIRE(est.ok());
-  auto s = gw.settle(*est->ticket, 20, 1s);  // deficit 16: 6 fit now, 10 become debt
+  auto s = gw.settle("acme", *est->ticket, 20, 1s);  // deficit 16: 6 fit now, 10 become debt
   REQUIRE(s.ok());
   CHECK(s->debt == std::vector<quota::MicroUnits>{quota::to_micro(10)});
   CHECK(inspect(store, log, 1s, [](KeyState& k) { return k.debt; }) == quota::to_micro(10));
@@ -166,7 +166,7 @@ TEMPLATE_TEST_CASE("settle charges a deficit to an estimator: counted now, the r
   Gateway gw(store, registry, {.charge_deficit = true});
   auto est = gw.acquire_estimate(kRead, 4, Nanos{0});
   REQUIRE(est.ok());
-  auto s = gw.settle(*est->ticket, 20, 1s);
+  auto s = gw.settle("acme", *est->ticket, 20, 1s);
   REQUIRE(s.ok());
   CHECK(s->debt == std::vector<quota::MicroUnits>{quota::to_micro(10)});
   CHECK_FALSE(gw.decide(kRead, 2s)->decision.allowed);

@@ -73,7 +73,7 @@ TEST_CASE("llm-tokens.yaml: minute, day and 30-day token limits beside a request
   CHECK(more->rule == "tokens-minute");
   CHECK(more->decision.retry_after == 60ms);  // 1,000 tokens at 1,000,000/min
   // Settled at 400,000 actual: 600,000 tokens come back to every estimated limit.
-  auto settled = e.gw.settle(*big->ticket, 400'000, 1s);
+  auto settled = e.gw.settle("acme", *big->ticket, 400'000, 1s);
   REQUIRE(settled.ok());
   REQUIRE(settled->refunded.size() == 3);
   // The day: 20 million in one day; the minute bucket refills in between.

@@ -24,9 +24,9 @@
 // <= QUOTA_MAX_NAME_BYTES, the rule version not above the version in force, a ticket only
 // for an admitted estimate and never twice; the HTTP answer only with QUOTA_REQUEST_HTTP,
 // a status of the table (200 exactly when allowed), header lengths that are their strlen;
-// quota_settle on QUOTA_OK: a ticket issued by that limiter and not settled before, its
-// estimate, surplus and deficit; quota_reload: the version the text names (or the next),
-// increasing, never from a path that cannot be read; quota_metrics:
+// quota_settle on QUOTA_OK: a ticket issued by that limiter to that tenant and not
+// settled before, its estimate, surplus and deficit; quota_reload: the version the text names (or
+// the next), increasing, never from a path that cannot be read; quota_metrics:
 // QUOTA_BUFFER_TOO_SMALL exactly when capacity <= *length (the buffer untouched, and a
 // second call with *length + 1 bytes succeeds), else the text and a NUL; quota_open:
 // *out is 0 on an error, a handle never seen before on success, and only what can open
@@ -56,6 +56,7 @@ namespace quota::fuzz {
 namespace detail_c_api {
 struct Ticket {
   std::int64_t estimate = 0;
+  std::string tenant;  // only it settles the ticket
   bool settled = false;
 };
 
@@ -250,7 +251,10 @@ class Session {
     check_decision(*l, out.value(), flags);
     const quota_decision& d = out.value();
     if (d.ticket != 0) {
-      auto [it, fresh] = l->tickets.try_emplace(d.ticket, Ticket{.estimate = r.estimate});
+      auto [it, fresh] = l->tickets.try_emplace(
+          d.ticket, Ticket{.estimate = r.estimate,
+                           .tenant = std::string(r.tenant.data, r.tenant.len),
+                           .settled = false});
       expect(fresh, absl::StrFormat("quota_decide: ticket %d issued twice", d.ticket));
     }
     hint_ = d.retry_after_ns > 0 ? d.retry_after_ns : 0;
@@ -297,6 +301,7 @@ class Session {
   }
 
   void settle() {
+    Arena a;
     const quota_handle h = pick_handle();
     Limiter* l = find(h);
     Sized<quota_settle_request> req(Sized<quota_settle_request>::pick(in_));
@@ -326,6 +331,15 @@ class Session {
         break;
     }
     r.actual = value(in_);
+    // Mostly the ticket's own tenant; else one from the input (another's, or malformed).
+    const Field tenant = string_field(in_, a, kTenants, QUOTA_MAX_ID_BYTES);
+    auto own = from.tickets.find(r.ticket);
+    if (own != from.tickets.end() && in_.byte() % 4 != 0) {
+      r.tenant = {own->second.tenant.data(), own->second.tenant.size()};
+    } else {
+      r.tenant = tenant.s;
+    }
+    const bool tenant_shaped = r.tenant.data != tenant.s.data || tenant.shaped;
     const std::uint8_t fb = in_.byte();
     r.flags = fb % 4 != 0 ? QUOTA_REQUEST_NOW : 0;
     if (fb % 16 == 0) r.flags |= 1u << (in_.byte() % 32);  // another bit: an error
@@ -336,7 +350,7 @@ class Session {
     check_error(err, rc, "quota_settle");
     check_code(rc, "quota_settle", req.full() && out.full(), l != nullptr,
                r.actual < 0 || (r.flags & ~std::uint32_t{QUOTA_REQUEST_NOW}) != 0 ||
-                   bad_time(r.flags, r.now_ns));
+                   bad_time(r.flags, r.now_ns) || !tenant_shaped);
     expect(out.untouched(),
            absl::StrCat("quota_settle: wrote past a quota_settlement of ", out.str()));
     if (rc != QUOTA_OK) return;
@@ -344,6 +358,9 @@ class Session {
     expect(it != l->tickets.end(),
            absl::StrFormat("quota_settle: ticket %d settled, never issued here", r.ticket));
     expect(!it->second.settled, absl::StrFormat("quota_settle: ticket %d settled twice", r.ticket));
+    expect(std::string_view(r.tenant.data, r.tenant.len) == it->second.tenant,
+           absl::StrFormat("quota_settle: ticket %d of tenant \"%s\" settled for another", r.ticket,
+                           it->second.tenant));
     it->second.settled = true;
     const quota_settlement& s = out.value();
     const std::int64_t e = it->second.estimate;

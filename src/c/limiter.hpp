@@ -227,7 +227,9 @@ class Limiter {
     }
     const auto at = time_of(r.flags, r.now_ns);
     if (!at.ok()) return at.status();
-    auto settled = gateway_->settle(r.ticket, r.actual, *at);
+    auto tenant = read(r.tenant, "tenant", QUOTA_MAX_ID_BYTES);
+    if (!tenant.ok()) return tenant.status();
+    auto settled = gateway_->settle(*tenant, r.ticket, r.actual, *at);
     if (settled.status().code() == absl::StatusCode::kDeadlineExceeded) {
       // The ticket expired (not the store): a precondition of the call.
       return absl::FailedPreconditionError(settled.status().message());

@@ -213,6 +213,7 @@ static void test_estimate_and_settle(void) {
   memset(&s, 0, sizeof s);
   memset(&out, 0, sizeof out);
   s.size = sizeof s;
+  s.tenant = quota_s("acme");
   out.size = sizeof out;
 
   r.flags |= QUOTA_REQUEST_ESTIMATE;
@@ -231,6 +232,20 @@ static void test_estimate_and_settle(void) {
   r = new_request("acme", "free", "chat", 0);
   CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
   CHECK(d.remaining == 87); /* 100 - 12 - 1 */
+
+  /* Another tenant's ticket: refused, nothing settled; its own tenant settles it. */
+  r = new_request("acme", "free", "chat", 0);
+  r.flags |= QUOTA_REQUEST_ESTIMATE;
+  r.estimate = 4;
+  CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
+  s.ticket = d.ticket;
+  s.tenant = quota_s("other");
+  CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_NOT_FOUND);
+  CHECK(strstr(err.message, "no such ticket of tenant \"other\"") != NULL);
+  s.tenant = quota_s("acme");
+  s.actual = 1;
+  CHECK_CODE(quota_settle(h, &s, &out, &err), QUOTA_OK);
+  CHECK(out.estimate == 4 && out.surplus == 3);
 
   /* A ticket past its life (10 minutes): expired, its estimate stays spent. */
   r = new_request("acme", "free", "chat", 0);

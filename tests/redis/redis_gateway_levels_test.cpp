@@ -145,11 +145,11 @@ TEST_CASE("redis gateway: estimate, then settle refunds the surplus once") {
   REQUIRE(est->decision.allowed);
   REQUIRE(est->ticket.has_value());
   CHECK(est->decision.remaining == 400);
-  auto settled = gw.settle(*est->ticket, 150, Nanos{0});
+  auto settled = gw.settle("acme", *est->ticket, 150, Nanos{0});
   REQUIRE(settled.ok());
   REQUIRE(settled->refunded.size() == 1);
   CHECK(settled->refunded[0] == 450 * quota::kMicrosPerUnit);
-  CHECK_FALSE(gw.settle(*est->ticket, 150, Nanos{0}).ok());  // never twice
+  CHECK_FALSE(gw.settle("acme", *est->ticket, 150, Nanos{0}).ok());  // never twice
   auto r = gw.decide(read("acme"), Nanos{0});
   REQUIRE(r.ok());
   CHECK(r->decision.remaining == 849);

@@ -180,6 +180,7 @@ TEST_CASE("random rule sets with rule changes: the Gateway over Redis decides as
   const std::vector<std::string> routes = {"read", "create", "chat"};
   struct Open {
     quota::gateway::TicketId local, redis;
+    std::string tenant;
   };
   std::vector<Open> open;  // estimates not yet settled
 
@@ -230,7 +231,7 @@ TEST_CASE("random rule sets with rule changes: the Gateway over Redis decides as
       CHECK(l->rule == r->rule);
       CHECK(l->request_cap == r->request_cap);
       REQUIRE(l->ticket.has_value() == r->ticket.has_value());
-      if (l->ticket) open.push_back({*l->ticket, *r->ticket});
+      if (l->ticket) open.push_back({*l->ticket, *r->ticket, tenant});
       if (l->decision.reason == Reason::kRequestTooLarge) ++capped;
       ++estimates;
     } else if (!open.empty()) {
@@ -238,8 +239,8 @@ TEST_CASE("random rule sets with rule changes: the Gateway over Redis decides as
       const Open t = open[i];
       open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
       const std::int64_t actual = std::uniform_int_distribution<std::int64_t>(0, 20)(rng);
-      auto l = local.settle(t.local, actual, now);
-      auto r = redis.settle(t.redis, actual, now);
+      auto l = local.settle(t.tenant, t.local, actual, now);
+      auto r = redis.settle(t.tenant, t.redis, actual, now);
       INFO(l.status().ToString() << " / " << r.status().ToString());
       // A ticket past its lifetime is refused alike, the estimate left spent on both.
       REQUIRE(l.ok() == r.ok());

@@ -198,11 +198,11 @@ TEST_CASE("a settle gives back and charges every level with the layout it was de
   auto over = gateway.acquire_estimate(req, 30, quota::Nanos{0});
   REQUIRE(over.ok());
   REQUIRE(over->ticket.has_value());
-  REQUIRE(gateway.settle(*over->ticket, 10, quota::Nanos{0}).ok());  // a surplus: refunds
+  REQUIRE(gateway.settle("acme", *over->ticket, 10, quota::Nanos{0}).ok());  // a surplus: refunds
   auto under = gateway.acquire_estimate(req, 5, quota::Nanos{0});
   REQUIRE(under.ok());
   REQUIRE(under->ticket.has_value());
-  REQUIRE(gateway.settle(*under->ticket, 8, quota::Nanos{0}).ok());  // a deficit: charges
+  REQUIRE(gateway.settle("acme", *under->ticket, 8, quota::Nanos{0}).ok());  // a deficit: charges
   REQUIRE(recording.given.size() == 8);
   check_layouts(recording.given);
   CHECK(recording.given[0].key == recording.seen[0].key);

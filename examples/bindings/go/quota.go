@@ -240,9 +240,9 @@ func (l *Limiter) Decide(r Request) (Decision, error) {
 	}, nil
 }
 
-// Settle settles an admitted estimate once, at now[0] if given: the surplus given back,
-// a deficit charged.
-func (l *Limiter) Settle(ticket uint64, actual int64, now ...time.Duration) (Settlement, error) {
+// Settle settles tenant's admitted estimate once, at now[0] if given: the surplus given
+// back, a deficit charged. Another tenant's ticket is refused.
+func (l *Limiter) Settle(tenant string, ticket uint64, actual int64, now ...time.Duration) (Settlement, error) {
 	q := C.quota_settle_request{size: C.sizeof_quota_settle_request,
 		ticket: C.uint64_t(ticket), actual: C.int64_t(actual)}
 	if len(now) > 0 {
@@ -251,7 +251,12 @@ func (l *Limiter) Settle(ticket uint64, actual int64, now ...time.Duration) (Set
 	}
 	out := C.quota_settlement{size: C.sizeof_quota_settlement}
 	e := newError()
-	if err := check(C.quota_settle(l.h, &q, &out, &e), &e); err != nil {
+	var code C.int32_t
+	withStrings([]string{tenant}, func(s []C.quota_str) {
+		q.tenant = s[0]
+		code = C.quota_settle(l.h, &q, &out, &e)
+	})
+	if err := check(code, &e); err != nil {
 		return Settlement{}, err
 	}
 	return Settlement{Estimate: int64(out.estimate), Actual: int64(out.actual),

@@ -151,12 +151,15 @@ func TestEstimateAndSettle(t *testing.T) {
 	if !d.Allowed || d.Remaining != 70 || d.Ticket == 0 {
 		t.Fatalf("estimate 30: %+v", d)
 	}
-	s, err := l.Settle(d.Ticket, 12, 0)
+	// Another tenant's ticket: refused, nothing settled.
+	_, err := l.Settle("other", d.Ticket, 12, 0)
+	wantError(t, err, quota.CodeNotFound, "no such ticket of tenant")
+	s, err := l.Settle("acme", d.Ticket, 12, 0)
 	if err != nil || s != (quota.Settlement{Estimate: 30, Actual: 12, Surplus: 18, Deficit: 0}) {
 		t.Fatalf("Settle: %+v, %v", s, err)
 	}
 	// Settled once: again is an error, and nothing more comes back.
-	_, err = l.Settle(d.Ticket, 12, 0)
+	_, err = l.Settle("acme", d.Ticket, 12, 0)
 	wantError(t, err, quota.CodeFailedPrecondition, "already settled")
 	if d = decide(t, l, req("acme", "free", "chat")); d.Remaining != 87 { // 100 - 12 - 1
 		t.Fatalf("after settling: %+v", d)
@@ -164,12 +167,12 @@ func TestEstimateAndSettle(t *testing.T) {
 	// A deficit: charged.
 	r.Estimate = 10
 	d = decide(t, l, r)
-	if s, err = l.Settle(d.Ticket, 15, 0); err != nil || s.Deficit != 5 || s.Surplus != 0 {
+	if s, err = l.Settle("acme", d.Ticket, 15, 0); err != nil || s.Deficit != 5 || s.Surplus != 0 {
 		t.Fatalf("deficit: %+v, %v", s, err)
 	}
-	_, err = l.Settle(987654321, 1, 0)
+	_, err = l.Settle("acme", 987654321, 1, 0)
 	wantError(t, err, quota.CodeNotFound)
-	_, err = l.Settle(987654321, -1, 0)
+	_, err = l.Settle("acme", 987654321, -1, 0)
 	wantError(t, err, quota.CodeInvalidArgument, "actual")
 }
 
@@ -318,7 +321,7 @@ func TestClosed(t *testing.T) {
 	}
 	_, err = l.Decide(req("acme", "free", "read"))
 	wantError(t, err, quota.CodeBadHandle, "not open")
-	_, err = l.Settle(1, 1)
+	_, err = l.Settle("acme", 1, 1)
 	wantError(t, err, quota.CodeBadHandle)
 	_, err = l.Reload("", rules)
 	wantError(t, err, quota.CodeBadHandle)

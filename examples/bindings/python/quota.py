@@ -67,8 +67,8 @@ class QuotaDecision(ctypes.Structure):
 
 
 class QuotaSettleRequest(ctypes.Structure):
-    _fields_ = [("size", c_size_t), ("ticket", c_uint64), ("actual", c_int64),
-                ("flags", c_uint32), ("now_ns", c_int64)]
+    _fields_ = [("size", c_size_t), ("tenant", QuotaStr), ("ticket", c_uint64),
+                ("actual", c_int64), ("flags", c_uint32), ("now_ns", c_int64)]
 
 
 class QuotaSettlement(ctypes.Structure):
@@ -226,9 +226,10 @@ class Limiter:
             ratelimit=d.ratelimit[:d.ratelimit_len].decode(),
             ratelimit_policy=d.ratelimit_policy[:d.ratelimit_policy_len].decode())
 
-    def settle(self, ticket, actual, *, now_ns=None):
+    def settle(self, tenant, ticket, actual, *, now_ns=None):
+        keep = []
         r, out, err = _new(QuotaSettleRequest), _new(QuotaSettlement), _new(QuotaErrorStruct)
-        r.ticket, r.actual = ticket, actual
+        r.tenant, r.ticket, r.actual = _str(tenant, keep), ticket, actual
         r.flags, r.now_ns = (_NOW, now_ns) if now_ns is not None else (0, 0)
         _check(_lib.quota_settle(self._handle, ctypes.byref(r), ctypes.byref(out),
                                  ctypes.byref(err)), err)

@@ -74,14 +74,16 @@ class LimiterTest(unittest.TestCase):
             d = limiter.decide("acme", "free", "chat", estimate=30, now_ns=0)
             self.assertEqual((d.allowed, d.remaining), (True, 70))
             self.assertNotEqual(d.ticket, 0)
-            s = limiter.settle(d.ticket, 12, now_ns=0)
+            e = self.assertCode(quota.NOT_FOUND, limiter.settle, "other", d.ticket, 12)
+            self.assertIn("no such ticket of tenant", e.message)  # another's: nothing settled
+            s = limiter.settle("acme", d.ticket, 12, now_ns=0)
             self.assertEqual(s, quota.Settlement(estimate=30, actual=12, surplus=18, deficit=0))
             with self.assertRaises(quota.QuotaError):  # settled once
-                limiter.settle(d.ticket, 12, now_ns=0)
+                limiter.settle("acme", d.ticket, 12, now_ns=0)
             d = limiter.decide("acme", "free", "chat", now_ns=0)
             self.assertEqual(d.remaining, 87)  # 100 - 12 - 1
-            self.assertCode(quota.NOT_FOUND, limiter.settle, 987654321, 1, now_ns=0)
-            self.assertCode(quota.INVALID_ARGUMENT, limiter.settle, 987654321, -1)
+            self.assertCode(quota.NOT_FOUND, limiter.settle, "acme", 987654321, 1, now_ns=0)
+            self.assertCode(quota.INVALID_ARGUMENT, limiter.settle, "acme", 987654321, -1)
 
     def test_attempt_replayed(self):
         with fresh() as limiter:
@@ -166,7 +168,7 @@ class LimiterTest(unittest.TestCase):
         limiter.close()
         e = self.assertCode(quota.BAD_HANDLE, limiter.decide, "acme", "free", "read", now_ns=0)
         self.assertIn("not open", e.message)
-        self.assertCode(quota.BAD_HANDLE, limiter.settle, d.ticket, 1)
+        self.assertCode(quota.BAD_HANDLE, limiter.settle, "acme", d.ticket, 1)
         self.assertCode(quota.BAD_HANDLE, limiter.reload, text=RULES)
         self.assertCode(quota.BAD_HANDLE, limiter.metrics)
         limiter.close()  # closed once: a second close does nothing

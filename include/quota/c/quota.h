@@ -83,7 +83,8 @@ typedef enum quota_code {
   QUOTA_OK = 0,
   /* A null pointer, a struct size, an unknown flag bit, an id, a cost, a rule file. */
   QUOTA_INVALID_ARGUMENT = 1,
-  /* A rule file that does not exist; an unknown ticket. */
+  /* A rule file that does not exist; a ticket the tenant does not have (unknown, long
+   * expired, or another tenant's). */
   QUOTA_NOT_FOUND = 2,
   /* The store cannot answer (open; settle's charge); non-blocking: a level that would
    * need it (a decision is given instead where the route's fail mode decides). */
@@ -210,7 +211,8 @@ typedef struct quota_decision {
 
 /* quota_settle: the actual cost of an admitted estimate. */
 typedef struct quota_settle_request {
-  size_t size; /* sizeof(quota_settle_request) */
+  size_t size;     /* sizeof(quota_settle_request) */
+  quota_str tenant; /* the tenant the estimate was decided for: another's ticket is refused */
   uint64_t ticket;
   int64_t actual; /* whole units >= 0 */
   uint32_t flags; /* QUOTA_REQUEST_NOW only */

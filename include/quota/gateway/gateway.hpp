@@ -154,7 +154,8 @@ class Gateway {
                        .request_cap = r->request_cap};
     if (r->decision.allowed && !levels.levels.empty()) {
       const std::vector<TicketLevel> levels_copy = levels.levels;
-      auto id = tickets_.issue({.levels = std::move(levels.levels),
+      auto id = tickets_.issue({.tenant = std::string(req.who.tenant),
+                                .levels = std::move(levels.levels),
                                 .estimate = estimate,
                                 .acquired_at = now,
                                 .spent_at = levels.time,
@@ -173,13 +174,14 @@ class Gateway {
     return out;
   }
 
-  // Settles a ticket with the actual cost (whole units >= 0). See settle.hpp.
-  absl::StatusOr<SettleResult> settle(TicketId id, std::int64_t actual, Nanos now) {
+  // Settles `tenant`'s ticket with the actual cost (whole units >= 0). See settle.hpp.
+  absl::StatusOr<SettleResult> settle(std::string_view tenant, TicketId id, std::int64_t actual,
+                                      Nanos now) {
     if (actual < 0 || actual > kMaxUnits) {
       return absl::InvalidArgumentError(
           absl::StrFormat("settle: actual must be in [0, %d] units (got %d)", kMaxUnits, actual));
     }
-    auto ticket = tickets_.take(id, now);
+    auto ticket = tickets_.take(tenant, id, now);
     if (!ticket.ok()) return ticket.status();
     SettleResult out{.estimate = ticket->estimate,
                      .actual = actual,
@@ -204,21 +206,21 @@ class Gateway {
         // Levels already settled stay settled; the rest are not retried, so the ticket
         // is closed rather than put back if any level was applied.
         if (out.refunded.empty()) {
-          tickets_.put_back(id);
+          tickets_.put_back(tenant, id);
         } else {
-          tickets_.done(id);
+          tickets_.done(tenant, id);
         }
         return r.status();
       }
       out.refunded.push_back(r->first);
       out.debt.push_back(r->second);
     }
-    tickets_.done(id);
+    tickets_.done(tenant, id);
     return out;
   }
 
   const AttemptCache& attempts() const { return attempts_; }
-  const TicketBook& tickets() const { return tickets_; }
+  const TicketStore& tickets() const { return tickets_; }
   // The fair-share allocators of this gateway's global budgets (fair_limits.hpp).
   std::vector<FairLimitStats> fair_shares() const { return fair_->stats(); }
 
@@ -386,7 +388,10 @@ class Gateway {
         rules_(rules),
         options_(options),
         attempts_(options.attempt_ttl, options.max_attempts),
-        tickets_(options.ticket_ttl, options.max_tickets),
+        own_tickets_(options.tickets != nullptr
+                         ? nullptr
+                         : std::make_shared<TicketBook>(options.ticket_ttl, options.max_tickets)),
+        tickets_(options.tickets != nullptr ? *options.tickets : *own_tickets_),
         outage_(options.emergency_store),
         fair_(options.fair_limits != nullptr
                   ? options.fair_limits
@@ -540,7 +545,8 @@ class Gateway {
   RuleRegistry& rules_;
   GatewayOptions options_;
   AttemptCache attempts_;
-  TicketBook tickets_;
+  std::shared_ptr<TicketStore> own_tickets_;  // a TicketBook, unless options_.tickets is set
+  TicketStore& tickets_;
   Outage outage_;
   std::shared_ptr<FairLimits> fair_;  // GatewayOptions::fair_limits, or the Gateway's own
 };

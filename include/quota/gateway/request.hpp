@@ -44,8 +44,12 @@ struct GatewayOptions {
   // id gets ResourceExhausted.
   Nanos attempt_ttl{std::chrono::seconds(60)};
   std::size_t max_attempts = 1'000'000;
+  // Estimates' tickets (settle.hpp): kept in this process, ticket_ttl each, at most
+  // max_tickets; or, with `tickets` set, in that store (redis::RedisTickets: shared by
+  // every process on one Redis; its own ttl, ticket_ttl and max_tickets unused).
   Nanos ticket_ttl{std::chrono::minutes(10)};
   std::size_t max_tickets = 1'000'000;
+  std::shared_ptr<TicketStore> tickets = nullptr;
   // Charge a settle's deficit to the budget (as debt where it exceeds what is left).
   bool charge_deficit = false;
   // Capacity of the per-process emergency buckets (fail-open routes).

@@ -2,43 +2,45 @@
 //
 // For an LLM call the cost (tokens) is known only when the call ends. The gateway
 // deducts an estimate (prompt tokens + max output) with Gateway::acquire_estimate and
-// hands out a ticket; Gateway::settle(ticket, actual) then
+// hands out a ticket; Gateway::settle(tenant, ticket, actual) then
 //   - refunds the surplus (estimate − actual) to every budget level the estimate was
 //     deducted from, each capped at that level's capacity (burst or limit), outstanding
 //     debt paid first (key_state.hpp: refund);
 //   - records a deficit (actual − estimate) and, with `charge_deficit`, charges it: what
 //     the budget holds is taken at once, the rest becomes debt paid from later refills
 //     (capped at the capacity);
-//   - exactly once: the ticket is marked settled under the book's lock before the store
-//     is touched, so two racing settles of one ticket apply one refund. A second settle
-//     is FailedPrecondition, a settle after the ticket's expiry DeadlineExceeded, an
-//     unknown (or long-forgotten) ticket NotFound — and all three change nothing.
-//     A settle whose store update fails puts the ticket back (still open) and returns
-//     the store's error.
+//   - exactly once: the ticket is marked taken in its TicketStore before the budgets are
+//     touched, so two racing settles of one ticket apply one refund. A second settle is
+//     FailedPrecondition, a settle after the ticket's expiry DeadlineExceeded, a ticket
+//     the tenant does not have (unknown, long forgotten, or another tenant's: not told
+//     apart) NotFound — and all three change nothing. A settle whose first budget update fails puts
+//     the ticket back (still open) and returns the store's error.
 // The refund is exact for a token bucket (micro-units, capped). A window policy takes
 // back units only while the window the estimate was counted in is still current: a later
 // window already started from zero, so refunding into it would create budget.
 //
-// TicketBook is the bookkeeping: tickets kept until `ttl` after issue, then kept as
-// "expired" tombstones for another ttl (so a late settle gets a clear DeadlineExceeded
-// rather than NotFound), then forgotten. At most `max_tickets`, without scans: tickets
-// are numbered in issue order and kept in that order, and each issue() forgets at most
-// two tickets from the oldest end that are forgettable (one ttl past their expiry, not
-// being settled), so an issue costs O(1) whatever the book holds; when none can be,
-// acquire_estimate gets ResourceExhausted. The Gateway gives every ticket the same ttl,
-// so the oldest ticket is also the first to expire; a ticket being settled (a store call
-// in flight) holds the ones behind it until its settle ends.
+// Where tickets are kept is a TicketStore: TicketBook below keeps them in this process
+// (the Gateway's own, by default); redis::RedisTickets (redis/tickets.hpp) keeps them in
+// Redis beside the tenant's budgets, so any process settles any ticket, once.
+// TicketBook keeps tickets until `ttl` after issue, then as "expired" tombstones for
+// another ttl (so a late settle gets a clear DeadlineExceeded rather than NotFound), then
+// forgets them. At most `max_tickets`, without scans: tickets are numbered in issue order
+// and kept in that order, and each issue() forgets at most two tickets from the oldest
+// end that are forgettable (one ttl past their expiry, not being settled), so an issue
+// costs O(1) whatever the book holds; when none can be, acquire_estimate gets
+// ResourceExhausted. A ticket being settled holds the ones behind it until its settle ends.
 //
-// Thread-safe (one mutex, never held during a store call).
+// Thread-safe (TicketBook: one mutex, never held during a store call).
 //
-//   auto est = gw.acquire_estimate(req, /*estimate=*/4096, now);  // est->ticket
-//   auto s = gw.settle(*est->ticket, /*actual=*/1234, later);      // s->refunded, per level
+//   auto est = gw.acquire_estimate(req, /*estimate=*/4096, now);     // est->ticket
+//   auto s = gw.settle("acme", *est->ticket, /*actual=*/1234, later);  // s->refunded
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -76,21 +78,46 @@ struct SettleResult {
   std::vector<MicroUnits> debt{};
 };
 
-class TicketBook {
- public:
-  struct Ticket {
-    std::vector<TicketLevel> levels{};
-    std::int64_t estimate = 0;
-    Nanos acquired_at{0};  // the caller's time of the acquire
-    Nanos spent_at{0};     // the backend's time of the deduction (a Redis server's clock)
-    Nanos expires_at{0};
-  };
+// One estimate's ticket: whose it is, what was deducted, and until when it settles.
+struct Ticket {
+  std::string tenant{};  // the identity's tenant: only it settles the ticket
+  std::vector<TicketLevel> levels{};
+  std::int64_t estimate = 0;
+  Nanos acquired_at{0};  // the caller's time of the acquire
+  Nanos spent_at{0};     // the backend's time of the deduction (a Redis server's clock)
+  Nanos expires_at{0};   // the caller's clock (a store with a clock of its own: ignored)
+};
 
+// Where tickets are kept (see the top of this file). take() gives a ticket to exactly one
+// caller, which then calls done() (applied) or put_back() (nothing applied: open again).
+class TicketStore {
+ public:
+  virtual ~TicketStore() = default;
+  virtual Nanos ttl() const = 0;
+  virtual absl::StatusOr<TicketId> issue(Ticket t, Nanos now) = 0;
+  virtual absl::StatusOr<Ticket> take(std::string_view tenant, TicketId id, Nanos now) = 0;
+  virtual void done(std::string_view tenant, TicketId id) = 0;
+  virtual void put_back(std::string_view tenant, TicketId id) = 0;
+};
+
+// The error of a ticket `tenant` does not have — never issued, long forgotten, or another
+// tenant's (not told apart: a tenant learns nothing of others' tickets). Every
+// TicketStore's words.
+inline absl::Status unknown_ticket(TicketId id, std::string_view tenant) {
+  return absl::NotFoundError(absl::StrFormat(
+      "ticket %d: no such ticket of tenant \"%s\" (never issued to it, or long expired); "
+      "nothing settled",
+      id, tenant));
+}
+
+// Tickets kept in this process (see the top of this file).
+class TicketBook final : public TicketStore {
+ public:
   TicketBook(Nanos ttl, std::size_t max_tickets) : ttl_(ttl), max_tickets_(max_tickets) {}
 
-  Nanos ttl() const { return ttl_; }
+  Nanos ttl() const override { return ttl_; }
 
-  absl::StatusOr<TicketId> issue(Ticket t, Nanos now) {
+  absl::StatusOr<TicketId> issue(Ticket t, Nanos now) override {
     quota::detail::MutexLock lock(mu_);
     forget_old(now);
     if (tickets_.size() >= max_tickets_) {
@@ -101,14 +128,10 @@ class TicketBook {
     return first_id_ + tickets_.size() - 1;
   }
 
-  // Takes the ticket for settling: exactly one caller gets it. The caller must then
-  // call done() (applied) or put_back() (store failed).
-  absl::StatusOr<Ticket> take(TicketId id, Nanos now) {
+  absl::StatusOr<Ticket> take(std::string_view tenant, TicketId id, Nanos now) override {
     quota::detail::MutexLock lock(mu_);
     Entry* found = find(id);
-    if (found == nullptr) {
-      return absl::NotFoundError(absl::StrFormat("ticket %d: unknown (or long expired)", id));
-    }
+    if (found == nullptr || found->ticket.tenant != tenant) return unknown_ticket(id, tenant);
     Entry& e = *found;
     if (e.status == Status::kOpen && now > e.ticket.expires_at) e.status = Status::kExpired;
     switch (e.status) {
@@ -126,8 +149,8 @@ class TicketBook {
     return e.ticket;
   }
 
-  void done(TicketId id) { set(id, Status::kSettled); }
-  void put_back(TicketId id) { set(id, Status::kOpen); }
+  void done(std::string_view /*tenant*/, TicketId id) override { set(id, Status::kSettled); }
+  void put_back(std::string_view /*tenant*/, TicketId id) override { set(id, Status::kOpen); }
 
   // Tickets kept: open, being settled, settled or expired but not yet forgotten.
   std::size_t size() const {
