@@ -295,9 +295,10 @@ TEST_CASE("a reload whose version is not above the one in force is refused, noth
 // Decision assertions for the examples are the gateway's tests; here each must load.
 TEST_CASE("every example rule file loads") {
   const std::set<std::string> kExpected{
-      "enforce-percent.yaml",      "fair-share.yaml",  "global-switch.yaml",
-      "llm-tokens.yaml",           "request-cap.yaml", "shadow-beside-enforce.yaml",
-      "shared-tenant-budget.yaml", "sliding-log.yaml", "user-beside-tenant.yaml"};
+      "enforce-percent.yaml",       "fair-share.yaml",           "global-switch.yaml",
+      "llm-gateway.yaml",           "llm-tokens.yaml",           "request-cap.yaml",
+      "shadow-beside-enforce.yaml", "shared-tenant-budget.yaml", "sliding-log.yaml",
+      "user-beside-tenant.yaml"};
   std::set<std::string> seen;
   for (const auto& entry : std::filesystem::directory_iterator(QUOTA_RULES_EXAMPLES_DIR)) {
     if (entry.path().extension() != ".yaml") continue;

@@ -1,6 +1,6 @@
 // examples/quota_server/listeners.hpp — quota-server's front ends on one Checker: gRPC
-// (Envoy's RLS v3, grpc_service.hpp) and HTTP (http_api.hpp, envoy_json.hpp, on the
-// listener of http_listener.hpp), started and stopped together.
+// (Envoy's RLS v3, grpc_service.hpp; quota.v1.Budget, budget_service.hpp) and HTTP (http_api.hpp,
+// envoy_json.hpp, on the listener of http_listener.hpp), started and stopped together.
 //
 // start() binds both (--grpc-port, --http-port; 0: any free port), prints one line per
 // listener on stdout ("grpc listening on HOST:PORT (...)", "http listening on HOST:PORT"
@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/grpc/budget_service.hpp"
 #include "api/grpc/grpc_service.hpp"
 #include "api/http/envoy_json.hpp"
 #include "api/http/http_api.hpp"
@@ -46,7 +47,11 @@ class Listeners {
  public:
   // Everything must outlive the listeners.
   Listeners(const Options& o, Checker& checker, ServerStats& stats, gateway::Metrics& metrics)
-      : o_(o), checker_(checker), service_(checker, stats, o.domain, o.max_cost), http_(o.http) {
+      : o_(o),
+        checker_(checker),
+        service_(checker, stats, o.domain, o.max_cost),
+        budget_(checker, stats),
+        http_(o.http) {
     add_http_api(http_, {.checker = &checker,
                          .stats = &stats,
                          .metrics = &metrics,
@@ -67,6 +72,7 @@ class Listeners {
     builder.AddListeningPort(absl::StrCat(o_.host, ":", o_.grpc_port),
                              grpc::InsecureServerCredentials(), &grpc_port);
     builder.RegisterService(&service_);
+    builder.RegisterService(&budget_);
     grpc_ = builder.BuildAndStart();
     if (grpc_ == nullptr || grpc_port == 0) {
       return absl::UnavailableError(
@@ -111,6 +117,7 @@ class Listeners {
   const Options& o_;
   Checker& checker_;
   RateLimitServiceImpl service_;
+  BudgetServiceImpl budget_;  // quota.v1.Budget: estimates and settles
   // No client can stall the others: idle connections hold no thread, slow requests are
   // cut off, large bodies refused unread (http_listener.hpp).
   HttpListener http_;

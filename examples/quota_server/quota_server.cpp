@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
               .redis = redis->counted.get(),
               .fair_share_holders = o.fair_share_holders,
               .instance_id = o.instance_id,
+              .ticket_ttl = std::chrono::seconds(o.ticket_ttl_s),
               .budgets_spent_at = o.fresh_budgets_at_start
                                       ? std::nullopt
                                       : std::optional<quota::Nanos>(quota::SteadyClock{}.now())});

@@ -16,7 +16,11 @@
 // So:
 //   - no cost: Gateway::decide, every budget paying what the rule file says;
 //   - a cost c: every budget the route pays by estimate or by its default `cost` pays c
-//     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry.
+//     (gateway::Request::cost); budgets with a fixed `costs` entry pay that entry;
+//   - an estimate e (given, or the route's prompt_factor of prompt_tokens and max_output):
+//     Gateway::acquire_estimate, e paid as a cost would be, and a ticket that settle()
+//     settles once with the actual. With Redis the tickets live there beside the tenant's
+//     budgets (quota/redis/tickets.hpp): any server settles any server's ticket.
 // The answer carries the Gateway's Result (decision, deciding rule, version) and what the
 // protocols need of the deciding rule: its RateLimit-Policy description (quota/http.hpp)
 // and its rate as "units per period" (Envoy's current_limit). With envoyproxy/ratelimit
@@ -73,6 +77,7 @@
 #include "quota/http.hpp"
 #include "quota/redis/gateway_store.hpp"
 #include "quota/redis/gateway_store_setup.hpp"
+#include "quota/redis/tickets.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "rules/envoy_rules.hpp"
 
@@ -85,8 +90,10 @@ struct CheckRequest {
   std::string route{};                 // "" → --default-route
   std::optional<std::int64_t> cost{};  // absent: the rule file's costs
   std::string attempt_id{};            // optional: a retry replays the first decision
-  // An LLM call's prompt tokens and max output: the cost is the route's estimate of them
-  // (its prompt_factor: quota/gateway/rules/estimate_formula.hpp), never with `cost`.
+  // An estimate: units deducted now and settled later with the actual (settle()): given,
+  // or the route's estimate of an LLM call's prompt tokens and max output (its
+  // prompt_factor: quota/gateway/rules/estimate_formula.hpp). Never with `cost`.
+  std::optional<std::int64_t> estimate{};
   std::optional<std::int64_t> prompt_tokens{};
   std::optional<std::int64_t> max_output{};
 };
@@ -103,6 +110,9 @@ struct CheckerOptions {
   // them (fair_exchange.hpp). In process only 1 (options.hpp refuses more).
   std::int64_t fair_share_holders = 1;
   std::string instance_id{};
+  // How long an estimate's ticket may be settled (GatewayOptions::ticket_ttl); with Redis
+  // the tickets live there (quota/redis/tickets.hpp), so any server settles any ticket.
+  Nanos ticket_ttl{std::chrono::minutes(10)};
   // In process: a budget the store creates starts with its whole budget spent at this
   // time (StoreOptions::assume_spent_at), so that a restarted server admits nothing the
   // contract would not have admitted over both lives. nullopt: budgets start full.
@@ -133,12 +143,21 @@ struct EnvoyChecked {
 
 struct Checked {
   gateway::Result result{};
+  // An admitted estimate's ticket, for settle().
+  std::optional<gateway::TicketId> ticket{};
   // The deciding rule (Result::rule) described for the RateLimit headers and Envoy's
   // current_limit; absent when the decision names no rule of the set (a route's
   // per-request cap).
   std::optional<http::PolicyInfo> policy{};
   std::optional<RateInfo> rate{};
 };
+
+// A time the APIs answer in whole milliseconds: rounded up; -1 for never.
+inline std::int64_t ceil_ms(Nanos d) {
+  if (d == kNever) return -1;
+  if (d.count() <= 0) return 0;
+  return d.count() / 1'000'000 + (d.count() % 1'000'000 != 0);
+}
 
 // The rate of a gateway rule policy (see RateInfo).
 inline RateInfo rate_of(const gateway::RulePolicy& p) {
@@ -168,12 +187,14 @@ class Checker {
       // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
       // change to it is installed; every server's ledger hears of it through pub/sub.
       gateway::revoke_on_publish(registry_, leases_->ledger);
-      gateway_ = std::make_unique<gateway::Gateway>(
-          leases_->backend, registry_,
-          fair_share_options(options_.redis->store(), options_.fair_share_holders,
-                             options_.instance_id));
+      gateway::GatewayOptions o = fair_share_options(
+          options_.redis->store(), options_.fair_share_holders, options_.instance_id);
+      o.tickets = std::make_shared<redis::RedisTickets>(options_.redis->store().options(),
+                                                        options_.ticket_ttl);
+      gateway_ = std::make_unique<gateway::Gateway>(leases_->backend, registry_, std::move(o));
     } else {
-      gateway_ = std::make_unique<gateway::Gateway>(store_, registry_);
+      gateway_ = std::make_unique<gateway::Gateway>(
+          store_, registry_, gateway::GatewayOptions{.ticket_ttl = options_.ticket_ttl});
     }
     note_ignored_leases(*registry_.current());
   }
@@ -205,21 +226,27 @@ class Checker {
       return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
     }
     const auto rules = registry_.current();
-    if (auto s = estimate_cost(*rules, req); !s.ok()) return s;
-    if (req.cost && (*req.cost < 1 || *req.cost > options_.max_cost)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("cost %d is outside [1, %d] (--max-cost)", *req.cost, options_.max_cost));
+    if (auto s = estimate_of(*rules, req); !s.ok()) return s;
+    const std::optional<std::int64_t> units = req.cost ? req.cost : req.estimate;
+    if (units && (*units < 1 || *units > options_.max_cost)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s %d is outside [1, %d] (--max-cost)",
+                                                        req.cost ? "cost" : "estimate", *units,
+                                                        options_.max_cost));
     }
-    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    auto planned = rules->plan(identity(req), req.route, {.estimate = units});
     if (!planned.ok()) return planned.status();
     // A cost is what the budgets paying by estimate pay; a route whose every budget has a
     // fixed cost would ignore it: refused rather than silently replaced.
-    if (req.cost && std::none_of(planned->begin(), planned->end(),
-                                 [](const gateway::Check& c) { return c.estimate; })) {
+    if (units && std::none_of(planned->begin(), planned->end(),
+                              [](const gateway::Check& c) { return c.estimate; })) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "route \"%s\" has fixed costs for every budget of plan \"%s\": a request cost (%d) "
+          "route \"%s\" has fixed costs for every budget of plan \"%s\": a request %s (%d) "
           "is not accepted",
-          req.route, req.plan, *req.cost));
+          req.route, req.plan, req.cost ? "cost" : "estimate", *units));
+    }
+    if (req.estimate && !req.attempt_id.empty()) {
+      return absl::InvalidArgumentError(
+          "an estimate takes no attempt_id: its ticket is what a retry settles or lets expire");
     }
     return req;
   }
@@ -237,7 +264,17 @@ class Checker {
     const gateway::Request r{
         .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
     Checked out;
-    auto decided = gateway_->decide(r, now);
+    // An estimate is deducted with a ticket for settle(); anything else decided now.
+    auto decided = [&]() -> absl::StatusOr<gateway::Result> {
+      if (!req.estimate) return gateway_->decide(r, now);
+      auto estimated = gateway_->acquire_estimate(r, *req.estimate, now);
+      if (!estimated.ok()) return estimated.status();
+      out.ticket = estimated->ticket;
+      return gateway::Result{.decision = estimated->decision,
+                             .rule = std::move(estimated->rule),
+                             .replayed = false,
+                             .request_cap = estimated->request_cap};
+    }();
     if (!decided.ok()) {
       // Redis refused our credentials, or is a server no decision may be made on (an
       // evicting maxmemory-policy): the server cannot decide (never the fail-open
@@ -258,6 +295,26 @@ class Checker {
     out.result = *std::move(decided);
     describe(req, out);
     return out;
+  }
+
+  // Settles `tenant`'s ticket (of a check with an estimate) with the actual units, once
+  // (quota/gateway/settle.hpp): NotFound (unknown, forgotten or another tenant's),
+  // FailedPrecondition (settled already), DeadlineExceeded (expired: the
+  // estimate stays spent; the Redis transport never answers DeadlineExceeded, so it
+  // always means this), InvalidArgument (an actual outside [0, --max-cost], a tenant id
+  // that is not one) change nothing; Unavailable: the store could not settle it now.
+  absl::StatusOr<gateway::SettleResult> settle(std::string_view tenant, gateway::TicketId ticket,
+                                               std::int64_t actual, Nanos now) {
+    if (envoy_mode()) {
+      return absl::InvalidArgumentError(
+          "the rule file is in envoyproxy/ratelimit's format: it has no estimates to settle");
+    }
+    if (auto s = gateway::check_id(tenant, "tenant"); !s.ok()) return s;
+    if (actual < 0 || actual > options_.max_cost) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("actual %d is outside [0, %d] (--max-cost)", actual, options_.max_cost));
+    }
+    return gateway_->settle(tenant, ticket, actual, now);
   }
 
   // Whether the budget store can decide now (GET /readyz): in process always; with Redis,
@@ -387,23 +444,31 @@ class Checker {
     }
   }
 
-  // On a route with a prompt_factor, a request without a cost of its own gets the
-  // estimate of its prompt_tokens and max_output as its cost (both required); elsewhere,
-  // and beside a cost, those two are refused.
-  static absl::Status estimate_cost(const gateway::RuleSet& rules, CheckRequest& req) {
+  // On a route with a prompt_factor, a request without a cost or estimate of its own gets
+  // the estimate of its prompt_tokens and max_output as its estimate (both required);
+  // elsewhere, and beside a cost or an estimate, those two are refused. A cost and an
+  // estimate are exclusive.
+  static absl::Status estimate_of(const gateway::RuleSet& rules, CheckRequest& req) {
     auto route = rules.route(req.route);
     if (!route.ok()) return route.status();
-    const bool given = req.prompt_tokens.has_value() || req.max_output.has_value();
-    if (given && req.cost) {
+    if (req.cost && req.estimate) {
       return absl::InvalidArgumentError(
-          "cost and prompt_tokens/max_output are exclusive: the route's prompt_factor makes the "
-          "cost of the last two");
+          "cost and estimate are exclusive: a cost is decided now, an estimate settled later");
     }
-    if (req.cost || (!given && !(*route)->estimate_formula.enabled())) return absl::OkStatus();
+    const bool given = req.prompt_tokens.has_value() || req.max_output.has_value();
+    if (given && (req.cost || req.estimate)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          req.cost ? "cost" : "estimate",
+          " and prompt_tokens/max_output are exclusive: the route's prompt_factor makes the "
+          "estimate of the last two"));
+    }
+    if (req.cost || req.estimate || (!given && !(*route)->estimate_formula.enabled())) {
+      return absl::OkStatus();
+    }
     auto estimate = gateway::estimate_of(req.route, (*route)->estimate_formula, req.prompt_tokens,
                                          req.max_output);
     if (!estimate.ok()) return estimate.status();
-    req.cost = *estimate;
+    req.estimate = *estimate;
     return absl::OkStatus();
   }
 
@@ -414,7 +479,8 @@ class Checker {
   // Finds the deciding rule among the budgets of `req` (by name) and describes it.
   void describe(const CheckRequest& req, Checked& out) const {
     const auto rules = registry_.current();
-    auto planned = rules->plan(identity(req), req.route, {.estimate = req.cost});
+    auto planned =
+        rules->plan(identity(req), req.route, {.estimate = req.cost ? req.cost : req.estimate});
     if (!planned.ok()) return;
     for (const gateway::Check& c : *planned) {
       if (c.rule->name != out.result.rule) continue;

@@ -50,6 +50,8 @@ ABSL_FLAG(std::string, default_plan, "", "plan of a request that names none");
 ABSL_FLAG(std::string, default_route, "", "route class of a request that names none");
 ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
+ABSL_FLAG(std::int64_t, ticket_ttl_s, 600,
+          "seconds an estimate's ticket may be settled (POST /v1/settle, Budget/Settle)");
 ABSL_FLAG(std::int64_t, fair_share_holders, 1,
           "quota-server processes dividing each fair_share budget (with --redis*)");
 ABSL_FLAG(std::string, auth_headers, "tenant,route",
@@ -99,6 +101,8 @@ Flags (--flag VALUE or --flag=VALUE):
   --max-cost N          the largest cost (hits_addend, "cost") one request may ask for;
                         more is INVALID_ARGUMENT / 400 (default 1000000)
   --max-keys N          the most budget keys kept in memory (default 10000000)
+  --ticket-ttl-s N      seconds an estimate's ticket may be settled; later it is expired
+                        (410 / FAILED_PRECONDITION) with its estimate spent (default 600)
   --fair-share-holders N  the quota-server processes dividing each fair_share budget
                         (a global rule's `fair_share:`). Above 1 they exchange each
                         tenant's asks through the Redis of --redis / --redis-cluster /
@@ -179,6 +183,7 @@ struct Options : RedisOptions {
   std::int64_t max_cost = 1'000'000;
   std::int64_t max_keys = 10'000'000;
   std::int64_t fair_share_holders = 1;
+  std::int64_t ticket_ttl_s = 600;
   AuthHeaders auth_headers{};
   bool fresh_budgets_at_start = false;
   HttpLimits http{};
@@ -224,6 +229,7 @@ inline Options parse_options(int argc, char** argv) {
       integer("max_cost", 1, kMaxUnits),
       integer("max_keys", 1, 1'000'000'000),
       integer("fair_share_holders", 1, 100'000),
+      integer("ticket_ttl_s", 1, 86'400),
       integer("force_version", 0, std::numeric_limits<std::int64_t>::max()),
       integer("http_workers", 1, 4096),
       integer("http_max_connections", 1, 1'000'000),
@@ -263,6 +269,7 @@ inline Options parse_options(int argc, char** argv) {
   o.max_cost = absl::GetFlag(FLAGS_max_cost);
   o.max_keys = absl::GetFlag(FLAGS_max_keys);
   o.fair_share_holders = absl::GetFlag(FLAGS_fair_share_holders);
+  o.ticket_ttl_s = absl::GetFlag(FLAGS_ticket_ttl_s);
   o.auth_headers = *auth_headers_of(absl::GetFlag(FLAGS_auth_headers));
   o.fresh_budgets_at_start = absl::GetFlag(FLAGS_fresh_budgets_at_start);
   o.http.workers = static_cast<int>(absl::GetFlag(FLAGS_http_workers));

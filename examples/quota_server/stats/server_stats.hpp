@@ -2,13 +2,15 @@
 //
 // Beside the Gateway's per-rule decision counters (quota/gateway/metrics.hpp:
 // quota_decisions_total{rule,route,level,outcome}), the server counts every call it
-// answers per API (grpc, check, auth) and answer (ok, over_limit, invalid_argument,
+// answers per API (grpc, check, auth, json, settle) and answer (ok, over_limit, invalid_argument,
 // not_found, unavailable, error) — a fixed set of labels, never a tenant id — and
 // renders them with the rule version in force as Prometheus text. It also counts the rule
 // file's loads (the first and every hot reload) by outcome, ok or error, with the Unix
 // time of the last refused one, and the checks with an attempt id answered by the
 // attempt's recorded decision (quota_attempts_total{outcome="replayed"}) or refused as past
-// their deadline ({outcome="expired"}). Its `decisions` member (decision_stats.hpp) holds the
+// their deadline ({outcome="expired"}), and the settles of estimates by outcome with the
+// units they gave back or found short (quota_settles_total, quota_settle_*_units_total).
+// Its `decisions` member (decision_stats.hpp) holds the
 // decision-latency histogram, the near-limit counter per rule, the Redis errors by kind
 // and the top-K tenants by units; observe() feeds it one decided check.
 //
@@ -33,7 +35,7 @@
 
 namespace quota::server {
 
-enum class Api : std::uint8_t { kGrpc = 0, kCheck = 1, kAuth = 2, kJson = 3 };
+enum class Api : std::uint8_t { kGrpc = 0, kCheck = 1, kAuth = 2, kJson = 3, kSettle = 4 };
 enum class Answer : std::uint8_t {
   kOk = 0,
   kOverLimit = 1,
@@ -42,7 +44,7 @@ enum class Answer : std::uint8_t {
   kUnavailable = 4,
   kError = 5,
 };
-inline constexpr std::size_t kApis = 4;
+inline constexpr std::size_t kApis = 5;
 inline constexpr std::size_t kAnswers = 6;
 
 // The answer a failed call counts as.
@@ -71,12 +73,40 @@ class ServerStats {
       decisions.observe_decision(c.result.rule, c.result.decision.remaining, c.policy->quota,
                                  c.result.decision.allowed);
     }
-    decisions.observe_tenant(req.tenant, req.cost.value_or(1), c.result.decision.allowed,
-                             c.result.decision.remaining, c.policy ? c.policy->quota : 0);
+    decisions.observe_tenant(req.tenant, req.cost.value_or(req.estimate.value_or(1)),
+                             c.result.decision.allowed, c.result.decision.remaining,
+                             c.policy ? c.policy->quota : 0);
     if (c.result.replayed) attempts_replayed_.fetch_add(1, std::memory_order_relaxed);
     if (c.result.decision.reason == Reason::kAttemptExpired) {
       attempts_expired_.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+
+  // A settle (Checker::settle) by outcome, and the units it gave back or recorded short.
+  void count_settle(const absl::StatusOr<gateway::SettleResult>& r) {
+    std::size_t o = kSettleError;
+    switch (r.status().code()) {
+      case absl::StatusCode::kOk:
+        o = kSettleApplied;
+        surplus_units_.fetch_add(static_cast<std::uint64_t>(r->surplus), std::memory_order_relaxed);
+        deficit_units_.fetch_add(static_cast<std::uint64_t>(r->deficit), std::memory_order_relaxed);
+        break;
+      case absl::StatusCode::kFailedPrecondition:
+        o = kSettleAlreadySettled;
+        break;
+      case absl::StatusCode::kDeadlineExceeded:
+        o = kSettleExpired;
+        break;
+      case absl::StatusCode::kNotFound:
+        o = kSettleUnknown;
+        break;
+      case absl::StatusCode::kInvalidArgument:
+        o = kSettleInvalid;
+        break;
+      default:
+        break;
+    }
+    settles_[o].fetch_add(1, std::memory_order_relaxed);
   }
 
   void count(Api api, Answer answer) {
@@ -126,7 +156,7 @@ class ServerStats {
   // quota_rules_refused_version and quota_rules_digest_info{rules,digest} (applied, and
   // published unless none is), and the series of `decisions`, Prometheus text.
   std::string render(std::uint64_t rule_version) const {
-    static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth", "json"};
+    static constexpr const char* kApiNames[kApis] = {"grpc", "check", "auth", "json", "settle"};
     static constexpr const char* kAnswerNames[kAnswers] = {
         "ok", "over_limit", "invalid_argument", "not_found", "unavailable", "error"};
     std::string out =
@@ -207,6 +237,24 @@ class ServerStats {
                     attempts_replayed_.load(std::memory_order_relaxed),
                     "\nquota_attempts_total{outcome=\"expired\"} ",
                     attempts_expired_.load(std::memory_order_relaxed), "\n");
+    absl::StrAppend(&out,
+                    "# HELP quota_settles_total Settles of estimates' tickets, by outcome.\n"
+                    "# TYPE quota_settles_total counter\n");
+    for (std::size_t o = 0; o < kSettleOutcomes; ++o) {
+      absl::StrAppend(&out, "quota_settles_total{outcome=\"", kSettleNames[o], "\"} ",
+                      settles_[o].load(std::memory_order_relaxed), "\n");
+    }
+    absl::StrAppend(&out,
+                    "# HELP quota_settle_surplus_units_total Units of estimates given back by "
+                    "settles (estimate above the actual).\n"
+                    "# TYPE quota_settle_surplus_units_total counter\n"
+                    "quota_settle_surplus_units_total ",
+                    surplus_units_.load(std::memory_order_relaxed),
+                    "\n# HELP quota_settle_deficit_units_total Units by which actuals exceeded "
+                    "their estimates.\n"
+                    "# TYPE quota_settle_deficit_units_total counter\n"
+                    "quota_settle_deficit_units_total ",
+                    deficit_units_.load(std::memory_order_relaxed), "\n");
     absl::StrAppend(&out, decisions.render());
     return out;
   }
@@ -214,7 +262,22 @@ class ServerStats {
   DecisionStats decisions;
 
  private:
+  enum : std::size_t {
+    kSettleApplied,
+    kSettleAlreadySettled,
+    kSettleExpired,
+    kSettleUnknown,
+    kSettleInvalid,
+    kSettleError,
+    kSettleOutcomes
+  };
+  static constexpr const char* kSettleNames[kSettleOutcomes] = {
+      "applied", "already_settled", "expired", "unknown", "invalid", "error"};
+
   std::array<std::atomic<std::uint64_t>, kApis * kAnswers> counts_{};
+  std::array<std::atomic<std::uint64_t>, kSettleOutcomes> settles_{};
+  std::atomic<std::uint64_t> surplus_units_{0};
+  std::atomic<std::uint64_t> deficit_units_{0};
   std::atomic<std::uint64_t> loads_ok_{0};
   std::atomic<std::uint64_t> loads_error_{0};
   std::atomic<std::int64_t> last_error_unix_{0};

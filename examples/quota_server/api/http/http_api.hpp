@@ -1,8 +1,8 @@
 // examples/quota_server/api/http/http_api.hpp — quota-server's HTTP endpoints (cpp-httplib).
 //
 //   POST /v1/check   JSON {tenant, route, cost, attempt_id, rule_version} (plus plan, user;
-//                    or, on a route with a prompt_factor, prompt_tokens and max_output
-//                    instead of cost: the route's estimate of them is the cost)
+//                    or an estimate instead of cost; or, on a route with a prompt_factor,
+//                    prompt_tokens and max_output: the route's estimate of them)
 //                    → 200 {allowed, remaining, retry_after_ms, reset_after_ms, rule,
 //                    applied_rule_version, reason} for every decision the rules made
 //                    (allowed or not); 503 with that body when the store cannot decide
@@ -10,7 +10,16 @@
 //                    kMaxJsonBytes, malformed JSON (json.hpp), an unknown member, a member
 //                    of the wrong type, or a request checker.hpp refuses; 404 when no
 //                    tenant rule applies. An error deducts nothing. The caller of this
-//                    API is trusted: every member is taken as sent.
+//                    API is trusted: every member is taken as sent. With an `estimate`
+//                    (units), or prompt_tokens and max_output on a route with a
+//                    prompt_factor, an admitted check also returns "ticket" (a string)
+//   POST /v1/settle  JSON {tenant, ticket, actual} → 200 {estimate, actual, surplus,
+//                    deficit}: the surplus given back, a deficit recorded (checker.hpp
+//                    settle); once per ticket, at any server on the same Redis. 404 a
+//                    ticket the tenant does not have (unknown, or another tenant's), 409
+//                    settled already, 410 expired (the estimate stays spent), 400 bad
+//                    input — none changes anything; 503 the store could not settle it
+//                    now (retry).
 //   GET  /v1/auth    nginx auth_request: the X-Quota-* request headers --auth-headers
 //                    names (auth_headers.hpp; by default X-Quota-Tenant and
 //                    X-Quota-Route; others are ignored) → 204 admitted
@@ -113,9 +122,11 @@ inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
     if (text != nullptr) {
       if (auto s = want(JsonValue::kString, "a string"); !s.ok()) return s;
       *text = v.string;
-    } else if (key == "cost" || key == "prompt_tokens" || key == "max_output") {
+    } else if (key == "cost" || key == "estimate" || key == "prompt_tokens" ||
+               key == "max_output") {
       if (auto s = want(JsonValue::kInteger, "an integer"); !s.ok()) return s;
       (key == "cost"            ? req.cost
+       : key == "estimate"      ? req.estimate
        : key == "prompt_tokens" ? req.prompt_tokens
                                 : req.max_output) = v.integer;
     } else if (key == "rule_version") {
@@ -125,30 +136,74 @@ inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
           "unknown member \"%s\" (expected tenant, route, cost, attempt_id, rule_version, plan, "
-          "user, prompt_tokens, max_output)",
+          "user, estimate, prompt_tokens, max_output)",
           key));
     }
   }
   return req;
 }
 
-namespace detail {
+// A /v1/settle body: {tenant, ticket (its decimal digits, as a string), actual}.
+struct SettleRequest {
+  std::string tenant;
+  gateway::TicketId ticket = 0;
+  std::int64_t actual = 0;
+};
 
-inline std::int64_t ceil_ms(Nanos d) {
-  if (d == kNever) return -1;
-  if (d.count() <= 0) return 0;
-  return d.count() / 1'000'000 + (d.count() % 1'000'000 != 0);
+inline absl::StatusOr<SettleRequest> settle_request_of(std::string_view body) {
+  if (body.size() > kMaxJsonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
+  }
+  auto object = parse_flat_object(body);
+  if (!object.ok()) return object.status();
+  SettleRequest req;
+  bool ticket = false, actual = false;
+  for (const auto& [key, v] : *object) {
+    if (key == "tenant" && v.kind == JsonValue::kString) {
+      req.tenant = v.string;
+    } else if (key == "ticket" && v.kind == JsonValue::kString) {
+      ticket = absl::SimpleAtoi(v.string, &req.ticket) && req.ticket != 0;
+      if (!ticket) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "member \"ticket\": expected a ticket's decimal digits, got \"%s\"", v.string));
+      }
+    } else if (key == "actual" && v.kind == JsonValue::kInteger) {
+      req.actual = v.integer;
+      actual = true;
+    } else if (key == "tenant" || key == "ticket" || key == "actual") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "member \"%s\": expected %s", key, key == "actual" ? "an integer" : "a string"));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown member \"%s\" (expected tenant, ticket, actual)", key));
+    }
+  }
+  if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
+  if (!ticket) return absl::InvalidArgumentError("ticket is missing");
+  if (!actual) return absl::InvalidArgumentError("actual is missing");
+  return req;
 }
+
+namespace detail {
 
 inline std::string decision_body(const Checked& c) {
   const Decision& d = c.result.decision;
-  return absl::StrCat("{\"allowed\":", d.allowed ? "true" : "false",
-                      ",\"remaining\":", d.remaining < 0 ? 0 : d.remaining,
-                      ",\"retry_after_ms\":", d.allowed ? 0 : ceil_ms(d.retry_after),
-                      ",\"reset_after_ms\":", ceil_ms(d.reset_after),
-                      ",\"rule\":", json_quote(c.result.rule),
-                      ",\"applied_rule_version\":", d.version,
-                      ",\"reason\":", json_quote(to_string(d.reason)), "}\n");
+  return absl::StrCat(
+      "{\"allowed\":", d.allowed ? "true" : "false",
+      ",\"remaining\":", d.remaining < 0 ? 0 : d.remaining,
+      ",\"retry_after_ms\":", d.allowed ? 0 : ceil_ms(d.retry_after),
+      ",\"reset_after_ms\":", ceil_ms(d.reset_after), ",\"rule\":", json_quote(c.result.rule),
+      ",\"applied_rule_version\":", d.version, ",\"reason\":", json_quote(to_string(d.reason)),
+      c.ticket ? absl::StrCat(",\"ticket\":\"", *c.ticket, "\"") : std::string(), "}\n");
+}
+
+// A settle's error: as every API's (http_errors.hpp), except 410 for an expired ticket
+// (Checker::settle: DeadlineExceeded means only that).
+inline void set_settle_error(httplib::Response& res, const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kDeadlineExceeded) return set_error(res, s);
+  res.status = 410;
+  set_error_body(res, s);
 }
 
 // A header --auth-headers does not name, present in an auth subrequest: ignored, and
@@ -267,6 +322,27 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     res.set_content(detail::decision_body(*c), "application/json");
   });
 
+  server.Post("/v1/settle", [api](const httplib::Request& req, httplib::Response& res) {
+    const TimedCall timed(*api.stats);
+    auto parsed = settle_request_of(req.body);
+    if (!parsed.ok()) {
+      api.stats->count(Api::kSettle, answer_of(parsed.status()));
+      return detail::set_error(res, parsed.status());
+    }
+    auto settled =
+        api.checker->settle(parsed->tenant, parsed->ticket, parsed->actual, SteadyClock{}.now());
+    api.stats->count_settle(settled);
+    if (!settled.ok()) {
+      api.stats->count(Api::kSettle, answer_of(settled.status()));
+      return detail::set_settle_error(res, settled.status());
+    }
+    api.stats->count(Api::kSettle, Answer::kOk);
+    res.set_content(
+        absl::StrCat("{\"estimate\":", settled->estimate, ",\"actual\":", settled->actual,
+                     ",\"surplus\":", settled->surplus, ",\"deficit\":", settled->deficit, "}\n"),
+        "application/json");
+  });
+
   server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
     const TimedCall timed(*api.stats);
     auto parsed = detail::auth_request_of(req, api.auth);
@@ -311,9 +387,9 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
                                       "%s %s: this path takes %s", req.method, req.path, method)));
     };
   };
-  const std::pair<const char*, const char*> known[] = {{"/v1/check", "POST"}, {"/json", "POST"},
-                                                       {"/v1/auth", "GET"},   {"/healthz", "GET"},
-                                                       {"/readyz", "GET"},    {"/metrics", "GET"}};
+  const std::pair<const char*, const char*> known[] = {
+      {"/v1/check", "POST"}, {"/v1/settle", "POST"}, {"/json", "POST"},  {"/v1/auth", "GET"},
+      {"/healthz", "GET"},   {"/readyz", "GET"},     {"/metrics", "GET"}};
   for (const auto& [path, method] : known) {
     if (std::string_view(method) == "POST") {
       server.Get(path, only(method));
