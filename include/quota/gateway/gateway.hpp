@@ -224,6 +224,29 @@ class Gateway {
   // The fair-share allocators of this gateway's global budgets (fair_limits.hpp).
   std::vector<FairLimitStats> fair_shares() const { return fair_->stats(); }
 
+  // An operator's release of `rule`'s reserve to `tenant`: `units` beyond its fair share
+  // until `until` (the gateway's clock, as `now`). `rule` names a global rule with
+  // fair_share in the rules in force (NotFound otherwise). See FairLimits::release_reserve.
+  absl::Status release_reserve(std::string_view rule, std::string_view tenant, std::int64_t units,
+                               Nanos until, Nanos now) {
+    const std::shared_ptr<const RuleSet> rules = rules_.current();
+    const Rule* found = nullptr;
+    rules->for_each_rule([&](const Rule& r) {
+      if (r.name == rule && r.level == Level::kGlobal && r.fair_share.enabled) found = &r;
+    });
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrFormat(
+          "no global rule \"%s\" with fair_share in rule set version %d", rule, rules->version()));
+    }
+    return fair_->release_reserve(*found, tenant, units, fair_now(until), fair_now(now));
+  }
+  // The reserve releases kept, by rule and tenant (`until` on decide()'s clock).
+  std::vector<ReserveRelease> reserve_releases() const {
+    std::vector<ReserveRelease> out = fair_->reserve_releases();
+    for (ReserveRelease& r : out) r.until -= options_.fair_share_clock_offset;
+    return out;
+  }
+
  private:
   // A decision with the name of the rule it answers for.
   struct RuledDecision {

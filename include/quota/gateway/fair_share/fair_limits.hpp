@@ -43,6 +43,13 @@
 // Each tenant's weight is the rule's (FairShareSpec::weights), in every allocation here
 // and for every tenant of the holders' view.
 //
+// The reserve (⌈budget · reserve⌉, never part of a share) can be released by an operator
+// to one tenant for a while (release_reserve): a request its share refuses is then
+// admitted from the release while the tenant holds at most the released units so
+// admitted; the releases of a budget add up to at most the reserve, so Σ shares + Σ
+// releases ≤ budget still holds. A release ends at its time; what it admitted stays in
+// use for its period, as every unit.
+//
 // A rule change that keeps a budget's rule name, fair_share, policy and holders keeps its
 // allocator; any other change starts a fresh one (the units in use are forgotten).
 //
@@ -65,6 +72,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -72,6 +80,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "quota/decision.hpp"
 #include "quota/detail/keyed_states.hpp"
 #include "quota/detail/mutex.hpp"
@@ -101,6 +110,16 @@ struct FairLimitStats {
   std::vector<fair::TenantShare> tenants{};         // the current allocation, by tenant
 };
 
+// An operator's release of a fair-share budget's reserve to one tenant
+// (FairLimits::release_reserve), as FairLimits::reserve_releases reports it.
+struct ReserveRelease {
+  std::string rule{};
+  std::string tenant{};
+  std::int64_t units = 0;   // released: the tenant may hold this many beyond its share
+  std::int64_t in_use = 0;  // of them, admitted and still in use (one period each)
+  Nanos until{0};           // no admission from it at or after this time
+};
+
 namespace detail {
 
 // One fair-share budget: its allocator, its period and the admitted units' expiries.
@@ -117,6 +136,7 @@ struct FairLimitState {
     Nanos at;
     std::string tenant;
     std::int64_t units;
+    bool from_reserve = false;  // admitted from an operator's release (FairLimits::release_reserve)
     bool operator>(const Expiry& o) const { return at > o.at; }
   };
 
@@ -160,6 +180,7 @@ class FairLimits {
     struct Held {
       std::shared_ptr<detail::FairLimitState> limit;
       std::int64_t units;
+      bool from_reserve = false;
     };
     std::string tenant_;
     CheckVector<Held> held_;
@@ -178,9 +199,11 @@ class FairLimits {
       quota::detail::MutexLock lock(limit->mu);
       tick(*limit, c.key.view(), now);
       auto d = limit->share->request(tenant, c.cost);
-      if (d.ok() && d->allowed) {
+      const bool shared = d.ok() && d->allowed;
+      // Refused its share: an operator's release of the reserve to this tenant may admit it.
+      if (shared || (!c.shadow && take_reserve(limit->rule_name, tenant, c.cost, now))) {
         if (out.held_.empty()) out.tenant_ = std::string(tenant);
-        out.held_.push_back({.limit = std::move(limit), .units = c.cost});
+        out.held_.push_back({.limit = std::move(limit), .units = c.cost, .from_reserve = !shared});
         continue;
       }
       // An allocator error (none with a validated rule) refuses: never a silent allow.
@@ -205,15 +228,103 @@ class FairLimits {
       quota::detail::MutexLock lock(h.limit->mu);
       h.limit->expiries.push({.at = quota::detail::saturating_add(now, h.limit->spec.period),
                               .tenant = r.tenant_,
-                              .units = h.units});
+                              .units = h.units,
+                              .from_reserve = h.from_reserve});
     }
     r.held_.clear();
   }
 
   // The request was not admitted: its units leave the allocators' use at once.
   void release(Reserved& r) {
-    for (auto& h : r.held_) (void)h.limit->share->expire(r.tenant_, h.units);
+    for (auto& h : r.held_) {
+      if (h.from_reserve) {
+        return_reserve(h.limit->rule_name, r.tenant_, h.units);
+      } else {
+        (void)h.limit->share->expire(r.tenant_, h.units);
+      }
+    }
     r.held_.clear();
+  }
+
+  // The most releases one budget keeps at once (each a series on /metrics).
+  static constexpr std::size_t kMaxReleases = 64;
+
+  // An operator's release of `rule`'s reserve (a global rule with fair_share) to `tenant`:
+  // until `until`, a request of the tenant that its share refuses is admitted while the
+  // tenant holds at most `units` so admitted (each in use one period, as every unit).
+  // The releases of a budget add up to at most its reserve, ⌈budget · reserve⌉ — with
+  // several holders each process's part of it (⌊reserve / holders⌋ with an exchange; the
+  // reserve of its own part of the budget without) — so Σ shares + Σ releases ≤ budget.
+  // A release for a tenant that has one replaces it (its units in use stay counted).
+  // InvalidArgument names what is wrong (units < 1, until not after now, a tenant id that
+  // is not one, a rule without fair_share); FailedPrecondition when the reserve left is
+  // short (the message says how much is left), ResourceExhausted past kMaxReleases.
+  absl::Status release_reserve(const Rule& rule, std::string_view tenant, std::int64_t units,
+                               Nanos until, Nanos now) {
+    if (!rule.fair_share.enabled) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rule \"%s\" has no fair_share: it has no reserve to release", rule.name));
+    }
+    if (auto s = check_id(tenant, "tenant"); !s.ok()) return s;
+    if (units < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("units %d: at least 1", units));
+    }
+    if (until <= now) {
+      return absl::InvalidArgumentError("the release must end after now");
+    }
+    const std::int64_t reserve = reserve_of(rule);
+    quota::detail::MutexLock lock(reserves_mu_);
+    auto& book = reserves_[rule.name];
+    std::int64_t others = 0;
+    for (auto it = book.begin(); it != book.end();) {
+      if (it->second.until <= now && it->second.in_use == 0) {
+        book.erase(it++);  // ended and nothing of it in use: forgotten
+        continue;
+      }
+      if (it->first != tenant && it->second.until > now) others += it->second.units;
+      ++it;
+    }
+    if (others + units > reserve) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rule \"%s\": %d units asked, %d of its reserve of %d left (released to other "
+          "tenants: %d)",
+          rule.name, units, reserve - others, reserve, others));
+    }
+    auto [it, fresh] = book.try_emplace(std::string(tenant));
+    if (fresh && book.size() > kMaxReleases) {
+      book.erase(it);
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("rule \"%s\": %d releases kept already", rule.name, kMaxReleases));
+    }
+    it->second.units = units;
+    it->second.until = until;
+    return absl::OkStatus();
+  }
+
+  // The reserve releases kept (live, or ended with units still in use), by rule and tenant.
+  std::vector<ReserveRelease> reserve_releases() const {
+    std::vector<ReserveRelease> out;
+    quota::detail::MutexLock lock(reserves_mu_);
+    for (const auto& [rule, book] : reserves_) {
+      for (const auto& [tenant, r] : book) {
+        out.push_back({.rule = rule,
+                       .tenant = tenant,
+                       .units = r.units,
+                       .in_use = r.in_use,
+                       .until = r.until});
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const ReserveRelease& a, const ReserveRelease& b) {
+      return std::tie(a.rule, a.tenant) < std::tie(b.rule, b.tenant);
+    });
+    return out;
+  }
+
+  // The reserve of `rule` this process may release: see release_reserve.
+  std::int64_t reserve_of(const Rule& rule) const {
+    const fair::FairShareConfig c = rule.fair_share.config(rule.policy, exchange_ ? 1 : holders_);
+    const std::int64_t reserve = c.budget - c.share_capacity();
+    return exchange_ ? reserve / holders_ : reserve;
   }
 
   // Every fair-share budget this gateway decided, by key.
@@ -277,7 +388,12 @@ class FairLimits {
     const std::int64_t index = now.count() / period - (now.count() % period < 0 ? 1 : 0);
     const auto expire_until = [&](Nanos t) {
       while (!s.expiries.empty() && s.expiries.top().at <= t) {
-        (void)s.share->expire(s.expiries.top().tenant, s.expiries.top().units);
+        const auto& e = s.expiries.top();
+        if (e.from_reserve) {
+          return_reserve(s.rule_name, e.tenant, e.units);
+        } else {
+          (void)s.share->expire(e.tenant, e.units);
+        }
         s.expiries.pop();
       }
     };
@@ -384,8 +500,46 @@ class FairLimits {
     return {.decision = d, .rule = nullptr, .request_cap = 0};
   }
 
+  // A release of a budget's reserve to one tenant (release_reserve).
+  struct Release {
+    std::int64_t units = 0;
+    std::int64_t in_use = 0;
+    Nanos until{0};
+  };
+
+  // Admits `units` of `tenant` from its release of `rule`'s reserve when one is live with
+  // room; true when it did.
+  bool take_reserve(const std::string& rule, std::string_view tenant, std::int64_t units,
+                    Nanos now) {
+    quota::detail::MutexLock lock(reserves_mu_);
+    auto book = reserves_.find(rule);
+    if (book == reserves_.end()) return false;
+    auto it = book->second.find(quota::detail::to_absl(tenant));
+    if (it == book->second.end() || it->second.until <= now ||
+        it->second.in_use > it->second.units - units) {
+      return false;
+    }
+    it->second.in_use += units;
+    return true;
+  }
+
+  // Units admitted from a release leave its use (their period ended, or the request was
+  // not admitted after all).
+  void return_reserve(const std::string& rule, std::string_view tenant, std::int64_t units) {
+    quota::detail::MutexLock lock(reserves_mu_);
+    auto book = reserves_.find(rule);
+    if (book == reserves_.end()) return;
+    auto it = book->second.find(quota::detail::to_absl(tenant));
+    if (it != book->second.end())
+      it->second.in_use = std::max<std::int64_t>(0, it->second.in_use - units);
+  }
+
   const std::int64_t holders_;
   const std::shared_ptr<FairAsksExchange> exchange_;
+  // Taken after a budget's mutex, never before it.
+  mutable quota::detail::Mutex reserves_mu_;
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, Release>> reserves_
+      ABSL_GUARDED_BY(reserves_mu_);
   mutable quota::detail::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<detail::FairLimitState>> limits_
       ABSL_GUARDED_BY(mu_);

@@ -16,12 +16,21 @@
 //   quota_fair_share_constrained_tenants      gauge    held to their share (last allocation)
 //   quota_fair_share_share_sum_units          gauge    Σ shares of the last allocation
 //   quota_fair_share_capacity_units           gauge    budget − reserve it divided
+//   quota_fair_share_reserve_units            gauge    the reserve this process may release
 //   quota_fair_share_denials_total            counter  by reason: over_share, paused,
 //                                                      request_too_large
 //   quota_fair_share_allocations_total        counter  allocation periods
 //   quota_fair_share_fallback_periods_total   counter  periods on the fixed part (the
 //                                                      exchange, e.g. Redis, unreachable)
 //   quota_fair_share_late_reports_total       counter  this holder's reports after the seal
+//
+// And render_prometheus(gateway.reserve_releases(), now), the operator's releases of a
+// reserve: labelled by rule and tenant — a tenant id as a label only here, where an
+// operator named it, at most FairLimits::kMaxReleases per budget:
+//
+//   quota_fair_share_reserve_released_units   gauge    units released (0 once ended)
+//   quota_fair_share_reserve_in_use_units     gauge    of them, admitted and in use
+//   quota_fair_share_reserve_seconds_left     gauge    until the release ends (0: ended)
 //
 // Thread safety: a pure function of a snapshot (Gateway::fair_shares() takes it under
 // each budget's mutex; the values may be stale at once).
@@ -30,6 +39,7 @@
 //                      quota::gateway::render_prometheus(gateway.fair_shares());
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -93,6 +103,11 @@ inline std::string render_prometheus(std::span<const FairLimitStats> budgets) {
   family("quota_fair_share_capacity_units", "gauge",
          "Budget minus reserve divided by the last allocation.",
          [&](const FairLimitStats& s, const auto& emit) { emit(last(s).capacity); });
+  family("quota_fair_share_reserve_units", "gauge",
+         "The reserve this process may release to tenants (never part of a share).",
+         [](const FairLimitStats& s, const auto& emit) {
+           emit(s.config.budget - s.config.share_capacity());
+         });
   family("quota_fair_share_denials_total", "counter", "Requests refused by the allocator.",
          [](const FairLimitStats& s, const auto& emit) {
            emit(s.over_share, ",reason=\"over_share\"");
@@ -107,6 +122,30 @@ inline std::string render_prometheus(std::span<const FairLimitStats> budgets) {
   family("quota_fair_share_late_reports_total", "counter",
          "This holder's asks reports that came after their period was sealed.",
          [](const FairLimitStats& s, const auto& emit) { emit(s.late_reports); });
+  return out;
+}
+
+// The reserve releases (Gateway::reserve_releases) at `now` (the fair-share clock).
+inline std::string render_prometheus(std::span<const ReserveRelease> releases, Nanos now) {
+  std::string out;
+  const auto family = [&](const char* name, const char* help, const auto& value) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
+    for (const ReserveRelease& r : releases) {
+      absl::StrAppend(&out, name, "{rule=\"", detail::prom_escape(r.rule), "\",tenant=\"",
+                      detail::prom_escape(r.tenant), "\"} ", value(r), "\n");
+    }
+  };
+  family("quota_fair_share_reserve_released_units",
+         "Units of a fair-share reserve an operator released to a tenant (0 once ended).",
+         [&](const ReserveRelease& r) { return r.until > now ? r.units : 0; });
+  family("quota_fair_share_reserve_in_use_units",
+         "Units admitted from a reserve release and still in use.",
+         [](const ReserveRelease& r) { return r.in_use; });
+  family("quota_fair_share_reserve_seconds_left", "Seconds until a reserve release ends.",
+         [&](const ReserveRelease& r) {
+           return r.until > now ? std::chrono::ceil<std::chrono::seconds>(r.until - now).count()
+                                : std::int64_t{0};
+         });
   return out;
 }
 
