@@ -57,6 +57,7 @@ class Listeners {
                          .metrics = &metrics,
                          .ready = &ready_,
                          .auth = o.auth_headers,
+                         .admin_token = o.admin_token,
                          .listener = &http_});
     add_envoy_json_api(http_, service_);  // POST /json, envoyproxy/ratelimit's
   }

@@ -352,6 +352,22 @@ class Checker {
   // /metrics).
   std::vector<gateway::FairLimitStats> fair_shares() const { return gateway_->fair_shares(); }
 
+  // An operator's release of `rule`'s reserve to `tenant`, `units` for `duration` from
+  // `now` (the admin API): Gateway::release_reserve, at this server (with several
+  // servers, each one's part of the reserve: release at each).
+  absl::Status release_reserve(std::string_view rule, std::string_view tenant, std::int64_t units,
+                               Nanos duration, Nanos now) {
+    if (envoy_mode()) {
+      return absl::InvalidArgumentError(
+          "the rule file is in envoyproxy/ratelimit's format: it has no fair-share reserve");
+    }
+    return gateway_->release_reserve(rule, tenant, units, now + duration, now);
+  }
+  // The reserve releases kept (quota_fair_share_reserve_* on /metrics).
+  std::vector<gateway::ReserveRelease> reserve_releases() const {
+    return gateway_->reserve_releases();
+  }
+
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
   bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
 

@@ -50,6 +50,8 @@ ABSL_FLAG(std::string, default_plan, "", "plan of a request that names none");
 ABSL_FLAG(std::string, default_route, "", "route class of a request that names none");
 ABSL_FLAG(std::int64_t, max_cost, 1'000'000, "the largest cost one request may ask for");
 ABSL_FLAG(std::int64_t, max_keys, 10'000'000, "the most budget keys kept in memory");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "file holding the bearer token of the admin API (POST /v1/admin/reserve); none: off");
 ABSL_FLAG(std::int64_t, ticket_ttl_s, 600,
           "seconds an estimate's ticket may be settled (POST /v1/settle, Budget/Settle)");
 ABSL_FLAG(std::int64_t, fair_share_holders, 1,
@@ -103,6 +105,9 @@ Flags (--flag VALUE or --flag=VALUE):
   --max-keys N          the most budget keys kept in memory (default 10000000)
   --ticket-ttl-s N      seconds an estimate's ticket may be settled; later it is expired
                         (410 / FAILED_PRECONDITION) with its estimate spent (default 600)
+  --admin-token-file PATH  the bearer token (one line) of the admin API: POST
+                        /v1/admin/reserve releases a fair-share reserve to a tenant
+                        (docs/llm-budgets.md). Without it the admin API is off (404)
   --fair-share-holders N  the quota-server processes dividing each fair_share budget
                         (a global rule's `fair_share:`). Above 1 they exchange each
                         tenant's asks through the Redis of --redis / --redis-cluster /
@@ -184,6 +189,7 @@ struct Options : RedisOptions {
   std::int64_t max_keys = 10'000'000;
   std::int64_t fair_share_holders = 1;
   std::int64_t ticket_ttl_s = 600;
+  std::string admin_token;  // --admin-token-file's content; empty: the admin API is off
   AuthHeaders auth_headers{};
   bool fresh_budgets_at_start = false;
   HttpLimits http{};
@@ -270,6 +276,11 @@ inline Options parse_options(int argc, char** argv) {
   o.max_keys = absl::GetFlag(FLAGS_max_keys);
   o.fair_share_holders = absl::GetFlag(FLAGS_fair_share_holders);
   o.ticket_ttl_s = absl::GetFlag(FLAGS_ticket_ttl_s);
+  if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
+    auto token = read_secret_file("--admin-token-file", file);
+    if (!token.ok()) quota::cli::usage_error(name, std::string(token.status().message()));
+    o.admin_token = *std::move(token);
+  }
   o.auth_headers = *auth_headers_of(absl::GetFlag(FLAGS_auth_headers));
   o.fresh_budgets_at_start = absl::GetFlag(FLAGS_fresh_budgets_at_start);
   o.http.workers = static_cast<int>(absl::GetFlag(FLAGS_http_workers));

@@ -204,29 +204,23 @@ inline bool split_host_ports(std::string_view v, std::vector<std::pair<std::stri
   }
 }
 
-// The password in the file at `path`: its content without one trailing "\n" (or
-// "\r\n"). An error names the file and the reason (missing, unreadable, empty).
-inline absl::StatusOr<std::string> read_password_file(const std::string& path) {
+// The secret in the file at `path` (the value of `flag`): its content without one
+// trailing "\n" (or "\r\n"). An error names the flag, the file and the reason (missing,
+// unreadable, empty, more than one line).
+inline absl::StatusOr<std::string> read_secret_file(std::string_view flag,
+                                                    const std::string& path) {
+  const auto error = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(flag), " ", path, ": ", std::string(why)));
+  };
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
-  }
+  if (!in) return error(absl::StrCat("cannot read: ", std::strerror(errno)));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": cannot read: ", std::strerror(errno)));
-  }
+  if (in.bad()) return error(absl::StrCat("cannot read: ", std::strerror(errno)));
   if (!text.empty() && text.back() == '\n') text.pop_back();
   if (!text.empty() && text.back() == '\r') text.pop_back();
-  if (text.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": the file is empty"));
-  }
-  if (text.find('\n') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--redis-password-file ", path, ": more than one line"));
-  }
+  if (text.empty()) return error("the file is empty");
+  if (text.find('\n') != std::string::npos) return error("more than one line");
   return text;
 }
 
@@ -372,14 +366,14 @@ inline RedisOptions read_redis_flags(const char* name) {
   }
   o.redis_user = user;
   if (!password_file.empty()) {
-    auto password = read_password_file(password_file);
+    auto password = read_secret_file("--redis-password-file", password_file);
     if (!password.ok()) {
       quota::cli::usage_error(name, std::string(password.status().message()));
     }
     o.redis_password = *std::move(password);
   }
   if (!sentinel_password_file.empty()) {
-    auto password = read_password_file(sentinel_password_file);
+    auto password = read_secret_file("--redis-sentinel-password-file", sentinel_password_file);
     if (!password.ok()) {
       quota::cli::usage_error(
           name, absl::StrCat("--redis-sentinel-password-file: ", password.status().message()));

@@ -20,6 +20,12 @@
 //                    settled already, 410 expired (the estimate stays spent), 400 bad
 //                    input — none changes anything; 503 the store could not settle it
 //                    now (retry).
+//   POST /v1/admin/reserve  with --admin-token-file and "Authorization: Bearer <token>":
+//                    JSON {rule, tenant, units, seconds} releases `units` of a global
+//                    fair-share rule's reserve to the tenant for `seconds` at this server
+//                    (gateway.hpp release_reserve) → 200 echoing it, logged on stderr;
+//                    401 without the token, 404 when off or for an unknown rule, 400 bad
+//                    input, 409 when the reserve left is short
 //   GET  /v1/auth    nginx auth_request: the X-Quota-* request headers --auth-headers
 //                    names (auth_headers.hpp; by default X-Quota-Tenant and
 //                    X-Quota-Route; others are ignored) → 204 admitted
@@ -93,6 +99,7 @@ struct HttpApi {
   const gateway::Metrics* metrics = nullptr;
   const std::atomic<bool>* ready = nullptr;
   AuthHeaders auth{};                      // what GET /v1/auth reads
+  std::string admin_token{};               // the admin API's bearer token; empty: off
   const HttpListener* listener = nullptr;  // its refusals on /metrics; may be null
 };
 
@@ -183,6 +190,58 @@ inline absl::StatusOr<SettleRequest> settle_request_of(std::string_view body) {
   if (!ticket) return absl::InvalidArgumentError("ticket is missing");
   if (!actual) return absl::InvalidArgumentError("actual is missing");
   return req;
+}
+
+// A /v1/admin/reserve body: {rule, tenant, units, seconds}.
+struct ReserveRequest {
+  std::string rule;
+  std::string tenant;
+  std::int64_t units = 0;
+  std::int64_t seconds = 0;
+};
+
+inline absl::StatusOr<ReserveRequest> reserve_request_of(std::string_view body) {
+  if (body.size() > kMaxJsonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
+  }
+  auto object = parse_flat_object(body);
+  if (!object.ok()) return object.status();
+  ReserveRequest req;
+  for (const auto& [key, v] : *object) {
+    const bool text = key == "rule" || key == "tenant";
+    if (!text && key != "units" && key != "seconds") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown member \"%s\" (expected rule, tenant, units, seconds)", key));
+    }
+    if (v.kind != (text ? JsonValue::kString : JsonValue::kInteger)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("member \"%s\": expected %s", key, text ? "a string" : "an integer"));
+    }
+    if (key == "rule") req.rule = v.string;
+    if (key == "tenant") req.tenant = v.string;
+    if (key == "units") req.units = v.integer;
+    if (key == "seconds") req.seconds = v.integer;
+  }
+  if (req.rule.empty()) return absl::InvalidArgumentError("rule is missing");
+  if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
+  if (req.seconds < 1 || req.seconds > 86'400) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("seconds %d is outside [1, 86400]", req.seconds));
+  }
+  return req;
+}
+
+// Whether `req` carries "Authorization: Bearer <token>" (compared in constant time).
+inline bool bearer_matches(const httplib::Request& req, const std::string& token) {
+  const std::string got = req.get_header_value("Authorization");
+  const std::string want = "Bearer " + token;
+  unsigned diff = got.size() == want.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>(want[i]) ^
+            static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  }
+  return diff == 0;
 }
 
 namespace detail {
@@ -343,6 +402,41 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
         "application/json");
   });
 
+  // The admin API: with --admin-token-file, a caller with its bearer token releases a
+  // fair-share reserve to a tenant; each release is logged on stderr.
+  server.Post("/v1/admin/reserve", [api](const httplib::Request& req, httplib::Response& res) {
+    if (api.admin_token.empty()) {
+      res.status = 404;
+      return detail::set_error_body(
+          res, absl::NotFoundError("the admin API is off: start with --admin-token-file"));
+    }
+    if (!bearer_matches(req, api.admin_token)) {
+      std::fprintf(stderr, "quota-server: admin: refused a call without the token from %s\n",
+                   req.remote_addr.c_str());
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      return detail::set_error_body(
+          res, absl::UnauthenticatedError("Authorization: Bearer <--admin-token-file> needed"));
+    }
+    auto parsed = reserve_request_of(req.body);
+    absl::Status s = parsed.status();
+    if (parsed.ok()) {
+      s = api.checker->release_reserve(parsed->rule, parsed->tenant, parsed->units,
+                                       std::chrono::seconds(parsed->seconds), SteadyClock{}.now());
+    }
+    if (!s.ok()) return detail::set_error(res, s);
+    std::fprintf(stderr,
+                 "quota-server: admin: reserve of rule \"%s\": %lld units released to tenant "
+                 "\"%s\" for %lld s (from %s)\n",
+                 parsed->rule.c_str(), static_cast<long long>(parsed->units),
+                 parsed->tenant.c_str(), static_cast<long long>(parsed->seconds),
+                 req.remote_addr.c_str());
+    res.set_content(absl::StrCat("{\"rule\":", json_quote(parsed->rule), ",\"tenant\":",
+                                 json_quote(parsed->tenant), ",\"units\":", parsed->units,
+                                 ",\"seconds\":", parsed->seconds, "}\n"),
+                    "application/json");
+  });
+
   server.Get("/v1/auth", [api](const httplib::Request& req, httplib::Response& res) {
     const TimedCall timed(*api.stats);
     auto parsed = detail::auth_request_of(req, api.auth);
@@ -388,8 +482,9 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     };
   };
   const std::pair<const char*, const char*> known[] = {
-      {"/v1/check", "POST"}, {"/v1/settle", "POST"}, {"/json", "POST"},  {"/v1/auth", "GET"},
-      {"/healthz", "GET"},   {"/readyz", "GET"},     {"/metrics", "GET"}};
+      {"/v1/check", "POST"}, {"/v1/settle", "POST"}, {"/v1/admin/reserve", "POST"},
+      {"/json", "POST"},     {"/v1/auth", "GET"},    {"/healthz", "GET"},
+      {"/readyz", "GET"},    {"/metrics", "GET"}};
   for (const auto& [path, method] : known) {
     if (std::string_view(method) == "POST") {
       server.Get(path, only(method));
@@ -435,6 +530,7 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
       text += *up ? "1\n" : "0\n";
     }
     text += gateway::render_prometheus(api.checker->fair_shares());
+    text += gateway::render_prometheus(api.checker->reserve_releases(), SteadyClock{}.now());
     if (api.listener != nullptr) text += render_listener(*api.listener);
     res.set_content(std::move(text), "text/plain; version=0.0.4");
   });
