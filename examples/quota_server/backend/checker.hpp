@@ -343,6 +343,12 @@ class Checker {
   const gateway::LeaseMetrics* lease_metrics() const {
     return leases_ ? &leases_->metrics : nullptr;
   }
+  // With Redis, the failovers its connections saw (node_watch.hpp: a node with another
+  // identity at a reconnect); nullopt in process.
+  std::optional<redis::NodeWatchStats> redis_nodes() const {
+    if (options_.redis == nullptr) return std::nullopt;
+    return options_.redis->store().node_watch_stats();
+  }
   // Whether the revocation subscription is up (with Redis); nullopt in process.
   std::optional<bool> revocations_subscribed() const {
     return leases_ ? std::optional<bool>(leases_->ledger.subscribed()) : std::nullopt;

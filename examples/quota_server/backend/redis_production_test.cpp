@@ -54,10 +54,10 @@ namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 using namespace std::chrono_literals;
-using quota::testing::RedisServer;
 using quota::testing::env;
 using quota::testing::eventually;
 using quota::testing::post_check;
+using quota::testing::RedisServer;
 using quota::testing::SentinelDeployment;
 using quota::testing::server_args;
 using quota::testing::ServerProcess;
@@ -187,7 +187,7 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
   }
   CHECK(grpc_check(s.port("grpc"), t) == grpc::StatusCode::UNAVAILABLE);
   RedisServer replica("server-wait-replica",
-                           {"replicaof 127.0.0.1 " + std::to_string(primary.port())});
+                      {"replicaof 127.0.0.1 " + std::to_string(primary.port())});
   REQUIRE(replica.started());
   REQUIRE(synced(primary));
   // The unacknowledged writes above may have spent the budget already (WAIT does not
@@ -322,6 +322,16 @@ TEST_CASE(
   INFO(fresh.second);
   CHECK(denied(fresh));
   CHECK(grpc_check(safe.port("grpc"), tenant("fo-fresh-safe")) == grpc::StatusCode::OK);
+  // The failover is on /metrics (for the alert on it, examples/alerts/).
+  {
+    httplib::Client c("127.0.0.1", safe.port("http"));
+    auto m = c.Get("/metrics");
+    REQUIRE(m);
+    CHECK_THAT(m->body, Catch::Matchers::Contains("quota_redis_failovers_seen_total "));
+    CHECK_THAT(m->body, !Catch::Matchers::Contains("quota_redis_failovers_seen_total 0\n"));
+    CHECK_THAT(m->body,
+               !Catch::Matchers::Contains("quota_redis_last_failover_timestamp_seconds 0\n"));
+  }
   // With failover safety off the plain server follows the failover too, and a key with no
   // state starts full.
   CHECK(eventually(

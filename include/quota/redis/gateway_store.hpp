@@ -216,6 +216,9 @@ class GatewayStore : public gateway::Backend {
   const GatewayStoreOptions& options() const { return options_; }
   // The nodes' circuit breakers and the in-flight guard, counted (breaker.hpp).
   FailFastStats fail_fast_stats() const { return script_.fail_fast_stats(); }
+  // The failovers and clock refusals its connections saw (node_watch.hpp), summed over
+  // the nodes (the pool's, the cluster's, or the primary a sentinel follows).
+  NodeWatchStats node_watch_stats() const { return script_.node_watch_stats(); }
 
  private:
   // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.

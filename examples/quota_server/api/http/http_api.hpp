@@ -42,7 +42,8 @@
 //                    before, while draining, and while the store cannot decide
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
-//                    with Redis quota_lease_*{level} (quota/gateway/leases/lease_metrics.hpp),
+//                    with Redis quota_lease_*{level} (quota/gateway/leases/lease_metrics.hpp)
+//                    and the failovers seen (quota_redis_failovers_seen_total),
 //                    quota_rule_version, the decision-latency histogram, near-limit,
 //                    Redis errors by kind (decision_stats.hpp), what the HTTP listener
 //                    refused (http_listener.hpp) — labels from configuration only, except
@@ -520,6 +521,19 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     // Budgets in Redis: the lease counters, one series per level (redis_leases.hpp).
     if (const auto* leases = api.checker->lease_metrics()) {
       text += gateway::render_prometheus(*leases);
+    }
+    if (const auto nodes = api.checker->redis_nodes()) {
+      absl::StrAppend(
+          &text,
+          "# HELP quota_redis_failovers_seen_total Failovers this server's Redis connections saw "
+          "(a node with another identity at a reconnect).\n"
+          "# TYPE quota_redis_failovers_seen_total counter\nquota_redis_failovers_seen_total ",
+          nodes->failovers,
+          "\n# HELP quota_redis_last_failover_timestamp_seconds Server time of the latest "
+          "failover seen (0: none).\n"
+          "# TYPE quota_redis_last_failover_timestamp_seconds gauge\n"
+          "quota_redis_last_failover_timestamp_seconds ",
+          nodes->failover_at ? nodes->failover_at->count() / 1'000'000'000 : 0, "\n");
     }
     if (const auto up = api.checker->revocations_subscribed()) {
       text +=

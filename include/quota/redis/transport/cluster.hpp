@@ -302,6 +302,14 @@ class ClusterPool {
     return out;
   }
 
+  // Every known node's failovers and clock refusals, summed (failover_at: the latest).
+  NodeWatchStats node_watch_stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    NodeWatchStats out;
+    for (const auto& [name, pool] : nodes_) out += pool->node_watch().stats();
+    return out;
+  }
+
   // After a -TRYAGAIN for a call bounded by `deadline` that has been retried `retries`
   // times: the wait before the next retry, or nullopt when the call must give up (no
   // retries left, or the wait would end past the budget or the deadline).

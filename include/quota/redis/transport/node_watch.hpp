@@ -96,6 +96,16 @@ struct NodeWatchStats {
   std::uint64_t failovers = 0;       // connects that found another identity
   std::uint64_t clock_refusals = 0;  // calls refused for a TIME past the bound
   std::optional<Nanos> failover_at;  // the latest failover's server time
+
+  // Summed over nodes (the latest failover time of them).
+  NodeWatchStats& operator+=(const NodeWatchStats& o) {
+    failovers += o.failovers;
+    clock_refusals += o.clock_refusals;
+    if (o.failover_at && (!failover_at || *failover_at < *o.failover_at)) {
+      failover_at = o.failover_at;
+    }
+    return *this;
+  }
 };
 
 // The replication ids that the nodes of one client (a ClusterPool's) were seen with. A

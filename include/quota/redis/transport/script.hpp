@@ -313,6 +313,12 @@ class Script {
     return out;
   }
 
+  // The failovers and clock refusals its nodes' connections saw (node_watch.hpp), summed.
+  NodeWatchStats node_watch_stats() const {
+    if (cluster_ != nullptr) return cluster_->node_watch_stats();
+    return pool_ != nullptr ? pool_->node_watch().stats() : NodeWatchStats{};
+  }
+
   // The budget of one call (CallLimits::deadline, or the connections').
   std::chrono::microseconds deadline() const {
     if (cluster_ != nullptr) return call_deadline(limits_, cluster_->config());
