@@ -66,6 +66,7 @@
 #include "backend/envoy_redis.hpp"
 #include "backend/fair_exchange.hpp"
 #include "backend/redis_leases.hpp"
+#include "backend/redis_memory.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
@@ -342,6 +343,12 @@ class Checker {
   // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
   const gateway::LeaseMetrics* lease_metrics() const {
     return leases_ ? &leases_->metrics : nullptr;
+  }
+  // With Redis, each primary's memory in use and limit (redis_memory.hpp); empty in
+  // process.
+  std::vector<RedisMemory> redis_memory() const {
+    if (options_.redis == nullptr) return {};
+    return server::redis_memory(options_.redis->store());
   }
   // With Redis, the failovers its connections saw (node_watch.hpp: a node with another
   // identity at a reconnect); nullopt in process.

@@ -127,6 +127,12 @@ TEST_CASE("an estimate checked at one server settles at the other, once") {
   CHECK_THAT(metrics->body,
              Catch::Matchers::Contains("quota_settles_total{outcome=\"unknown\"} 2"));
   CHECK_THAT(metrics->body, Catch::Matchers::Contains("quota_settle_surplus_units_total 450"));
+  // (and how full the Redis is, for QuotaRedisMemoryNearLimit: examples/alerts/)
+  const std::string node = "{node=\"127.0.0.1:" + std::to_string(s.redis.port()) + "\"} ";
+  CHECK_THAT(metrics->body, Catch::Matchers::Contains("quota_redis_used_memory_bytes" + node));
+  CHECK_THAT(metrics->body,
+             !Catch::Matchers::Contains("quota_redis_used_memory_bytes" + node + "0\n"));
+  CHECK_THAT(metrics->body, Catch::Matchers::Contains("quota_redis_maxmemory_bytes" + node));
   CHECK(s.a.stop() == 0);
   CHECK(s.b.stop() == 0);
 }

@@ -43,7 +43,8 @@
 //   GET  /metrics    Prometheus text: quota_decisions_total{rule,route,level,outcome}
 //                    (quota/gateway/metrics.hpp), quota_server_requests_total{api,answer},
 //                    with Redis quota_lease_*{level} (quota/gateway/leases/lease_metrics.hpp)
-//                    and the failovers seen (quota_redis_failovers_seen_total),
+//                    the failovers seen (quota_redis_failovers_seen_total) and each
+//                    primary's memory (quota_redis_used_memory_bytes, _maxmemory_bytes),
 //                    quota_rule_version, the decision-latency histogram, near-limit,
 //                    Redis errors by kind (decision_stats.hpp), what the HTTP listener
 //                    refused (http_listener.hpp) — labels from configuration only, except
@@ -521,6 +522,22 @@ inline void add_http_api(httplib::Server& server, HttpApi api) {
     // Budgets in Redis: the lease counters, one series per level (redis_leases.hpp).
     if (const auto* leases = api.checker->lease_metrics()) {
       text += gateway::render_prometheus(*leases);
+    }
+    if (const auto memory = api.checker->redis_memory(); !memory.empty()) {
+      text +=
+          "# HELP quota_redis_used_memory_bytes Memory the budget store's primary uses "
+          "(INFO memory used_memory).\n# TYPE quota_redis_used_memory_bytes gauge\n";
+      for (const RedisMemory& m : memory) {
+        absl::StrAppend(&text, "quota_redis_used_memory_bytes{node=\"",
+                        gateway::detail::prom_escape(m.node), "\"} ", m.used, "\n");
+      }
+      text +=
+          "# HELP quota_redis_maxmemory_bytes The primary's maxmemory (0: no limit).\n"
+          "# TYPE quota_redis_maxmemory_bytes gauge\n";
+      for (const RedisMemory& m : memory) {
+        absl::StrAppend(&text, "quota_redis_maxmemory_bytes{node=\"",
+                        gateway::detail::prom_escape(m.node), "\"} ", m.max, "\n");
+      }
     }
     if (const auto nodes = api.checker->redis_nodes()) {
       absl::StrAppend(
