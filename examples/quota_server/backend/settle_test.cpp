@@ -2,7 +2,8 @@
 // real redis-server (a ScratchServer of this test): a check with an estimate at one server
 // returns a ticket that the other settles (the ticket lives in Redis, quota/redis/
 // tickets.hpp), once; a repeated settle, another tenant's, an unknown or malformed ticket
-// and a negative actual are refused and change nothing. Under load from both sides — each
+// and a negative actual are refused and change nothing, an expired one is 410 with its
+// estimate spent. Under load from both sides — each
 // estimate checked at one server and settled at the other, then settled again there — the
 // actual units admitted pass the envelope verifier for the bound docs/llm-budgets.md
 // states: over any interval, r·T + B + the surplus given back in it for estimates admitted
@@ -56,18 +57,18 @@ std::string settle_body(const std::string& tenant, const std::string& ticket, lo
          std::to_string(actual) + "}";
 }
 
-// Two servers on one fresh Redis, with `rules` (route "chat").
+// Two servers on one fresh Redis, with `rules` (route "chat") and `more` flags.
 struct TwoServers {
-  explicit TwoServers(const std::string& rules_text)
+  explicit TwoServers(const std::string& rules_text, std::vector<std::string> more = {})
       : redis(quota::testing::scratch_dir("quota-server-settle")), dir("settle") {
     REQUIRE(redis.started());
     const std::string rules = dir.write("rules.yaml", rules_text);
+    std::vector<std::string> args = {
+        "--default-route",     "chat", "--redis", "127.0.0.1:" + std::to_string(redis.port()),
+        "--redis-deadline-ms", "2000"};
+    args.insert(args.end(), more.begin(), more.end());
     for (auto* s : {&a, &b}) {
-      REQUIRE(s->start(
-          quota::testing::server_args(
-              rules, {"--default-route", "chat", "--redis",
-                      "127.0.0.1:" + std::to_string(redis.port()), "--redis-deadline-ms", "2000"}),
-          {"grpc", "http"}));
+      REQUIRE(s->start(quota::testing::server_args(rules, args), {"grpc", "http"}));
     }
   }
   quota::testing::ScratchServer redis;
@@ -133,6 +134,28 @@ TEST_CASE("an estimate checked at one server settles at the other, once") {
   CHECK_THAT(metrics->body,
              !Catch::Matchers::Contains("quota_redis_used_memory_bytes" + node + "0\n"));
   CHECK_THAT(metrics->body, Catch::Matchers::Contains("quota_redis_maxmemory_bytes" + node));
+  CHECK(s.a.stop() == 0);
+  CHECK(s.b.stop() == 0);
+}
+
+TEST_CASE("a ticket past --ticket-ttl-s is 410 at either server, its estimate spent") {
+  TwoServers s(
+      "routes:\n  - name: chat\nrules:\n"
+      "  - {name: tokens, level: tenant, plan: free, route: chat,\n"
+      "     token_bucket: {rate: 1/1000s, burst: 1000}}\n",
+      {"--ticket-ttl-s", "1"});
+  const int a = s.a.port("http"), b = s.b.port("http");
+  const std::string ticket =
+      ticket_of(post(a, "/v1/check", R"({"tenant":"acme","estimate":300})").second);
+  REQUIRE_FALSE(ticket.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  for (int port : {b, a}) {
+    auto [status, body] = post(port, "/v1/settle", settle_body("acme", ticket, 0));
+    CHECK(status == 410);
+    CHECK_THAT(body, Catch::Matchers::Contains("the estimate stays spent"));
+  }
+  CHECK_THAT(post(b, "/v1/check", R"({"tenant":"acme","cost":1})").second,
+             Catch::Matchers::Contains("\"remaining\":699"));
   CHECK(s.a.stop() == 0);
   CHECK(s.b.stop() == 0);
 }
