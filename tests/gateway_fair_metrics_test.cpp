@@ -94,6 +94,7 @@ TEST_CASE("the fair-share allocator's state is in the Prometheus text, one serie
       line("quota_fair_share_constrained_tenants", "0"),
       line("quota_fair_share_share_sum_units", "0"),
       line("quota_fair_share_capacity_units", "900"),
+      line("quota_fair_share_reserve_units", "100"),
       line("quota_fair_share_denials_total", "0", ",reason=\"over_share\""),
       line("quota_fair_share_denials_total", "1", ",reason=\"paused\""),
       line("quota_fair_share_denials_total", "1", ",reason=\"request_too_large\""),

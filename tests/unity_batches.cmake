@@ -20,6 +20,7 @@ set(QUOTA_TEST_UNITY_BATCHES
   batch gateway_lease_test gateway_lease_envelope_test gateway_lease_revoke_test gateway_test
         gateway_fair_share_test gateway_fair_weights_test
   batch gateway_attempt_errors_test gateway_fail_mode_test gateway_estimate_formula_test
+        gateway_fair_reserve_test
   batch redis_auth_test redis_coalesce_test redis_concurrency_test redis_connection_test
         redis_differential_test redis_key_layout_test
   batch redis_durability_test redis_failover_safety_differential_test redis_lease_test
@@ -35,7 +36,7 @@ set(QUOTA_TEST_UNITY_BATCHES
   batch redis_gateway_keys_test redis_gateway_lease_test redis_gateway_levels_test
         redis_gateway_rule_sets_differential_test redis_gateway_rules_test
   batch redis_gateway_cluster_test redis_gateway_kinds_test redis_gateway_lease_revoke_test
-        redis_gateway_reply_test
+        redis_gateway_reply_test redis_gateway_tickets_test
   batch redis_cluster_batch_test redis_cluster_failover_safety_test redis_cluster_failover_test
         redis_cluster_routing_test redis_cluster_tryagain_test
   batch fair_holder_split_test fair_newcomer_parts_test region_envelope_test

@@ -67,9 +67,10 @@ TEST_CASE("an operator releases a fair-share reserve to one tenant") {
   const std::string err = dir.path + "/stderr";
   quota::testing::ServerProcess s;
   s.set_stderr(err);
-  REQUIRE(s.start(quota::testing::server_args(
-                      rules, {"--default-route", "call", "--admin-token-file", token_file}),
-                  {"grpc", "http"}));
+  REQUIRE(
+      s.start(quota::testing::server_args(rules, {"--default-route", "call", "--admin-token-file",
+                                                  token_file, "--fresh-budgets-at-start"}),
+              {"grpc", "http"}));
   const int http = s.port("http");
   const std::string release = R"({"rule":"provider","tenant":"acme","units":10,"seconds":60})";
 
