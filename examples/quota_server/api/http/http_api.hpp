@@ -105,15 +105,20 @@ struct HttpApi {
   const HttpListener* listener = nullptr;  // its refusals on /metrics; may be null
 };
 
-// The CheckRequest of a /v1/check body (see the top of this file); InvalidArgument
-// naming the member otherwise. `rule_version` is returned through `expected_version`.
-inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
-                                                     std::int64_t* expected_version) {
+// A request body as one flat JSON object (json.hpp), at most kMaxJsonBytes.
+inline absl::StatusOr<FlatObject> body_object(std::string_view body) {
   if (body.size() > kMaxJsonBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
   }
-  auto object = parse_flat_object(body);
+  return parse_flat_object(body);
+}
+
+// The CheckRequest of a /v1/check body (see the top of this file); InvalidArgument
+// naming the member otherwise. `rule_version` is returned through `expected_version`.
+inline absl::StatusOr<CheckRequest> check_request_of(std::string_view body,
+                                                     std::int64_t* expected_version) {
+  auto object = body_object(body);
   if (!object.ok()) return object.status();
   CheckRequest req;
   for (const auto& [key, v] : *object) {
@@ -160,11 +165,7 @@ struct SettleRequest {
 };
 
 inline absl::StatusOr<SettleRequest> settle_request_of(std::string_view body) {
-  if (body.size() > kMaxJsonBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
-  }
-  auto object = parse_flat_object(body);
+  auto object = body_object(body);
   if (!object.ok()) return object.status();
   SettleRequest req;
   bool ticket = false, actual = false;
@@ -203,11 +204,7 @@ struct ReserveRequest {
 };
 
 inline absl::StatusOr<ReserveRequest> reserve_request_of(std::string_view body) {
-  if (body.size() > kMaxJsonBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("body is %d bytes; at most %d are accepted", body.size(), kMaxJsonBytes));
-  }
-  auto object = parse_flat_object(body);
+  auto object = body_object(body);
   if (!object.ok()) return object.status();
   ReserveRequest req;
   for (const auto& [key, v] : *object) {
