@@ -227,7 +227,7 @@ class Checker {
       return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
     }
     const auto rules = registry_.current();
-    if (auto s = estimate_of(*rules, req); !s.ok()) return s;
+    if (auto s = fill_estimate(*rules, req); !s.ok()) return s;
     const std::optional<std::int64_t> units = req.cost ? req.cost : req.estimate;
     if (units && (*units < 1 || *units > options_.max_cost)) {
       return absl::InvalidArgumentError(absl::StrFormat("%s %d is outside [1, %d] (--max-cost)",
@@ -310,7 +310,6 @@ class Checker {
       return absl::InvalidArgumentError(
           "the rule file is in envoyproxy/ratelimit's format: it has no estimates to settle");
     }
-    if (auto s = gateway::check_id(tenant, "tenant"); !s.ok()) return s;
     if (actual < 0 || actual > options_.max_cost) {
       return absl::InvalidArgumentError(
           absl::StrFormat("actual %d is outside [0, %d] (--max-cost)", actual, options_.max_cost));
@@ -477,7 +476,7 @@ class Checker {
   // the estimate of its prompt_tokens and max_output as its estimate (both required);
   // elsewhere, and beside a cost or an estimate, those two are refused. A cost and an
   // estimate are exclusive.
-  static absl::Status estimate_of(const gateway::RuleSet& rules, CheckRequest& req) {
+  static absl::Status fill_estimate(const gateway::RuleSet& rules, CheckRequest& req) {
     auto route = rules.route(req.route);
     if (!route.ok()) return route.status();
     if (req.cost && req.estimate) {

@@ -63,9 +63,7 @@ inline bool read_memory(redis::Connection& c, RedisMemory& out) {
 inline std::vector<RedisMemory> redis_memory(const redis::GatewayStore& store) {
   std::vector<RedisMemory> out;
   const redis::GatewayStoreOptions& o = store.options();
-  std::shared_ptr<redis::ConnectionPool> pool =
-      o.pool != nullptr ? o.pool : (o.sentinel != nullptr ? o.sentinel->pool() : nullptr);
-  if (pool != nullptr) {
+  if (const std::shared_ptr<redis::ConnectionPool> pool = redis::pool_of(o)) {
     auto lease = pool->acquire();
     RedisMemory m;
     m.node = absl::StrCat(pool->config().host, ":", pool->config().port);

@@ -245,7 +245,9 @@ TEST_CASE("estimates checked at one server and settled at the other stay in the 
 TEST_CASE("docs/llm-budgets.md: an LLM call estimated at one server, settled at the other") {
   std::ifstream in(quota::testing::source_dir() + "/examples/rules/llm-gateway.yaml");
   REQUIRE(in);
-  TwoServers s(std::string(std::istreambuf_iterator<char>(in), {}));
+  quota::testing::TempDir admin("settle-admin");
+  TwoServers s(std::string(std::istreambuf_iterator<char>(in), {}),
+               {"--admin-token-file", admin.write("token", "t0ken\n")});
   const int a = s.a.port("http"), b = s.b.port("http");
   // The gateway counted 1,200 prompt tokens; the caller asked for at most 800 more.
   auto [status, body] = post(a, "/v1/check",
@@ -260,6 +262,25 @@ TEST_CASE("docs/llm-budgets.md: an LLM call estimated at one server, settled at 
         std::pair<int, std::string>{
             200, "{\"estimate\":2000,\"actual\":1350,\"surplus\":650,\"deficit\":0}\n"});
   CHECK(post(a, "/v1/settle", settle_body("acme", ticket, 1350)).first == 409);
+
+  // Step 4, the reserve: the doc's release fits the reserve (33,334 of a 10 s period's
+  // 333,333 tokens); more than what is left does not.
+  const auto release = [&](const std::string& units) {
+    httplib::Client c("127.0.0.1", a);
+    auto r =
+        c.Post("/v1/admin/reserve", {{"Authorization", "Bearer t0ken"}},
+               R"({"rule":"provider-tpm","tenant":"acme","units":)" + units + R"(,"seconds":3600})",
+               "application/json");
+    REQUIRE(r);
+    return std::pair<int, std::string>{r->status, r->body};
+  };
+  CHECK(release("20000") == std::pair<int, std::string>{
+                                200,
+                                "{\"rule\":\"provider-tpm\",\"tenant\":\"acme\",\"units\":20000,"
+                                "\"seconds\":3600}\n"});
+  auto [over, over_body] = release("33335");
+  CHECK(over == 409);
+  CHECK_THAT(over_body, Catch::Matchers::Contains("of its reserve of 33334 left"));
 
   // The same over gRPC (quota.v1.Budget): estimated at b, settled at a, once.
   auto stub = [](int port) {

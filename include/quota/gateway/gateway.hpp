@@ -181,6 +181,7 @@ class Gateway {
       return absl::InvalidArgumentError(
           absl::StrFormat("settle: actual must be in [0, %d] units (got %d)", kMaxUnits, actual));
     }
+    if (auto s = check_id(tenant, "tenant"); !s.ok()) return s;
     auto ticket = tickets_.take(tenant, id, now);
     if (!ticket.ok()) return ticket.status();
     SettleResult out{.estimate = ticket->estimate,

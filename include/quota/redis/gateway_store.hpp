@@ -223,7 +223,7 @@ class GatewayStore : public gateway::Backend {
  private:
   // With a sentinel and no pool: the sentinel's pool (to the primary) as the pool.
   static GatewayStoreOptions with_sentinel_pool(GatewayStoreOptions o) {
-    if (o.sentinel != nullptr && o.pool == nullptr) o.pool = o.sentinel->pool();
+    o.pool = pool_of(o);
     return o;
   }
   Durability durability() const {

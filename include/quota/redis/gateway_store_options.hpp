@@ -77,4 +77,11 @@ struct GatewayStoreOptions {
   std::optional<ClockGuard> clock_guard = std::nullopt;
 };
 
+// The pool a store on `o` calls through: `pool`, else the sentinel's (to the primary it
+// follows); null with a cluster.
+inline std::shared_ptr<ConnectionPool> pool_of(const GatewayStoreOptions& o) {
+  if (o.pool == nullptr && o.sentinel != nullptr) return o.sentinel->pool();
+  return o.pool;
+}
+
 }  // namespace quota::redis

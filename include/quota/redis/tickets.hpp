@@ -106,10 +106,8 @@ class RedisTickets final : public gateway::TicketStore {
       : prefix_(options.prefix),
         ttl_(std::max(std::chrono::ceil<std::chrono::milliseconds>(ttl),
                       std::chrono::milliseconds(1))),
-        script_(kTicketLua,
-                options.sentinel != nullptr && options.pool == nullptr ? options.sentinel->pool()
-                                                                       : options.pool,
-                options.cluster, {.replicas = options.replicas, .timeout = options.replica_timeout},
+        script_(kTicketLua, pool_of(options), options.cluster,
+                {.replicas = options.replicas, .timeout = options.replica_timeout},
                 options.limits) {}
 
   Nanos ttl() const override { return ttl_; }

@@ -64,6 +64,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -106,6 +107,7 @@ struct FairLimitStats {
   std::int64_t too_large = 0;          // costs above the allocator's budget
   std::int64_t exchange_failures = 0;  // allocations on the fallback part (exchange failed)
   std::int64_t late_reports = 0;       // this holder's reports that came after the seal
+  std::int64_t reserve_units = 0;      // the reserve this process may release (release_reserve)
   std::optional<fair::FairShareAllocation> last{};  // the latest allocation
   std::vector<fair::TenantShare> tenants{};         // the current allocation, by tenant
 };
@@ -272,7 +274,7 @@ class FairLimits {
     if (until <= now) {
       return absl::InvalidArgumentError("the release must end after now");
     }
-    const std::int64_t reserve = reserve_of(rule);
+    const std::int64_t reserve = reserve_of(rule.fair_share, rule.policy);
     quota::detail::MutexLock lock(reserves_mu_);
     auto& book = reserves_[rule.name];
     std::int64_t others = 0;
@@ -298,6 +300,7 @@ class FairLimits {
     }
     it->second.units = units;
     it->second.until = until;
+    any_release_.store(true, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
@@ -320,9 +323,10 @@ class FairLimits {
     return out;
   }
 
-  // The reserve of `rule` this process may release: see release_reserve.
-  std::int64_t reserve_of(const Rule& rule) const {
-    const fair::FairShareConfig c = rule.fair_share.config(rule.policy, exchange_ ? 1 : holders_);
+  // The reserve this process may release of a budget with `spec` on `policy`: see
+  // release_reserve.
+  std::int64_t reserve_of(const FairShareSpec& spec, const RulePolicy& policy) const {
+    const fair::FairShareConfig c = spec.config(policy, exchange_ ? 1 : holders_);
     const std::int64_t reserve = c.budget - c.share_capacity();
     return exchange_ ? reserve / holders_ : reserve;
   }
@@ -346,6 +350,7 @@ class FairLimits {
       st.units_in_use = s->share->total_used();
       st.active_tenants = s->share->active_tenants();
       st.tenants = s->share->snapshot();
+      st.reserve_units = reserve_of(s->spec, s->policy);
       out.push_back(std::move(st));
     }
     return out;
@@ -511,15 +516,12 @@ class FairLimits {
   // room; true when it did.
   bool take_reserve(const std::string& rule, std::string_view tenant, std::int64_t units,
                     Nanos now) {
+    // (a gateway whose operator never released anything takes no lock for its refusals)
+    if (!any_release_.load(std::memory_order_relaxed)) return false;
     quota::detail::MutexLock lock(reserves_mu_);
-    auto book = reserves_.find(rule);
-    if (book == reserves_.end()) return false;
-    auto it = book->second.find(quota::detail::to_absl(tenant));
-    if (it == book->second.end() || it->second.until <= now ||
-        it->second.in_use > it->second.units - units) {
-      return false;
-    }
-    it->second.in_use += units;
+    Release* r = find_release(rule, tenant);
+    if (r == nullptr || r->until <= now || r->in_use > r->units - units) return false;
+    r->in_use += units;
     return true;
   }
 
@@ -527,17 +529,24 @@ class FairLimits {
   // not admitted after all).
   void return_reserve(const std::string& rule, std::string_view tenant, std::int64_t units) {
     quota::detail::MutexLock lock(reserves_mu_);
+    if (Release* r = find_release(rule, tenant))
+      r->in_use = std::max<std::int64_t>(0, r->in_use - units);
+  }
+
+  // `tenant`'s release of `rule`'s reserve, or null.
+  Release* find_release(const std::string& rule, std::string_view tenant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reserves_mu_) {
     auto book = reserves_.find(rule);
-    if (book == reserves_.end()) return;
+    if (book == reserves_.end()) return nullptr;
     auto it = book->second.find(quota::detail::to_absl(tenant));
-    if (it != book->second.end())
-      it->second.in_use = std::max<std::int64_t>(0, it->second.in_use - units);
+    return it == book->second.end() ? nullptr : &it->second;
   }
 
   const std::int64_t holders_;
   const std::shared_ptr<FairAsksExchange> exchange_;
   // Taken after a budget's mutex, never before it.
   mutable quota::detail::Mutex reserves_mu_;
+  std::atomic<bool> any_release_{false};  // a release was ever made
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, Release>> reserves_
       ABSL_GUARDED_BY(reserves_mu_);
   mutable quota::detail::Mutex mu_;

@@ -105,9 +105,7 @@ inline std::string render_prometheus(std::span<const FairLimitStats> budgets) {
          [&](const FairLimitStats& s, const auto& emit) { emit(last(s).capacity); });
   family("quota_fair_share_reserve_units", "gauge",
          "The reserve this process may release to tenants (never part of a share).",
-         [](const FairLimitStats& s, const auto& emit) {
-           emit(s.config.budget - s.config.share_capacity());
-         });
+         [](const FairLimitStats& s, const auto& emit) { emit(s.reserve_units); });
   family("quota_fair_share_denials_total", "counter", "Requests refused by the allocator.",
          [](const FairLimitStats& s, const auto& emit) {
            emit(s.over_share, ",reason=\"over_share\"");
