@@ -5,11 +5,12 @@
 // (a ShardedStore in process, its budgets spent at open unless
 // QUOTA_OPT_OUT_RESTART_SAFETY; or a redis::GatewayStore on one server, a Cluster or
 // Sentinel, with failover safety, the clock-step guard, the eviction check and the
-// breaker on unless opted out, under a LeasedBackend so that rules with `lease:` are
-// leased; in QUOTA_MODE_NON_BLOCKING that backend posts every grant request to a
-// RenewalThread of the limiter's and refuses rules without `lease: {mode: on}`), and
-// one gateway::Gateway over it. decide(), settle(), reload() and metrics()
-// are the C calls after their arguments were read (quota.cpp checks pointers and sizes;
+// breaker on unless opted out, WAIT durability and coalescing when asked, under a
+// LeasedBackend so that rules with `lease:` are leased; in QUOTA_MODE_NON_BLOCKING that
+// backend posts every grant request to a RenewalThread of the limiter's and refuses rules
+// without `lease: {mode: on}`), and one gateway::Gateway over it. decide(), settle(),
+// reload() and metrics() are the C calls after their arguments were read (quota.cpp
+// checks pointers and reads the structs at the caller's size, struct_size.hpp;
 // the strings are read here, each with its field's name in errors).
 //
 // Guarantees: those of the Gateway (gateway.hpp): all or nothing over the levels, attempts
@@ -319,6 +320,17 @@ class Limiter {
           "mode: QUOTA_MODE_NON_BLOCKING is for a Redis store (in process nothing blocks)");
     }
     if (kind == QUOTA_STORE_IN_PROCESS) {
+      // Durability and coalescing asked of a store that has neither: refused, not ignored.
+      for (const auto& [field, value] :
+           {std::pair{"redis_replicas", c.redis_replicas},
+            std::pair{"redis_replica_timeout_ms", c.redis_replica_timeout_ms},
+            std::pair{"redis_coalesce", c.redis_coalesce},
+            std::pair{"redis_coalesce_calls", c.redis_coalesce_calls}}) {
+        if (value != 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "%s: %d, but the store is in process (a Redis store's option)", field, value));
+        }
+      }
       const bool fresh = (c.opt_out & QUOTA_OPT_OUT_RESTART_SAFETY) != 0;
       memory_ = std::make_unique<ShardedStore<gateway::KeyPolicy>>(StoreOptions{
           .max_keys = c.max_keys == 0 ? 1'000'000 : static_cast<std::size_t>(c.max_keys),
@@ -335,6 +347,7 @@ class Limiter {
     if (c.redis_connections < 0 || c.redis_connections > 1024) {
       return absl::InvalidArgumentError("redis_connections: outside [0, 1024]");
     }
+    if (auto s = check_durability(c); !s.ok()) return s;
     auto addresses = read(c.redis_addresses, "redis_addresses", 4096);
     auto master = read(c.redis_sentinel_master, "redis_sentinel_master", 256);
     auto username = read(c.redis_username, "redis_username", 256);
@@ -363,6 +376,11 @@ class Limiter {
                             .sentinel_password = std::string(*sentinel_password)};
     if (c.redis_deadline_ms > 0) setup.deadline = std::chrono::milliseconds(c.redis_deadline_ms);
     if (c.redis_connections > 0) setup.connections = static_cast<std::size_t>(c.redis_connections);
+    setup.replicas = static_cast<int>(c.redis_replicas);
+    if (c.redis_replica_timeout_ms > 0)
+      setup.replica_timeout = std::chrono::milliseconds(c.redis_replica_timeout_ms);
+    setup.coalesce = static_cast<int>(c.redis_coalesce);
+    if (c.redis_coalesce_calls > 0) setup.coalesce_calls = static_cast<int>(c.redis_coalesce_calls);
     // The safe defaults of RedisSetup, each opt-out bit turning one off.
     if ((c.opt_out & QUOTA_OPT_OUT_BREAKER) != 0) setup.breaker_failures = 0;
     setup.allow_evicting = (c.opt_out & QUOTA_OPT_OUT_EVICTION_CHECK) != 0;
@@ -372,6 +390,42 @@ class Limiter {
     redis_ = redis::make_gateway_store(setup);
     if (auto s = redis::probe(*redis_, "c-open", 0, SteadyClock{}.now()); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("the store cannot decide: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // WAIT and coalescing (ABI 2's fields) within the bounds quota-server's flags have; a
+  // WAIT timeout must leave the call's deadline room (WAIT runs inside it).
+  static absl::Status check_durability(const quota_config& c) {
+    if (c.redis_replicas < 0 || c.redis_replicas > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("redis_replicas: %d, outside [0, 64]", c.redis_replicas));
+    }
+    if (c.redis_replica_timeout_ms < 0 || c.redis_replica_timeout_ms > 60'000) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "redis_replica_timeout_ms: %d, outside [0, 60000]", c.redis_replica_timeout_ms));
+    }
+    if (c.redis_replicas == 0 && c.redis_replica_timeout_ms != 0) {
+      return absl::InvalidArgumentError("redis_replica_timeout_ms: set without redis_replicas");
+    }
+    const std::int64_t deadline = c.redis_deadline_ms > 0 ? c.redis_deadline_ms : 50;
+    const std::int64_t wait = c.redis_replica_timeout_ms > 0 ? c.redis_replica_timeout_ms : 2;
+    if (c.redis_replicas > 0 && wait >= deadline) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "redis_replica_timeout_ms: %d ms, must be below the deadline's %d ms (WAIT runs "
+          "inside each call's deadline)",
+          wait, deadline));
+    }
+    if (c.redis_coalesce < 0 || c.redis_coalesce > redis::kGatewayMaxCoalesce) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "redis_coalesce: %d, outside [0, %d]", c.redis_coalesce, redis::kGatewayMaxCoalesce));
+    }
+    if (c.redis_coalesce_calls < 0 || c.redis_coalesce_calls > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("redis_coalesce_calls: %d, outside [0, 1024]", c.redis_coalesce_calls));
+    }
+    if (c.redis_coalesce < 2 && c.redis_coalesce_calls != 0) {
+      return absl::InvalidArgumentError("redis_coalesce_calls: set without redis_coalesce >= 2");
     }
     return absl::OkStatus();
   }

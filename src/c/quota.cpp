@@ -1,8 +1,9 @@
 // src/c/quota.cpp — the C interface's functions (quota/c/quota.h): each checks its
-// pointers and struct sizes, enters its handle (handle_table.hpp), calls the Limiter
-// (limiter.hpp) and turns an absl::Status into a quota_code and message. Nothing throws
-// out of a function: what the standard library may still throw (std::bad_alloc) is
-// caught at the boundary and returned as QUOTA_RESOURCE_EXHAUSTED or QUOTA_INTERNAL.
+// pointers and reads its structs at the caller's size (struct_size.hpp), enters its handle
+// (handle_table.hpp), calls the Limiter (limiter.hpp) and turns an absl::Status into a quota_code
+// and message. Nothing throws out of a function: what the standard library may still throw
+// (std::bad_alloc) is caught at the boundary and returned as QUOTA_RESOURCE_EXHAUSTED or
+// QUOTA_INTERNAL.
 #include "quota/c/quota.h"
 
 #include <algorithm>
@@ -16,10 +17,15 @@
 #include "absl/strings/str_format.h"
 #include "handle_table.hpp"
 #include "limiter.hpp"
+#include "struct_size.hpp"
 
 namespace {
 
+using quota::c_api::kFirstSize;
 using quota::c_api::Limiter;
+using quota::c_api::OutStruct;
+using quota::c_api::read_struct;
+using quota::c_api::size_ok;
 
 quota::c_api::HandleTable<Limiter>& handles() {
   static auto* table = new quota::c_api::HandleTable<Limiter>();  // never destroyed: a
@@ -34,7 +40,7 @@ static_assert(QUOTA_MAX_NAME_BYTES == quota::gateway::kMaxNameBytes);
 // Fills `e` (if given and large enough) and returns `code`. A message past the bound is
 // cut where a UTF-8 character starts.
 int32_t fail(quota_error* e, int32_t code, std::string_view message) {
-  if (e != nullptr && e->size >= sizeof(quota_error)) {
+  if (e != nullptr && e->size >= kFirstSize<quota_error>) {
     e->code = code;
     std::size_t n = std::min(message.size(), std::size_t{QUOTA_MESSAGE_BYTES - 1});
     if (n < message.size()) {
@@ -72,24 +78,10 @@ int32_t code_of(const absl::Status& s) {
 
 int32_t fail(quota_error* e, const absl::Status& s) {
   if (s.ok()) {
-    if (e != nullptr && e->size >= sizeof(quota_error)) fail(e, QUOTA_OK, "");
+    if (e != nullptr && e->size >= kFirstSize<quota_error>) fail(e, QUOTA_OK, "");
     return QUOTA_OK;
   }
   return fail(e, code_of(s), std::string_view(s.message().data(), s.message().size()));
-}
-
-// A struct argument: present and at least as large as this version's (ABI 1: the first;
-// a later version keeps accepting these sizes and reads only the fields they cover).
-template <class T>
-bool sized(const T* p) {
-  return p != nullptr && p->size >= sizeof(T);
-}
-
-int32_t bad_struct(quota_error* e, std::string_view what) {
-  return fail(e, QUOTA_INVALID_ARGUMENT,
-              absl::StrFormat("%s: a null pointer, or its size field is below this version's "
-                              "sizeof (set it to sizeof the struct)",
-                              what));
 }
 
 int32_t bad_handle(quota_error* e, quota_handle h) {
@@ -154,8 +146,10 @@ int32_t quota_open(const quota_config* config, quota_handle* out, quota_error* e
   return guarded(error, [&]() -> int32_t {
     if (out == nullptr) return fail(error, QUOTA_INVALID_ARGUMENT, "out: a null pointer");
     *out = 0;
-    if (!sized(config)) return bad_struct(error, "config");
-    auto limiter = Limiter::open(*config);
+    quota_config local;
+    auto c = read_struct(config, local, "config");
+    if (!c.ok()) return fail(error, c.status());
+    auto limiter = Limiter::open(**c);
     if (!limiter.ok()) return fail(error, limiter.status());
     const quota_handle h = handles().open(*std::move(limiter));
     if (h == 0) {
@@ -171,27 +165,34 @@ int32_t quota_open(const quota_config* config, quota_handle* out, quota_error* e
 int32_t quota_decide(quota_handle h, const quota_request* request, quota_decision* out,
                      quota_error* error) {
   return guarded(error, [&]() -> int32_t {
-    if (!sized(request)) return bad_struct(error, "request");
-    if (!sized(out)) return bad_struct(error, "out");
+    quota_request local;
+    auto r = read_struct(request, local, "request");
+    if (!r.ok()) return fail(error, r.status());
+    if (auto s = size_ok(out, "out"); !s.ok()) return fail(error, s);
     auto limiter = handles().enter(h);
     if (!limiter) return bad_handle(error, h);
-    return fail(error, limiter->decide(*request, *out));
+    OutStruct<quota_decision> decision(out);
+    return fail(error, limiter->decide(**r, decision.get()));
   });
 }
 
 int32_t quota_settle(quota_handle h, const quota_settle_request* request, quota_settlement* out,
                      quota_error* error) {
   return guarded(error, [&]() -> int32_t {
-    if (!sized(request)) return bad_struct(error, "request");
-    if (!sized(out)) return bad_struct(error, "out");
+    quota_settle_request local;
+    auto r = read_struct(request, local, "request");
+    if (!r.ok()) return fail(error, r.status());
+    if (auto s = size_ok(out, "out"); !s.ok()) return fail(error, s);
     auto limiter = handles().enter(h);
     if (!limiter) return bad_handle(error, h);
-    auto settled = limiter->settle(*request);
+    auto settled = limiter->settle(**r);
     if (!settled.ok()) return fail(error, settled.status());
-    out->estimate = settled->estimate;
-    out->actual = settled->actual;
-    out->surplus = settled->surplus;
-    out->deficit = settled->deficit;
+    OutStruct<quota_settlement> settlement(out);
+    quota_settlement& o = settlement.get();
+    o.estimate = settled->estimate;
+    o.actual = settled->actual;
+    o.surplus = settled->surplus;
+    o.deficit = settled->deficit;
     return fail(error, absl::OkStatus());
   });
 }
@@ -199,10 +200,12 @@ int32_t quota_settle(quota_handle h, const quota_settle_request* request, quota_
 int32_t quota_reload(quota_handle h, const quota_rules* rules, uint64_t* version,
                      quota_error* error) {
   return guarded(error, [&]() -> int32_t {
-    if (!sized(rules)) return bad_struct(error, "rules");
+    quota_rules local;
+    auto r = read_struct(rules, local, "rules");
+    if (!r.ok()) return fail(error, r.status());
     auto limiter = handles().enter(h);
     if (!limiter) return bad_handle(error, h);
-    auto v = limiter->reload(rules->path, rules->text);
+    auto v = limiter->reload((*r)->path, (*r)->text);
     if (!v.ok()) return fail(error, v.status());
     if (version != nullptr) *version = *v;
     return fail(error, absl::OkStatus());

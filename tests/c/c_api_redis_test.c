@@ -2,8 +2,10 @@
  * "main" server, its port in $QUOTA_REDIS_DIR/port), with the safe defaults (failover
  * safety, the clock-step guard, the eviction check, the breaker): two limiters share
  * one budget exactly, an attempt decided through one is replayed through the other,
- * the HTTP answer and metrics come as in process, and a rule the store cannot take
- * safely (sliding_log under failover safety) is refused at open and at reload. */
+ * the HTTP answer and metrics come as in process, a rule the store cannot take
+ * safely (sliding_log under failover safety) is refused at open and at reload, WAIT for
+ * a replica this server does not have refuses to decide, and coalescing decides
+ * exactly. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdint.h>
@@ -139,11 +141,47 @@ static void test_sliding_log_refused_under_failover_safety(void) {
   CHECK_CODE(quota_close(h, &err), QUOTA_OK);
 }
 
+static void test_wait_and_coalesce(void) {
+  quota_error err = new_error();
+  quota_handle h = 0;
+  quota_config c = new_config();
+  char other[80];
+  quota_request r;
+  quota_decision d = new_decision();
+  int allowed = 0;
+  int i;
+  c.rules_text = quota_s(kRules);
+  c.store = QUOTA_STORE_REDIS;
+  c.redis_addresses = quota_s(address);
+  c.redis_deadline_ms = 1000;
+  /* The tests' server has no replica: no write is acknowledged, so nothing is decided
+   * (open's probe decision included). */
+  c.redis_replicas = 1;
+  c.redis_replica_timeout_ms = 20;
+  CHECK_CODE(quota_open(&c, &h, &err), QUOTA_UNAVAILABLE);
+  CHECK(strstr(err.message, "acknowledged by 0 of the 1 replicas") != NULL);
+  c.redis_replicas = 0;
+  c.redis_replica_timeout_ms = 0;
+  c.redis_coalesce = 8;
+  c.redis_coalesce_calls = 1;
+  CHECK_CODE(quota_open(&c, &h, &err), QUOTA_OK);
+  snprintf(other, sizeof other, "%s-coalesce", tenant);
+  r = new_request(other, "free", "read", 0);
+  r.flags = 0;
+  for (i = 0; i < 12; ++i) {
+    CHECK_CODE(quota_decide(h, &r, &d, &err), QUOTA_OK);
+    allowed += d.allowed;
+  }
+  CHECK(allowed == 10);
+  CHECK_CODE(quota_close(h, &err), QUOTA_OK);
+}
+
 int main(void) {
   read_address();
   test_two_limiters_share_one_budget();
   test_attempt_shared_through_redis();
   test_sliding_log_refused_under_failover_safety();
+  test_wait_and_coalesce();
   printf("c_api_redis_test: %d checks passed\n", checks_passed);
   return 0;
 }

@@ -36,7 +36,7 @@ import (
 	"unsafe"
 )
 
-const abiVersion = 1 // the QUOTA_ABI_VERSION this package is written for
+const abiVersion = 2 // the QUOTA_ABI_VERSION this package is written for (or later)
 
 // StoreKind is where the budgets are kept (quota_store_kind).
 type StoreKind int32
@@ -93,6 +93,15 @@ type Config struct {
 	MaxKeys               int64         // in process: keys kept; 0: 1,000,000
 	OptOut                OptOut
 	NonBlocking           bool // Decide does no network I/O (a Redis store, leased rules)
+
+	// Durability: every write waits (WAIT) for this many replicas, else the route's fail
+	// mode; 0: no WAIT. RedisReplicaTimeout: WAIT's timeout, below the deadline; 0: 2 ms.
+	RedisReplicas       int64
+	RedisReplicaTimeout time.Duration
+	// Coalescing: up to RedisCoalesce calls per round trip while RedisCoalesceCalls
+	// round trips are in flight; 0: off (calls 0: 2).
+	RedisCoalesce      int64
+	RedisCoalesceCalls int64
 }
 
 // Request is one request of an authenticated identity on a route.
@@ -172,13 +181,18 @@ func withStrings(ss []string, f func(s []C.quota_str)) {
 
 // Open loads the rules and reaches the store.
 func Open(c Config) (*Limiter, error) {
-	if v := C.quota_abi_version(); v != abiVersion {
+	if v := C.quota_abi_version(); v < abiVersion {
 		return nil, &Error{Code: CodeFailedPrecondition, Name: "QUOTA_FAILED_PRECONDITION",
-			Message: fmt.Sprintf("libquota_c's ABI is version %d, this package needs %d", v, abiVersion)}
+			Message: fmt.Sprintf("libquota_c's ABI is version %d, this package needs %d or later", v, abiVersion)}
 	}
 	cfg := C.quota_config{size: C.sizeof_quota_config, store: C.int32_t(c.Store),
 		opt_out: C.uint32_t(c.OptOut), redis_connections: C.int64_t(c.RedisConnections),
-		max_keys: C.int64_t(c.MaxKeys)}
+		max_keys: C.int64_t(c.MaxKeys), redis_replicas: C.int64_t(c.RedisReplicas),
+		redis_coalesce: C.int64_t(c.RedisCoalesce), redis_coalesce_calls: C.int64_t(c.RedisCoalesceCalls)}
+	cfg.redis_replica_timeout_ms = C.int64_t(c.RedisReplicaTimeout / time.Millisecond)
+	if c.RedisReplicaTimeout%time.Millisecond > 0 {
+		cfg.redis_replica_timeout_ms++ // up, as the deadline
+	}
 	if c.NonBlocking {
 		cfg.mode = C.QUOTA_MODE_NON_BLOCKING
 	}

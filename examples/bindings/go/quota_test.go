@@ -278,6 +278,15 @@ func TestUnreachableStore(t *testing.T) {
 	wantError(t, err, quota.CodeInvalidArgument, "redis_addresses")
 }
 
+func TestDurabilityOptions(t *testing.T) {
+	// ABI 2's fields reach the library: WAIT asked of an in-process store is refused by name.
+	_, err := quota.Open(quota.Config{RulesText: rules, RedisReplicas: 1})
+	wantError(t, err, quota.CodeInvalidArgument, "redis_replicas: 1, but the store is in process")
+	_, err = quota.Open(quota.Config{RulesText: rules, Store: quota.Redis, RedisAddresses: "127.0.0.1:1",
+		RedisReplicas: 1, RedisReplicaTimeout: 80 * time.Millisecond})
+	wantError(t, err, quota.CodeInvalidArgument, "below the deadline's 50 ms")
+}
+
 func TestRestartSafetyByDefault(t *testing.T) {
 	l, err := quota.Open(quota.Config{RulesText: rules})
 	if err != nil {

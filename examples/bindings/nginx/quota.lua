@@ -32,6 +32,8 @@ typedef struct quota_config {
   quota_str redis_addresses; quota_str redis_sentinel_master; quota_str redis_username;
   quota_str redis_password; quota_str redis_sentinel_password;
   int64_t redis_deadline_ms; int64_t redis_connections; int64_t max_keys; int32_t mode;
+  int64_t redis_replicas; int64_t redis_replica_timeout_ms; int64_t redis_coalesce;
+  int64_t redis_coalesce_calls;
 } quota_config;
 typedef struct quota_request {
   size_t size; quota_str tenant; quota_str plan; quota_str user; quota_str route;
@@ -60,7 +62,7 @@ int32_t quota_close(quota_handle h, quota_error* error);
 
 local M = {}
 
-local kAbi = 1
+local kAbi = 2  -- the QUOTA_ABI_VERSION of the structs above (a later library serves it)
 local kRequestCost = 1
 local kRequestHttp = 8
 local kBufferTooSmall = 6
@@ -71,8 +73,9 @@ local kOptOut = { restart_safety = 1, failover_safety = 2, clock_guard = 4,
 
 -- The library: QUOTA_C_LIBRARY's path, else libquota_c from the loader's path.
 local lib = ffi.load(os.getenv("QUOTA_C_LIBRARY") or "quota_c")
-if lib.quota_abi_version() ~= kAbi then
-  error("quota: libquota_c has ABI " .. lib.quota_abi_version() .. ", this module wants " .. kAbi)
+if lib.quota_abi_version() < kAbi then
+  error("quota: libquota_c has ABI " .. lib.quota_abi_version() .. ", this module needs " .. kAbi
+        .. " or later")
 end
 
 -- Per worker, reused by every call (a worker runs one request's Lua at a time).
@@ -106,9 +109,11 @@ end
 
 -- Opens a limiter: opts.rules_path or opts.rules_text; opts.store ("memory", "redis",
 -- "redis-cluster", "redis-sentinel"), opts.redis_addresses, opts.redis_sentinel_master,
--- opts.redis_password, opts.redis_deadline_ms; opts.mode ("blocking", or "non-blocking":
--- decide never waits on Redis, every rule leased); opts.opt_out, a list of names
--- ("restart_safety", ...). Returns the limiter, or nil and the error.
+-- opts.redis_password, opts.redis_deadline_ms, opts.redis_replicas and
+-- opts.redis_replica_timeout_ms (WAIT), opts.redis_coalesce and opts.redis_coalesce_calls;
+-- opts.mode ("blocking", or "non-blocking": decide never waits on Redis, every rule
+-- leased); opts.opt_out, a list of names ("restart_safety", ...). Returns the limiter, or
+-- nil and the error.
 function M.open(opts)
   local store = kStores[opts.store or "memory"]
   if store == nil then return nil, "quota: unknown store " .. tostring(opts.store) end
@@ -125,6 +130,10 @@ function M.open(opts)
   c.store = store
   c.mode = kModes[opts.mode or "blocking"] or -1  -- an unknown mode: the library's error
   c.redis_deadline_ms = opts.redis_deadline_ms or 0
+  c.redis_replicas = opts.redis_replicas or 0
+  c.redis_replica_timeout_ms = opts.redis_replica_timeout_ms or 0
+  c.redis_coalesce = opts.redis_coalesce or 0
+  c.redis_coalesce_calls = opts.redis_coalesce_calls or 0
   for _, name in ipairs(opts.opt_out or {}) do
     local flag = kOptOut[name]
     if flag == nil then return nil, "quota: unknown opt_out " .. tostring(name) end
@@ -136,8 +145,6 @@ function M.open(opts)
   return { handle = h[0] }
 end
 
--- Decides one request: {tenant, plan, route, user, cost}. Returns the decision (a
--- table), or nil and the error.
 -- Decides `r` into the worker's `decision` cdata; the code (0: decided), and the error.
 local function decide_into(limiter, r)
   request.size = kRequestSize

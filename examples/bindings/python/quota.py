@@ -3,7 +3,7 @@
 A Limiter opens the shared library's limiter from a rule file (or its text) and a store,
 then decides one request per call; a denial is a Decision, every error code a QuotaError
 (code, name, message). The library is the file named by $QUOTA_C_LIBRARY, else
-ctypes.util.find_library("quota_c"); its quota_abi_version() must be 1.
+ctypes.util.find_library("quota_c"); its quota_abi_version() must be at least 2.
 
 Thread safety: every call may be made from any thread at once on one Limiter (ctypes
 releases the GIL; the library is thread-safe). close() closes the handle once: later
@@ -20,7 +20,7 @@ import dataclasses
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # the header's QUOTA_ABI_VERSION these structs follow
 (OK, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, FAILED_PRECONDITION, BAD_HANDLE,
  BUFFER_TOO_SMALL, RESOURCE_EXHAUSTED, INTERNAL) = range(9)
 STORES = {"memory": 0, "redis": 1, "redis-cluster": 2, "redis-sentinel": 3}
@@ -45,7 +45,10 @@ class QuotaConfig(ctypes.Structure):
                 ("redis_sentinel_master", QuotaStr), ("redis_username", QuotaStr),
                 ("redis_password", QuotaStr), ("redis_sentinel_password", QuotaStr),
                 ("redis_deadline_ms", c_int64), ("redis_connections", c_int64),
-                ("max_keys", c_int64), ("mode", c_int32)]
+                ("max_keys", c_int64), ("mode", c_int32),
+                # ABI 2
+                ("redis_replicas", c_int64), ("redis_replica_timeout_ms", c_int64),
+                ("redis_coalesce", c_int64), ("redis_coalesce_calls", c_int64)]
 
 
 class QuotaRequest(ctypes.Structure):
@@ -102,8 +105,9 @@ def _load():
     except (OSError, AttributeError) as e:
         raise ImportError(f"quota: cannot load the C interface from {path}: {e}") from e
     version.restype, version.argtypes = c_uint32, []
-    if version() != ABI_VERSION:
-        raise ImportError(f"quota: {path} has ABI version {version()}, not {ABI_VERSION}")
+    if version() < ABI_VERSION:
+        raise ImportError(f"quota: {path} has ABI version {version()}, this module needs "
+                          f"{ABI_VERSION} or later")
     P, E = ctypes.POINTER, ctypes.POINTER(QuotaErrorStruct)
     for name, args in {
             "quota_open": [P(QuotaConfig), P(c_uint64), E],
@@ -182,7 +186,9 @@ class Limiter:
     def __init__(self, *, rules_path=None, rules_text=None, store="memory",
                  redis_addresses=None, redis_sentinel_master=None, redis_username=None,
                  redis_password=None, redis_sentinel_password=None, redis_deadline_ms=0,
-                 redis_connections=0, max_keys=0, opt_out=frozenset(), mode="blocking"):
+                 redis_connections=0, redis_replicas=0, redis_replica_timeout_ms=0,
+                 redis_coalesce=0, redis_coalesce_calls=0, max_keys=0, opt_out=frozenset(),
+                 mode="blocking"):
         if store not in STORES:
             raise ValueError(f"store: {store!r}, one of {sorted(STORES)}")
         if mode not in MODES:
@@ -197,6 +203,8 @@ class Limiter:
         c.redis_username, c.redis_password = _str(redis_username, keep), _str(redis_password, keep)
         c.redis_sentinel_password = _str(redis_sentinel_password, keep)
         c.redis_deadline_ms, c.redis_connections = redis_deadline_ms, redis_connections
+        c.redis_replicas, c.redis_replica_timeout_ms = redis_replicas, redis_replica_timeout_ms
+        c.redis_coalesce, c.redis_coalesce_calls = redis_coalesce, redis_coalesce_calls
         c.max_keys, c.mode = max_keys, MODES[mode]
         handle = c_uint64(0)
         self._closed, self._lock = False, threading.Lock()

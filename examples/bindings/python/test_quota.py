@@ -150,6 +150,15 @@ class LimiterTest(unittest.TestCase):
                             store="redis", redis_addresses="127.0.0.1")
         self.assertIn("redis_addresses", e.message)
 
+    def test_durability_options_reach_the_library(self):
+        # ABI 2's fields pass through: WAIT asked of an in-process store is refused by name.
+        e = self.assertCode(quota.INVALID_ARGUMENT, quota.Limiter, rules_text=RULES,
+                            redis_replicas=1)
+        self.assertIn("redis_replicas: 1, but the store is in process", e.message)
+        e = self.assertCode(quota.INVALID_ARGUMENT, quota.Limiter, rules_text=RULES,
+                            store="redis", redis_addresses="127.0.0.1:1", redis_coalesce=5000)
+        self.assertIn("redis_coalesce: 5000", e.message)
+
     def test_options_checked(self):
         with self.assertRaises(ValueError):
             quota.Limiter(rules_text=RULES, store="disk")

@@ -8,9 +8,12 @@
  * Contract:
  *   - Plain C99: no C++ in this header; every string is a pointer and a length (need not
  *     end in NUL); every struct the library reads or fills starts with its `size`, set by
- *     the caller to sizeof(the struct) as it was compiled: a later version adds fields at
- *     the end, reads and fills only those the size covers, and accepts the sizes of
- *     this one. quota_abi_version() is QUOTA_ABI_VERSION of the library loaded.
+ *     the caller to sizeof(the struct) as it was compiled. Versions only add fields at a
+ *     struct's end: the library reads and fills the fields the size covers (a field past
+ *     it reads as 0, its default), refuses a size below the struct's first version, and
+ *     refuses an input struct with a nonzero field it does not know (a host built with a
+ *     newer header asking for what this library lacks). A host checks
+ *     quota_abi_version() >= the QUOTA_ABI_VERSION it was built with.
  *   - Errors are codes (quota_code) with a message in an optional quota_error; nothing is
  *     thrown across the boundary, no call crashes on bad input (null pointers, a length
  *     that covers a NUL or passes a bound, an unknown route, a cost below 1, a closed
@@ -52,8 +55,10 @@ extern "C" {
 #define QUOTA_C_API
 #endif
 
-/* The interface this header describes; quota_abi_version() is the library's. */
-#define QUOTA_ABI_VERSION 1u
+/* The interface this header describes; quota_abi_version() is the library's. Each
+ * version only adds (2: quota_config's redis_replicas ... redis_coalesce_calls); the
+ * shared library's soname stays libquota_c.so.1. */
+#define QUOTA_ABI_VERSION 2u
 
 /* Bounds (the C++ library's): tenant and user ids, plan, route and rule names. Ids and
  * names are bytes of [A-Za-z0-9._@-]; an attempt id, printable ASCII but space. */
@@ -163,6 +168,15 @@ typedef struct quota_config {
   int64_t redis_connections; /* per node; 0: 4 */
   int64_t max_keys;          /* in process: keys kept; 0: 1,000,000 */
   int32_t mode;              /* quota_mode (non-blocking: a Redis store) */
+  /* ABI 2. Durability: every write waits (WAIT) until this many replicas acknowledged
+   * it, else the decision is the route's fail mode; 0: no WAIT. */
+  int64_t redis_replicas;
+  int64_t redis_replica_timeout_ms; /* WAIT's timeout, below the deadline; 0: 2 ms */
+  /* Coalescing, for a host with many threads: while redis_coalesce_calls round trips
+   * are in flight, further calls go together, up to redis_coalesce per round trip (each
+   * still its own atomic script call); 0 or 1: off. */
+  int64_t redis_coalesce;
+  int64_t redis_coalesce_calls; /* 0: 2 */
 } quota_config;
 
 /* quota_request.flags (another bit: an error) */
@@ -211,7 +225,7 @@ typedef struct quota_decision {
 
 /* quota_settle: the actual cost of an admitted estimate. */
 typedef struct quota_settle_request {
-  size_t size;     /* sizeof(quota_settle_request) */
+  size_t size;      /* sizeof(quota_settle_request) */
   quota_str tenant; /* the tenant the estimate was decided for: another's ticket is refused */
   uint64_t ticket;
   int64_t actual; /* whole units >= 0 */
@@ -246,7 +260,7 @@ typedef struct quota_error {
 /* A handle on an open limiter; 0 is never one. */
 typedef uint64_t quota_handle;
 
-/* The library's QUOTA_ABI_VERSION: a host built against another refuses to run. */
+/* The library's QUOTA_ABI_VERSION: a host built against a newer one refuses to run. */
 QUOTA_C_API uint32_t quota_abi_version(void);
 
 /* "QUOTA_OK", "QUOTA_INVALID_ARGUMENT", ...; "QUOTA_UNKNOWN_CODE" otherwise. */
