@@ -13,9 +13,11 @@
 // Checks, on every call:
 //   - the return code is a quota_code; a quota_error of this version's size says the
 //     same code and, on an error, a message of message_len == strlen(message) bytes,
-//     1 to QUOTA_MESSAGE_BYTES - 1; a struct smaller than this version's, and the bytes
-//     past this version's in a larger one, are never written;
-//   - a closed or unknown handle is QUOTA_BAD_HANDLE; a null or too small struct, a string
+//     1 to QUOTA_MESSAGE_BYTES - 1; a struct smaller than its first version's is never
+//     written, nor is an input; a larger output's bytes past this version's are zeroed
+//     by a call that succeeds (input structs come at any size: c_api_input.hpp's Sized);
+//   - a closed or unknown handle is QUOTA_BAD_HANDLE; a null or too small struct, a larger
+//     input with a byte set past this version's, a string
 //     that is null with a length, past its bound or with a NUL inside, an empty tenant,
 //     plan or route, an unknown flag bit, a cost or estimate below 1, both of them:
 //     QUOTA_INVALID_ARGUMENT (a cost below 1 is never decided);
@@ -243,8 +245,9 @@ class Session {
     Limiter* l = find(h);
     const std::int32_t rc = quota_decide(h, req.get(), out.get(), err.get());
     check_error(err, rc, "quota_decide");
-    check_code(rc, "quota_decide", req.full() && out.full(), l != nullptr, invalid);
-    expect(out.untouched(),
+    check_code(rc, "quota_decide", req.accepted_input() && out.taken(), l != nullptr, invalid);
+    expect(req.untouched(), "quota_decide: wrote into the request");
+    expect(rc == QUOTA_OK ? out.untouched(true) : out.untouched_or_zeroed(),
            absl::StrCat("quota_decide: wrote past a quota_decision of ", out.str()));
     expect(!(with_cost && r.cost < 1 && rc == QUOTA_OK), "quota_decide: a cost below 1 decided");
     if (rc != QUOTA_OK) return;
@@ -348,10 +351,11 @@ class Session {
     req.set(r);
     const std::int32_t rc = quota_settle(h, req.get(), out.get(), err.get());
     check_error(err, rc, "quota_settle");
-    check_code(rc, "quota_settle", req.full() && out.full(), l != nullptr,
+    check_code(rc, "quota_settle", req.accepted_input() && out.taken(), l != nullptr,
                r.actual < 0 || (r.flags & ~std::uint32_t{QUOTA_REQUEST_NOW}) != 0 ||
                    bad_time(r.flags, r.now_ns) || !tenant_shaped);
-    expect(out.untouched(),
+    expect(req.untouched(), "quota_settle: wrote into the request");
+    expect(rc == QUOTA_OK ? out.untouched(true) : out.untouched_or_zeroed(),
            absl::StrCat("quota_settle: wrote past a quota_settlement of ", out.str()));
     if (rc != QUOTA_OK) return;
     auto it = l->tickets.find(r.ticket);
@@ -455,7 +459,7 @@ class Session {
     check_error(err, rc, "quota_reload");
     expect(rules.untouched(), "quota_reload: wrote into the quota_rules");
     const bool invalid = !path.shaped || !text.shaped || (path.s.len == 0) == (text.s.len == 0);
-    check_code(rc, "quota_reload", rules.full(), l != nullptr, invalid);
+    check_code(rc, "quota_reload", rules.accepted_input(), l != nullptr, invalid);
     expect(!(rc == QUOTA_OK && path.s.len != 0), "quota_reload: a path that cannot be read loaded");
     if (rc != QUOTA_OK) return;
     const std::uint64_t before = l->version;
@@ -562,6 +566,11 @@ class Session {
     c.mode = mb % 4 != 0   ? QUOTA_MODE_BLOCKING
              : mb % 8 == 0 ? QUOTA_MODE_NON_BLOCKING
                            : static_cast<std::int32_t>(in_.u64());
+    // ABI 2's fields, mostly not given (refused in process when they are).
+    if (in_.byte() % 8 == 0) c.redis_replicas = value(in_);
+    if (in_.byte() % 8 == 0) c.redis_replica_timeout_ms = value(in_);
+    if (in_.byte() % 8 == 0) c.redis_coalesce = value(in_);
+    if (in_.byte() % 8 == 0) c.redis_coalesce_calls = value(in_);
     config.set(c);
     const bool null_out = in_.byte() % 16 == 0;
     if (open_count() >= kMaxHandles) return;
@@ -571,15 +580,21 @@ class Session {
     expect(config.untouched(), "quota_open: wrote into the config");
     // Refused before the rules are read: INVALID_ARGUMENT. After (a rule file that does
     // not exist is NOT_FOUND first): never opened.
-    const bool invalid = config.null() || !config.full() || null_out || !path.shaped ||
+    const bool invalid = config.null() || !config.accepted_input() || null_out || !path.shaped ||
                          !text.shaped || (path.s.len == 0) == (text.s.len == 0);
     expect(!invalid || rc == QUOTA_INVALID_ARGUMENT, "quota_open: invalid arguments" + got(rc));
     if (!null_out && rc != QUOTA_OK) expect(h == 0, "quota_open: an error, and *out not 0");
     if (rc != QUOTA_OK) return;
-    expect(c.store == QUOTA_STORE_IN_PROCESS && path.s.len == 0 && c.max_keys >= 0 &&
-               (c.opt_out & ~kOptOuts) == 0 && c.mode == QUOTA_MODE_BLOCKING,
-           absl::StrFormat("quota_open: opened store %d, max_keys %d, opt_out %#x, mode %d",
-                           c.store, c.max_keys, c.opt_out, c.mode));
+    // What the library read: the fields the size covers, later ones 0.
+    const quota_config r = config.as_read();
+    expect(r.store == QUOTA_STORE_IN_PROCESS && path.s.len == 0 && r.max_keys >= 0 &&
+               (r.opt_out & ~kOptOuts) == 0 && r.mode == QUOTA_MODE_BLOCKING &&
+               r.redis_replicas == 0 && r.redis_replica_timeout_ms == 0 && r.redis_coalesce == 0 &&
+               r.redis_coalesce_calls == 0,
+           absl::StrFormat("quota_open: opened store %d, max_keys %d, opt_out %#x, mode %d, "
+                           "replicas %d, coalesce %d",
+                           r.store, r.max_keys, r.opt_out, r.mode, r.redis_replicas,
+                           r.redis_coalesce));
     expect(h != 0, "quota_open: handle 0");
     for (const Limiter& l : limiters_) {
       expect(l.h != h, absl::StrFormat("quota_open: handle %d given again", h));

@@ -194,73 +194,110 @@ inline Field string_field(Input& in, Arena& a, std::span<const char* const> word
   }
 }
 
+// The size each struct had in ABI 1, its first version (the header's contract: a size
+// below it is refused). quota_config grew in ABI 2.
+template <class T>
+inline constexpr std::size_t kFirstBytes = sizeof(T);
+template <>
+inline constexpr std::size_t kFirstBytes<quota_config> = offsetof(quota_config, redis_replicas);
+
+// How a host passes a struct: `bytes` bytes (0: a null pointer), the bytes past this
+// version's struct (when larger) filled with `tail`.
+struct Shape {
+  std::size_t bytes = 0;
+  unsigned char tail = kFill;
+};
+
 // A struct as a host built against some version of the header passes it: `bytes` bytes
 // (0: a null pointer) with its size field saying so, allocated to exactly that, the
-// bytes not set filled with kFill. Smaller than this version's: the library must write
-// none of it; larger: none of what is past this version's.
+// bytes not set filled with kFill (past this version's struct: the shape's tail). The
+// contract: a size below the first version's is refused and nothing of it written; a
+// larger input whose tail is not all 0 (a field this library does not know) is refused;
+// an input is never written; an output larger than this version's gets its tail zeroed
+// by a call that succeeds.
 template <class T>
 class Sized {
  public:
-  explicit Sized(std::size_t bytes)
-      : bytes_(bytes == 0 ? 0 : std::max(bytes, sizeof(std::size_t))),
+  explicit Sized(Shape shape)
+      : bytes_(shape.bytes == 0 ? 0 : std::max(shape.bytes, sizeof(std::size_t))),
+        tail_(shape.tail),
         buf_(bytes_ == 0 ? nullptr : new unsigned char[bytes_]) {
     if (buf_ == nullptr) return;
     std::memset(buf_.get(), kFill, bytes_);
-    if (full()) {
-      T zero;
-      std::memset(&zero, 0, sizeof zero);
-      std::memcpy(buf_.get(), &zero, sizeof zero);
-    }
+    if (bytes_ > sizeof(T)) std::memset(buf_.get() + sizeof(T), tail_, bytes_ - sizeof(T));
+    if (taken()) std::memset(buf_.get(), 0, std::min(bytes_, sizeof(T)));
     std::memcpy(buf_.get(), &bytes_, sizeof bytes_);
   }
 
-  // The struct's size: 0 for null, this version's mostly, else too small or larger.
-  static std::size_t pick(Input& in) {
+  // The struct's shape: null, this version's mostly, else too small, between the first
+  // version's and this one's, or larger with a zero tail or another.
+  static Shape pick(Input& in) {
     switch (in.byte() % 16) {
       case 0:
-        return 0;
+        return {};
       case 1:
-        return sizeof(T) - 1;
+        return {.bytes = kFirstBytes<T> - 1};
       case 2:
-        return sizeof(std::size_t);
+        return {.bytes = sizeof(std::size_t)};
       case 3:
-        return sizeof(std::size_t) + in.byte() % (sizeof(T) - sizeof(std::size_t));
+        return {.bytes = sizeof(std::size_t) + in.byte() % (kFirstBytes<T> - sizeof(std::size_t))};
       case 4:
-        return sizeof(T) + 1 + in.byte() % 64;
+        return {.bytes = sizeof(T) + 1 + in.byte() % 64};
+      case 5:
+        return {.bytes = sizeof(T) + 1 + in.byte() % 64, .tail = 0};
+      case 6:
+        return {.bytes = kFirstBytes<T> + in.byte() % (sizeof(T) - kFirstBytes<T> + 1)};
       default:
-        return sizeof(T);
+        return {.bytes = sizeof(T)};
     }
   }
 
   bool null() const { return buf_ == nullptr; }
+  // At least the first version's size: the library reads or fills it.
+  bool taken() const { return bytes_ >= kFirstBytes<T>; }
+  // Every field of this version present (value() may be read).
   bool full() const { return bytes_ >= sizeof(T); }
+  // An input the library must accept: taken, and nothing unknown set past this version's.
+  bool accepted_input() const { return taken() && (bytes_ <= sizeof(T) || tail_ == 0); }
   T* get() const { return reinterpret_cast<T*>(buf_.get()); }
   const T& value() const { return *get(); }
+  // The struct as the library reads it: the bytes the size covers, later fields 0.
+  T as_read() const {
+    T t;
+    std::memset(&t, 0, sizeof t);
+    if (buf_ != nullptr) std::memcpy(&t, buf_.get(), std::min(bytes_, sizeof(T)));
+    return t;
+  }
 
-  // Copies this version's fields of `t` in (when it has them), keeping the size field.
+  // Copies `t`'s fields in, as far as the struct reaches when taken, keeping the size.
   void set(const T& t) {
-    if (!full()) return;
-    std::memcpy(buf_.get(), &t, sizeof t);
+    if (!taken()) return;
+    std::memcpy(buf_.get(), &t, std::min(bytes_, sizeof(T)));
     std::memcpy(buf_.get(), &bytes_, sizeof bytes_);
   }
 
-  // Whether what the library must not write still holds kFill: all but the size field
-  // of a small struct, the bytes past this version's of a larger one.
-  bool untouched() const {
+  // Whether what the library must not write still holds its fill: all but the size field
+  // of a struct below the first version's, the bytes past this version's of a larger one
+  // (`zeroed`: an output's after a call that succeeded, which must be 0).
+  bool untouched(bool zeroed = false) const {
     if (buf_ == nullptr) return true;
-    const std::size_t from = full() ? sizeof(T) : sizeof(std::size_t);
+    const std::size_t from = taken() ? std::min(bytes_, sizeof(T)) : sizeof(std::size_t);
     for (std::size_t i = from; i < bytes_; ++i) {
-      if (buf_[i] != kFill) return false;
+      const unsigned char want = !taken() ? kFill : zeroed ? 0 : tail_;
+      if (buf_[i] != want) return false;
     }
     std::size_t size = 0;
     std::memcpy(&size, buf_.get(), sizeof size);
     return size == bytes_;
   }
+  // An output after a call that failed: its tail as filled, or zeroed.
+  bool untouched_or_zeroed() const { return untouched(false) || untouched(true); }
 
   std::string str() const { return absl::StrFormat("%d of %d bytes", bytes_, sizeof(T)); }
 
  private:
   std::size_t bytes_;
+  unsigned char tail_;
   std::unique_ptr<unsigned char[]> buf_;
 };
 
