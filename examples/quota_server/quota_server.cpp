@@ -7,7 +7,8 @@
 //         /metrics (http_api.hpp, on the listener of http_listener.hpp), POST /json
 //         (envoyproxy/ratelimit's JSON API: envoy_json.hpp)
 //
-// main() wires the parts, each in its own header: options.hpp (flags), rules_admin.hpp
+// main() wires the parts of the service (the library quota_server_service), each declared
+// in its own header and defined in the .cpp beside it: options.hpp (flags), rules_admin.hpp
 // (the subcommands publish and instances), rule_sources.hpp (the rules: the file, hot
 // reloaded, or with --rules-from-redis the version published in Redis, followed),
 // redis_backend.hpp (--redis*: the budgets in Redis, errors counted by kind),

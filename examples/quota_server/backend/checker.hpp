@@ -41,11 +41,9 @@
 //   auto c = checker.check(pin, *req, clock.now());  // c->result.decision.allowed, ...
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,36 +51,31 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "backend/counted_redis_store.hpp"
-#include "backend/envoy_redis.hpp"
-#include "backend/fair_exchange.hpp"
-#include "backend/redis_leases.hpp"
-#include "backend/redis_memory.hpp"
 #include "quota/clock.hpp"
 #include "quota/gateway/gateway.hpp"
 #include "quota/gateway/key_state.hpp"
-#include "quota/gateway/leases/lease_revocation.hpp"
-#include "quota/gateway/metrics.hpp"
-#include "quota/gateway/rules/estimate_formula.hpp"
 #include "quota/gateway/rules/rule_registry.hpp"
 #include "quota/gateway/rules/rules.hpp"
 #include "quota/http.hpp"
-#include "quota/redis/gateway_store.hpp"
-#include "quota/redis/gateway_store_setup.hpp"
-#include "quota/redis/tickets.hpp"
+#include "quota/redis/transport/node_watch.hpp"
 #include "quota/store/sharded_store.hpp"
 #include "rules/envoy_rules.hpp"
 
+namespace quota::gateway {
+class LeaseMetrics;
+}  // namespace quota::gateway
+
 namespace quota::server {
+
+class CountedRedisStore;  // counted_redis_store.hpp
+struct RedisLeases;       // redis_leases.hpp
+struct RedisMemory;       // redis_memory.hpp
 
 struct CheckRequest {
   std::string tenant{};
@@ -178,79 +171,17 @@ class Checker {
   using Store = ShardedStore<gateway::KeyPolicy>;
 
   // `rules` were built counting into `metrics`; both must outlive the Checker.
-  Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options)
-      : options_(std::move(options)),
-        store_(StoreOptions{.max_keys = options_.max_keys,
-                            .assume_spent_at = options_.budgets_spent_at.value_or(Nanos::min())}),
-        registry_(std::move(rules)) {
-    if (options_.redis != nullptr) {
-      leases_ = std::make_unique<RedisLeases>(*options_.redis);
-      // A rule with `lease.revoke: at_once` revokes its grants at the authority before a
-      // change to it is installed; every server's ledger hears of it through pub/sub.
-      gateway::revoke_on_publish(registry_, leases_->ledger);
-      gateway::GatewayOptions o = fair_share_options(
-          options_.redis->store(), options_.fair_share_holders, options_.instance_id);
-      o.tickets = std::make_shared<redis::RedisTickets>(options_.redis->store().options(),
-                                                        options_.ticket_ttl);
-      gateway_ = std::make_unique<gateway::Gateway>(leases_->backend, registry_, std::move(o));
-    } else {
-      gateway_ = std::make_unique<gateway::Gateway>(
-          store_, registry_, gateway::GatewayOptions{.ticket_ttl = options_.ticket_ttl});
-    }
-    note_ignored_leases(*registry_.current());
-  }
+  Checker(std::shared_ptr<const gateway::RuleSet> rules, CheckerOptions options);
 
   // Decides with `loaded`: quota's rule set, or an envoyproxy/ratelimit file (then only
   // check_envoy() decides; resolve() refuses every request).
-  Checker(LoadedRules loaded, CheckerOptions options)
-      : Checker(loaded.rules ? loaded.rules : placeholder_rules(), std::move(options)) {
-    envoy_ = std::move(loaded.envoy);
-    if (envoy_) envoy_version_.store(envoy_->version, std::memory_order_relaxed);
-  }
+  Checker(LoadedRules loaded, CheckerOptions options);
+
+  ~Checker();  // out of line: RedisLeases is complete in checker.cpp only
 
   // `req` with the server's defaults filled in, validated against the rules in force
   // (see the top of this file). Decides nothing.
-  absl::StatusOr<CheckRequest> resolve(CheckRequest req) const {
-    if (envoy_mode()) {
-      return absl::InvalidArgumentError(
-          "the rule file is in envoyproxy/ratelimit's format: only gRPC ShouldRateLimit and "
-          "POST /json decide with it");
-    }
-    if (req.tenant.empty()) return absl::InvalidArgumentError("tenant is missing");
-    if (req.plan.empty()) req.plan = options_.default_plan;
-    if (req.route.empty()) req.route = options_.default_route;
-    if (req.plan.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "plan is missing for tenant \"%s\" (and the server has no --default-plan)", req.tenant));
-    }
-    if (req.route.empty()) {
-      return absl::InvalidArgumentError("route is missing (and the server has no --default-route)");
-    }
-    const auto rules = registry_.current();
-    if (auto s = fill_estimate(*rules, req); !s.ok()) return s;
-    const std::optional<std::int64_t> units = req.cost ? req.cost : req.estimate;
-    if (units && (*units < 1 || *units > options_.max_cost)) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s %d is outside [1, %d] (--max-cost)",
-                                                        req.cost ? "cost" : "estimate", *units,
-                                                        options_.max_cost));
-    }
-    auto planned = rules->plan(identity(req), req.route, {.estimate = units});
-    if (!planned.ok()) return planned.status();
-    // A cost is what the budgets paying by estimate pay; a route whose every budget has a
-    // fixed cost would ignore it: refused rather than silently replaced.
-    if (units && std::none_of(planned->begin(), planned->end(),
-                              [](const gateway::Check& c) { return c.estimate; })) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "route \"%s\" has fixed costs for every budget of plan \"%s\": a request %s (%d) "
-          "is not accepted",
-          req.route, req.plan, req.cost ? "cost" : "estimate", *units));
-    }
-    if (req.estimate && !req.attempt_id.empty()) {
-      return absl::InvalidArgumentError(
-          "an estimate takes no attempt_id: its ticket is what a retry settles or lets expire");
-    }
-    return req;
-  }
+  absl::StatusOr<CheckRequest> resolve(CheckRequest req) const;
 
   // Held while deciding: no rule set is published meanwhile (see the top of this file).
   using Pin = std::shared_lock<std::shared_mutex>;
@@ -260,43 +191,7 @@ class Checker {
   // reused with another cost, ...), kUnavailable when Redis refuses AUTH; a store that cannot
   // decide is a decision with reason kUnavailable (fail closed) or kFailOpen, per the route's fail
   // mode.
-  absl::StatusOr<Checked> check([[maybe_unused]] const Pin& pin, const CheckRequest& req,
-                                Nanos now) {
-    const gateway::Request r{
-        .who = identity(req), .route = req.route, .cost = req.cost, .attempt_id = req.attempt_id};
-    Checked out;
-    // An estimate is deducted with a ticket for settle(); anything else decided now.
-    auto decided = [&]() -> absl::StatusOr<gateway::Result> {
-      if (!req.estimate) return gateway_->decide(r, now);
-      auto estimated = gateway_->acquire_estimate(r, *req.estimate, now);
-      if (!estimated.ok()) return estimated.status();
-      out.ticket = estimated->ticket;
-      return gateway::Result{.decision = estimated->decision,
-                             .rule = std::move(estimated->rule),
-                             .replayed = false,
-                             .request_cap = estimated->request_cap};
-    }();
-    if (!decided.ok()) {
-      // Redis refused our credentials, or is a server no decision may be made on (an
-      // evicting maxmemory-policy): the server cannot decide (never the fail-open
-      // answer a route may give an outage).
-      if (decided.status().code() == absl::StatusCode::kUnauthenticated) {
-        return absl::UnavailableError(
-            absl::StrCat("the budget store cannot decide: redis authentication failed: ",
-                         decided.status().message()));
-      }
-      if (decided.status().code() == absl::StatusCode::kFailedPrecondition) {
-        const bool evicting = absl::StrContains(decided.status().message(), "maxmemory-policy");
-        return absl::UnavailableError(
-            absl::StrCat("the budget store cannot decide: ", decided.status().message(),
-                         evicting ? " (quota-server: --redis-allow-evicting)" : ""));
-      }
-      return decided.status();
-    }
-    out.result = *std::move(decided);
-    describe(req, out);
-    return out;
-  }
+  absl::StatusOr<Checked> check(const Pin& pin, const CheckRequest& req, Nanos now);
 
   // Settles `tenant`'s ticket (of a check with an estimate) with the actual units, once
   // (quota/gateway/settle.hpp): NotFound (unknown, forgotten or another tenant's),
@@ -305,17 +200,7 @@ class Checker {
   // always means this), InvalidArgument (an actual outside [0, --max-cost], a tenant id
   // that is not one) change nothing; Unavailable: the store could not settle it now.
   absl::StatusOr<gateway::SettleResult> settle(std::string_view tenant, gateway::TicketId ticket,
-                                               std::int64_t actual, Nanos now) {
-    if (envoy_mode()) {
-      return absl::InvalidArgumentError(
-          "the rule file is in envoyproxy/ratelimit's format: it has no estimates to settle");
-    }
-    if (actual < 0 || actual > options_.max_cost) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("actual %d is outside [0, %d] (--max-cost)", actual, options_.max_cost));
-    }
-    return gateway_->settle(tenant, ticket, actual, now);
-  }
+                                               std::int64_t actual, Nanos now);
 
   // Whether the budget store can decide now (GET /readyz): in process always; with Redis,
   // a probe decision of 1 unit on a key of its own ("readyz", a bucket that never runs
@@ -323,15 +208,7 @@ class Checker {
   // is down, refuses AUTH, evicts keys or runs its clock ahead is not ready. At most one
   // probe per `kReadyProbeEvery`; callers in between get the last answer.
   static constexpr Nanos kReadyProbeEvery{std::chrono::seconds(1)};
-  absl::Status store_ready(Nanos now) {
-    if (options_.redis == nullptr) return absl::OkStatus();
-    std::lock_guard lock(ready_mu_);
-    if (ready_probed_ && now - ready_probed_at_ < kReadyProbeEvery) return ready_;
-    ready_ = redis::probe(*options_.redis, "readyz", rule_version(), now);
-    ready_probed_ = true;
-    ready_probed_at_ = now;
-    return ready_;
-  }
+  absl::Status store_ready(Nanos now);
 
   // The version of the rule set in force.
   std::uint64_t rule_version() const {
@@ -340,45 +217,27 @@ class Checker {
   }
 
   // The lease counters (quota_lease_* on /metrics); null in process (nothing is leased).
-  const gateway::LeaseMetrics* lease_metrics() const {
-    return leases_ ? &leases_->metrics : nullptr;
-  }
+  const gateway::LeaseMetrics* lease_metrics() const;
   // With Redis, each primary's memory in use and limit (redis_memory.hpp); empty in
   // process.
-  std::vector<RedisMemory> redis_memory() const {
-    if (options_.redis == nullptr) return {};
-    return server::redis_memory(options_.redis->store());
-  }
+  std::vector<RedisMemory> redis_memory() const;
   // With Redis, the failovers its connections saw (node_watch.hpp: a node with another
   // identity at a reconnect); nullopt in process.
-  std::optional<redis::NodeWatchStats> redis_nodes() const {
-    if (options_.redis == nullptr) return std::nullopt;
-    return options_.redis->store().node_watch_stats();
-  }
+  std::optional<redis::NodeWatchStats> redis_nodes() const;
   // Whether the revocation subscription is up (with Redis); nullopt in process.
-  std::optional<bool> revocations_subscribed() const {
-    return leases_ ? std::optional<bool>(leases_->ledger.subscribed()) : std::nullopt;
-  }
+  std::optional<bool> revocations_subscribed() const;
 
   // What each fair-share budget of the rules in force holds (quota_fair_share_* on
   // /metrics).
-  std::vector<gateway::FairLimitStats> fair_shares() const { return gateway_->fair_shares(); }
+  std::vector<gateway::FairLimitStats> fair_shares() const;
 
   // An operator's release of `rule`'s reserve to `tenant`, `units` for `duration` from
   // `now` (the admin API): Gateway::release_reserve, at this server (with several
   // servers, each one's part of the reserve: release at each).
   absl::Status release_reserve(std::string_view rule, std::string_view tenant, std::int64_t units,
-                               Nanos duration, Nanos now) {
-    if (envoy_mode()) {
-      return absl::InvalidArgumentError(
-          "the rule file is in envoyproxy/ratelimit's format: it has no fair-share reserve");
-    }
-    return gateway_->release_reserve(rule, tenant, units, now + duration, now);
-  }
+                               Nanos duration, Nanos now);
   // The reserve releases kept (quota_fair_share_reserve_* on /metrics).
-  std::vector<gateway::ReserveRelease> reserve_releases() const {
-    return gateway_->reserve_releases();
-  }
+  std::vector<gateway::ReserveRelease> reserve_releases() const;
 
   // True when the rules are an envoyproxy/ratelimit file (fixed at construction).
   bool envoy_mode() const { return envoy_version_.load(std::memory_order_relaxed) > 0; }
@@ -391,133 +250,35 @@ class Checker {
   // The budget of a descriptor is keyed by the domain and its entries, keys and values.
   absl::StatusOr<EnvoyChecked> check_envoy(
       const Pin& pin, std::span<const std::pair<std::string, std::string>> entries,
-      std::int64_t cost, std::span<const std::string> replaced, Nanos now) {
-    const EnvoyRules* rules = envoy_rules(pin);
-    EnvoyChecked out;
-    if (rules == nullptr) return absl::FailedPreconditionError("no envoyproxy/ratelimit rules");
-    out.limit = rules->match(entries);
-    if (out.limit != nullptr &&
-        std::find(replaced.begin(), replaced.end(), out.limit->name) != replaced.end()) {
-      out.limit = nullptr;
-    }
-    if (out.limit == nullptr || out.limit->unlimited) return out;
-    const std::string key = rules->budget_key(entries);
-    if (options_.redis != nullptr) {
-      const std::string redis_key = redis_envoy_key(key);
-      const gateway::LevelCheck level{
-          .policy = &out.limit->policy, .key = redis_key, .shadow = false, .cost = cost};
-      auto r = options_.redis->decide(std::span(&level, 1), rules->version, now);
-      if (!r.ok()) return r.status();
-      if (r->parts.size() != 1) return absl::InternalError("redis: no decision for the descriptor");
-      out.decision = r->parts[0];
-      return out;
-    }
-    auto d =
-        store_.apply(gateway::KeyPolicy{.policy = &out.limit->policy, .version = rules->version},
-                     key, now, cost);
-    if (!d.ok()) return d.status();
-    out.decision = *d;
-    return out;
-  }
+      std::int64_t cost, std::span<const std::string> replaced, Nanos now);
 
   // Makes `next` the rules in force once no check is pinned: FailedPrecondition unless
   // its version is greater, or when its format is not the one the Checker started with;
   // with Redis, an envoyproxy/ratelimit file whose limits Redis cannot keep is refused.
-  absl::Status publish(LoadedRules next) {
-    if (options_.redis != nullptr && next.envoy != nullptr) {
-      if (auto s = check_envoy_for_redis(*next.envoy); !s.ok()) return s;
-    }
-    if (envoy_mode() != (next.envoy != nullptr)) {
-      return absl::FailedPreconditionError(
-          "the rule file changed format (quota's / envoyproxy/ratelimit's): restart to switch");
-    }
-    std::unique_lock lock(publish_mu_);
-    if (next.rules) {
-      const std::shared_ptr<const gateway::RuleSet> rules = next.rules;
-      absl::Status s = registry_.publish(std::move(next.rules));
-      if (s.ok()) note_ignored_leases(*rules);
-      return s;
-    }
-    if (next.envoy->version <= envoy_->version) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "version %d is not greater than the current %d", next.envoy->version, envoy_->version));
-    }
-    envoy_version_.store(next.envoy->version, std::memory_order_relaxed);
-    envoy_ = std::move(next.envoy);
-    return absl::OkStatus();
-  }
+  absl::Status publish(LoadedRules next);
 
  private:
   // The Gateway's rule set while the rules are an envoyproxy/ratelimit file: one route
   // class, no rules (every Gateway check fails; resolve() refuses first).
-  static std::shared_ptr<const gateway::RuleSet> placeholder_rules() {
-    gateway::RuleSetSpec spec;
-    gateway::RouteClass route;
-    route.name = "envoy";
-    spec.routes.push_back(std::move(route));
-    return *gateway::RuleSet::create(spec);
-  }
+  static std::shared_ptr<const gateway::RuleSet> placeholder_rules();
 
   // In process there is nothing to lease from: `lease:` options are noted once, and the
   // rules decide as unleased. (On Redis the backend is leased: a rule without a lease
   // passes through it to Redis.)
-  void note_ignored_leases(const gateway::RuleSet& rules) {
-    if (leases_ != nullptr || lease_noted_.load(std::memory_order_relaxed)) return;
-    bool leased = false;
-    rules.for_each_rule([&](const gateway::Rule& r) { leased = leased || r.lease.enabled(); });
-    if (leased && !lease_noted_.exchange(true)) {
-      std::fprintf(stderr,
-                   "quota-server: note: `lease:` options are ignored: the budgets are in "
-                   "process, with nothing to lease from (they apply with --redis*)\n");
-    }
-  }
+  void note_ignored_leases(const gateway::RuleSet& rules);
 
   // On a route with a prompt_factor, a request without a cost or estimate of its own gets
   // the estimate of its prompt_tokens and max_output as its estimate (both required);
   // elsewhere, and beside a cost or an estimate, those two are refused. A cost and an
   // estimate are exclusive.
-  static absl::Status fill_estimate(const gateway::RuleSet& rules, CheckRequest& req) {
-    auto route = rules.route(req.route);
-    if (!route.ok()) return route.status();
-    if (req.cost && req.estimate) {
-      return absl::InvalidArgumentError(
-          "cost and estimate are exclusive: a cost is decided now, an estimate settled later");
-    }
-    const bool given = req.prompt_tokens.has_value() || req.max_output.has_value();
-    if (given && (req.cost || req.estimate)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          req.cost ? "cost" : "estimate",
-          " and prompt_tokens/max_output are exclusive: the route's prompt_factor makes the "
-          "estimate of the last two"));
-    }
-    if (req.cost || req.estimate || (!given && !(*route)->estimate_formula.enabled())) {
-      return absl::OkStatus();
-    }
-    auto estimate = gateway::estimate_of(req.route, (*route)->estimate_formula, req.prompt_tokens,
-                                         req.max_output);
-    if (!estimate.ok()) return estimate.status();
-    req.estimate = *estimate;
-    return absl::OkStatus();
-  }
+  static absl::Status fill_estimate(const gateway::RuleSet& rules, CheckRequest& req);
 
   static gateway::Identity identity(const CheckRequest& req) {
     return {.tenant = req.tenant, .plan = req.plan, .user = req.user};
   }
 
   // Finds the deciding rule among the budgets of `req` (by name) and describes it.
-  void describe(const CheckRequest& req, Checked& out) const {
-    const auto rules = registry_.current();
-    auto planned =
-        rules->plan(identity(req), req.route, {.estimate = req.cost ? req.cost : req.estimate});
-    if (!planned.ok()) return;
-    for (const gateway::Check& c : *planned) {
-      if (c.rule->name != out.result.rule) continue;
-      auto info = http::describe(c.rule->name, c.rule->policy);
-      if (info.ok()) out.policy = *std::move(info);
-      out.rate = rate_of(c.rule->policy);
-      return;
-    }
-  }
+  void describe(const CheckRequest& req, Checked& out) const;
 
   CheckerOptions options_;
   mutable std::shared_mutex publish_mu_;  // shared: a check; exclusive: publish()

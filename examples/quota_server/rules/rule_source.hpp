@@ -48,21 +48,8 @@ inline RulesFormat resolve_format(RulesFormat format, std::string_view text) {
 
 // The rules of `text` (the file at `path`) following version `in_force`, counting into
 // `metrics` (which must outlive them). Not published.
-inline absl::StatusOr<LoadedRules> build_server_rules(RulesFormat format, std::uint64_t in_force,
-                                                      std::string_view text,
-                                                      const std::string& path,
-                                                      gateway::Metrics& metrics) {
-  LoadedRules out;
-  if (resolve_format(format, text) == RulesFormat::kEnvoy) {
-    auto envoy = parse_envoy_rules(text, path, in_force + 1);
-    if (!envoy.ok()) return envoy.status();
-    out.envoy = *std::move(envoy);
-    return out;
-  }
-  auto rules = quota::rules::load_next_rules(in_force, text, path, &metrics);
-  if (!rules.ok()) return rules.status();
-  out.rules = *std::move(rules);
-  return out;
-}
+absl::StatusOr<LoadedRules> build_server_rules(RulesFormat format, std::uint64_t in_force,
+                                               std::string_view text, const std::string& path,
+                                               gateway::Metrics& metrics);
 
 }  // namespace quota::server

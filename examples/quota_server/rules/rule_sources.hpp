@@ -25,23 +25,19 @@
 //   source->stop();
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "backend/checker.hpp"
 #include "config/options.hpp"
 #include "quota/gateway/metrics.hpp"
-#include "rules/failover_safety_rules.hpp"
-#include "rules/rule_source.hpp"
 #include "rules/rule_subscriber.hpp"
 #include "rules/rule_watcher.hpp"
-#include "rules/rules_admin.hpp"
 #include "rules/shared_rules.hpp"
 #include "stats/server_stats.hpp"
 
@@ -53,12 +49,7 @@ using StoreCheck = std::function<absl::Status(const LoadedRules& rules, std::str
 
 // The check the options ask for: with --redis-failover-safety no sliding_log rule
 // (failover_safety_rules.hpp); otherwise every rule set the Checker takes.
-inline StoreCheck store_check(const Options& o) {
-  if (!o.redis_failover_safety) {
-    return [](const LoadedRules&, std::string_view, std::string_view) { return absl::OkStatus(); };
-  }
-  return check_failover_safety_rules;
-}
+StoreCheck store_check(const Options& o);
 
 // The rules a server starts with, and the text and name their errors quote.
 struct StartRules {
@@ -84,36 +75,13 @@ class RuleSource {
 // --rules PATH, hot reloaded (rule_watcher.hpp).
 class FileRules final : public RuleSource {
  public:
-  FileRules(const Options& o, gateway::Metrics& metrics, StoreCheck check)
-      : path_(o.rules_path), format_(o.rules_format), metrics_(metrics), check_(std::move(check)) {}
+  FileRules(const Options& o, gateway::Metrics& metrics, StoreCheck check);
 
-  absl::StatusOr<StartRules> load() override {
-    auto text = read_rule_text(path_);
-    if (!text.ok()) return text.status();
-    format_ = resolve_format(format_, *text);
-    auto rules = build_server_rules(format_, 0, *text, path_, metrics_);
-    if (!rules.ok()) return rules.status();
-    text_ = *text;
-    return StartRules{.rules = *std::move(rules), .text = *std::move(text), .text_origin = path_};
-  }
+  absl::StatusOr<StartRules> load() override;
   std::string origin() const override { return path_; }
 
-  void start(Checker& checker, ServerStats& stats, std::string /*address*/) override {
-    watcher_ = std::make_unique<RuleWatcher>(
-        path_, text_, checker,
-        [this](std::uint64_t in_force, std::string_view t,
-               const std::string& path) -> absl::StatusOr<LoadedRules> {
-          auto loaded = build_server_rules(format_, in_force, t, path, metrics_);
-          if (!loaded.ok()) return loaded;
-          if (auto s = check_(*loaded, t, path); !s.ok()) return s;
-          return loaded;
-        },
-        stats);
-    watcher_->start();
-  }
-  void stop() override {
-    if (watcher_ != nullptr) watcher_->stop();
-  }
+  void start(Checker& checker, ServerStats& stats, std::string address) override;
+  void stop() override;
 
  private:
   std::string path_;
@@ -127,49 +95,13 @@ class FileRules final : public RuleSource {
 // --rules-from-redis: the version published in Redis, followed (rule_subscriber.hpp).
 class RedisRules final : public RuleSource {
  public:
-  RedisRules(const Options& o, gateway::Metrics& metrics, StoreCheck check)
-      : shared_(make_redis_connections(o, 1, kSharedRulesDeadline), o.rules_key),
-        instance_id_(o.instance_id),
-        metrics_(metrics),
-        check_(std::move(check)) {}
+  RedisRules(const Options& o, gateway::Metrics& metrics, StoreCheck check);
 
-  absl::StatusOr<StartRules> load() override {
-    auto latest = shared_.fetch(0);
-    if (!latest.ok()) {
-      return absl::Status(
-          latest.status().code(),
-          absl::StrCat("cannot read the shared rules from redis: ", latest.status().message()));
-    }
-    if (latest->version == 0) {
-      return absl::NotFoundError(absl::StrCat("no rules are published under ", shared_.rules_key(),
-                                              " (quota-server publish)"));
-    }
-    auto rules = build_published_rules(shared_, *latest, metrics_);
-    if (!rules.ok()) return rules.status();
-    digest_ = latest->digest;
-    return StartRules{.rules = *std::move(rules),
-                      .text = latest->text,
-                      .text_origin = published_origin(shared_, latest->version)};
-  }
+  absl::StatusOr<StartRules> load() override;
   std::string origin() const override { return shared_.rules_key(); }
 
-  void start(Checker& checker, ServerStats& stats, std::string address) override {
-    subscriber_ = std::make_unique<RuleSubscriber>(
-        shared_, checker, digest_,
-        [this](const PublishedRules& p) -> absl::StatusOr<LoadedRules> {
-          auto loaded = build_published_rules(shared_, p, metrics_);
-          if (!loaded.ok()) return loaded;
-          if (auto s = check_(*loaded, p.text, published_origin(shared_, p.version)); !s.ok()) {
-            return s;
-          }
-          return loaded;
-        },
-        stats, RuleSubscriber::Identity{.id = instance_id_, .address = std::move(address)});
-    subscriber_->start();
-  }
-  void stop() override {
-    if (subscriber_ != nullptr) subscriber_->stop();
-  }
+  void start(Checker& checker, ServerStats& stats, std::string address) override;
+  void stop() override;
 
  private:
   SharedRules shared_;
@@ -181,10 +113,7 @@ class RedisRules final : public RuleSource {
 };
 
 // The source the options name: Redis with --rules-from-redis, else the file.
-inline std::unique_ptr<RuleSource> make_rule_source(const Options& o, gateway::Metrics& metrics,
-                                                    StoreCheck check) {
-  if (o.rules_from_redis) return std::make_unique<RedisRules>(o, metrics, std::move(check));
-  return std::make_unique<FileRules>(o, metrics, std::move(check));
-}
+std::unique_ptr<RuleSource> make_rule_source(const Options& o, gateway::Metrics& metrics,
+                                             StoreCheck check);
 
 }  // namespace quota::server
