@@ -19,8 +19,7 @@
 --     limiter = assert(require("quota").open({ rules_path = "/etc/quota/rules.yaml" }))
 --   }
 --   access_by_lua_block {
---     require("quota").access(limiter, { tenant = ngx.var.quota_tenant,
---                                        plan = ngx.var.quota_plan, route = "read" })
+--     require("quota").access_vars(limiter, "read", "quota_tenant", "quota_plan")
 --   }
 local bit = require("bit")
 local ffi = require("ffi")
@@ -204,6 +203,23 @@ function M.access(limiter, identity)
   ngx.header["Content-Type"] = "text/plain"
   ngx.say(status == 503 and "rate limit store unavailable" or "over the rate limit")
   return ngx.exit(status)
+end
+
+-- The library's QUOTA_ABI_VERSION (one call through the FFI, nothing decided).
+function M.abi_version()
+  return lib.quota_abi_version()
+end
+
+-- access() with the identity in nginx variables, named (what nginx derived: an API key
+-- mapped to a tenant and plan): `tenant_var`, `plan_var` and optionally `user_var`. Read
+-- here rather than in the access_by_lua block, so that LuaJIT compiles the reads with the
+-- decision: read in the block they stay interpreted (lua-resty-core's variable getter
+-- aborts the trace it starts) and cost about 3 µs each, as much as the decision itself
+-- (docs/benchmarks.md, "nginx with quota.lua").
+function M.access_vars(limiter, route, tenant_var, plan_var, user_var)
+  local var = ngx.var
+  return M.access(limiter, { tenant = var[tenant_var], plan = var[plan_var],
+                             user = user_var and var[user_var] or nil, route = route })
 end
 
 -- The limiter's counters as Prometheus text.
