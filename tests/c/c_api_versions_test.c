@@ -8,20 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 
-static const char* kRules =
-    "version: 1\n"
-    "routes:\n"
-    "  - name: read\n"
-    "rules:\n"
-    "  - name: free-read\n"
-    "    level: tenant\n"
-    "    plan: free\n"
-    "    route: read\n"
-    "    token_bucket: {rate: 1/1s, burst: 3}\n";
+/* tests/c/rules.yaml (QUOTA_C_TEST_RULES): free-read, a burst of 3. */
+static const char* rules_path;
 
 /* quota_config as ABI 1's header declared it. */
 typedef struct config_abi1 {
@@ -63,7 +56,7 @@ static void test_abi1_config_opens(void) {
   CHECK(sizeof old == offsetof(quota_config, redis_replicas));
   memset(&old, 0, sizeof old);
   old.size = sizeof old;
-  old.rules_text = quota_s(kRules);
+  old.rules_path = quota_s(rules_path);
   old.opt_out = QUOTA_OPT_OUT_RESTART_SAFETY;
   CHECK_CODE(quota_open((const quota_config*)&old, &h, &err), QUOTA_OK);
   for (i = 0; i < 5; ++i) {
@@ -87,7 +80,7 @@ static void test_newer_structs(void) {
   quota_request r = new_request("acme", "free", "read", 0);
   memset(&next, 0, sizeof next);
   next.c.size = sizeof next;
-  next.c.rules_text = quota_s(kRules);
+  next.c.rules_path = quota_s(rules_path);
   next.c.opt_out = QUOTA_OPT_OUT_RESTART_SAFETY;
   /* A field this library does not have, set: refused, naming where. */
   next.later = 1;
@@ -109,7 +102,7 @@ static void test_abi2_fields_checked(void) {
   quota_error err = new_error();
   quota_handle h = 0;
   quota_config c = new_config();
-  c.rules_text = quota_s(kRules);
+  c.rules_path = quota_s(rules_path);
   c.redis_replicas = 1;
   CHECK_CODE(quota_open(&c, &h, &err), QUOTA_INVALID_ARGUMENT);
   CHECK(strstr(err.message, "redis_replicas: 1, but the store is in process") != NULL);
@@ -119,7 +112,7 @@ static void test_abi2_fields_checked(void) {
   CHECK(strstr(err.message, "redis_coalesce") != NULL);
   /* On a Redis store each is checked before anything is reached (port 1: nothing). */
   c = new_config();
-  c.rules_text = quota_s(kRules);
+  c.rules_path = quota_s(rules_path);
   c.store = QUOTA_STORE_REDIS;
   c.redis_addresses = quota_s("127.0.0.1:1");
   c.redis_replicas = 65;
@@ -145,6 +138,8 @@ static void test_abi2_fields_checked(void) {
 }
 
 int main(void) {
+  rules_path = getenv("QUOTA_C_TEST_RULES");
+  CHECK(rules_path != NULL);
   CHECK(quota_abi_version() >= QUOTA_ABI_VERSION);
   test_abi1_config_opens();
   test_newer_structs();
