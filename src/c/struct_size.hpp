@@ -18,7 +18,8 @@
 //   auto c = read_struct(config, local, "config");
 //   if (!c.ok()) return fail(error, c.status());
 //   Limiter::open(**c);                  // fields past the caller's size read as 0
-//   OutStruct<quota_decision> d(out);    // out: checked by out_size_ok() first
+//   if (auto s = size_ok(out, "out"); !s.ok()) return fail(error, s);
+//   OutStruct<quota_decision> d(out);
 //   limiter->decide(request, d.get());   // copied back when d leaves scope
 #pragma once
 
