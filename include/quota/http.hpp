@@ -6,7 +6,9 @@
 // as an sf-string), and a stable machine-readable reason for the response body or logs.
 // A denial is 429, a cost that can never fit 400, a request over its per-request cap 413,
 // an unreachable authority 503 (never 429), any other store error 500: the table is on
-// answer(). Pure functions, no floating point, no allocation beyond the strings returned.
+// answer(). A host that keeps each policy's fields (the C interface) takes status_line()
+// and writes the live values with ratelimit_params(), allocating nothing. Pure functions,
+// no floating point, no allocation beyond the strings returned.
 //
 // Thread safety: pure functions; thread-safe.
 //
@@ -16,6 +18,8 @@
 //   //   {"RateLimit-Policy", "\"default\";q=20;w=1"}, {"RateLimit", "\"default\";r=0;t=1"}}
 #pragma once
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -120,12 +124,27 @@ inline std::string policy_field(const PolicyInfo& p) {
   return out;
 }
 
+// The parameters of `RateLimit` after the name, `;r=42;t=30` (t omitted for kNever),
+// written into `out` without allocating; their length. A host that keeps each policy's
+// quoted name writes the field with it (the C interface does).
+inline constexpr std::size_t kRateLimitParamsBytes = 48;  // two int64 and the keys
+inline std::size_t ratelimit_params(const Decision& d, char (&out)[kRateLimitParamsBytes]) {
+  char* at = out;
+  char* const end = out + kRateLimitParamsBytes;
+  auto put = [&](std::string_view key, std::int64_t v) {
+    for (char ch : key) *at++ = ch;
+    at = std::to_chars(at, end, v).ptr;
+  };
+  put(";r=", d.remaining < 0 ? 0 : d.remaining);
+  if (d.reset_after != kNever) put(";t=", detail::ceil_seconds(d.reset_after));
+  return static_cast<std::size_t>(at - out);
+}
+
 // The field value of `RateLimit`: `"name";r=42;t=30` (t omitted for kNever).
 inline std::string ratelimit_field(const PolicyInfo& p, const Decision& d) {
-  const std::int64_t remaining = d.remaining < 0 ? 0 : d.remaining;
-  std::string out = absl::StrCat(detail::sf_string(p.name), ";r=", remaining);
-  if (d.reset_after != kNever) absl::StrAppend(&out, ";t=", detail::ceil_seconds(d.reset_after));
-  return out;
+  char params[kRateLimitParamsBytes];
+  const std::size_t n = ratelimit_params(d, params);
+  return absl::StrCat(detail::sf_string(p.name), absl::string_view(params, n));
 }
 
 // Policy names must be 1..64 printable ASCII bytes (0x20–0x7e); `"` and `\` are escaped
@@ -167,6 +186,54 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
   return std::visit([&](const auto& x) { return describe(name, x); }, p);
 }
 
+// The status line of the answer for `d` (the table on answer()), without its fields: the
+// status, the reason, the Retry-After seconds (-1: omitted), and whether a `RateLimit`
+// field goes with it (not on a 503: no decision was made). answer() is this and the
+// fields; a host that writes the fields itself takes this.
+struct StatusLine {
+  int status = 200;
+  std::string_view reason{};
+  std::int64_t retry_after_seconds = -1;
+  bool ratelimit = true;
+};
+inline StatusLine status_line(const Decision& d, const Options& options = {}) {
+  StatusLine a;
+  a.reason = to_string(d.reason);
+  switch (d.reason) {
+    case Reason::kOverLimit:
+    case Reason::kOverShare:
+    case Reason::kPaused:
+      a.status = 429;
+      // Never 0 on a denial: a retry_after under 1 s still says "1".
+      if (d.retry_after != kNever) {
+        a.retry_after_seconds = std::max<std::int64_t>(1, detail::ceil_seconds(d.retry_after));
+      }
+      break;
+    case Reason::kCostExceedsBurst:
+    case Reason::kInvalidCost:
+      a.status = 400;
+      break;
+    case Reason::kRequestTooLarge:
+      a.status = 413;  // Content Too Large: this request, unchanged, never passes
+      break;
+    case Reason::kAttemptExpired:
+      a.status = 504;  // the caller's deadline passed: no answer is given in time
+      break;
+    case Reason::kUnavailable:
+      a.status = 503;
+      if (options.unavailable_retry_after.count() > 0) {
+        a.retry_after_seconds = detail::ceil_seconds(options.unavailable_retry_after);
+      }
+      break;
+    default:
+      // kAllowed, kShadow, kFailOpen and any admitted decision.
+      a.status = d.allowed ? 200 : 429;
+      break;
+  }
+  a.ratelimit = a.status != 503;
+  return a;
+}
+
 // The answer for a decision made under `policy`.
 //
 // The mapping (tested string for string in tests/http_test.cpp):
@@ -202,45 +269,16 @@ absl::StatusOr<PolicyInfo> describe(std::string_view name, const std::variant<Ps
 // from other client errors. Why 503 and not 429 when the authority is unreachable: the
 // tenant did not exceed anything (DESIGN §1).
 inline Answer answer(const Decision& d, const PolicyInfo& policy, const Options& options = {}) {
-  Answer a;
-  a.reason = to_string(d.reason);
-  const Header policy_header{"RateLimit-Policy", policy_field(policy)};
-  switch (d.reason) {
-    case Reason::kOverLimit:
-    case Reason::kOverShare:
-    case Reason::kPaused:
-      a.status = 429;
-      // Never 0 on a denial: a retry_after under 1 s still says "1".
-      if (d.retry_after != kNever) {
-        a.retry_after_seconds = std::max<std::int64_t>(1, detail::ceil_seconds(d.retry_after));
-      }
-      break;
-    case Reason::kCostExceedsBurst:
-    case Reason::kInvalidCost:
-      a.status = 400;
-      break;
-    case Reason::kRequestTooLarge:
-      a.status = 413;  // Content Too Large: this request, unchanged, never passes
-      break;
-    case Reason::kAttemptExpired:
-      a.status = 504;  // the caller's deadline passed: no answer is given in time
-      break;
-    case Reason::kUnavailable:
-      a.status = 503;
-      if (options.unavailable_retry_after.count() > 0) {
-        a.retry_after_seconds = detail::ceil_seconds(options.unavailable_retry_after);
-      }
-      break;
-    default:
-      // kAllowed, kShadow, kFailOpen and any admitted decision.
-      a.status = d.allowed ? 200 : 429;
-      break;
+  const StatusLine s = status_line(d, options);
+  Answer a{.status = s.status,
+           .reason = s.reason,
+           .headers = {},
+           .retry_after_seconds = s.retry_after_seconds};
+  if (s.retry_after_seconds >= 0) {
+    a.headers.push_back({"Retry-After", absl::StrCat(s.retry_after_seconds)});
   }
-  if (a.retry_after_seconds >= 0) {
-    a.headers.push_back({"Retry-After", absl::StrCat(a.retry_after_seconds)});
-  }
-  a.headers.push_back(policy_header);
-  if (a.status != 503) a.headers.push_back({"RateLimit", ratelimit_field(policy, d)});
+  a.headers.push_back({"RateLimit-Policy", policy_field(policy)});
+  if (s.ratelimit) a.headers.push_back({"RateLimit", ratelimit_field(policy, d)});
   return a;
 }
 

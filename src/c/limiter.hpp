@@ -114,22 +114,34 @@ inline absl::StatusOr<Nanos> time_of(std::uint32_t flags, std::int64_t now_ns) {
   return Nanos(now_ns);
 }
 
-// The RateLimit-Policy description of every rule name of one rule set; nullopt for a name
-// two rules with different policies share (found by planning the request instead).
+// One rule's RateLimit fields as far as they are fixed: the RateLimit-Policy value and
+// the quoted name RateLimit starts with (quota/http.hpp), formatted once per rule set.
+struct PolicyFields {
+  std::string policy;  // `"name";q=100;w=60`
+  std::string name;    // `"name"`
+
+  static std::optional<PolicyFields> of(std::string_view rule, const gateway::RulePolicy& p) {
+    auto info = http::describe(rule, p);
+    if (!info.ok()) return std::nullopt;
+    return PolicyFields{.policy = http::policy_field(*info),
+                        .name = http::detail::sf_string(info->name)};
+  }
+};
+
+// The fields of every rule name of one rule set; nullopt for a name two rules with
+// different policies share (found by planning the request instead).
 struct Policies {
   std::uint64_t version = 0;
-  absl::flat_hash_map<std::string, std::optional<http::PolicyInfo>> by_name;
+  absl::flat_hash_map<std::string, std::optional<PolicyFields>> by_name;
 
   static std::shared_ptr<const Policies> of(const gateway::RuleSet& rules) {
     auto out = std::make_shared<Policies>();
     out->version = rules.version();
     rules.for_each_rule([&](const gateway::Rule& r) {
-      auto info = http::describe(r.name, r.policy);
-      std::optional<http::PolicyInfo> described =
-          info.ok() ? std::optional(*std::move(info)) : std::nullopt;
-      auto [it, added] = out->by_name.try_emplace(r.name, described);
-      if (!added && (!it->second.has_value() || !described.has_value() ||
-                     http::policy_field(*it->second) != http::policy_field(*described))) {
+      std::optional<PolicyFields> fields = PolicyFields::of(r.name, r.policy);
+      auto [it, added] = out->by_name.try_emplace(r.name, fields);
+      if (!added && (!it->second.has_value() || !fields.has_value() ||
+                     it->second->policy != fields->policy)) {
         it->second = std::nullopt;
       }
     });
@@ -489,47 +501,48 @@ class Limiter {
     policies_ = std::move(p);
   }
 
-  // The HTTP answer (quota/http.hpp) with the deciding rule's RateLimit-Policy: from the
-  // descriptions of the set that decided, or — a name two rules share, a set replaced
-  // meanwhile — the deciding rule found among the request's budgets in the set in force.
-  // Cannot fail: the decision is already taken. The values fit: a name of at most
-  // QUOTA_MAX_NAME_BYTES and two integers are far below QUOTA_HEADER_BYTES (a longer one
-  // would be left out).
+  // The HTTP answer (quota/http.hpp's status line, and its fields written into the
+  // decision without allocating) with the deciding rule's fields: from the set that
+  // decided, or — a name two rules share, a set replaced meanwhile — the deciding rule
+  // found among the request's budgets in the set in force. Cannot fail: the decision is
+  // already taken. The values fit: a name of at most QUOTA_MAX_NAME_BYTES and two integers
+  // are far below QUOTA_HEADER_BYTES (a longer one would be left out).
   void answer(const gateway::Request& req, std::optional<std::int64_t> estimate,
               const gateway::Result& r, quota_decision& out) const {
-    std::optional<http::PolicyInfo> policy;
+    const http::StatusLine line = http::status_line(r.decision);
+    out.http_status = line.status;
+    out.retry_after_s = line.retry_after_seconds;
     const auto described = policies();
+    const PolicyFields* fields = nullptr;
+    std::optional<PolicyFields> planned_fields;
     auto it = described->by_name.find(r.rule);
     if (described->version == r.decision.version && it != described->by_name.end() &&
         it->second.has_value()) {
-      policy = it->second;
+      fields = &*it->second;
     } else if (auto planned =
                    registry_->current()->plan(req.who, req.route, {.estimate = estimate});
                planned.ok()) {
       for (const gateway::Check& c : *planned) {
         if (c.rule->name != r.rule) continue;
-        auto info = http::describe(c.rule->name, c.rule->policy);
-        if (info.ok()) policy = *std::move(info);
+        planned_fields = PolicyFields::of(c.rule->name, c.rule->policy);
+        fields = planned_fields ? &*planned_fields : nullptr;
         break;
       }
     }
-    const http::Answer a = http::answer(r.decision, policy.value_or(http::PolicyInfo{}));
-    out.http_status = a.status;
-    out.retry_after_s = a.retry_after_seconds;
-    for (const http::Header& h : a.headers) {
-      char* to = nullptr;
-      std::size_t* len = nullptr;
-      if (h.name == "RateLimit") {
-        to = out.ratelimit;
-        len = &out.ratelimit_len;
-      } else if (h.name == "RateLimit-Policy" && policy.has_value()) {
-        to = out.ratelimit_policy;
-        len = &out.ratelimit_policy_len;
-      }
-      if (to == nullptr || !policy.has_value() || h.value.size() >= QUOTA_HEADER_BYTES) continue;
-      std::memcpy(to, h.value.data(), h.value.size());
-      to[h.value.size()] = '\0';
-      *len = h.value.size();
+    if (fields == nullptr) return;  // no rule to describe: no RateLimit fields
+    if (fields->policy.size() < QUOTA_HEADER_BYTES) {
+      std::memcpy(out.ratelimit_policy, fields->policy.data(), fields->policy.size());
+      out.ratelimit_policy[fields->policy.size()] = '\0';
+      out.ratelimit_policy_len = fields->policy.size();
+    }
+    if (!line.ratelimit) return;
+    char params[http::kRateLimitParamsBytes];
+    const std::size_t n = http::ratelimit_params(r.decision, params);
+    if (fields->name.size() + n < QUOTA_HEADER_BYTES) {
+      std::memcpy(out.ratelimit, fields->name.data(), fields->name.size());
+      std::memcpy(out.ratelimit + fields->name.size(), params, n);
+      out.ratelimit[fields->name.size() + n] = '\0';
+      out.ratelimit_len = fields->name.size() + n;
     }
   }
 
