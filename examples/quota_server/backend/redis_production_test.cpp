@@ -177,7 +177,9 @@ TEST_CASE("--redis-replicas 1: 503 while no replica acknowledges, decisions once
   ServerProcess s;
   REQUIRE(s.start(server_args(rules, {"--redis", "127.0.0.1:" + std::to_string(primary.port()),
                                       "--redis-deadline-ms", "2000", "--redis-replicas", "1",
-                                      "--redis-replica-timeout-ms", "50"}),
+                                      // room for a replica's acknowledgement on a loaded
+                                      // machine (each 503 below waits this long)
+                                      "--redis-replica-timeout-ms", "300"}),
                   {"grpc", "http"}));
   const std::string t = tenant("wait");
   for (int i = 0; i < 4; ++i) {
