@@ -401,40 +401,38 @@ class Limiter {
       setup.clock_guard = std::chrono::milliseconds(0);
     redis_ = redis::make_gateway_store(setup);
     if (auto s = redis::probe(*redis_, "c-open", 0, SteadyClock{}.now()); !s.ok()) {
+      // Options the store refused (it answers every call so, before any I/O) are the
+      // caller's to fix; anything else is the store not reachable now.
+      if (s.code() == absl::StatusCode::kInvalidArgument) {
+        return absl::InvalidArgumentError(absl::StrCat("redis options: ", s.message()));
+      }
       return absl::UnavailableError(absl::StrCat("the store cannot decide: ", s.message()));
     }
     return absl::OkStatus();
   }
 
-  // WAIT and coalescing (ABI 2's fields) within the bounds quota-server's flags have; a
-  // WAIT timeout must leave the call's deadline room (WAIT runs inside it).
+  // WAIT and coalescing (ABI 2's fields): within the bounds quota-server's flags take
+  // (gateway_store_setup.hpp), and not set where the C fields' 0 means "off" would make
+  // them meaningless. The store checks the rest when it is built (a WAIT timeout below the
+  // call's deadline, the coalescing range): open_store() reports that as InvalidArgument.
   static absl::Status check_durability(const quota_config& c) {
-    if (c.redis_replicas < 0 || c.redis_replicas > 64) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("redis_replicas: %d, outside [0, 64]", c.redis_replicas));
+    if (c.redis_replicas < 0 || c.redis_replicas > redis::kMaxReplicas) {
+      return absl::InvalidArgumentError(absl::StrFormat("redis_replicas: %d, outside [0, %d]",
+                                                        c.redis_replicas, redis::kMaxReplicas));
     }
-    if (c.redis_replica_timeout_ms < 0 || c.redis_replica_timeout_ms > 60'000) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "redis_replica_timeout_ms: %d, outside [0, 60000]", c.redis_replica_timeout_ms));
+    if (c.redis_replica_timeout_ms < 0 ||
+        c.redis_replica_timeout_ms > redis::kMaxReplicaTimeout.count()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("redis_replica_timeout_ms: %d, outside [0, %d]",
+                          c.redis_replica_timeout_ms, redis::kMaxReplicaTimeout.count()));
     }
     if (c.redis_replicas == 0 && c.redis_replica_timeout_ms != 0) {
       return absl::InvalidArgumentError("redis_replica_timeout_ms: set without redis_replicas");
     }
-    const std::int64_t deadline = c.redis_deadline_ms > 0 ? c.redis_deadline_ms : 50;
-    const std::int64_t wait = c.redis_replica_timeout_ms > 0 ? c.redis_replica_timeout_ms : 2;
-    if (c.redis_replicas > 0 && wait >= deadline) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "redis_replica_timeout_ms: %d ms, must be below the deadline's %d ms (WAIT runs "
-          "inside each call's deadline)",
-          wait, deadline));
-    }
-    if (c.redis_coalesce < 0 || c.redis_coalesce > redis::kGatewayMaxCoalesce) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "redis_coalesce: %d, outside [0, %d]", c.redis_coalesce, redis::kGatewayMaxCoalesce));
-    }
-    if (c.redis_coalesce_calls < 0 || c.redis_coalesce_calls > 1024) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("redis_coalesce_calls: %d, outside [0, 1024]", c.redis_coalesce_calls));
+    if (c.redis_coalesce_calls < 0 || c.redis_coalesce_calls > redis::kMaxCoalesceCalls) {
+      return absl::InvalidArgumentError(absl::StrFormat("redis_coalesce_calls: %d, outside [0, %d]",
+                                                        c.redis_coalesce_calls,
+                                                        redis::kMaxCoalesceCalls));
     }
     if (c.redis_coalesce < 2 && c.redis_coalesce_calls != 0) {
       return absl::InvalidArgumentError("redis_coalesce_calls: set without redis_coalesce >= 2");

@@ -157,7 +157,7 @@ class LimiterTest(unittest.TestCase):
         self.assertIn("redis_replicas: 1, but the store is in process", e.message)
         e = self.assertCode(quota.INVALID_ARGUMENT, quota.Limiter, rules_text=RULES,
                             store="redis", redis_addresses="127.0.0.1:1", redis_coalesce=5000)
-        self.assertIn("redis_coalesce: 5000", e.message)
+        self.assertIn("coalesce=5000, must be in [0, 4096]", e.message)
 
     def test_options_checked(self):
         with self.assertRaises(ValueError):

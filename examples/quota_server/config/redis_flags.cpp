@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "quota/redis/gateway_store.hpp"
+#include "quota/redis/gateway_store_setup.hpp"
 
 ABSL_FLAG(std::string, redis, "", "HOST:PORT of a Redis holding the budgets (default: in process)");
 ABSL_FLAG(std::string, redis_cluster, "",
@@ -121,10 +122,10 @@ std::vector<quota::cli::Check> redis_flag_checks() {
           quota::cli::custom("redis_max_in_flight", "auto or an integer in [0, 1000000]",
                              [](std::string_view v) { return max_in_flight_value(v).has_value(); }),
           integer("redis_clock_guard_ms", 0, 3'600'000),
-          integer("redis_replicas", 0, 64),
-          integer("redis_replica_timeout_ms", 1, 60'000),
+          integer("redis_replicas", 0, redis::kMaxReplicas),
+          integer("redis_replica_timeout_ms", 1, redis::kMaxReplicaTimeout.count()),
           integer("redis_coalesce", 0, redis::kGatewayMaxCoalesce),
-          integer("redis_coalesce_calls", 1, 1024)};
+          integer("redis_coalesce_calls", 1, redis::kMaxCoalesceCalls)};
 }
 
 RedisOptions read_redis_flags(const char* name) {

@@ -58,6 +58,13 @@ struct RedisSetup {
   int coalesce_calls = 2;
 };
 
+// The bounds of WAIT and coalescing that quota-server's flags and the C interface take
+// (the store itself checks the rest: replica_timeout below the deadline, coalesce up to
+// kGatewayMaxCoalesce).
+inline constexpr int kMaxReplicas = 64;
+inline constexpr std::chrono::milliseconds kMaxReplicaTimeout{60'000};
+inline constexpr int kMaxCoalesceCalls = 1024;
+
 // The pools of one topology (one of the three set).
 struct RedisConnections {
   std::shared_ptr<ConnectionPool> pool{};
